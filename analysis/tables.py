@@ -1,0 +1,99 @@
+"""Avg/Last accuracy tables from result JSON: ``python -m analysis.tables --results-dir DIR``.
+
+Cells are mean ± std over seeds (population std, ddof=0; a single seed shows ± 0.00). Rows are
+strategies (or variant labels), columns are datasets (with the task count when several appear).
+The Markdown goes to stdout; ``table.md``, ``table.csv`` and ``table.tex`` are written next to
+the results.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import pandas as pd
+
+from benchmarks.errors import UserError
+from benchmarks.results import RunKey, atomic_write_text, iter_results
+
+
+def load_runs(results_dir: str | Path, keys: list[RunKey] | None = None) -> pd.DataFrame:
+    """One row per finished run: label, dataset, n_tasks, seed and the summary metrics."""
+    wanted = set(keys) if keys is not None else None
+    rows = []
+    for _, result in iter_results(results_dir):
+        key = RunKey(result["label"], result["dataset"], result["n_tasks"], result["seed"])
+        if wanted is not None and key not in wanted:
+            continue
+        rows.append({"label": key.label, "dataset": key.dataset, "n_tasks": key.n_tasks,
+                     "seed": key.seed, **result["summary"]})
+    return pd.DataFrame(rows)
+
+
+def aggregate(runs: pd.DataFrame, metrics=("avg_acc", "last_acc")) -> pd.DataFrame:
+    """Mean and std over seeds per (label, dataset, n_tasks)."""
+    grouped = runs.groupby(["label", "dataset", "n_tasks"], sort=False)[list(metrics)]
+    return grouped.agg(["mean", lambda x: x.std(ddof=0), "count"]).rename(
+        columns={"<lambda_0>": "std"}, level=1)
+
+
+def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Rows = labels, columns = (dataset, Avg|Last), cells = 'mean ± std'."""
+    stats = aggregate(runs)
+    several_t = runs["n_tasks"].nunique() > 1
+    cells = {}
+    for (label, dataset, n_tasks), row in stats.iterrows():
+        column = f"{dataset} (T={n_tasks})" if several_t else dataset
+        for metric, name in (("avg_acc", "Avg"), ("last_acc", "Last")):
+            cells.setdefault(label, {})[(column, name)] = \
+                f"{row[(metric, 'mean')]:.2f} ± {row[(metric, 'std')]:.2f}"
+    table = pd.DataFrame.from_dict(cells, orient="index")
+    table.columns = pd.MultiIndex.from_tuples(table.columns, names=["dataset", "metric"])
+    table.index.name = "method"
+    return table
+
+
+def to_markdown(table: pd.DataFrame) -> str:
+    header = ["method"] + [f"{d} {m}" for d, m in table.columns]
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    for label, row in table.iterrows():
+        lines.append("| " + " | ".join([str(label), *row.astype(str)]) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def to_latex(table: pd.DataFrame) -> str:
+    latex = table.replace("±", r"$\pm$", regex=True).style.to_latex(
+        hrules=True, multicol_align="c", column_format="l" + "c" * table.shape[1])
+    return latex
+
+
+def write_tables(results_dir: str | Path, keys: list[RunKey] | None = None) -> str:
+    """Write table.md/.csv/.tex into ``results_dir`` and return the Markdown."""
+    results_dir = Path(results_dir)
+    runs = load_runs(results_dir, keys)
+    if runs.empty:
+        raise UserError(f"no result JSON found under {results_dir}; run python -m benchmarks.run first "
+                        "or point --results-dir at a folder of results")
+    table = accuracy_table(runs)
+    markdown = to_markdown(table)
+    atomic_write_text(results_dir / "table.md", markdown)
+    atomic_write_text(results_dir / "table.csv", table.to_csv())
+    atomic_write_text(results_dir / "table.tex", to_latex(table))
+    return markdown
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.tables", description=__doc__.split("\n")[0])
+    parser.add_argument("--results-dir", required=True, help="folder of result JSON (searched recursively)")
+    args = parser.parse_args(argv)
+    try:
+        print(write_tables(args.results_dir), end="")
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,210 @@
+"""Run a suite: ``python -m benchmarks.run --suite smoke``.
+
+Each run (strategy or variant, dataset, task count, seed) trains task after task, evaluates every
+stage from the strategy's scores, checkpoints after every task, and writes one result JSON.
+Finished runs with the same resolved config are skipped; killed runs resume from their last
+finished task. Mistakes in the command line or the environment print one line and exit with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import shutil
+import sys
+import time
+from functools import lru_cache
+from pathlib import Path
+
+import numpy as np
+import torch
+from safetensors.torch import load_file, save_file
+from tqdm.auto import tqdm
+
+from analysis.metrics import stage_metrics, summarize
+from benchmarks.backbones import BackboneSpec, create_clip
+from benchmarks.class_orders import resolve_class_order
+from benchmarks.datasets import load_dataset
+from benchmarks.environment import environment, peak_memory, reset_peak_memory, seed_everything
+from benchmarks.errors import UserError
+from benchmarks.results import SCHEMA_VERSION, ResultStore, config_hash, read_json, write_json
+from benchmarks.streams import build_stream
+from benchmarks.suites import RunSpec, expand, load_suite
+from benchmarks.transforms import eval_transform, train_transform
+from strategies.registry import get_strategy
+
+CHECKPOINT_STATE = "state.json"
+
+
+@lru_cache(maxsize=4)
+def _dataset(name: str, data_root: str, options: tuple):
+    return load_dataset(name, data_root, **dict(options))
+
+
+def _load_data(spec: RunSpec, data_root: str):
+    return _dataset(spec.dataset, data_root, tuple(sorted(spec.dataset_options.items())))
+
+
+def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
+    """The strategy class, its config, and the fully resolved run config (hashed for caching)."""
+    strategy_cls = get_strategy(spec.strategy)
+    strategy_cfg = strategy_cls.Config.from_dict(spec.strategy_options, spec.strategy)
+    config = {**spec.config, "strategy_config": strategy_cfg.to_dict()}
+    return strategy_cls, strategy_cfg, config
+
+
+def _save_checkpoint(directory: Path, task: int, strategy, stages: list, cost: dict, cfg_hash: str) -> None:
+    """Tensors go to ``task-NN.safetensors``; ``state.json`` is written last and names that file,
+    so a run killed at any moment leaves the previous complete checkpoint in place."""
+    directory.mkdir(parents=True, exist_ok=True)
+    tensors, meta = strategy.checkpoint_state()
+    tensor_file = f"task-{task:02d}.safetensors"
+    tmp = directory / f".{tensor_file}.tmp"
+    save_file(tensors, str(tmp))
+    tmp.replace(directory / tensor_file)
+    write_json(directory / CHECKPOINT_STATE, {"config_hash": cfg_hash, "tasks_done": task,
+                                              "tensor_file": tensor_file, "strategy": meta,
+                                              "stages": stages, "cost": cost})
+    for old in directory.glob("task-*.safetensors"):
+        if old.name != tensor_file:
+            old.unlink()
+
+
+def _load_checkpoint(directory: Path, cfg_hash: str):
+    state_path = directory / CHECKPOINT_STATE
+    if not state_path.exists():
+        return None
+    state = read_json(state_path)
+    if state.get("config_hash") != cfg_hash:
+        return None  # the config changed: start over
+    return state, load_file(str(directory / state["tensor_file"]))
+
+
+def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = False,
+            show_progress: bool = True) -> tuple[dict, str]:
+    """Run (or resume, or skip) one run. Returns its result and what happened."""
+    strategy_cls, strategy_cfg, config = resolve(spec, data_root)
+    cfg_hash = config_hash(config)
+    if not force and (done := store.finished(spec.key, cfg_hash)) is not None:
+        return done, "cached"
+
+    data = _load_data(spec, data_root)
+    class_order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
+    backbone = create_clip(BackboneSpec(model=spec.backbone["model"],
+                                        pretrained=spec.backbone["pretrained"]), spec.device)
+    stream = build_stream(data, spec.n_tasks, class_order,
+                          train_transform(backbone.image_size, backbone.mean, backbone.std),
+                          eval_transform(backbone.image_size, backbone.mean, backbone.std))
+    strategy = strategy_cls(backbone, stream.class_names, strategy_cfg, spec.device, show_progress)
+    targets = np.asarray(stream.test_targets)
+
+    checkpoint_dir = store.checkpoint_dir(spec.key)
+    stages: list[dict] = []
+    cost = {"train_seconds": 0.0, "eval_seconds": 0.0}
+    status = "ran"
+    checkpoint = None if force else _load_checkpoint(checkpoint_dir, cfg_hash)
+    if checkpoint is not None:
+        state, tensors = checkpoint
+        strategy.load_checkpoint_state(tensors, state["strategy"])
+        stages, cost = state["stages"], state["cost"]
+        status = f"resumed after task {state['tasks_done']}"
+    reset_peak_memory(spec.device)
+
+    tasks = tqdm(range(len(stages), spec.n_tasks), desc=str(spec.key), leave=False,
+                 disable=not show_progress, initial=len(stages), total=spec.n_tasks)
+    for task in tasks:
+        seed_everything(spec.seed, task)
+        start = time.perf_counter()
+        strategy.learn(stream.train_stream[task])
+        cost["train_seconds"] += time.perf_counter() - start
+
+        start = time.perf_counter()
+        scores = strategy.score_dataset(stream.test_set).numpy()
+        stage = {"task": task + 1, **stage_metrics(scores, strategy.seen_classes, targets,
+                                                   stream.task_of_class, task + 1)}
+        stage["diagnostics"] = strategy.stage_diagnostics(scores, targets, stream.task_of_class)
+        cost["eval_seconds"] += time.perf_counter() - start
+        stages.append(stage)
+        tasks.set_postfix(acc=f"{stage['acc']:.1f}")
+        _save_checkpoint(checkpoint_dir, task + 1, strategy, stages, cost, cfg_hash)
+
+    memory, memory_kind = peak_memory(spec.device)
+    result = {
+        "schema_version": SCHEMA_VERSION,
+        "strategy": spec.strategy, "label": spec.label, "dataset": spec.dataset,
+        "n_tasks": spec.n_tasks, "seed": spec.seed,
+        "config": config, "config_hash": cfg_hash,
+        "class_order": stream.class_order, "class_names": stream.class_names, "tasks": stream.tasks,
+        "stages": stages, "summary": summarize(stages),
+        "diagnostics": strategy.run_diagnostics(),
+        "env": environment(spec.device),
+        "cost": {**cost, "trainable_params": strategy.trainable_parameter_count(),
+                 "peak_memory_bytes": memory, "peak_memory_kind": memory_kind},
+    }
+    store.save(spec.key, result)
+    shutil.rmtree(checkpoint_dir, ignore_errors=True)
+    return result, status
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2, no usage dump
+        self.exit(2, f"error: {message}; see python -m benchmarks.run --help\n")
+
+
+def _csv(kind):
+    def parse(text: str):
+        try:
+            return [kind(item) for item in text.split(",") if item]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+    return parse
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = _Parser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
+    parser.add_argument("--suite", default="smoke", help="suite name (benchmarks/suites/NAME.toml) or a .toml path")
+    parser.add_argument("--strategies", type=_csv(str), help="comma-separated strategies or variant labels")
+    parser.add_argument("--datasets", type=_csv(str), help="comma-separated dataset names")
+    parser.add_argument("--tasks", type=_csv(int), help="comma-separated task counts, e.g. 5,10,20")
+    parser.add_argument("--seeds", type=_csv(int), help="comma-separated seeds")
+    parser.add_argument("--results-dir", help="where result JSON goes (default: results/SUITE)")
+    parser.add_argument("--data-root", default="data", help="folder holding the datasets (default: ./data)")
+    parser.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default: the suite's, else auto")
+    parser.add_argument("--weights", help="local CLIP weight file (overrides the suite's pretrained tag)")
+    parser.add_argument("--class-order", help="seed1993 (default), seedN, or dytox (CIFAR-100)")
+    parser.add_argument("--force", action="store_true", help="recompute finished runs")
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    try:
+        suite = load_suite(args.suite)
+        runs = expand(suite, strategies=args.strategies, datasets=args.datasets, tasks=args.tasks,
+                      seeds=args.seeds, device=args.device, class_order=args.class_order,
+                      weights=args.weights)
+        results_dir = Path(args.results_dir or Path("results") / suite["name"])
+        store = ResultStore(results_dir)
+        for spec in runs:  # check every run's names and options before any long work
+            resolve(spec, args.data_root)
+        print(f"suite {suite['name']}: {len(runs)} run(s) -> {results_dir}", file=sys.stderr)
+        for spec in tqdm(runs, desc=f"suite {suite['name']}", disable=args.quiet):
+            result, status = execute(spec, store, args.data_root, force=args.force,
+                                     show_progress=not args.quiet)
+            summary = result["summary"]
+            tqdm.write(f"{spec.key}: {status}; Avg {summary['avg_acc']:.2f}  Last {summary['last_acc']:.2f}",
+                       file=sys.stderr)
+        from analysis.tables import write_tables
+
+        print(write_tables(results_dir, [spec.key for spec in runs]))
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print("interrupted: rerun the same command to resume from the last finished task", file=sys.stderr)
+        return 130
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

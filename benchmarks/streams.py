@@ -1,0 +1,79 @@
+"""Class-incremental streams built with Avalanche from an explicit class order.
+
+The class order is always passed in explicitly (never drawn from a global seed), so that the
+stream of a run is a pure function of its config and is stored with its result.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+from avalanche.benchmarks.scenarios.supervised import class_incremental_benchmark
+from avalanche.benchmarks.utils import as_classification_dataset
+
+from benchmarks.errors import UserError
+
+
+@dataclass
+class CILStream:
+    """A class-incremental stream and everything needed to evaluate it.
+
+    ``train_stream[t]`` holds the training images of ``tasks[t]``; ``test_set`` holds the test
+    images of every class (future classes are the OOD set of the AUROC metric), in eval mode.
+    """
+
+    benchmark: object  # avalanche CLScenario
+    class_order: list[int]
+    tasks: list[list[int]]
+    class_names: list[str]
+    test_set: object  # avalanche ClassificationDataset, eval transform
+    test_targets: list[int]
+
+    @property
+    def train_stream(self):
+        return self.benchmark.train_stream
+
+    @property
+    def n_tasks(self) -> int:
+        return len(self.tasks)
+
+    @property
+    def task_of_class(self) -> dict[int, int]:
+        return {c: t for t, classes in enumerate(self.tasks) for c in classes}
+
+
+def split_classes(class_order: list[int], n_tasks: int, dataset: str = "dataset") -> list[list[int]]:
+    """Split a class order into ``n_tasks`` equal, disjoint, consecutive groups."""
+    n_classes = len(class_order)
+    if n_tasks < 1 or n_classes % n_tasks:
+        valid = [k for k in range(2, n_classes + 1) if n_classes % k == 0][:8]
+        raise UserError(f"{n_tasks} tasks do not divide the {n_classes} classes of {dataset}; "
+                        f"use a task count that divides {n_classes}, e.g. {valid}")
+    size = n_classes // n_tasks
+    return [list(class_order[i * size:(i + 1) * size]) for i in range(n_tasks)]
+
+
+def build_stream(data, n_tasks: int, class_order: list[int],
+                 train_transform: Callable, eval_transform: Callable) -> CILStream:
+    """Build an Avalanche class-incremental benchmark from a ``ClassificationData``.
+
+    Args:
+        data: a ``benchmarks.datasets.ClassificationData`` (raw PIL images, integer targets).
+        n_tasks: number of equal tasks.
+        class_order: a permutation of the dataset's class ids.
+        train_transform, eval_transform: image transforms for the two Avalanche groups.
+    """
+    n_classes = len(data.class_names)
+    if sorted(class_order) != list(range(n_classes)):
+        raise UserError(f"class order for {data.name} is not a permutation of its {n_classes} classes")
+    tasks = split_classes(class_order, n_tasks, data.name)
+    groups = {"train": (train_transform, None), "eval": (eval_transform, None)}
+    train = as_classification_dataset(data.train, transform_groups=groups, targets=data.train_targets)
+    test = as_classification_dataset(data.test, transform_groups=groups, targets=data.test_targets)
+    benchmark = class_incremental_benchmark(
+        {"train": train, "test": test}, class_order=list(class_order),
+        num_classes_per_exp=[len(t) for t in tasks])
+    return CILStream(benchmark=benchmark, class_order=list(class_order), tasks=tasks,
+                     class_names=list(data.class_names), test_set=test.eval(),
+                     test_targets=list(data.test_targets))

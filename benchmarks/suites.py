@@ -1,0 +1,143 @@
+"""Suites: TOML files that say which runs make up an experiment.
+
+A suite lists datasets, task counts, seeds and strategies (or named variants of a strategy) and
+the options of each. ``expand`` turns it into fully resolved, plain-data ``RunSpec`` objects; the
+runner executes those. Format (see ``benchmarks/suites/smoke.toml``)::
+
+    description = "..."
+    datasets    = ["cifar100"]
+    tasks       = [10]
+    seeds       = [0, 1, 2]
+    strategies  = ["continual_clip", "finetune", "gr4cil"]   # names or variant labels
+    class_order = "seed1993"                                  # or "dytox"
+    device      = "auto"                                      # auto | cpu | cuda
+
+    [backbone]              model = "ViT-B-16-quickgelu", pretrained = "openai" ("none": random)
+    [dataset.NAME]          options of one dataset loader
+    [defaults]              options for every strategy
+    [strategy.NAME]         options for one strategy
+    [variants.LABEL]        strategy = "NAME" plus options: a labelled row (ablations)
+
+Any option value may be a table keyed by dataset name, e.g. ``epochs = {cifar100 = 70,
+imagenet100 = 10}``; the run picks its dataset's entry.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from benchmarks.errors import UserError
+from benchmarks.results import RunKey, config_hash
+
+SUITES_DIR = Path(__file__).parent / "suites"
+KNOWN_KEYS = {"description", "datasets", "tasks", "seeds", "strategies", "class_order", "device",
+              "backbone", "dataset", "defaults", "strategy", "variants"}
+
+
+@dataclass(frozen=True)
+class RunSpec:
+    """One run, fully resolved: everything that determines its numbers is in ``config``."""
+
+    label: str
+    strategy: str
+    dataset: str
+    n_tasks: int
+    seed: int
+    class_order: str
+    backbone: dict[str, Any]
+    dataset_options: dict[str, Any]
+    strategy_options: dict[str, Any]
+    device: str
+    config: dict[str, Any] = field(compare=False)
+
+    @property
+    def key(self) -> RunKey:
+        return RunKey(self.label, self.dataset, self.n_tasks, self.seed)
+
+    @property
+    def config_hash(self) -> str:
+        return config_hash(self.config)
+
+
+def available_suites() -> list[str]:
+    return sorted(p.stem for p in SUITES_DIR.glob("*.toml"))
+
+
+def load_suite(name_or_path: str) -> dict[str, Any]:
+    """Read a suite by name (``benchmarks/suites/NAME.toml``) or from a TOML file path."""
+    path = Path(name_or_path)
+    if not (path.suffix == ".toml" and path.exists()):
+        path = SUITES_DIR / f"{name_or_path}.toml"
+    if not path.exists():
+        raise UserError(f"unknown suite {name_or_path!r}; available: {', '.join(available_suites())}, "
+                        "or give a path to a .toml file")
+    try:
+        suite = tomllib.loads(path.read_text())
+    except tomllib.TOMLDecodeError as err:
+        raise UserError(f"suite file {path} is not valid TOML ({err}); fix the file") from None
+    unknown = sorted(set(suite) - KNOWN_KEYS)
+    if unknown:
+        raise UserError(f"suite {path} has unknown key(s) {unknown}; valid keys: {sorted(KNOWN_KEYS)}")
+    suite["name"] = path.stem
+    return suite
+
+
+def _for_dataset(options: dict[str, Any], dataset: str) -> dict[str, Any]:
+    """Pick per-dataset entries: ``{"epochs": {"cifar100": 70}}`` -> ``{"epochs": 70}``."""
+    resolved = {}
+    for key, value in options.items():
+        if isinstance(value, dict):
+            if dataset not in value:
+                raise UserError(f"option {key!r} has no value for dataset {dataset!r} "
+                                f"(it lists {sorted(value)}); add one to the suite")
+            value = value[dataset]
+        resolved[key] = value
+    return resolved
+
+
+def _resolve_device(device: str) -> str:
+    import torch
+
+    if device == "auto":
+        return "cuda" if torch.cuda.is_available() else "cpu"
+    if device not in {"cpu", "cuda"}:
+        raise UserError(f"unknown device {device!r}; use cpu, cuda or auto")
+    if device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda was asked for but no CUDA device is visible; use --device cpu")
+    return device
+
+
+def expand(suite: dict[str, Any], *, strategies: list[str] | None = None,
+           datasets: list[str] | None = None, tasks: list[int] | None = None,
+           seeds: list[int] | None = None, device: str | None = None,
+           class_order: str | None = None, weights: str | None = None) -> list[RunSpec]:
+    """All runs of a suite, with the command line's filters and overrides applied."""
+    variants = suite.get("variants", {})
+    backbone = {"model": "ViT-B-16-quickgelu", "pretrained": "openai", **suite.get("backbone", {})}
+    if weights:
+        backbone["pretrained"] = weights
+    if str(backbone["pretrained"]).lower() == "none":
+        backbone["pretrained"] = None
+    resolved_device = _resolve_device(device or suite.get("device", "auto"))
+    order = class_order or suite.get("class_order", "seed1993")
+    runs = []
+    for dataset in datasets or suite["datasets"]:
+        dataset_options = suite.get("dataset", {}).get(dataset, {})
+        for label in strategies or suite["strategies"]:
+            variant = variants.get(label, {})
+            strategy = variant.get("strategy", label)
+            options = {**suite.get("defaults", {}), **suite.get("strategy", {}).get(strategy, {}),
+                       **{k: v for k, v in variant.items() if k != "strategy"}}
+            options = _for_dataset(options, dataset)
+            for n_tasks in tasks or suite["tasks"]:
+                for seed in seeds or suite["seeds"]:
+                    config = {"strategy": strategy, "label": label, "dataset": dataset,
+                              "dataset_options": dataset_options, "n_tasks": n_tasks, "seed": seed,
+                              "class_order": order, "backbone": backbone,
+                              "strategy_options": options, "device": resolved_device}
+                    runs.append(RunSpec(label, strategy, dataset, n_tasks, seed, order, backbone,
+                                        dataset_options, options, resolved_device, config))
+    return runs

@@ -1,0 +1,30 @@
+"""Continual-CLIP: zero-shot CLIP over the classes seen so far, with no training.
+
+Score of class c for image x: ``<f_v(x), f_t(p(c))>`` with frozen pretrained towers.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from strategies.base import CLIPStrategy, StrategyConfig
+from strategies.registry import register
+
+
+@dataclass
+class ContinualCLIPConfig(StrategyConfig):
+    epochs: int = 0
+
+
+@register("continual_clip")
+class ContinualCLIP(CLIPStrategy):
+    Config = ContinualCLIPConfig
+
+    def setup_task(self, task: int, classes: list[int]) -> None:
+        self.backbone.set_adapters(visual=None, text=None)
+
+    def scores(self, images: torch.Tensor) -> torch.Tensor:
+        image = self.backbone.encode_image(images, normalize=True)
+        return image @ self.text_features(self.seen_classes).T

@@ -1,0 +1,109 @@
+"""Results store (atomic, cached by config hash, corrupt files) and suite expansion."""
+
+import json
+import os
+
+import pytest
+
+from benchmarks.errors import UserError
+from benchmarks.results import (REQUIRED_KEYS, ResultStore, RunKey, atomic_write_text, config_hash,
+                                iter_results, read_json)
+from benchmarks.suites import available_suites, expand, load_suite
+
+
+def test_config_hash_ignores_key_order_but_not_values():
+    assert config_hash({"a": 1, "b": {"c": 2}}) == config_hash({"b": {"c": 2}, "a": 1})
+    assert config_hash({"a": 1}) != config_hash({"a": 2})
+
+
+def test_atomic_write_leaves_old_file_when_writing_fails(tmp_path, monkeypatch):
+    path = tmp_path / "r.json"
+    atomic_write_text(path, "old")
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        atomic_write_text(path, "new")
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temp file left behind
+
+
+def test_store_returns_finished_result_only_for_same_config(tmp_path):
+    store = ResultStore(tmp_path)
+    key = RunKey("finetune", "synthetic", 10, 0)
+    result = {k: None for k in REQUIRED_KEYS} | {"schema_version": 1, "config_hash": "abc",
+                                                 "stages": [], "label": "finetune"}
+    store.save(key, result)
+    assert store.result_path(key) == tmp_path / "synthetic" / "finetune" / "T10-seed0.json"
+    assert store.finished(key, "abc") == result
+    assert store.finished(key, "other") is None
+    with pytest.raises(ValueError):
+        store.save(key, {"schema_version": 1})
+
+
+def test_corrupt_result_file_is_a_user_error_naming_the_file(tmp_path):
+    path = tmp_path / "x.json"
+    path.write_text('{"schema_version": 1, "stag')
+    with pytest.raises(UserError, match=str(path)):
+        read_json(path)
+
+
+def test_iter_results_skips_checkpoints_and_foreign_json(tmp_path):
+    (tmp_path / ".checkpoints").mkdir()
+    (tmp_path / ".checkpoints" / "state.json").write_text(json.dumps({"schema_version": 1, "stages": []}))
+    (tmp_path / "other.json").write_text("[1, 2]")
+    (tmp_path / "run.json").write_text(json.dumps({"schema_version": 1, "stages": []}))
+    assert [p.name for p, _ in iter_results(tmp_path)] == ["run.json"]
+
+
+def test_shipped_suites_load():
+    for name in ("smoke", "main"):
+        assert name in available_suites()
+        suite = load_suite(name)
+        assert suite["datasets"] and suite["strategies"]
+
+
+def test_unknown_suite_is_a_user_error_listing_suites():
+    with pytest.raises(UserError, match="smoke"):
+        load_suite("no-such-suite")
+
+
+def test_expand_resolves_per_dataset_values_variants_and_filters(tmp_path):
+    path = tmp_path / "mine.toml"
+    path.write_text("""
+datasets = ["cifar100", "imagenet100"]
+tasks = [10]
+seeds = [0, 1]
+strategies = ["finetune", "ft-fast"]
+device = "cpu"
+[defaults]
+batch_size = 32
+[strategy.finetune]
+epochs = { cifar100 = 70, imagenet100 = 10 }
+[variants.ft-fast]
+strategy = "finetune"
+lr = 0.1
+""")
+    suite = load_suite(str(path))
+    runs = expand(suite)
+    assert len(runs) == 2 * 2 * 2
+    by = {(r.label, r.dataset, r.seed): r for r in runs}
+    assert by[("finetune", "cifar100", 0)].strategy_options == {"batch_size": 32, "epochs": 70}
+    assert by[("finetune", "imagenet100", 1)].strategy_options["epochs"] == 10
+    variant = by[("ft-fast", "cifar100", 0)]
+    assert variant.strategy == "finetune" and variant.strategy_options["lr"] == 0.1
+    assert variant.strategy_options["epochs"] == 70  # inherits the strategy's options
+    assert variant.backbone == {"model": "ViT-B-16-quickgelu", "pretrained": "openai"}
+    only = expand(suite, strategies=["finetune"], datasets=["cifar100"], seeds=[5], weights="/w.pt")
+    assert [(r.label, r.dataset, r.seed) for r in only] == [("finetune", "cifar100", 5)]
+    assert only[0].backbone["pretrained"] == "/w.pt"
+
+
+def test_missing_per_dataset_value_is_a_user_error(tmp_path):
+    path = tmp_path / "bad.toml"
+    path.write_text('datasets = ["food101"]\ntasks = [10]\nseeds = [0]\nstrategies = ["finetune"]\n'
+                    'device = "cpu"\n[strategy.finetune]\nepochs = { cifar100 = 70 }\n')
+    with pytest.raises(UserError, match="food101"):
+        expand(load_suite(str(path)))
