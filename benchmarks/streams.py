@@ -10,7 +10,8 @@ from dataclasses import dataclass
 from typing import Callable
 
 from avalanche.benchmarks.scenarios.supervised import class_incremental_benchmark
-from avalanche.benchmarks.utils import as_classification_dataset
+from avalanche.benchmarks.utils import DataAttribute
+from avalanche.benchmarks.utils.classification_dataset import ClassificationDataset
 
 from benchmarks.errors import UserError
 
@@ -69,8 +70,9 @@ def build_stream(data, n_tasks: int, class_order: list[int],
         raise UserError(f"class order for {data.name} is not a permutation of its {n_classes} classes")
     tasks = split_classes(class_order, n_tasks, data.name)
     groups = {"train": (train_transform, None), "eval": (eval_transform, None)}
-    train = as_classification_dataset(data.train, transform_groups=groups, targets=data.train_targets)
-    test = as_classification_dataset(data.test, transform_groups=groups, targets=data.test_targets)
+    train, test = (ClassificationDataset([images], transform_groups=groups,
+                                         data_attributes=[DataAttribute(list(targets), "targets")])
+                   for images, targets in ((data.train, data.train_targets), (data.test, data.test_targets)))
     benchmark = class_incremental_benchmark(
         {"train": train, "test": test}, class_order=list(class_order),
         num_classes_per_exp=[len(t) for t in tasks])

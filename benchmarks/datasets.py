@@ -1,0 +1,386 @@
+"""Dataset loaders: every dataset of the protocol as raw ``(PIL RGB image, int label)`` pairs.
+
+No transform is applied here (the stream builder adds them) and nothing is ever downloaded: a
+missing folder raises ``DataNotFoundError`` naming the path looked at and how to provide it.
+Label lists are read from metadata or folder listings, never by decoding images, because
+class-incremental splitting needs them up front.
+
+Expected layouts under ``data_root``::
+
+    cifar-100-python/{train,test,meta}             cifar100 (official python version)
+    imagenet-r/<wnid>/*.jpg                        imagenet_r (200 wnid folders)
+    imagenet/{train,val}/<wnid>/*.JPEG             imagenet100, imagenet1k
+    oxford-iiit-pet/{annotations/test.txt,images/} pets
+    food-101/{meta/test.json,images/}              food101
+"""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from PIL import Image
+from torch.utils.data import Dataset
+from torchvision.datasets import CIFAR100, Food101, OxfordIIITPet
+from torchvision.datasets.folder import IMG_EXTENSIONS, default_loader, find_classes, make_dataset
+
+from benchmarks.errors import DataNotFoundError, UserError
+
+_ROOT_HINT = "or pass --data-root DIR"
+
+
+def _with_root_hint(how: str) -> str:
+    return f"{how} {_ROOT_HINT}"
+
+
+@dataclass
+class ClassificationData:
+    """A labelled dataset; ``train`` is None for zero-shot-only targets."""
+
+    name: str
+    train: Dataset | None
+    test: Dataset
+    class_names: list[str]
+    train_targets: list[int] | None
+    test_targets: list[int]
+
+    @property
+    def n_classes(self) -> int:
+        return len(self.class_names)
+
+
+class FileListDataset(Dataset):
+    """Images listed as ``(path, label)`` pairs, opened lazily as RGB PIL images."""
+
+    def __init__(self, samples: list[tuple[str, int]], loader: Callable[[str], Any] = default_loader) -> None:
+        self.samples = samples
+        self.targets = [label for _, label in samples]
+        self.loader = loader
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index: int) -> tuple[Image.Image, int]:
+        path, label = self.samples[index]
+        return self.loader(path), label
+
+
+def clean_class_name(name: str) -> str:
+    """Underscores to spaces, surrounding whitespace removed."""
+    return name.replace("_", " ").strip()
+
+
+@functools.lru_cache(maxsize=1)
+def imagenet_wnid_names() -> dict[str, str]:
+    """Map of the 1000 ImageNet-1K wnids to CLIP-style readable class names."""
+    asset = resources.files("benchmarks") / "assets" / "imagenet_classes.json"
+    return json.loads(asset.read_text(encoding="utf-8"))
+
+
+def wnid_class_names(wnids: list[str]) -> list[str]:
+    """Readable names for wnid folders; a wnid outside ImageNet-1K keeps its folder name."""
+    names = imagenet_wnid_names()
+    return [names.get(wnid, clean_class_name(wnid)) for wnid in wnids]
+
+
+def _require_root(data_root: Path | None, dataset: str) -> Path:
+    if data_root is None:
+        raise UserError(f"dataset '{dataset}' needs a data root: pass --data-root DIR")
+    return Path(data_root).expanduser()
+
+
+def _require(path: Path, what: str, how: str, is_dir: bool = False) -> None:
+    """Raise a one-line ``DataNotFoundError`` unless ``path`` exists (as a folder if ``is_dir``)."""
+    if not (path.is_dir() if is_dir else path.is_file()):
+        raise DataNotFoundError(f"{what} not found: looked for {path}; {how}")
+
+
+def _scan_folder(directory: Path, class_to_idx: dict[str, int], what: str, how: str) -> list[tuple[str, int]]:
+    """``make_dataset`` with its multi-line errors turned into one-line ``DataNotFoundError``."""
+    try:
+        return make_dataset(str(directory), class_to_idx, extensions=IMG_EXTENSIONS)
+    except FileNotFoundError as error:
+        reason = " ".join(str(error).split())
+        raise DataNotFoundError(f"{what}: {reason} (looked in {directory}); {how}") from None
+
+
+def _class_folders(directory: Path, what: str, how: str) -> list[str]:
+    _require(directory, what, how, is_dir=True)
+    try:
+        return find_classes(str(directory))[0]
+    except FileNotFoundError:
+        raise DataNotFoundError(f"{what}: no class folders found in {directory}; {how}") from None
+
+
+# --- CIFAR-100 --------------------------------------------------------------------------------
+
+
+class _UncheckedCIFAR100(CIFAR100):
+    """torchvision's CIFAR100 that only checks the files exist (``check_integrity`` skips md5=None)."""
+
+    train_list = [[name, None] for name, _ in CIFAR100.train_list]
+    test_list = [[name, None] for name, _ in CIFAR100.test_list]
+    meta = {**CIFAR100.meta, "md5": None}
+
+
+def load_cifar100(data_root: Path | None, verify_checksum: bool = True) -> ClassificationData:
+    """CIFAR-100, official 50k/10k split, from ``{data_root}/cifar-100-python``.
+
+    ``verify_checksum=False`` skips torchvision's MD5 check (for re-packed copies and fixtures).
+    """
+    root = _require_root(data_root, "cifar100")
+    how = _with_root_hint(f"extract the official cifar-100-python.tar.gz into {root} (torchvision layout)")
+    for name in ("train", "test", "meta"):
+        _require(root / CIFAR100.base_folder / name, "CIFAR-100", how)
+    cls = CIFAR100 if verify_checksum else _UncheckedCIFAR100
+    try:
+        train, test = cls(str(root), train=True, download=False), cls(str(root), train=False, download=False)
+    except RuntimeError:
+        raise UserError(
+            f"CIFAR-100 files in {root / CIFAR100.base_folder} fail torchvision's MD5 check; re-extract "
+            f"the official cifar-100-python.tar.gz there (or pass verify_checksum=False for a re-packed copy)"
+        ) from None
+    return ClassificationData(
+        name="cifar100",
+        train=train,
+        test=test,
+        class_names=[clean_class_name(c) for c in train.classes],
+        train_targets=[int(t) for t in train.targets],
+        test_targets=[int(t) for t in test.targets],
+    )
+
+
+# --- ImageNet-R ---------------------------------------------------------------------------------
+
+
+def _n_train(n_images: int, fraction: float) -> int:
+    """Rounded ``fraction * n`` train images, leaving at least one test image when ``n >= 2``."""
+    n_train = int(np.floor(fraction * n_images + 0.5))
+    return min(max(n_train, 1), n_images - 1) if n_images >= 2 else n_images
+
+
+def stratified_split(
+    samples: list[tuple[str, int]], fraction: float = 0.8, seed: int = 0
+) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """Per class: sort paths, shuffle with ``RandomState(seed)``, first ``fraction`` to train.
+
+    Each class gets its own ``RandomState(seed)`` so its split depends on its own files only.
+    """
+    by_class: dict[int, list[str]] = {}
+    for path, label in samples:
+        by_class.setdefault(label, []).append(path)
+    train: list[tuple[str, int]] = []
+    test: list[tuple[str, int]] = []
+    for label in sorted(by_class):
+        paths = sorted(by_class[label])
+        order = np.random.RandomState(seed).permutation(len(paths))
+        n_train = _n_train(len(paths), fraction)
+        train += [(paths[i], label) for i in order[:n_train]]
+        test += [(paths[i], label) for i in order[n_train:]]
+    return train, test
+
+
+def _split_from_file(
+    samples: list[tuple[str, int]], folder: Path, split_file: Path
+) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """Train/test lists from a JSON ``{"train": [...], "test": [...]}`` of paths relative to ``folder``."""
+    _require(
+        split_file, "ImageNet-R split file", "give an existing JSON file with 'train' and 'test' path lists"
+    )
+    try:
+        spec = json.loads(split_file.read_text(encoding="utf-8"))
+        lists = {part: [str(p) for p in spec[part]] for part in ("train", "test")}
+    except (json.JSONDecodeError, KeyError, TypeError):
+        raise UserError(
+            f'split file {split_file} must be JSON {{"train": [paths], "test": [paths]}} '
+            f"with paths relative to {folder}"
+        ) from None
+    label_of = {Path(path).relative_to(folder).as_posix(): label for path, label in samples}
+    prefix = folder.name + "/"
+    parts: dict[str, list[tuple[str, int]]] = {}
+    for part, paths in lists.items():
+        # Public split lists often keep the dataset folder as first component; accept both forms.
+        relative = [
+            p[len(prefix) :] if p.startswith(prefix) else p for p in (q.replace("\\", "/") for q in paths)
+        ]
+        missing = [p for p in relative if p not in label_of]
+        if missing:
+            raise DataNotFoundError(
+                f"split file {split_file} lists {len(missing)} {part} image(s) not found under {folder}, "
+                f"e.g. {folder / missing[0]}; fix the split file {_ROOT_HINT}"
+            )
+        parts[part] = [(str(folder / p), label_of[p]) for p in relative]
+    overlap = {p for p, _ in parts["train"]} & {p for p, _ in parts["test"]}
+    if overlap:
+        raise UserError(
+            f"split file {split_file} puts {len(overlap)} image(s) in both train and test, "
+            f"e.g. {min(overlap)}"
+        )
+    return parts["train"], parts["test"]
+
+
+def load_imagenet_r(
+    data_root: Path | None,
+    split_seed: int = 0,
+    train_fraction: float = 0.8,
+    split_file: str | Path | None = None,
+) -> ClassificationData:
+    """ImageNet-R from ``{data_root}/imagenet-r/<wnid>/``, stratified 80/20 split or ``split_file``."""
+    root = _require_root(data_root, "imagenet_r")
+    if not 0.0 < train_fraction < 1.0:
+        raise UserError(f"train_fraction must be between 0 and 1, got {train_fraction}")
+    folder = root / "imagenet-r"
+    how = _with_root_hint(f"extract imagenet-r.tar into {root} (one folder per wnid)")
+    wnids = _class_folders(folder, "ImageNet-R", how)
+    samples = _scan_folder(folder, {w: i for i, w in enumerate(wnids)}, "ImageNet-R", how)
+    if split_file is None:
+        train, test = stratified_split(samples, train_fraction, split_seed)
+    else:
+        train, test = _split_from_file(samples, folder, Path(split_file).expanduser())
+    return _folder_data("imagenet_r", wnids, train, test)
+
+
+# --- ImageNet-100 / ImageNet-1K -----------------------------------------------------------------
+
+
+def _load_imagenet(name: str, data_root: Path | None, n_classes: int | None) -> ClassificationData:
+    """Train and val folders of ImageNet, restricted to the first ``n_classes`` sorted wnids."""
+    root = _require_root(data_root, name)
+    train_dir, val_dir = root / "imagenet" / "train", root / "imagenet" / "val"
+    how = _with_root_hint(f"put ImageNet under {root / 'imagenet'} as train/<wnid>/ and val/<wnid>/ folders")
+    wnids = _class_folders(train_dir, "ImageNet train", how)
+    _require(val_dir, "ImageNet val", how, is_dir=True)
+    if n_classes is not None:
+        if len(wnids) < n_classes:
+            raise DataNotFoundError(
+                f"{name} needs {n_classes} wnid folders, found {len(wnids)} in {train_dir}; {how}"
+            )
+        wnids = wnids[:n_classes]
+    for wnid in wnids:
+        # The raw ILSVRC val set is one flat folder; it must be sorted into wnid folders first.
+        _require(
+            val_dir / wnid, "ImageNet val class folder", "sort the val images into one folder per wnid", True
+        )
+    class_to_idx = {w: i for i, w in enumerate(wnids)}
+    train = _scan_folder(train_dir, class_to_idx, "ImageNet train", how)
+    test = _scan_folder(val_dir, class_to_idx, "ImageNet val", how)
+    return _folder_data(name, wnids, train, test)
+
+
+def load_imagenet100(data_root: Path | None, n_classes: int = 100) -> ClassificationData:
+    """ImageNet-100: the first ``n_classes`` sorted wnids of ImageNet train; ImageNet val as test."""
+    return _load_imagenet("imagenet100", data_root, n_classes)
+
+
+def load_imagenet1k(data_root: Path | None) -> ClassificationData:
+    """ImageNet-1K: every wnid folder of ImageNet train; ImageNet val as test."""
+    return _load_imagenet("imagenet1k", data_root, None)
+
+
+def _folder_data(
+    name: str, wnids: list[str], train: list[tuple[str, int]], test: list[tuple[str, int]]
+) -> ClassificationData:
+    train_set, test_set = FileListDataset(train), FileListDataset(test)
+    return ClassificationData(
+        name=name,
+        train=train_set,
+        test=test_set,
+        class_names=wnid_class_names(wnids),
+        train_targets=list(train_set.targets),
+        test_targets=list(test_set.targets),
+    )
+
+
+# --- zero-shot targets --------------------------------------------------------------------------
+
+
+def load_pets(data_root: Path | None, include_train: bool = False) -> ClassificationData:
+    """Oxford-IIIT Pets test split (37 breeds); ``include_train`` adds the trainval split."""
+    root = _require_root(data_root, "pets")
+    base = root / "oxford-iiit-pet"
+    how = _with_root_hint(f"extract the official images.tar.gz and annotations.tar.gz into {base}")
+    _require(base / "annotations" / "test.txt", "Oxford-IIIT Pets", how)
+    _require(base / "images", "Oxford-IIIT Pets", how, is_dir=True)
+    test = OxfordIIITPet(str(root), split="test", target_types="category", download=False)
+    train = (
+        OxfordIIITPet(str(root), split="trainval", target_types="category", download=False)
+        if include_train
+        else None
+    )
+    return ClassificationData(
+        name="pets",
+        train=train,
+        test=test,
+        class_names=[clean_class_name(c) for c in test.classes],
+        # torchvision keeps the labels only in this private list (read from the annotation file).
+        train_targets=list(train._labels) if train is not None else None,
+        test_targets=list(test._labels),
+    )
+
+
+def load_food101(data_root: Path | None, include_train: bool = False) -> ClassificationData:
+    """Food-101 test split (101 dishes); ``include_train`` adds the train split."""
+    root = _require_root(data_root, "food101")
+    base = root / "food-101"
+    how = _with_root_hint(f"extract the official food-101.tar.gz into {root}")
+    _require(base / "meta" / "test.json", "Food-101", how)
+    _require(base / "images", "Food-101", how, is_dir=True)
+    test = Food101(str(root), split="test", download=False)
+    train = Food101(str(root), split="train", download=False) if include_train else None
+    return ClassificationData(
+        name="food101",
+        train=train,
+        test=test,
+        class_names=[clean_class_name(c) for c in test.classes],
+        # torchvision keeps the labels only in this private list (read from the meta JSON).
+        train_targets=list(train._labels) if train is not None else None,
+        test_targets=list(test._labels),
+    )
+
+
+def load_synthetic_dataset(
+    data_root: Path | None = None,
+    n_train_per_class: int = 100,
+    n_test_per_class: int = 20,
+    seed: int = 0,
+    n_classes: int = 100,
+) -> ClassificationData:
+    """The offline synthetic dataset (``benchmarks.synthetic``); ``data_root`` is ignored."""
+    from benchmarks.synthetic import load_synthetic  # deferred: synthetic imports this module
+
+    return load_synthetic(n_train_per_class, n_test_per_class, seed, n_classes)
+
+
+DATASETS: dict[str, Callable[..., ClassificationData]] = {
+    "cifar100": load_cifar100,
+    "imagenet_r": load_imagenet_r,
+    "imagenet100": load_imagenet100,
+    "imagenet1k": load_imagenet1k,
+    "pets": load_pets,
+    "food101": load_food101,
+    "synthetic": load_synthetic_dataset,
+}
+
+
+def load_dataset(name: str, data_root: str | Path | None = None, **options: Any) -> ClassificationData:
+    """Load dataset ``name`` from ``data_root``; ``options`` go to its loader (checked by name)."""
+    if name not in DATASETS:
+        raise UserError(f"unknown dataset '{name}'; valid: {', '.join(DATASETS)}")
+    loader = DATASETS[name]
+    root = Path(data_root) if data_root is not None else None
+    try:
+        inspect.signature(loader).bind(root, **options)
+    except TypeError:
+        valid = [p for p in inspect.signature(loader).parameters if p != "data_root"]
+        raise UserError(
+            f"dataset '{name}' does not take option(s) {', '.join(sorted(options))}; "
+            f"valid: {', '.join(valid) or 'none'}"
+        ) from None
+    return loader(root, **options)

@@ -1,0 +1,274 @@
+"""Dataset loaders on tiny on-disk fixtures in torchvision's layouts, plus the transforms."""
+
+from __future__ import annotations
+
+import json
+import pickle
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES
+from PIL import Image
+
+from benchmarks.datasets import (
+    DATASETS,
+    clean_class_name,
+    imagenet_wnid_names,
+    load_dataset,
+    stratified_split,
+)
+from benchmarks.errors import DataNotFoundError, UserError
+from benchmarks.transforms import CLIP_MEAN, CLIP_STD, eval_transform, train_transform
+
+GOLDFISH, TENCH, SHARK = "n01443537", "n01440764", "n01484850"
+
+
+def _save_image(path: Path, seed: int, mode: str = "RGB", suffix_format: str | None = None) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    pixels = np.random.RandomState(seed).randint(0, 256, (6, 5, 3), dtype=np.uint8)
+    Image.fromarray(pixels).convert(mode).save(path, format=suffix_format)
+
+
+# --- CIFAR-100 ----------------------------------------------------------------------------------
+
+
+def _write_cifar100(root: Path) -> dict[str, list[int]]:
+    """Pickles shaped like the official python version: 100 fine names, a few images per class."""
+    base = root / "cifar-100-python"
+    base.mkdir(parents=True)
+    names = [f"class_{i}" for i in range(100)]
+    names[3] = "maple_tree"
+    with open(base / "meta", "wb") as f:
+        pickle.dump({"fine_label_names": names, "coarse_label_names": ["x"] * 20}, f)
+    labels = {"train": [0, 3, 3, 7, 0, 99], "test": [3, 7, 99]}
+    rng = np.random.RandomState(0)
+    for split, fine in labels.items():
+        entry = {
+            "data": rng.randint(0, 256, (len(fine), 3072), dtype=np.uint8),
+            "fine_labels": fine,
+            "coarse_labels": [0] * len(fine),
+            "filenames": [f"{i}.png" for i in range(len(fine))],
+        }
+        with open(base / split, "wb") as f:
+            pickle.dump(entry, f)
+    return labels
+
+
+def test_cifar100_loader(tmp_path: Path) -> None:
+    labels = _write_cifar100(tmp_path)
+    data = load_dataset("cifar100", tmp_path, verify_checksum=False)
+    assert data.name == "cifar100" and data.n_classes == 100
+    assert data.class_names[3] == "maple tree" and data.class_names[0] == "class 0"
+    assert data.train_targets == labels["train"] and data.test_targets == labels["test"]
+    image, label = data.test[1]
+    assert isinstance(image, Image.Image) and image.mode == "RGB" and image.size == (32, 32)
+    assert label == 7
+
+
+def test_cifar100_checksum_failure_is_a_user_error(tmp_path: Path) -> None:
+    _write_cifar100(tmp_path)
+    with pytest.raises(UserError, match="MD5"):
+        load_dataset("cifar100", tmp_path)
+
+
+# --- ImageNet-R ---------------------------------------------------------------------------------
+
+
+def _write_imagenet_r(root: Path, per_class: dict[str, int]) -> None:
+    for c, (wnid, n) in enumerate(per_class.items()):
+        for i in range(n):
+            _save_image(
+                root / "imagenet-r" / wnid / f"art_{i}.png", seed=100 * c + i, mode="L" if i == 0 else "RGB"
+            )
+
+
+def test_imagenet_r_split_is_stratified_deterministic_and_disjoint(tmp_path: Path) -> None:
+    _write_imagenet_r(tmp_path, {GOLDFISH: 5, TENCH: 5, "n99999999": 10})
+    data = load_dataset("imagenet_r", tmp_path)
+    # Folders sort as n01440764 (tench), n01443537 (goldfish), then the unknown wnid.
+    assert data.class_names == ["tench", "goldfish", "n99999999"]
+    assert np.bincount(data.train_targets).tolist() == [4, 4, 8]
+    assert np.bincount(data.test_targets).tolist() == [1, 1, 2]
+    train_paths = {p for p, _ in data.train.samples}
+    test_paths = {p for p, _ in data.test.samples}
+    assert not train_paths & test_paths and len(train_paths | test_paths) == 20
+    for path, label in data.train.samples + data.test.samples:
+        assert Path(path).parent.name == ["n01440764", GOLDFISH, "n99999999"][label]
+
+    again = load_dataset("imagenet_r", tmp_path)
+    assert again.train.samples == data.train.samples and again.test.samples == data.test.samples
+    other = load_dataset("imagenet_r", tmp_path, split_seed=1)
+    assert {p for p, _ in other.test.samples} != test_paths
+
+    image, _ = data.train[0]
+    assert isinstance(image, Image.Image) and image.mode == "RGB"
+
+
+def test_stratified_split_keeps_a_test_image_for_tiny_classes() -> None:
+    samples = [("a0", 0), ("a1", 0), ("b0", 1), ("c0", 2), ("c1", 2), ("c2", 2)]
+    train, test = stratified_split(samples)
+    assert sorted(label for _, label in test) == [0, 2]
+    assert sorted(label for _, label in train) == [0, 1, 2, 2]
+
+
+def test_imagenet_r_split_file_overrides_the_split(tmp_path: Path) -> None:
+    _write_imagenet_r(tmp_path, {GOLDFISH: 3, TENCH: 2})
+    split = {
+        "train": [f"{GOLDFISH}/art_0.png", f"imagenet-r/{TENCH}/art_1.png"],
+        "test": [f"{GOLDFISH}/art_2.png"],
+    }
+    split_file = tmp_path / "split.json"
+    split_file.write_text(json.dumps(split))
+    data = load_dataset("imagenet_r", tmp_path, split_file=split_file)
+    assert [Path(p).relative_to(tmp_path / "imagenet-r").as_posix() for p, _ in data.train.samples] == [
+        f"{GOLDFISH}/art_0.png",
+        f"{TENCH}/art_1.png",
+    ]
+    assert data.train_targets == [1, 0] and data.test_targets == [1]
+
+    split["test"].append(f"{GOLDFISH}/missing.png")
+    split_file.write_text(json.dumps(split))
+    with pytest.raises(DataNotFoundError, match="missing.png"):
+        load_dataset("imagenet_r", tmp_path, split_file=split_file)
+
+    split["test"] = [f"{GOLDFISH}/art_0.png"]
+    split_file.write_text(json.dumps(split))
+    with pytest.raises(UserError, match="both train and test"):
+        load_dataset("imagenet_r", tmp_path, split_file=split_file)
+
+    with pytest.raises(DataNotFoundError, match="nope.json"):
+        load_dataset("imagenet_r", tmp_path, split_file=tmp_path / "nope.json")
+
+
+# --- ImageNet-100 / ImageNet-1K -----------------------------------------------------------------
+
+
+def _write_imagenet(root: Path, wnids: list[str], val_wnids: list[str] | None = None) -> None:
+    for c, wnid in enumerate(wnids):
+        for i in range(2):
+            _save_image(
+                root / "imagenet" / "train" / wnid / f"{wnid}_{i}.JPEG", seed=c * 10 + i, suffix_format="JPEG"
+            )
+    for c, wnid in enumerate(val_wnids if val_wnids is not None else wnids):
+        _save_image(root / "imagenet" / "val" / wnid / f"val_{c}.JPEG", seed=500 + c, suffix_format="JPEG")
+
+
+def test_imagenet100_takes_the_first_sorted_wnids(tmp_path: Path) -> None:
+    _write_imagenet(tmp_path, [SHARK, GOLDFISH, TENCH])
+    data = load_dataset("imagenet100", tmp_path, n_classes=2)
+    assert data.class_names == ["tench", "goldfish"]
+    assert data.train_targets == [0, 0, 1, 1] and data.test_targets == [0, 1]
+    assert all(Path(p).parts[-3] == "val" for p, _ in data.test.samples)
+    image, label = data.test[1]
+    assert isinstance(image, Image.Image) and image.mode == "RGB" and label == 1
+
+    with pytest.raises(DataNotFoundError, match="needs 100 wnid folders, found 3"):
+        load_dataset("imagenet100", tmp_path)
+
+
+def test_imagenet1k_takes_every_wnid_and_needs_sorted_val(tmp_path: Path) -> None:
+    _write_imagenet(tmp_path, [SHARK, GOLDFISH, TENCH])
+    data = load_dataset("imagenet1k", tmp_path)
+    assert data.class_names == ["tench", "goldfish", "great white shark"]
+    assert len(data.train) == 6 and data.test_targets == [0, 1, 2]
+
+    other = tmp_path / "other"
+    _write_imagenet(other, [GOLDFISH, TENCH], val_wnids=[TENCH])
+    with pytest.raises(DataNotFoundError, match=str(other / "imagenet" / "val" / GOLDFISH)):
+        load_dataset("imagenet1k", other)
+
+
+def test_wnid_map_pairs_sorted_wnids_with_open_clip_names() -> None:
+    names = imagenet_wnid_names()
+    wnids = list(names)
+    assert len(wnids) == len(set(wnids)) == 1000 and wnids == sorted(wnids)
+    assert wnids[0] == TENCH and names[TENCH] == "tench"
+    assert list(names.values()) == list(IMAGENET_CLASSNAMES)
+
+
+# --- zero-shot targets --------------------------------------------------------------------------
+
+
+def test_pets_loader(tmp_path: Path) -> None:
+    base = tmp_path / "oxford-iiit-pet"
+    rows = {"test": ["Abyssinian_1 1 1 1", "american_bulldog_10 2 2 1", "Abyssinian_7 1 1 1"],
+            "trainval": ["american_bulldog_3 2 2 1"]}  # fmt: skip
+    (base / "annotations").mkdir(parents=True)
+    for split, lines in rows.items():
+        (base / "annotations" / f"{split}.txt").write_text("\n".join(lines) + "\n")
+        for i, line in enumerate(lines):
+            _save_image(base / "images" / f"{line.split()[0]}.jpg", seed=i, suffix_format="JPEG")
+
+    data = load_dataset("pets", tmp_path)
+    assert data.class_names == ["Abyssinian", "American Bulldog"]
+    assert data.train is None and data.train_targets is None
+    assert data.test_targets == [0, 1, 0]
+    image, label = data.test[1]
+    assert isinstance(image, Image.Image) and image.mode == "RGB" and label == 1
+
+    with_train = load_dataset("pets", tmp_path, include_train=True)
+    assert with_train.train_targets == [1]
+
+
+def test_food101_loader(tmp_path: Path) -> None:
+    base = tmp_path / "food-101"
+    meta = {"apple_pie": ["apple_pie/11", "apple_pie/12"], "baby_back_ribs": ["baby_back_ribs/5"]}
+    (base / "meta").mkdir(parents=True)
+    (base / "meta" / "classes.txt").write_text("apple_pie\nbaby_back_ribs\n")
+    (base / "meta" / "test.json").write_text(json.dumps(meta))
+    for i, rel in enumerate(p for paths in meta.values() for p in paths):
+        _save_image(base / "images" / f"{rel}.jpg", seed=i, suffix_format="JPEG")
+
+    data = load_dataset("food101", tmp_path)
+    assert data.class_names == ["apple pie", "baby back ribs"]
+    assert data.train is None and data.test_targets == [0, 0, 1]
+    image, label = data.test[2]
+    assert isinstance(image, Image.Image) and image.mode == "RGB" and label == 1
+
+
+# --- errors -------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("name", sorted(set(DATASETS) - {"synthetic"}))
+def test_missing_data_root_names_the_path(tmp_path: Path, name: str) -> None:
+    root = tmp_path / "empty"
+    root.mkdir()
+    with pytest.raises(DataNotFoundError) as error:
+        load_dataset(name, root)
+    message = str(error.value)
+    assert str(root) in message and "--data-root" in message and "\n" not in message
+    assert "download" not in message.lower()
+
+
+def test_no_data_root_unknown_dataset_and_bad_option() -> None:
+    with pytest.raises(UserError, match="--data-root"):
+        load_dataset("cifar100", None)
+    with pytest.raises(UserError, match="valid: cifar100, imagenet_r"):
+        load_dataset("cifar10", "/tmp")
+    with pytest.raises(UserError, match="split_seed"):
+        load_dataset("imagenet_r", "/tmp", seed=3)
+
+
+def test_clean_class_name() -> None:
+    assert clean_class_name(" aquarium_fish ") == "aquarium fish"
+
+
+# --- transforms ---------------------------------------------------------------------------------
+
+
+def test_eval_transform_resizes_crops_and_normalises() -> None:
+    image = Image.new("L", (40, 24), color=255)
+    out = eval_transform(16)(image)
+    assert out.shape == (3, 16, 16) and out.dtype == torch.float32
+    expected = (1.0 - torch.tensor(CLIP_MEAN)) / torch.tensor(CLIP_STD)
+    assert torch.allclose(out.mean((1, 2)), expected, atol=1e-4)
+
+
+def test_train_transform_is_random_but_shaped() -> None:
+    image = Image.fromarray(np.random.RandomState(0).randint(0, 256, (32, 32, 3), dtype=np.uint8))
+    torch.manual_seed(0)
+    first, second = train_transform(24)(image), train_transform(24)(image)
+    assert first.shape == second.shape == (3, 24, 24)
+    assert not torch.equal(first, second)
