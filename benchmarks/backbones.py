@@ -1,0 +1,519 @@
+"""CLIP backbones: open_clip models with split q/k/v attention and per-tower LoRA adapters.
+
+``create_clip`` builds an open_clip model (never downloading weights), replaces every fused
+``nn.MultiheadAttention`` by ``SplitAttention`` (separate q/k/v/out linear layers, numerically
+the same forward) and wraps it in ``CLIPBackbone``, which owns the LoRA adapters (peft) on the
+key and value projections of one tower each, which adapter is active per tower, and which
+adapter parameters are trainable.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import os
+import re
+import warnings
+import zipfile
+from collections.abc import Iterable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+import open_clip
+import torch
+import torch.nn.functional as F
+from huggingface_hub import constants as hf_constants
+from huggingface_hub import try_to_load_from_cache
+from open_clip.constants import HF_SAFE_WEIGHTS_NAME, HF_WEIGHTS_NAME
+from open_clip.transformer import VisionTransformer, text_global_pool
+from peft import LoraConfig, inject_adapter_in_model
+from peft.tuners.lora import LoraLayer
+from torch import nn
+
+from benchmarks.errors import UserError, WeightsNotFoundError
+
+DEFAULT_MODEL = "ViT-B-16-quickgelu"
+TINY_MODEL = "tiny-clip-32"
+BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed-adapter batch
+
+Tower = Literal["visual", "text"]
+
+_MODEL_CONFIG_DIR = Path(__file__).parent / "model_configs"
+# Module paths (relative to the open_clip model) of the projections that get LoRA, per tower.
+# peft matches a string target with re.fullmatch, so the text pattern cannot match visual.*.
+_LORA_TARGETS: dict[str, str] = {
+    "visual": r"visual\.transformer\.resblocks\.\d+\.attn\.(k_proj|v_proj)",
+    "text": r"transformer\.resblocks\.\d+\.attn\.(k_proj|v_proj)",
+}
+# Extra entries in the state dict of the original OpenAI TorchScript checkpoints.
+_OPENAI_EXTRA_KEYS = ("input_resolution", "context_length", "vocab_size")
+
+
+def _register_model_configs() -> None:
+    """Make the configs shipped in ``model_configs/`` (the tiny model) known to open_clip."""
+    if TINY_MODEL not in open_clip.list_models():
+        open_clip.add_model_config(_MODEL_CONFIG_DIR)
+
+
+_register_model_configs()
+
+
+@dataclass(frozen=True)
+class BackboneSpec:
+    """Which CLIP to build and where its weights come from."""
+
+    model: str = DEFAULT_MODEL
+    pretrained: str | None = "openai"  # open_clip tag, path to a weight file, or None (random init)
+    cache_dir: str | None = None  # open_clip / Hugging Face cache to look in (default: theirs)
+
+
+def autocast_context(device: str | torch.device) -> contextlib.AbstractContextManager[Any]:
+    """fp16 autocast on CUDA, nothing elsewhere (CPU runs stay in fp32)."""
+    if torch.device(device).type == "cuda":
+        return torch.autocast("cuda", dtype=torch.float16)
+    return contextlib.nullcontext()
+
+
+# --------------------------------------------------------------------------- attention surgery
+
+
+class SplitAttention(nn.Module):
+    """``nn.MultiheadAttention`` with separate q/k/v projections, computed with SDPA.
+
+    Takes over the weights of a fused module and its call convention as open_clip uses it:
+    ``attn(q_x, k_x, v_x, need_weights=False, attn_mask=mask)[0]``.
+    """
+
+    def __init__(self, mha: nn.MultiheadAttention) -> None:
+        super().__init__()
+        if mha.in_proj_weight is None or mha.in_proj_bias is None or mha.bias_k is not None or mha.add_zero_attn:
+            raise ValueError("SplitAttention needs a MultiheadAttention with fused, biased q/k/v projections")
+        dim = mha.embed_dim
+        self.num_heads = mha.num_heads
+        self.head_dim = mha.head_dim
+        self.batch_first = mha.batch_first
+        self.dropout = mha.dropout
+        weight, bias = mha.in_proj_weight.detach(), mha.in_proj_bias.detach()
+        self.q_proj = _linear_from(weight[:dim], bias[:dim])
+        self.k_proj = _linear_from(weight[dim : 2 * dim], bias[dim : 2 * dim])
+        self.v_proj = _linear_from(weight[2 * dim :], bias[2 * dim :])
+        self.out_proj = _linear_from(mha.out_proj.weight.detach(), mha.out_proj.bias.detach())
+
+    def forward(
+        self,
+        query: torch.Tensor,
+        key: torch.Tensor,
+        value: torch.Tensor,
+        key_padding_mask: torch.Tensor | None = None,
+        need_weights: bool = False,
+        attn_mask: torch.Tensor | None = None,
+        average_attn_weights: bool = True,
+        is_causal: bool = False,
+    ) -> tuple[torch.Tensor, None]:
+        if need_weights or key_padding_mask is not None:
+            raise NotImplementedError("SplitAttention supports need_weights=False without key_padding_mask only")
+        if not self.batch_first:
+            query, key, value = (t.transpose(0, 1) for t in (query, key, value))
+        batch, length, dim = query.shape
+        q, k, v = (
+            proj(x).view(batch, -1, self.num_heads, self.head_dim).transpose(1, 2)
+            for proj, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
+        )
+        out = F.scaled_dot_product_attention(
+            q,
+            k,
+            v,
+            attn_mask=self._sdpa_mask(attn_mask, batch, q.dtype),
+            dropout_p=self.dropout if self.training else 0.0,
+            is_causal=is_causal and attn_mask is None,
+        )
+        out = self.out_proj(out.transpose(1, 2).reshape(batch, length, dim))
+        return (out if self.batch_first else out.transpose(0, 1)), None
+
+    def _sdpa_mask(self, mask: torch.Tensor | None, batch: int, dtype: torch.dtype) -> torch.Tensor | None:
+        """Translate a MultiheadAttention mask ((L, S) or (N*H, L, S)) to SDPA's convention."""
+        if mask is None:
+            return None
+        if mask.dim() == 3:
+            mask = mask.view(batch, self.num_heads, *mask.shape[-2:])
+        if mask.dtype == torch.bool:
+            return ~mask  # MultiheadAttention: True = blocked; SDPA: True = may attend
+        return mask.to(dtype)  # SDPA wants an additive mask in the query dtype (fp16 under autocast)
+
+
+def _linear_from(weight: torch.Tensor, bias: torch.Tensor) -> nn.Linear:
+    layer = nn.Linear(weight.shape[1], weight.shape[0], device=weight.device, dtype=weight.dtype)
+    with torch.no_grad():
+        layer.weight.copy_(weight)
+        layer.bias.copy_(bias)
+    return layer
+
+
+def split_attention_(model: open_clip.CLIP) -> None:
+    """Replace, in place, the attention of every residual block of both towers by ``SplitAttention``."""
+    for transformer in (model.visual.transformer, model.transformer):
+        for block in transformer.resblocks:
+            if not isinstance(block.attn, nn.MultiheadAttention):
+                raise UserError(f"unsupported attention block {type(block).__name__}; use a standard CLIP ViT config")
+            block.attn = SplitAttention(block.attn)
+    if any(isinstance(m, nn.MultiheadAttention) for m in model.modules()):
+        raise UserError("models with attention outside the residual blocks (attentional pooler) are not supported")
+
+
+# --------------------------------------------------------------------------- model + weights
+
+
+def _check_model_config(name: str) -> None:
+    """Fail early (before any network-capable open_clip code runs) on names we cannot build offline."""
+    if ":" in name:
+        raise UserError(
+            f"model {name!r}: hf-hub:/local-dir: names are not supported; "
+            "use a built-in open_clip name and give the weights as a file"
+        )
+    cfg = open_clip.get_model_config(name)
+    if cfg is None:
+        close = difflib.get_close_matches(name, open_clip.list_models(), n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise UserError(
+            f"unknown model {name!r}{hint}; list valid names with: "
+            "python -c 'import open_clip; print(open_clip.list_models())'"
+        )
+    text_cfg, vision_cfg = cfg.get("text_cfg", {}), cfg.get("vision_cfg", {})
+    # HF text towers, HF tokenizers and timm image towers would fetch files from the hub.
+    if (
+        cfg.get("custom_text")
+        or "multimodal_cfg" in cfg
+        or "hf_model_name" in text_cfg
+        or "hf_tokenizer_name" in text_cfg
+        or "timm_model_name" in vision_cfg
+    ):
+        raise UserError(f"model {name!r} is not supported: only open_clip CLIP ViT models with the built-in text tower")
+
+
+def _cached_checkpoint(cfg: dict[str, Any], cache_dir: str | None) -> tuple[Path | None, list[str]]:
+    """Find the file of a pretrained tag in the local caches; return it (or None) and the places looked at."""
+    looked: list[str] = []
+    if cfg.get("file"):
+        if Path(cfg["file"]).is_file():
+            return Path(cfg["file"]), looked
+        looked.append(str(cfg["file"]))
+    if cfg.get("hf_hub"):
+        repo_id, filename = os.path.split(cfg["hf_hub"])
+        filename = filename or HF_WEIGHTS_NAME
+        # open_clip prefers a safetensors twin of the listed file; accept either.
+        names = [filename]
+        if filename == HF_WEIGHTS_NAME:
+            names.insert(0, HF_SAFE_WEIGHTS_NAME)
+        elif filename.endswith((".bin", ".pth")):
+            names.insert(0, filename[:-4] + ".safetensors")
+        for name in names:
+            hit = try_to_load_from_cache(repo_id, name, cache_dir=cache_dir)
+            if isinstance(hit, str):
+                return Path(hit), looked
+        looked.append(f"HF cache {cache_dir or hf_constants.HF_HUB_CACHE} ({repo_id}: {' or '.join(names)})")
+    if cfg.get("url"):
+        target = Path(cache_dir or "~/.cache/clip").expanduser() / os.path.basename(cfg["url"])
+        if target.is_file():
+            return target, looked
+        looked.append(str(target))
+    return None, looked
+
+
+def _resolve_weights(spec: BackboneSpec) -> tuple[Path | None, dict[str, Any]]:
+    """Return the checkpoint file to load (None = random init) and the tag's preprocessing config."""
+    if spec.pretrained is None:
+        return None, {}
+    path = Path(spec.pretrained).expanduser()
+    if path.is_file():
+        return path, {}
+    cfg = open_clip.get_pretrained_cfg(spec.model, spec.pretrained)
+    if not cfg:
+        tags = ", ".join(open_clip.list_pretrained_tags_by_model(spec.model)) or "none"
+        raise WeightsNotFoundError(
+            f"pretrained={spec.pretrained!r} for {spec.model} is neither a file nor a known open_clip tag "
+            f"(tags: {tags}); pass a path to a weight file, or None for random init"
+        )
+    # open_clip warns about this only when it resolves the tag itself, which it never does here.
+    model_quick_gelu = bool(open_clip.get_model_config(spec.model).get("quick_gelu", False))
+    if bool(cfg.get("quick_gelu", False)) != model_quick_gelu:
+        warnings.warn(
+            f"{spec.model} uses quick_gelu={model_quick_gelu} but the {spec.pretrained!r} weights were trained with "
+            f"quick_gelu={not model_quick_gelu}; features will be off (e.g. use ViT-B-16-quickgelu for openai)",
+            UserWarning,
+            stacklevel=3,
+        )
+    found, looked = _cached_checkpoint(cfg, spec.cache_dir)
+    if found is None:
+        example = os.path.basename(cfg.get("url", "")) or HF_SAFE_WEIGHTS_NAME
+        raise WeightsNotFoundError(
+            f"weights {spec.model}/{spec.pretrained} not found locally (looked in: {'; '.join(looked)}); "
+            f"nothing is downloaded: pass --weights /path/to/{example}, or a cache_dir holding an open_clip cache"
+        )
+    return found, cfg
+
+
+def _is_torchscript_archive(path: Path) -> bool:
+    # The original OpenAI checkpoints (~/.cache/clip/ViT-B-16.pt) are TorchScript archives, which
+    # torch.load(weights_only=True) refuses; like torch, recognise them by their constants.pkl record.
+    if path.suffix == ".safetensors" or not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        return any(name.split("/")[-1] == "constants.pkl" for name in archive.namelist())
+
+
+def _build_model(spec: BackboneSpec, device: torch.device) -> open_clip.CLIP:
+    checkpoint, pretrained_cfg = _resolve_weights(spec)
+    # open_clip loads plain files itself (weights_only=True); TorchScript archives are loaded below.
+    scripted = checkpoint is not None and _is_torchscript_archive(checkpoint)
+    file_for_open_clip = str(checkpoint) if checkpoint is not None and not scripted else None
+    try:
+        model = open_clip.create_model(
+            spec.model,
+            pretrained=file_for_open_clip,
+            device=device,
+            force_preprocess_cfg=pretrained_cfg,  # open_clip keeps only the preprocessing keys (mean, std, ...)
+            pretrained_text=False,
+            weights_only=True,
+        )
+        if scripted:
+            with warnings.catch_warnings():  # torch deprecates TorchScript, but OpenAI's files are in it
+                warnings.simplefilter("ignore", FutureWarning)
+                state = torch.jit.load(str(checkpoint), map_location="cpu").state_dict()
+            # Scripted state dicts also hold non-persistent buffers (the causal mask) and, for OpenAI's
+            # files, a few hyper-parameters; everything else must match exactly.
+            persistent = model.state_dict().keys()
+            ignored = {name for name, _ in model.named_buffers()} - persistent
+            model.load_state_dict({k: v for k, v in state.items() if k not in ignored and k not in _OPENAI_EXTRA_KEYS})
+    except Exception as err:  # anything that goes wrong while reading a user's file is the file's fault
+        if checkpoint is None:
+            raise
+        reason = " ".join(str(err).split())[:300] or type(err).__name__  # one line for the CLI
+        raise UserError(f"cannot load {spec.model} weights from {checkpoint}: {reason}") from err
+    if not isinstance(model, open_clip.CLIP) or not isinstance(model.visual, VisionTransformer):
+        raise UserError(f"model {spec.model!r} is not supported: only open_clip CLIP ViT models")
+    if model.text_pool_type != "argmax" or model.attn_mask is None:
+        raise UserError(f"model {spec.model!r} is not supported: the text tower must be causal with EOT pooling")
+    return model
+
+
+def create_clip(spec: BackboneSpec, device: str | torch.device = "cpu") -> CLIPBackbone:
+    """Build the CLIP of ``spec`` on ``device``, attention split, base weights frozen, no adapters."""
+    _check_model_config(spec.model)
+    model = _build_model(spec, torch.device(device))
+    split_attention_(model)
+    return CLIPBackbone(model, open_clip.get_tokenizer(spec.model))
+
+
+# --------------------------------------------------------------------------- backbone
+
+
+class CLIPBackbone(nn.Module):
+    """A frozen open_clip CLIP plus named LoRA adapters on the k/v projections of either tower.
+
+    Adapter bookkeeping is explicit: ``set_adapters`` picks the active adapter of each tower,
+    ``set_trainable`` picks which adapters get gradients. peft flips ``requires_grad`` whenever
+    an adapter is added or activated, so both states are re-applied after every peft call.
+    """
+
+    def __init__(self, model: open_clip.CLIP, tokenizer: Any) -> None:
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer
+        preprocess = model.visual.preprocess_cfg
+        size = preprocess["size"]
+        self.image_size: int = int(size if isinstance(size, int) else size[0])
+        self.mean: tuple[float, ...] = tuple(preprocess["mean"])
+        self.std: tuple[float, ...] = tuple(preprocess["std"])
+        self.logit_scale: float = float(model.logit_scale.detach().exp())
+        self.embed_dim: int = int(model.visual.output_dim)
+        model.requires_grad_(False)
+        model.eval()
+        self._towers: dict[str, Tower] = {}  # adapter name -> tower, in creation order
+        self._active: dict[Tower, str | None] = {"visual": None, "text": None}
+        self._trainable: set[str] = set()
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.logit_scale.device
+
+    # ---- encoders
+
+    def tokenize(self, texts: Sequence[str]) -> torch.Tensor:
+        """Token ids (LongTensor [N, context_length]) with open_clip's tokenizer."""
+        return self.tokenizer(list(texts))
+
+    def encode_text(self, tokens: torch.Tensor, normalize: bool = True) -> torch.Tensor:
+        """Text features under the active text adapter, running only as many positions as the longest prompt."""
+        model = self.model
+        tokens = tokens.to(self.device)
+        # EOT has the largest token id (open_clip's argmax pooling); under the causal mask no later
+        # position can reach it, so dropping the padding after the last EOT changes nothing.
+        length = int(tokens.argmax(dim=-1).max()) + 1
+        tokens = tokens[:, :length]
+        cast_dtype = model.transformer.get_cast_dtype()
+        x = model.token_embedding(tokens).to(cast_dtype) + model.positional_embedding[:length].to(cast_dtype)
+        x = model.transformer(x, attn_mask=model.attn_mask[:length, :length])
+        x = text_global_pool(model.ln_final(x), tokens, model.text_pool_type)
+        x = model.text_projection(x) if isinstance(model.text_projection, nn.Linear) else x @ model.text_projection
+        return F.normalize(x, dim=-1) if normalize else x
+
+    def encode_image(self, images: torch.Tensor, normalize: bool = True) -> torch.Tensor:
+        """Image features under the active visual adapter."""
+        return self.model.encode_image(images.to(self.device), normalize=normalize)
+
+    def encode_image_multi(
+        self, images: torch.Tensor, adapters: Sequence[str | None], normalize: bool = True
+    ) -> torch.Tensor:
+        """Features [len(adapters), B, D] of one image batch under each visual adapter (None = base), in one forward.
+
+        The batch is repeated once per adapter and every visual LoRA layer gets peft's per-sample
+        ``adapter_names`` (mixed-adapter batch), independent of the active adapter.
+        """
+        if not adapters:
+            raise ValueError("encode_image_multi needs at least one adapter (None = base weights)")
+        for name in adapters:
+            if name is not None:
+                self._check_adapter(name, "visual")
+        batch = images.shape[0]
+        repeated = images.to(self.device).repeat(len(adapters), *([1] * (images.dim() - 1)))
+        per_sample = [name or BASE_ADAPTER for name in adapters for _ in range(batch)]
+        with self._mixed_adapter_batch(per_sample):
+            features = self.model.encode_image(repeated, normalize=normalize)
+        return features.view(len(adapters), batch, -1)
+
+    @contextlib.contextmanager
+    def _mixed_adapter_batch(self, per_sample: list[str]) -> Iterator[None]:
+        # What peft's LoraModel._enable_peft_forward_hooks does, restricted to the visual tower and
+        # without its training-mode guard: a pre-hook hands `adapter_names` to LoraLayer.forward,
+        # which then runs LoraLayer._mixed_batch_forward.
+        def inject(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+            return args, {**kwargs, "adapter_names": per_sample}
+
+        handles = [layer.register_forward_pre_hook(inject, with_kwargs=True) for layer in self._lora_layers("visual")]
+        try:
+            yield
+        finally:
+            for handle in handles:
+                handle.remove()
+
+    # ---- adapters
+
+    def add_lora(self, name: str, tower: Tower, rank: int = 24, alpha: float = 1.0) -> None:
+        """Add a LoRA (B = 0, so initially the identity) on k/v of every block of ``tower``; not activated."""
+        if tower not in _LORA_TARGETS:
+            raise ValueError(f"tower must be 'visual' or 'text', got {tower!r}")
+        if name in self._towers or name == BASE_ADAPTER:
+            raise ValueError(f"adapter name {name!r} is taken")
+        config = LoraConfig(
+            r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=_LORA_TARGETS[tower], bias="none"
+        )
+        with warnings.catch_warnings():
+            # Several adapters on one model is the point here, not an accident peft should warn about.
+            warnings.filterwarnings("ignore", message="Already found a `peft_config` attribute")
+            inject_adapter_in_model(config, self.model, adapter_name=name)
+        self._towers[name] = tower
+        self._sync_adapter_state()
+
+    def adapter_names(self, tower: Tower) -> list[str]:
+        """Adapters of ``tower`` in creation order."""
+        return [name for name, t in self._towers.items() if t == tower]
+
+    def set_adapters(self, visual: str | None, text: str | None) -> None:
+        """Choose the active adapter of each tower (None = base weights); trainability is unchanged."""
+        for name, tower in ((visual, "visual"), (text, "text")):
+            if name is not None:
+                self._check_adapter(name, tower)
+        self._active = {"visual": visual, "text": text}
+        self._sync_adapter_state()
+
+    @property
+    def active_adapters(self) -> dict[Tower, str | None]:
+        return dict(self._active)
+
+    def set_trainable(self, names: Iterable[str]) -> None:
+        """Make exactly the LoRA parameters of ``names`` trainable; everything else is frozen."""
+        names = set(names)
+        for name in names:
+            self._check_adapter(name)
+        self._trainable = names
+        self._sync_adapter_state()
+
+    def lora_parameters(self, name: str) -> list[nn.Parameter]:
+        """The LoRA A and B weights of adapter ``name``, in module order."""
+        tower = self._check_adapter(name)
+        return [
+            param
+            for _, layer in self._named_lora_layers(tower)
+            for param in (layer.lora_A[name].weight, layer.lora_B[name].weight)
+        ]
+
+    def copy_lora(self, src: str, dst: str) -> None:
+        """Overwrite the weights of adapter ``dst`` with those of ``src`` (same tower, rank and alpha)."""
+        tower = self._check_adapter(src)
+        self._check_adapter(dst, tower)
+        with torch.no_grad():
+            for path, layer in self._named_lora_layers(tower):
+                if layer.r[src] != layer.r[dst] or layer.scaling[src] != layer.scaling[dst]:
+                    raise ValueError(f"cannot copy LoRA {src!r} to {dst!r}: rank or alpha differ at {path}")
+                layer.lora_A[dst].weight.copy_(layer.lora_A[src].weight)
+                layer.lora_B[dst].weight.copy_(layer.lora_B[src].weight)
+
+    def lora_state_dict(self, name: str) -> dict[str, torch.Tensor]:
+        """Adapter weights as CPU tensors keyed ``<module path>.lora_A`` / ``.lora_B`` (no adapter name in keys)."""
+        tower = self._check_adapter(name)
+        state: dict[str, torch.Tensor] = {}
+        for path, layer in self._named_lora_layers(tower):
+            state[f"{path}.lora_A"] = layer.lora_A[name].weight.detach().cpu().clone()
+            state[f"{path}.lora_B"] = layer.lora_B[name].weight.detach().cpu().clone()
+        return state
+
+    def load_lora_state_dict(self, name: str, state: dict[str, torch.Tensor]) -> None:
+        """Load weights saved by ``lora_state_dict`` into the existing adapter ``name``."""
+        tower = self._check_adapter(name)
+        targets = {
+            f"{path}.{kind}": getattr(layer, kind)[name].weight
+            for path, layer in self._named_lora_layers(tower)
+            for kind in ("lora_A", "lora_B")
+        }
+        missing, unexpected = targets.keys() - state.keys(), state.keys() - targets.keys()
+        if missing or unexpected:
+            raise UserError(
+                f"LoRA state for {name!r} does not match the model: {len(missing)} missing keys "
+                f"(e.g. {sorted(missing)[:1]}), {len(unexpected)} unexpected (e.g. {sorted(unexpected)[:1]})"
+            )
+        with torch.no_grad():
+            for key, param in targets.items():
+                if state[key].shape != param.shape:
+                    raise UserError(f"LoRA state {key}: shape {tuple(state[key].shape)} != {tuple(param.shape)}")
+                param.copy_(state[key])
+
+    # ---- internals
+
+    def _check_adapter(self, name: str, tower: Tower | None = None) -> Tower:
+        if name not in self._towers:
+            raise KeyError(f"unknown adapter {name!r}; known: {sorted(self._towers)}")
+        if tower is not None and self._towers[name] != tower:
+            raise ValueError(f"adapter {name!r} belongs to the {self._towers[name]} tower, not {tower}")
+        return self._towers[name]
+
+    def _named_lora_layers(self, tower: Tower) -> list[tuple[str, LoraLayer]]:
+        pattern = _LORA_TARGETS[tower]
+        return [
+            (path, module)
+            for path, module in self.model.named_modules()
+            if isinstance(module, LoraLayer) and re.fullmatch(pattern, path)
+        ]
+
+    def _lora_layers(self, tower: Tower) -> list[LoraLayer]:
+        return [layer for _, layer in self._named_lora_layers(tower)]
+
+    def _sync_adapter_state(self) -> None:
+        """Re-apply the active adapter of each tower and the trainable set to every LoRA layer."""
+        for tower in ("visual", "text"):
+            active = self._active[tower]
+            for layer in self._lora_layers(tower):
+                layer.set_adapter([active] if active is not None else [])
+                for adapter, module in (*layer.lora_A.items(), *layer.lora_B.items()):
+                    module.requires_grad_(adapter in self._trainable)
+
