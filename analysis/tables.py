@@ -63,9 +63,10 @@ def to_markdown(table: pd.DataFrame) -> str:
 
 
 def to_latex(table: pd.DataFrame) -> str:
-    latex = table.replace("±", r"$\pm$", regex=True).style.to_latex(
-        hrules=True, multicol_align="c", column_format="l" + "c" * table.shape[1])
-    return latex
+    """Booktabs LaTeX; names are escaped and ``±`` becomes ``$\\pm$``."""
+    cells = table.map(lambda cell: str(cell).replace("±", r"$\pm$"))
+    styler = cells.style.format_index(escape="latex", axis=0).format_index(escape="latex", axis=1)
+    return styler.to_latex(hrules=True, multicol_align="c", column_format="l" + "c" * table.shape[1])
 
 
 def write_tables(results_dir: str | Path, keys: list[RunKey] | None = None) -> str:

@@ -253,6 +253,12 @@ def _resolve_weights(spec: BackboneSpec) -> tuple[Path | None, dict[str, Any]]:
     return found, cfg
 
 
+def check_weights(spec: BackboneSpec) -> Path | None:
+    """Fail fast with a one-line error if the model name or its weights cannot be found offline."""
+    _check_model_config(spec.model)
+    return _resolve_weights(spec)[0]
+
+
 def _is_torchscript_archive(path: Path) -> bool:
     # The original OpenAI checkpoints (~/.cache/clip/ViT-B-16.pt) are TorchScript archives, which
     # torch.load(weights_only=True) refuses; like torch, recognise them by their constants.pkl record.

@@ -55,11 +55,11 @@ def environment(device: str) -> dict:
 
 
 def seed_everything(seed: int, task: int) -> None:
-    """Seed every RNG from (run seed, task index).
+    """Seed every RNG from (run seed, task index); task -1 is the set-up before the first task.
 
     Seeding at the start of each task makes a resumed run identical to an uninterrupted one.
     """
-    value = seed * 1_000_003 + task
+    value = seed * 1_000_003 + task + 1
     random.seed(value)
     np.random.seed(value % 2**32)
     torch.manual_seed(value)

@@ -43,6 +43,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -125,6 +126,15 @@ class ResultStore:
         if result.get("schema_version") != SCHEMA_VERSION or result.get("config_hash") != cfg_hash:
             return None
         return result
+
+    def clear_checkpoint(self, key: RunKey) -> None:
+        """Remove a run's checkpoint and the folders it leaves empty."""
+        directory = self.checkpoint_dir(key)
+        shutil.rmtree(directory, ignore_errors=True)
+        for parent in directory.parents:
+            if parent == self.root or not parent.is_dir() or any(parent.iterdir()):
+                break
+            parent.rmdir()
 
     def save(self, key: RunKey, result: dict) -> Path:
         missing = [k for k in REQUIRED_KEYS if k not in result]

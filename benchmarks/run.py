@@ -9,7 +9,6 @@ finished task. Mistakes in the command line or the environment print one line an
 from __future__ import annotations
 
 import argparse
-import shutil
 import sys
 import time
 from functools import lru_cache
@@ -21,13 +20,13 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from analysis.metrics import stage_metrics, summarize
-from benchmarks.backbones import BackboneSpec, create_clip
+from benchmarks.backbones import BackboneSpec, check_weights, create_clip
 from benchmarks.class_orders import resolve_class_order
 from benchmarks.datasets import load_dataset
 from benchmarks.environment import environment, peak_memory, reset_peak_memory, seed_everything
 from benchmarks.errors import UserError
 from benchmarks.results import SCHEMA_VERSION, ResultStore, config_hash, read_json, write_json
-from benchmarks.streams import build_stream
+from benchmarks.streams import build_stream, split_classes
 from benchmarks.suites import RunSpec, expand, load_suite
 from benchmarks.transforms import eval_transform, train_transform
 from strategies.registry import get_strategy
@@ -50,6 +49,22 @@ def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
     strategy_cfg = strategy_cls.Config.from_dict(spec.strategy_options, spec.strategy)
     config = {**spec.config, "strategy_config": strategy_cfg.to_dict()}
     return strategy_cls, strategy_cfg, config
+
+
+def _backbone_spec(spec: RunSpec) -> BackboneSpec:
+    return BackboneSpec(model=spec.backbone["model"], pretrained=spec.backbone["pretrained"])
+
+
+def preflight(runs: list[RunSpec], data_root: str) -> None:
+    """Check every run's strategy, options, data, class order, task count and weights up front,
+    so that a mistake stops the suite before any long work instead of in the middle of it."""
+    for spec in runs:
+        resolve(spec, data_root)
+        data = _load_data(spec, data_root)
+        order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
+        split_classes(order, spec.n_tasks, spec.dataset)
+    for backbone in {_backbone_spec(spec) for spec in runs}:
+        check_weights(backbone)
 
 
 def _save_checkpoint(directory: Path, task: int, strategy, stages: list, cost: dict, cfg_hash: str) -> None:
@@ -89,12 +104,13 @@ def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = 
 
     data = _load_data(spec, data_root)
     class_order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
-    backbone = create_clip(BackboneSpec(model=spec.backbone["model"],
-                                        pretrained=spec.backbone["pretrained"]), spec.device)
+    seed_everything(spec.seed, -1)  # a randomly initialised backbone is the same on every (re)run
+    backbone = create_clip(_backbone_spec(spec), spec.device)
     stream = build_stream(data, spec.n_tasks, class_order,
                           train_transform(backbone.image_size, backbone.mean, backbone.std),
                           eval_transform(backbone.image_size, backbone.mean, backbone.std))
-    strategy = strategy_cls(backbone, stream.class_names, strategy_cfg, spec.device, show_progress)
+    strategy = strategy_cls(backbone=backbone, class_names=stream.class_names, config=strategy_cfg,
+                            device=spec.device, show_progress=show_progress)
     targets = np.asarray(stream.test_targets)
 
     checkpoint_dir = store.checkpoint_dir(spec.key)
@@ -141,7 +157,7 @@ def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = 
                  "peak_memory_bytes": memory, "peak_memory_kind": memory_kind},
     }
     store.save(spec.key, result)
-    shutil.rmtree(checkpoint_dir, ignore_errors=True)
+    store.clear_checkpoint(spec.key)
     return result, status
 
 
@@ -166,7 +182,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--datasets", type=_csv(str), help="comma-separated dataset names")
     parser.add_argument("--tasks", type=_csv(int), help="comma-separated task counts, e.g. 5,10,20")
     parser.add_argument("--seeds", type=_csv(int), help="comma-separated seeds")
-    parser.add_argument("--results-dir", help="where result JSON goes (default: results/SUITE)")
+    parser.add_argument("--results-dir", help="where result JSON goes (default: runs/SUITE)")
     parser.add_argument("--data-root", default="data", help="folder holding the datasets (default: ./data)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default: the suite's, else auto")
     parser.add_argument("--weights", help="local CLIP weight file (overrides the suite's pretrained tag)")
@@ -183,10 +199,9 @@ def main(argv: list[str] | None = None) -> int:
         runs = expand(suite, strategies=args.strategies, datasets=args.datasets, tasks=args.tasks,
                       seeds=args.seeds, device=args.device, class_order=args.class_order,
                       weights=args.weights)
-        results_dir = Path(args.results_dir or Path("results") / suite["name"])
+        results_dir = Path(args.results_dir or Path("runs") / suite["name"])
         store = ResultStore(results_dir)
-        for spec in runs:  # check every run's names and options before any long work
-            resolve(spec, args.data_root)
+        preflight(runs, args.data_root)
         print(f"suite {suite['name']}: {len(runs)} run(s) -> {results_dir}", file=sys.stderr)
         for spec in tqdm(runs, desc=f"suite {suite['name']}", disable=args.quiet):
             result, status = execute(spec, store, args.data_root, force=args.force,

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import warnings
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
@@ -67,7 +68,7 @@ class CLIPStrategy(SupervisedTemplate):
     #: the strategy's config dataclass
     Config: ClassVar[type[StrategyConfig]] = StrategyConfig
 
-    def __init__(self, backbone: CLIPBackbone, class_names: list[str], config: StrategyConfig,
+    def __init__(self, *, backbone: CLIPBackbone, class_names: list[str], config: StrategyConfig,
                  device: str | torch.device = "cpu", show_progress: bool = True):
         self.backbone = backbone.to(device)
         self.cfg = config
@@ -85,9 +86,12 @@ class CLIPStrategy(SupervisedTemplate):
         self.scaler = torch.amp.GradScaler("cuda", enabled=self.use_amp)
         # Avalanche wants an optimiser up front; the real one is built per task in make_optimizer.
         idle = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
+        with warnings.catch_warnings():  # metrics come from the runner, not Avalanche's loggers
+            warnings.filterwarnings("ignore", message="No loggers specified")
+            evaluator = EvaluationPlugin(loggers=[])
         super().__init__(model=self.backbone, optimizer=idle, train_mb_size=config.batch_size,
                          train_epochs=config.epochs, eval_mb_size=config.eval_batch_size,
-                         device=device, evaluator=EvaluationPlugin(loggers=[]))
+                         device=device, evaluator=evaluator)
 
     # ------------------------------------------------------------------ hooks for subclasses
     def setup_task(self, task: int, classes: list[int]) -> None:

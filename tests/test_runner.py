@@ -1,0 +1,147 @@
+"""End-to-end runs of the runner on small offline suites: results, caching, resume, bad input."""
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import open_clip
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from benchmarks import run
+from benchmarks.datasets import load_dataset
+from benchmarks.results import REQUIRED_KEYS, iter_results
+from benchmarks.transforms import eval_transform
+from strategies.finetune import Finetune
+
+STAGE_KEYS = {"task", "acc", "acc_per_task", "n_test_per_task", "routing_acc", "auroc", "fpr95"}
+
+
+def _run(suite, results, *extra):
+    return run.main(["--suite", suite, "--results-dir", str(results), "--quiet", *extra])
+
+
+def _results(results_dir):
+    return {(r["label"], r["n_tasks"], r["seed"]): r for _, r in iter_results(results_dir)}
+
+
+def test_mini_suite_writes_complete_results_and_skips_finished_runs(mini_suite, tmp_path, capsys):
+    results = tmp_path / "results"
+    assert _run(mini_suite, results) == 0
+    runs = _results(results)
+    assert set(runs) == {("continual_clip", 5, 0), ("finetune", 5, 0)}
+    for result in runs.values():
+        assert set(REQUIRED_KEYS) <= set(result)
+        assert sorted(result["class_order"]) == list(range(100))
+        assert [c for task in result["tasks"] for c in task] == result["class_order"]
+        assert [s["task"] for s in result["stages"]] == [1, 2, 3, 4, 5]
+        for stage in result["stages"]:
+            assert STAGE_KEYS <= set(stage)
+            assert len(stage["acc_per_task"]) == stage["task"]
+            assert stage["n_test_per_task"] == [20 * 4] * stage["task"]  # 20 classes x 4 images
+            # micro accuracy is the image-weighted mean of the per-task accuracies
+            assert stage["acc"] == pytest.approx(np.average(stage["acc_per_task"],
+                                                            weights=stage["n_test_per_task"]))
+            assert stage["routing_acc"] >= stage["acc"]
+        assert result["stages"][-1]["auroc"] is None
+        assert all(s["auroc"] is not None for s in result["stages"][:-1])
+        summary = result["summary"]
+        assert summary["avg_acc"] == pytest.approx(np.mean([s["acc"] for s in result["stages"]]))
+        assert summary["last_auroc"] == result["stages"][-2]["auroc"]
+        assert result["config"]["strategy_config"]["batch_size"] == 32
+        assert torch.__version__.startswith(result["env"]["packages"]["torch"])
+        assert result["env"]["device"] == "cpu" and result["env"]["git_commit"]
+        assert result["cost"]["peak_memory_bytes"] > 0
+    assert runs[("continual_clip", 5, 0)]["cost"]["trainable_params"] == 0
+    assert runs[("finetune", 5, 0)]["cost"]["trainable_params"] > 0
+    assert not (results / ".checkpoints" / "synthetic" / "finetune").exists()  # cleaned up
+    table = (results / "table.md").read_text()
+    assert "finetune" in table and (results / "table.csv").exists() and (results / "table.tex").exists()
+
+    mtime = (results / "synthetic" / "finetune" / "T5-seed0.json").stat().st_mtime_ns
+    capsys.readouterr()
+    assert _run(mini_suite, results) == 0
+    assert capsys.readouterr().err.count(": cached;") == 2
+    assert (results / "synthetic" / "finetune" / "T5-seed0.json").stat().st_mtime_ns == mtime
+
+
+def test_killed_run_resumes_from_last_finished_task_with_identical_metrics(mini_suite, tmp_path, monkeypatch, capsys):
+    reference = tmp_path / "reference"
+    assert _run(mini_suite, reference, "--strategies", "finetune") == 0
+
+    resumed = tmp_path / "resumed"
+    real_learn = Finetune.learn
+    calls = {"n": 0}
+
+    def dying_learn(self, experience):
+        calls["n"] += 1
+        if calls["n"] == 3:
+            raise KeyboardInterrupt  # killed while training task 3
+        return real_learn(self, experience)
+
+    monkeypatch.setattr(Finetune, "learn", dying_learn)
+    assert _run(mini_suite, resumed, "--strategies", "finetune") == 130
+    checkpoint = resumed / ".checkpoints" / "synthetic" / "finetune" / "T5-seed0"
+    state = json.loads((checkpoint / "state.json").read_text())
+    assert state["tasks_done"] == 2 and len(state["stages"]) == 2
+    assert [p.name for p in checkpoint.glob("*.safetensors")] == ["task-02.safetensors"]
+    assert not list(resumed.glob("synthetic/finetune/*.json"))  # no result written for a dead run
+
+    monkeypatch.setattr(Finetune, "learn", real_learn)
+    capsys.readouterr()
+    assert _run(mini_suite, resumed, "--strategies", "finetune") == 0
+    assert "resumed after task 2" in capsys.readouterr().err
+    ref = _results(reference)[("finetune", 5, 0)]
+    res = _results(resumed)[("finetune", 5, 0)]
+    strip = lambda stages: [{k: v for k, v in s.items()} for s in stages]  # noqa: E731
+    assert strip(res["stages"]) == strip(ref["stages"])
+    assert res["summary"] == ref["summary"]
+
+
+def test_continual_clip_last_stage_equals_direct_open_clip_zero_shot(mini_suite, tmp_path):
+    torch.manual_seed(123)
+    reference_model = open_clip.create_model("tiny-clip-32").eval()
+    weights = tmp_path / "tiny.safetensors"
+    save_file(reference_model.state_dict(), str(weights))
+    results = tmp_path / "results"
+    assert _run(mini_suite, results, "--strategies", "continual_clip", "--weights", str(weights)) == 0
+    last_acc = _results(results)[("continual_clip", 5, 0)]["stages"][-1]["acc"]
+
+    data = load_dataset("synthetic", None, n_train_per_class=10, n_test_per_class=4)
+    prompts = [f"a photo of a {name}." for name in data.class_names]
+    transform = eval_transform(32)
+    images = torch.stack([transform(image) for image, _ in data.test])
+    with torch.no_grad():
+        text = reference_model.encode_text(open_clip.get_tokenizer("tiny-clip-32")(prompts), normalize=True)
+        image = reference_model.encode_image(images, normalize=True)
+    predictions = (image @ text.T).argmax(dim=1).numpy()
+    direct_acc = 100.0 * np.mean(predictions == np.asarray(data.test_targets))
+    assert last_acc == pytest.approx(direct_acc, abs=1e-9)
+
+
+@pytest.mark.parametrize("args, cause", [
+    (["--suite", "no-such-suite"], "unknown suite"),
+    (["--strategies", "no_such_strategy"], "unknown strategy"),
+    (["--datasets", "no_such_dataset"], "unknown dataset"),
+    (["--tasks", "7"], "do not divide"),
+    (["--datasets", "cifar100", "--data-root", "/nonexistent/data"], "/nonexistent/data"),
+    (["--weights", "/nonexistent/w.pt"], "/nonexistent/w.pt"),
+])
+def test_bad_input_prints_one_line_and_exits_2(mini_suite, tmp_path, capsys, args, cause):
+    argv = ["--suite", mini_suite, "--results-dir", str(tmp_path / "r"), "--quiet", *args]
+    if args[0] == "--weights":  # a tag-less run needs pretrained weights to look for
+        argv = ["--suite", "smoke", "--results-dir", str(tmp_path / "r"), "--quiet", *args]
+    assert run.main(argv) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: ") and cause in err[0]
+    assert not (tmp_path / "r").exists() or not list((tmp_path / "r").rglob("*.json"))
+
+
+def test_cli_errors_have_no_traceback_in_a_real_process(tmp_path):
+    for argv in (["--suite", "no-such-suite"], ["--tasks", "x"]):
+        proc = subprocess.run([sys.executable, "-m", "benchmarks.run", *argv], capture_output=True, text=True)
+        assert proc.returncode == 2
+        assert "Traceback" not in proc.stderr
+        assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
