@@ -48,7 +48,7 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
         for metric, name in (("avg_acc", "Avg"), ("last_acc", "Last")):
             cells.setdefault(label, {})[(column, name)] = \
                 f"{row[(metric, 'mean')]:.2f} ± {row[(metric, 'std')]:.2f}"
-    table = pd.DataFrame.from_dict(cells, orient="index")
+    table = pd.DataFrame.from_dict(cells, orient="index").fillna("–")  # a run that does not exist
     table.columns = pd.MultiIndex.from_tuples(table.columns, names=["dataset", "metric"])
     table.index.name = "method"
     return table
