@@ -1,0 +1,543 @@
+"""GR4CIL: task-specific visual LoRA, a shared anchored text LoRA, orthogonal compensation, and
+routing by unified score competition (the paper's Method section and Algorithms 1-2).
+
+Equation numbers refer to ``paper/GR4CIL.tex``; decisions the paper leaves open follow
+``SPEC.md`` section 2 and are listed under "Interpretations" below.
+
+Per task t (``setup_task`` -> Avalanche training loop -> ``finish_task``):
+
+* Stage 1. Train visual adapter ``visual_t`` (a copy of ``visual_{t-1}`` by default) and the
+  shared ``text`` adapter with ``L_base = L_clip + lambda_anc L_anc + lambda_sep L_sep`` (eqs. 1-3),
+  re-encoding the prompts of all seen classes at every step.
+* Cache the anchors ``z_c`` of the task's classes and the prototypes ``p_c`` (normalised mean of
+  normalised visual features under ``visual_t``, eval transform).
+* Stage 2. ``U_t`` = left singular vectors of the task's text features, ``P_perp = I - U_t U_t^T``;
+  a head ``W`` initialised as ``P_perp [p_c]`` is trained with ``L_comp`` (eq. 7) on
+  ``W_hat = colnorm(P_perp W)``.
+
+Inference (no task id): for every learned task tau, ``q_c = <v^tau, t_c> + beta <v^tau, w_hat_c> +
+gamma <v^tau, p_c>`` for c in C^tau, and the prediction is the argmax over all seen classes.
+
+Interpretations (also recorded in every result's ``config``):
+
+* ``L_comp`` uses ``logit_scale * g`` (SPEC; the paper's eq. 7 has no scale) and ``W_hat`` is
+  column-normalised after the projection (SPEC, authors).
+* ``U_t`` keeps singular vectors with singular value above ``1e-6 * s_max`` (numerical rank).
+* Unknown-aware thresholds need held-out training images; they are held out only when
+  ``threshold_holdout > 0`` (the ``zeroshot`` suite), so the main CIL protocol trains on all data.
+* Anchor preservation averages over the classes of tasks 1..T-1 (the "historical" classes).
+* Subspace distances use the task's training images (eval transform) under its own adapter.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+from torch.utils.data import DataLoader
+
+from analysis.subspace import directional_distance, energy_basis, joint_basis, orthonormal_basis, symmetric_distance
+from benchmarks.backbones import autocast_context
+from benchmarks.errors import UserError
+from strategies.base import CLIPStrategy, StrategyConfig
+from strategies.registry import register
+
+
+# ============================================================================ the equations
+def clip_loss(image: torch.Tensor, text: torch.Tensor, targets: torch.Tensor, logit_scale: float) -> torch.Tensor:
+    """``L_clip`` (eq. 3): cross-entropy over the current task's classes on ``logit_scale * <v, t_c>``."""
+    return F.cross_entropy(logit_scale * image @ text.T, targets)
+
+
+def anchor_loss(text: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
+    """``L_anc`` (eq. 1): mean over previous classes of ``1 - cos(t_c, z_c)``."""
+    return (1.0 - F.cosine_similarity(text, anchors, dim=-1)).mean()
+
+
+def separation_loss(new_text: torch.Tensor, seen_text: torch.Tensor, new_index: torch.Tensor,
+                    tau: float) -> torch.Tensor:
+    """``L_sep`` (eq. 2): for each new class c, the mean over the other seen classes c' of
+    ``max(0, cos(t_c, t_c') - tau)``, averaged over the new classes.
+
+    ``new_index[i]`` is the row of new class i inside ``seen_text`` (so it is excluded).
+    """
+    cos = F.normalize(new_text, dim=-1) @ F.normalize(seen_text, dim=-1).T  # [|C^t|, |C^1:t|]
+    hinge = (cos - tau).clamp(min=0.0)
+    others = torch.ones_like(hinge, dtype=torch.bool)
+    others[torch.arange(len(new_index)), new_index] = False
+    return ((hinge * others).sum(dim=1) / others.sum(dim=1).clamp(min=1)).mean()
+
+
+def text_subspace_basis(text: torch.Tensor, rtol: float = 1e-6) -> torch.Tensor:
+    """``U_t`` ``[d, r]``: left singular vectors of ``T^t = [t_c1 .. t_c|C|]`` (d x |C|) with
+    non-zero singular value (Sec. "Orthogonal Compensation")."""
+    u, s, _ = torch.linalg.svd(text.T.double(), full_matrices=False)
+    return u[:, s > rtol * s.max()].float()
+
+
+def orthogonal_projector(basis: torch.Tensor) -> torch.Tensor:
+    """``P_perp = I - U U^T``: projector onto the orthogonal complement of the text subspace."""
+    return torch.eye(basis.shape[0], dtype=basis.dtype, device=basis.device) - basis @ basis.T
+
+
+def compensation_head(weight: torch.Tensor, projector: torch.Tensor | None) -> torch.Tensor:
+    """``W_hat = colnorm(P_perp W)`` (d x |C|); ``projector=None`` is the unconstrained ablation."""
+    projected = weight if projector is None else projector @ weight
+    return F.normalize(projected, dim=0)
+
+
+def compensation_logits(image: torch.Tensor, head: torch.Tensor) -> torch.Tensor:
+    """``g^t(x) = v^T W_hat`` (eq. 5)."""
+    return image @ head
+
+
+def compensation_loss(image: torch.Tensor, head: torch.Tensor, targets: torch.Tensor,
+                      logit_scale: float) -> torch.Tensor:
+    """``L_comp`` (eq. 7), on ``logit_scale * g`` as the authors scale it (SPEC section 2)."""
+    return F.cross_entropy(logit_scale * compensation_logits(image, head), targets)
+
+
+def class_prototypes(features: torch.Tensor, labels: torch.Tensor, classes: list[int]) -> torch.Tensor:
+    """``p_c = normalise(mean of normalised features of class c)``, rows in the order of ``classes``."""
+    features = F.normalize(features, dim=-1)
+    return F.normalize(torch.stack([features[labels == c].mean(dim=0) for c in classes]), dim=-1)
+
+
+def prototype_score(image: torch.Tensor, prototypes: torch.Tensor) -> torch.Tensor:
+    """``<v, p_c>``: the prototype (OOD) cue of the final score."""
+    return image @ prototypes.T
+
+
+def unified_scores(image: torch.Tensor, text: torch.Tensor, head: torch.Tensor | None,
+                   prototypes: torch.Tensor | None, beta: float, gamma: float) -> torch.Tensor:
+    """``q_c = s_c + beta g_c + gamma <v, p_c>`` for the classes of one task (Sec. "Routing and
+    Inference"); raw cosines, no logit scale. A missing head or prototype term contributes 0."""
+    scores = image @ text.T
+    if head is not None and beta:
+        scores = scores + beta * compensation_logits(image, head)
+    if prototypes is not None and gamma:
+        scores = scores + gamma * prototype_score(image, prototypes)
+    return scores
+
+
+def task_msp(task_scores: torch.Tensor) -> torch.Tensor:
+    """``m_t(x)``: maximum softmax probability over one task's scores ``{q_c : c in C^t}``."""
+    return task_scores.softmax(dim=-1).max(dim=-1).values
+
+
+def msp_threshold(msp: torch.Tensor, percentile: float) -> float:
+    """``omega^t``: the ``percentile``-th percentile of held-out MSPs (5 -> 95% are accepted)."""
+    return float(np.percentile(msp.double().cpu().numpy(), percentile))
+
+
+def fusion_weights(task_confidence: torch.Tensor) -> torch.Tensor:
+    """``alpha_t = softmax_t(r_t)`` with ``r_t = max_c <v^t, p_c>`` (eq. 8); input ``[B, T]``."""
+    return task_confidence.softmax(dim=-1)
+
+
+def fused_zero_shot_logits(images: torch.Tensor, text: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """``q_k^fuse = sum_t alpha_t <v^t, t_k>`` (eq. 8); ``images`` ``[T, B, d]``, ``weights`` ``[B, T]``."""
+    return torch.einsum("bt,tbk->bk", weights, images @ text.T)
+
+
+# ============================================================================ the strategy
+COMPENSATION_MODES = ("orthogonal", "unconstrained", "off")
+
+
+@dataclass
+class GR4CILConfig(StrategyConfig):
+    epochs: int = 70
+    visual_init: str = "previous"  # "previous" (authors) | "fresh"
+    use_anchor_loss: bool = True
+    use_separation_loss: bool = True
+    lambda_anc: float = 1.0
+    lambda_sep: float = 1.0
+    tau: float = 0.7
+    compensation: str = "orthogonal"  # "orthogonal" | "unconstrained" | "off"
+    compensation_init: str = "prototype"  # "prototype" | "random"
+    compensation_epochs: int = 3
+    compensation_lr: float = 5e-4
+    use_prototype_score: bool = True
+    beta: float = 0.2
+    gamma: float = 0.2
+    threshold_holdout: float = 0.0  # fraction of each task's training images kept for omega^t
+    threshold_percentile: float = 5.0
+    # Above this many seen-class prompts, the stage-1 step backpropagates through the text tower in
+    # chunks of this size (same gradients), so training memory stops growing with learned tasks.
+    text_chunk_size: int = 256
+
+    def __post_init__(self):
+        choices = {"visual_init": ("previous", "fresh"), "compensation": COMPENSATION_MODES,
+                   "compensation_init": ("prototype", "random")}
+        for name, valid in choices.items():
+            if getattr(self, name) not in valid:
+                raise UserError(f"gr4cil option {name}={getattr(self, name)!r} is not one of {list(valid)}")
+        if not 0.0 <= self.threshold_holdout < 1.0:
+            raise UserError("gr4cil option threshold_holdout must be in [0, 1)")
+
+
+@dataclass
+class TaskState:
+    """What GR4CIL keeps of one learned task; it never changes after the task."""
+
+    adapter: str
+    class_ids: list[int]
+    text_basis: torch.Tensor  # U_t, d x r
+    head: torch.Tensor | None  # W_hat_t, d x |C^t|
+    prototypes: torch.Tensor  # |C^t| x d
+    threshold: float | None = None  # omega^t
+    diagnostics: dict[str, Any] = field(default_factory=dict)
+
+
+@register("gr4cil")
+class GR4CIL(CLIPStrategy):
+    Config = GR4CILConfig
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.tasks: list[TaskState] = []
+        self.anchor_ids: list[int] = []
+        self.anchors = torch.empty(0, self.backbone.embed_dim)  # z_c, rows follow anchor_ids
+        self.modality_gap: list[list[dict[str, float]]] = []  # per task, per epoch
+        self.eval_branch_forwards = 0  # images pushed through one visual branch at evaluation
+        self._feature_cache: dict[tuple[str, int], torch.Tensor] = {}
+        self._holdout = None
+        self._chunked_text: torch.Tensor | None = None
+
+    # ---------------------------------------------------------------- stage 1
+    def setup_task(self, task: int, classes: list[int]) -> None:
+        if task == 0:
+            self.add_adapter("text", tower="text")
+        adapter = f"visual_{task + 1}"
+        self.add_adapter(adapter, tower="visual")
+        if task > 0 and self.cfg.visual_init == "previous":
+            self.backbone.copy_lora(self.tasks[-1].adapter, adapter)
+        self.backbone.set_adapters(visual=adapter, text="text")
+        self.backbone.set_trainable([adapter, "text"])
+        self.modality_gap.append([])
+        self._gap_sums = torch.zeros(3, dtype=torch.float64)  # overall, positive, negative cosine sums
+        self._gap_counts = torch.zeros(3, dtype=torch.float64)
+
+    def train_dataset_adaptation(self, **kwargs):
+        super().train_dataset_adaptation(**kwargs)
+        self._holdout = None
+        if self.cfg.threshold_holdout > 0:  # keep images aside to set omega^t (unknown-aware interface)
+            order = torch.randperm(len(self.adapted_dataset)).tolist()
+            cut = max(1, round(self.cfg.threshold_holdout * len(order)))
+            self._holdout = self.adapted_dataset.subset(order[:cut]).eval()
+            self.adapted_dataset = self.adapted_dataset.subset(order[cut:])
+
+    def compute_logits(self, images: torch.Tensor) -> torch.Tensor:
+        image = self.backbone.encode_image(images, normalize=True)
+        # every step re-encodes the prompts of all seen classes with the current text adapter
+        classes = self.seen_classes + self.current_classes
+        if len(classes) <= self.cfg.text_chunk_size:
+            self._step_text, self._chunked_text = self.text_features(classes), None
+        else:  # encode without a graph now; ``backward`` replays the text tower chunk by chunk
+            with torch.no_grad():
+                self._chunked_text = self.text_features(classes).detach().requires_grad_()
+            self._step_text = self._chunked_text
+        cosine = image @ self._step_text[len(self.seen_classes):].T
+        self._step_cosine = cosine.detach()
+        return self.backbone.logit_scale * cosine
+
+    def compute_loss(self, logits: torch.Tensor, local_targets: torch.Tensor) -> torch.Tensor:
+        loss = F.cross_entropy(logits, local_targets)  # L_clip, eq. 3 (logits from compute_logits)
+        n_prev = len(self.seen_classes)
+        text_prev, text_new = self._step_text[:n_prev], self._step_text[n_prev:]
+        if self.cfg.use_anchor_loss and n_prev:
+            loss = loss + self.cfg.lambda_anc * anchor_loss(text_prev, self.anchors.to(text_prev))
+        if self.cfg.use_separation_loss and (n_prev or len(self.current_classes) > 1):
+            new_index = torch.arange(n_prev, n_prev + len(self.current_classes), device=text_new.device)
+            loss = loss + self.cfg.lambda_sep * separation_loss(text_new, self._step_text, new_index, self.cfg.tau)
+        self._record_gap(self._step_cosine, local_targets)
+        return loss
+
+    def backward(self):
+        """With many seen classes, finish the text tower's backward pass chunk by chunk: the loss
+        gave d loss / d t_c; re-encode each chunk with a graph and push that gradient through it."""
+        super().backward()
+        if self._chunked_text is None:
+            return
+        grad = self._chunked_text.grad
+        classes = self.seen_classes + self.current_classes
+        size = self.cfg.text_chunk_size
+        for start in range(0, len(classes), size):
+            with autocast_context(self.device):
+                chunk = self.text_features(classes[start:start + size])
+            chunk.backward(grad[start:start + size].to(chunk.dtype))
+        self._chunked_text = None
+
+    def _record_gap(self, cosine: torch.Tensor, targets: torch.Tensor) -> None:
+        """Accumulate the modality-gap statistics of Sec. "Task-wise Inconsistency" for this epoch."""
+        positive = F.one_hot(targets, cosine.shape[1]).bool()
+        cosine = cosine.double().cpu()
+        positive = positive.cpu()
+        self._gap_sums += torch.stack([cosine.sum(), cosine[positive].sum(), cosine[~positive].sum()])
+        self._gap_counts += torch.tensor([cosine.numel(), positive.sum(), (~positive).sum()], dtype=torch.float64)
+
+    def _after_training_epoch(self, **kwargs):
+        super()._after_training_epoch(**kwargs)
+        mean = (self._gap_sums / self._gap_counts.clamp(min=1)).tolist()
+        self.modality_gap[-1].append({"epoch": len(self.modality_gap[-1]) + 1, "overall": mean[0],
+                                      "positive": mean[1], "negative": mean[2]})
+        self._gap_sums.zero_()
+        self._gap_counts.zero_()
+
+    # ---------------------------------------------------------------- after stage 1, and stage 2
+    @torch.no_grad()
+    def _encode_dataset(self, dataset, adapter: str) -> tuple[torch.Tensor, torch.Tensor]:
+        """Normalised features of every image of ``dataset`` under one visual adapter (CPU)."""
+        self.backbone.set_adapters(visual=adapter, text="text")
+        loader = DataLoader(dataset, batch_size=self.cfg.eval_batch_size, shuffle=False,
+                            num_workers=self.cfg.num_workers)
+        features, labels = [], []
+        for images, targets, *_ in loader:
+            with autocast_context(self.device):
+                features.append(self.backbone.encode_image(images.to(self.device)).float().cpu())
+            labels.append(targets)
+        return torch.cat(features), torch.cat(labels)
+
+    def finish_task(self, task: int, classes: list[int]) -> None:
+        adapter = f"visual_{task + 1}"
+        with torch.no_grad():
+            text = self.text_features(classes).float().cpu()  # T^t under the final text adapter
+        self.anchor_ids += classes
+        self.anchors = torch.cat([self.anchors, text])  # z_c, cached when the task ends
+        features, labels = self._encode_dataset(self.adapted_dataset.eval(), adapter)
+        prototypes = class_prototypes(features, labels, classes)
+        basis = text_subspace_basis(text)
+        head = self._train_compensation(adapter, classes, basis, prototypes)
+        state = TaskState(adapter, list(classes), basis, head, prototypes)
+        if self._holdout is not None:
+            state.threshold = self._threshold(state, text)
+        state.diagnostics = self._subspace_diagnostics(features, text, head)
+        self.tasks.append(state)
+        self.backbone.set_adapters(visual=adapter, text="text")
+
+    def _train_compensation(self, adapter: str, classes: list[int], basis: torch.Tensor,
+                            prototypes: torch.Tensor) -> torch.Tensor | None:
+        """Stage 2: learn ``W_hat_t`` with eq. 7 on the frozen branch (Adam, train augmentation)."""
+        if self.cfg.compensation == "off":
+            return None
+        projector = orthogonal_projector(basis) if self.cfg.compensation == "orthogonal" else None
+        if self.cfg.compensation_init == "prototype":
+            init = prototypes.T.clone()
+        else:
+            init = F.normalize(torch.randn(prototypes.shape[1], len(classes)), dim=0)
+        if projector is not None:
+            init = projector @ init
+        weight = torch.nn.Parameter(init.to(self.device))
+        projector = projector.to(self.device) if projector is not None else None
+        optimizer = torch.optim.Adam([weight], lr=self.cfg.compensation_lr)
+        self.backbone.set_adapters(visual=adapter, text="text")
+        loader = DataLoader(self.adapted_dataset.train(), batch_size=self.cfg.batch_size, shuffle=True,
+                            num_workers=self.cfg.num_workers)
+        for _ in range(self.cfg.compensation_epochs):
+            for images, targets, *_ in loader:
+                with torch.no_grad(), autocast_context(self.device):
+                    image = self.backbone.encode_image(images.to(self.device)).float()
+                loss = compensation_loss(image, compensation_head(weight, projector),
+                                         self._local_index[targets.to(self.device)], self.backbone.logit_scale)
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+        return compensation_head(weight.detach(), projector).cpu()
+
+    def _threshold(self, state: TaskState, text: torch.Tensor) -> float:
+        """``omega^t`` from the held-out images of the task (unknown-aware interface)."""
+        features, _ = self._encode_dataset(self._holdout, state.adapter)
+        scores = self._task_scores(features, state, text)
+        return msp_threshold(task_msp(scores), self.cfg.threshold_percentile)
+
+    def _subspace_diagnostics(self, features, text, head) -> dict[str, float | None]:
+        """I-T, I-C and I-TC distances of the appendix for this task."""
+        image_basis = energy_basis(features)
+        text_basis = orthonormal_basis(text)
+        if head is None:
+            return {"I-T": directional_distance(image_basis, text_basis), "I-C": None, "I-TC": None}
+        head_basis = orthonormal_basis(head.T)
+        return {"I-T": directional_distance(image_basis, text_basis),
+                "I-C": directional_distance(image_basis, head_basis),
+                "I-TC": directional_distance(image_basis, joint_basis(text_basis, head_basis))}
+
+    # ---------------------------------------------------------------- inference
+    def _task_scores(self, features: torch.Tensor, state: TaskState, text: torch.Tensor,
+                     beta: float | None = None, gamma: float | None = None) -> torch.Tensor:
+        beta = self.cfg.beta if beta is None else beta
+        gamma = (self.cfg.gamma if self.cfg.use_prototype_score else 0.0) if gamma is None else gamma
+        head = state.head.to(features) if state.head is not None else None
+        return unified_scores(features, text.to(features), head, state.prototypes.to(features), beta, gamma)
+
+    def _scores_from_features(self, features: list[torch.Tensor], text: torch.Tensor, **weights) -> torch.Tensor:
+        """Scores over all seen classes from per-branch features; columns follow ``seen_classes``."""
+        columns, start = [], 0
+        for state, branch in zip(self.tasks, features):
+            columns.append(self._task_scores(branch, state, text[start:start + len(state.class_ids)], **weights))
+            start += len(state.class_ids)
+        return torch.cat(columns, dim=1)
+
+    def scores(self, images: torch.Tensor) -> torch.Tensor:
+        """Deployed inference: all branches in one batched forward, then unified score competition."""
+        branches = self.backbone.encode_image_multi(images, [s.adapter for s in self.tasks])
+        return self._scores_from_features(list(branches), self.text_features(self.seen_classes))
+
+    @torch.no_grad()
+    def score_dataset(self, dataset, cache_key: str | None = None) -> torch.Tensor:
+        """Stage-wise evaluation that reuses work: a frozen branch's features of each image are
+        computed once per ``cache_key`` and kept; text features are computed once per call."""
+        if cache_key is None:
+            return super().score_dataset(dataset)
+        self.backbone.eval()
+        features = [self._branch_features(dataset, cache_key, i) for i in range(len(self.tasks))]
+        text = self.text_features(self.seen_classes).float().cpu()
+        return self._scores_from_features(features, text)
+
+    def _branch_features(self, dataset, cache_key: str, task: int) -> torch.Tensor:
+        key = (cache_key, task)
+        if key not in self._feature_cache:
+            self._feature_cache[key] = self._encode_dataset(dataset, self.tasks[task].adapter)[0]
+            self.eval_branch_forwards += len(dataset)
+        return self._feature_cache[key]
+
+    # ---------------------------------------------------------------- unknown-aware interface
+    @torch.no_grad()
+    def zero_shot_predictions(self, images: torch.Tensor, text_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Predictions over a candidate label set K (``text_tokens``, one prompt per class):
+
+        * ``clip``: the original CLIP (both towers without adapters), the fallback predictor;
+        * ``fusion``: knowledge fusion, eq. 8, ``q_k = sum_t alpha_t <v^t, t_k>`` with
+          ``alpha = softmax_t(max_c <v^t, p_c>)`` and ``t_k`` from the shared text adapter;
+        * ``routed``: fusion for samples every task rejects (``m_t <= omega^t``) and CLIP for the
+          others (only with thresholds, i.e. ``threshold_holdout > 0``);
+        * ``unknown``: the rejected-by-every-task mask.
+        """
+        adapters = [t.adapter for t in self.tasks]
+        branches = self.backbone.encode_image_multi(images, [None] + adapters).float()
+        self.backbone.set_adapters(visual=None, text=None)
+        clip_text = self.backbone.encode_text(text_tokens).float()
+        self.backbone.set_adapters(visual=None, text="text")
+        shared_text = self.backbone.encode_text(text_tokens).float()
+        task_features = branches[1:]
+        confidence = torch.stack([prototype_score(v, t.prototypes.to(v)).max(dim=1).values
+                                  for v, t in zip(task_features, self.tasks)], dim=1)
+        out = {"clip": (branches[0] @ clip_text.T).argmax(dim=1),
+               "fusion": fused_zero_shot_logits(task_features, shared_text, fusion_weights(confidence)).argmax(dim=1)}
+        if all(t.threshold is not None for t in self.tasks):
+            seen_text = self.text_features(self.seen_classes).float()
+            scores = self._scores_from_features(list(task_features), seen_text)
+            accepted = torch.zeros(len(images), dtype=torch.bool, device=scores.device)
+            start = 0
+            for state in self.tasks:
+                stop = start + len(state.class_ids)
+                accepted |= task_msp(scores[:, start:stop]) > state.threshold
+                start = stop
+            out["unknown"] = ~accepted
+            out["routed"] = torch.where(accepted, out["clip"], out["fusion"])
+        return out
+
+    # ---------------------------------------------------------------- diagnostics (SPEC section 3)
+    def stage_diagnostics(self, scores, targets, task_of_class) -> dict:
+        features = [self._feature_cache[("test", i)] for i in range(len(self.tasks))]
+        text = self.text_features(self.seen_classes).float().cpu()
+        variants = {"full": torch.as_tensor(scores),
+                    "without_compensation": self._scores_from_features(features, text, beta=0.0),
+                    "text_only": self._scores_from_features(features, text, beta=0.0, gamma=0.0),
+                    "text_prototype": self._scores_from_features(features, text, beta=0.0)}
+        if not self.cfg.use_prototype_score:
+            variants["text_prototype"] = self._scores_from_features(features, text, beta=0.0, gamma=self.cfg.gamma)
+        seen = np.asarray(self.seen_classes)
+        is_seen = np.isin(targets, seen)
+        column = {c: i for i, c in enumerate(self.seen_classes)}
+        y = torch.as_tensor([column[int(c)] for c in targets[is_seen]])
+        column_task = torch.as_tensor([task_of_class[int(c)] for c in seen])
+        y_task = column_task[y]
+        out = {}
+        for name, q in variants.items():
+            q = q[torch.as_tensor(is_seen)].double()
+            pred_task = column_task[q.argmax(dim=1)]
+            out[f"routing_acc_{name}"] = float(100.0 * (pred_task == y_task).double().mean())
+            if name in ("full", "without_compensation"):
+                suffix = "with_compensation" if name == "full" else "without_compensation"
+                out[f"confidence_{suffix}"], out[f"margin_{suffix}"] = _confidence_and_margin(q, y, y_task, column_task)
+        return out
+
+    def run_diagnostics(self) -> dict:
+        with torch.no_grad():
+            final_text = self.text_features(self.anchor_ids).float().cpu()
+        historical = len(self.anchor_ids) - len(self.tasks[-1].class_ids)
+        preservation = F.cosine_similarity(final_text, self.anchors, dim=-1)
+        adjacent = list(zip(self.tasks[:-1], self.tasks[1:]))
+        subspace = {name: _mean_or_none([t.diagnostics[name] for t in self.tasks]) for name in ("I-T", "I-C", "I-TC")}
+        return {
+            "anchor_preservation": float(preservation[:historical].mean()) if historical else None,
+            "subspace_distance": subspace,
+            "subspace_distance_per_task": [t.diagnostics for t in self.tasks],
+            "adjacent_text_distance": _mean_or_none([symmetric_distance(a.text_basis, b.text_basis)
+                                                     for a, b in adjacent]),
+            "adjacent_compensation_distance": _mean_or_none([
+                symmetric_distance(orthonormal_basis(a.head.T), orthonormal_basis(b.head.T))
+                for a, b in adjacent if a.head is not None and b.head is not None]),
+            "modality_gap": self.modality_gap,
+            "thresholds": [t.threshold for t in self.tasks],
+            "eval_branch_forwards": self.eval_branch_forwards,
+        }
+
+    def trainable_parameter_count(self) -> int:
+        """As in the appendix: text LoRA once, visual LoRAs, heads, prototypes and anchors."""
+        stored = sum((t.head.numel() if t.head is not None else 0) + t.prototypes.numel() for t in self.tasks)
+        return super().trainable_parameter_count() + stored + self.anchors.numel()
+
+    # ---------------------------------------------------------------- saving and loading
+    def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Adapters plus, per task ``i`` (1-based): ``tasks/i/text_basis`` (U_t, d x r),
+        ``tasks/i/compensation_head`` (W_hat_t, d x |C|), ``tasks/i/prototypes`` (|C| x d),
+        ``tasks/i/class_ids``; and ``anchors/features`` (z_c) with ``anchors/class_ids``."""
+        tensors, meta = super().checkpoint_state()
+        for i, state in enumerate(self.tasks, start=1):
+            tensors[f"tasks/{i}/text_basis"] = state.text_basis.contiguous()
+            tensors[f"tasks/{i}/prototypes"] = state.prototypes.contiguous()
+            tensors[f"tasks/{i}/class_ids"] = torch.tensor(state.class_ids)
+            if state.head is not None:
+                tensors[f"tasks/{i}/compensation_head"] = state.head.contiguous()
+        tensors["anchors/features"] = self.anchors.contiguous()
+        tensors["anchors/class_ids"] = torch.tensor(self.anchor_ids, dtype=torch.long)
+        meta["gr4cil"] = {"tasks": [{"adapter": t.adapter, "threshold": t.threshold, "diagnostics": t.diagnostics}
+                                    for t in self.tasks],
+                          "modality_gap": self.modality_gap}
+        return tensors, meta
+
+    def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        super().load_checkpoint_state(tensors, meta)
+        self.tasks = []
+        for i, info in enumerate(meta["gr4cil"]["tasks"], start=1):
+            self.tasks.append(TaskState(
+                adapter=info["adapter"], class_ids=tensors[f"tasks/{i}/class_ids"].tolist(),
+                text_basis=tensors[f"tasks/{i}/text_basis"], head=tensors.get(f"tasks/{i}/compensation_head"),
+                prototypes=tensors[f"tasks/{i}/prototypes"], threshold=info["threshold"],
+                diagnostics=info["diagnostics"]))
+        self.anchors = tensors["anchors/features"]
+        self.anchor_ids = tensors["anchors/class_ids"].tolist()
+        self.modality_gap = meta["gr4cil"]["modality_gap"]
+
+
+def _mean_or_none(values: list) -> float | None:
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
+
+
+def _confidence_and_margin(q: torch.Tensor, y: torch.Tensor, y_task: torch.Tensor,
+                           column_task: torch.Tensor) -> tuple[float, float | None]:
+    """Mean intra-task softmax confidence of the GT class, and mean margin between the GT task's
+    best score and the best score of any other task (None with a single task)."""
+    in_gt_task = column_task[None, :] == y_task[:, None]
+    intra = q.masked_fill(~in_gt_task, float("-inf")).softmax(dim=1)
+    confidence = float(intra.gather(1, y[:, None]).mean())
+    if bool(in_gt_task.all()):
+        return confidence, None
+    best_gt = q.masked_fill(~in_gt_task, float("-inf")).max(dim=1).values
+    best_other = q.masked_fill(in_gt_task, float("-inf")).max(dim=1).values
+    return confidence, float((best_gt - best_other).mean())
