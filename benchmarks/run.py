@@ -20,7 +20,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from analysis.metrics import stage_metrics, summarize
-from benchmarks.backbones import BackboneSpec, check_weights, create_clip
+from benchmarks.backbones import BackboneSpec, autocast_context, check_weights, create_clip
 from benchmarks.class_orders import resolve_class_order
 from benchmarks.datasets import load_dataset
 from benchmarks.environment import environment, peak_memory, reset_peak_memory, seed_everything
@@ -63,6 +63,12 @@ def preflight(runs: list[RunSpec], data_root: str) -> None:
         data = _load_data(spec, data_root)
         order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
         split_classes(order, spec.n_tasks, spec.dataset)
+        for target in spec.zero_shot_targets:
+            strategy_cls = get_strategy(spec.strategy)
+            if not hasattr(strategy_cls, "zero_shot_predictions"):
+                raise UserError(f"strategy {spec.strategy} has no zero-shot predictor; drop zero_shot_targets "
+                                "from the suite or run a strategy that has one (gr4cil)")
+            load_dataset(target, data_root)
     for backbone in {_backbone_spec(spec) for spec in runs}:
         check_weights(backbone)
 
@@ -95,7 +101,7 @@ def _load_checkpoint(directory: Path, cfg_hash: str):
 
 
 def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = False,
-            show_progress: bool = True) -> tuple[dict, str]:
+            show_progress: bool = True, save_model: bool = False) -> tuple[dict, str]:
     """Run (or resume, or skip) one run. Returns its result and what happened."""
     strategy_cls, strategy_cfg, config = resolve(spec, data_root)
     cfg_hash = config_hash(config)
@@ -134,15 +140,17 @@ def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = 
         cost["train_seconds"] += time.perf_counter() - start
 
         start = time.perf_counter()
-        scores = strategy.score_dataset(stream.test_set).numpy()
+        scores = strategy.score_dataset(stream.test_set, cache_key="test").numpy()
         stage = {"task": task + 1, **stage_metrics(scores, strategy.seen_classes, targets,
                                                    stream.task_of_class, task + 1)}
-        stage["diagnostics"] = strategy.stage_diagnostics(scores, targets, stream.task_of_class)
+        with torch.no_grad():
+            stage["diagnostics"] = strategy.stage_diagnostics(scores, targets, stream.task_of_class)
         cost["eval_seconds"] += time.perf_counter() - start
         stages.append(stage)
         tasks.set_postfix(acc=f"{stage['acc']:.1f}")
         _save_checkpoint(checkpoint_dir, task + 1, strategy, stages, cost, cfg_hash)
 
+    zero_shot = {target: _zero_shot(strategy, target, data_root, backbone) for target in spec.zero_shot_targets}
     memory, memory_kind = peak_memory(spec.device)
     result = {
         "schema_version": SCHEMA_VERSION,
@@ -151,14 +159,47 @@ def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = 
         "config": config, "config_hash": cfg_hash,
         "class_order": stream.class_order, "class_names": stream.class_names, "tasks": stream.tasks,
         "stages": stages, "summary": summarize(stages),
-        "diagnostics": strategy.run_diagnostics(),
+        "diagnostics": _no_grad(strategy.run_diagnostics),
+        **({"zero_shot": zero_shot} if zero_shot else {}),
         "env": environment(spec.device),
         "cost": {**cost, "trainable_params": strategy.trainable_parameter_count(),
                  "peak_memory_bytes": memory, "peak_memory_kind": memory_kind},
     }
+    if save_model:  # next to the result: T<n>-seed<s>.model.safetensors + .model.json
+        strategy.save_model(store.result_path(spec.key).with_suffix(".model"),
+                            extra={"run": str(spec.key), "config_hash": cfg_hash})
     store.save(spec.key, result)
     store.clear_checkpoint(spec.key)
     return result, status
+
+
+@torch.no_grad()
+def _zero_shot(strategy, target: str, data_root: str, backbone) -> dict:
+    """Accuracy (%) of each of the strategy's zero-shot predictors on a target dataset's test split."""
+    data = load_dataset(target, data_root)
+    tokens = backbone.tokenize([strategy.cfg.prompt_template.format(n) for n in data.class_names])
+    transform = eval_transform(backbone.image_size, backbone.mean, backbone.std)
+    loader = torch.utils.data.DataLoader(data.test, batch_size=strategy.cfg.eval_batch_size,
+                                         collate_fn=lambda batch: batch, num_workers=strategy.cfg.num_workers)
+    hits: dict[str, int] = {}
+    total = 0
+    for batch in tqdm(loader, desc=f"zero-shot {target}", leave=False, disable=not strategy.show_progress):
+        images = torch.stack([transform(image) for image, _ in batch]).to(strategy.device)
+        labels = torch.tensor([label for _, label in batch], device=strategy.device)
+        with autocast_context(strategy.device):
+            predictions = strategy.zero_shot_predictions(images, tokens.to(strategy.device))
+        for name, value in predictions.items():
+            hits[name] = hits.get(name, 0) + int((value == labels).sum() if name != "unknown" else value.sum())
+        total += len(batch)
+    out = {name: 100.0 * count / total for name, count in hits.items() if name != "unknown"}
+    if "unknown" in hits:
+        out["unknown_rate"] = 100.0 * hits["unknown"] / total
+    return {**out, "n_test": total}
+
+
+def _no_grad(function):
+    with torch.no_grad():
+        return function()
 
 
 class _Parser(argparse.ArgumentParser):
@@ -188,6 +229,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--weights", help="local CLIP weight file (overrides the suite's pretrained tag)")
     parser.add_argument("--class-order", help="seed1993 (default), seedN, or dytox (CIFAR-100)")
     parser.add_argument("--force", action="store_true", help="recompute finished runs")
+    parser.add_argument("--save-models", action="store_true",
+                        help="also save each finished run's learned state (safetensors + JSON) next to its result")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     return parser.parse_args(argv)
 
@@ -205,7 +248,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"suite {suite['name']}: {len(runs)} run(s) -> {results_dir}", file=sys.stderr)
         for spec in tqdm(runs, desc=f"suite {suite['name']}", disable=args.quiet):
             result, status = execute(spec, store, args.data_root, force=args.force,
-                                     show_progress=not args.quiet)
+                                     show_progress=not args.quiet, save_model=args.save_models)
             summary = result["summary"]
             tqdm.write(f"{spec.key}: {status}; Avg {summary['avg_acc']:.2f}  Last {summary['last_acc']:.2f}",
                        file=sys.stderr)

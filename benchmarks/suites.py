@@ -17,6 +17,7 @@ runner executes those. Format (see ``benchmarks/suites/smoke.toml``)::
     [defaults]              options for every strategy
     [strategy.NAME]         options for one strategy
     [variants.LABEL]        strategy = "NAME" plus options: a labelled row (ablations)
+    zero_shot_targets = ["pets", "food101"]   # optional: zero-shot datasets evaluated after the stream
 
 Any option value may be a table keyed by dataset name, e.g. ``epochs = {cifar100 = 70,
 imagenet100 = 10}``; the run picks its dataset's entry.
@@ -34,7 +35,7 @@ from benchmarks.results import RunKey, config_hash
 
 SUITES_DIR = Path(__file__).parent / "suites"
 KNOWN_KEYS = {"description", "datasets", "tasks", "seeds", "strategies", "class_order", "device",
-              "backbone", "dataset", "defaults", "strategy", "variants"}
+              "backbone", "dataset", "defaults", "strategy", "variants", "zero_shot_targets"}
 
 
 @dataclass(frozen=True)
@@ -52,6 +53,7 @@ class RunSpec:
     strategy_options: dict[str, Any]
     device: str
     config: dict[str, Any] = field(compare=False)
+    zero_shot_targets: tuple[str, ...] = ()
 
     @property
     def key(self) -> RunKey:
@@ -123,6 +125,7 @@ def expand(suite: dict[str, Any], *, strategies: list[str] | None = None,
         backbone["pretrained"] = None
     resolved_device = _resolve_device(device or suite.get("device", "auto"))
     order = class_order or suite.get("class_order", "seed1993")
+    targets = tuple(suite.get("zero_shot_targets", ()))
     runs = []
     for dataset in datasets or suite["datasets"]:
         dataset_options = suite.get("dataset", {}).get(dataset, {})
@@ -138,6 +141,8 @@ def expand(suite: dict[str, Any], *, strategies: list[str] | None = None,
                               "dataset_options": dataset_options, "n_tasks": n_tasks, "seed": seed,
                               "class_order": order, "backbone": backbone,
                               "strategy_options": options, "device": resolved_device}
+                    if targets:
+                        config["zero_shot_targets"] = list(targets)
                     runs.append(RunSpec(label, strategy, dataset, n_tasks, seed, order, backbone,
-                                        dataset_options, options, resolved_device, config))
+                                        dataset_options, options, resolved_device, config, targets))
     return runs

@@ -19,6 +19,7 @@ import dataclasses
 import math
 import warnings
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 import torch
@@ -141,8 +142,12 @@ class CLIPStrategy(SupervisedTemplate):
         self.train(experience, eval_streams=[])
 
     @torch.no_grad()
-    def score_dataset(self, dataset) -> torch.Tensor:
-        """Scores of every sample of ``dataset`` over the seen classes, ``[N, n_seen]`` on CPU."""
+    def score_dataset(self, dataset, cache_key: str | None = None) -> torch.Tensor:
+        """Scores of every sample of ``dataset`` over the seen classes, ``[N, n_seen]`` on CPU.
+
+        The runner passes the same ``dataset`` with the same ``cache_key`` at every stage, so a
+        strategy may keep per-image work that cannot change (e.g. features of frozen branches).
+        """
         self.backbone.eval()
         loader = DataLoader(dataset, batch_size=self.cfg.eval_batch_size, shuffle=False,
                             num_workers=self.cfg.num_workers)
@@ -170,6 +175,36 @@ class CLIPStrategy(SupervisedTemplate):
             prefix = f"lora/{name}/"
             state = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
             self.backbone.load_lora_state_dict(name, state)
+
+    def save_model(self, path: str | Path, extra: dict[str, Any] | None = None) -> None:
+        """Write the learned state as ``PATH.safetensors`` plus ``PATH.json`` (metadata); PATH is
+        taken as a name stem, so ``run.model`` gives ``run.model.safetensors`` and ``run.model.json``.
+
+        The tensor keys are documented by ``checkpoint_state``; they can be read without this
+        suite via ``safetensors.safe_open``. Both files are written atomically.
+        """
+        from safetensors.torch import save_file
+
+        from benchmarks.results import write_json
+
+        path = Path(path)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tensors, meta = self.checkpoint_state()
+        tmp = path.with_name(f".{path.name}.safetensors.tmp")
+        save_file(tensors, str(tmp))
+        tmp.replace(path.with_name(path.name + ".safetensors"))
+        write_json(path.with_name(path.name + ".json"), {"strategy": self.name, "config": self.cfg.to_dict(),
+                                               "class_names": self.class_names, "state": meta, **(extra or {})})
+
+    def load_model(self, path: str | Path) -> None:
+        """Restore what ``save_model`` wrote (tensors are read with safetensors, never pickle)."""
+        from safetensors.torch import load_file
+
+        from benchmarks.results import read_json
+
+        path = Path(path)
+        meta = read_json(path.with_name(path.name + ".json"))
+        self.load_checkpoint_state(load_file(str(path.with_name(path.name + ".safetensors"))), meta["state"])
 
     # ------------------------------------------------------------------ Avalanche plumbing
     def model_adaptation(self, model=None):
