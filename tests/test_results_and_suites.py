@@ -58,11 +58,32 @@ def test_iter_results_skips_checkpoints_and_foreign_json(tmp_path):
     assert [p.name for p, _ in iter_results(tmp_path)] == ["run.json"]
 
 
-def test_shipped_suites_load():
-    for name in ("smoke", "main"):
-        assert name in available_suites()
-        suite = load_suite(name)
-        assert suite["datasets"] and suite["strategies"]
+def test_every_shipped_suite_resolves_to_valid_strategy_configs():
+    from benchmarks.run import resolve
+
+    expected = {"smoke", "smoke-ablation", "main", "seq", "ood", "zeroshot", "ablation", "params"}
+    assert expected <= set(available_suites())
+    for name in available_suites():
+        runs = expand(load_suite(name), device="cpu")
+        assert runs, name
+        for spec in runs:
+            resolve(spec, "data")  # unknown options or strategies would raise UserError
+
+
+def test_real_suites_mirror_the_paper_protocol():
+    main = {(r.label, r.dataset): r for r in expand(load_suite("main"), device="cpu")}
+    gr4cil = main[("gr4cil", "cifar100")]
+    assert gr4cil.backbone == {"model": "ViT-B-16-quickgelu", "pretrained": "openai"}
+    assert gr4cil.strategy_options["epochs"] == 70 and gr4cil.strategy_options["compensation_epochs"] == 3
+    assert main[("gr4cil", "imagenet1k")].strategy_options["epochs"] == 10
+    assert {r.seed for r in expand(load_suite('main'), device='cpu')} == {0, 1, 2}
+    assert {r.n_tasks for r in expand(load_suite("seq"), device="cpu")} == {5, 20}
+    zeroshot = expand(load_suite("zeroshot"), device="cpu")
+    assert all(r.zero_shot_targets == ("pets", "food101", "imagenet1k") for r in zeroshot)
+    ablation = {r.label: r.strategy_options for r in expand(load_suite("ablation"), device="cpu")}
+    assert ablation["gr4cil-base"]["compensation"] == "off"
+    assert ablation["gr4cil-free-random"] == {**ablation["gr4cil"], "compensation": "unconstrained",
+                                              "compensation_init": "random"}
 
 
 def test_unknown_suite_is_a_user_error_listing_suites():
