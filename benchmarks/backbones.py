@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import logging
 import os
 import re
 import warnings
@@ -40,6 +41,9 @@ BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed-adapter bat
 Tower = Literal["visual", "text"]
 
 _MODEL_CONFIG_DIR = Path(__file__).parent / "model_configs"
+# pretrained="synthetic" for the tiny model: the shipped checkpoint of `python -m benchmarks.pretrain_tiny`.
+SYNTHETIC_TAG = "synthetic"
+SYNTHETIC_WEIGHTS = Path(__file__).parent / "assets" / "tiny-clip-32-synthetic.safetensors"
 # Module paths (relative to the open_clip model) of the projections that get LoRA, per tower.
 # peft matches a string target with re.fullmatch, so the text pattern cannot match visual.*.
 _LORA_TARGETS: dict[str, str] = {
@@ -227,6 +231,12 @@ def _resolve_weights(spec: BackboneSpec) -> tuple[Path | None, dict[str, Any]]:
     path = Path(spec.pretrained).expanduser()
     if path.is_file():
         return path, {}
+    if spec.model == TINY_MODEL and spec.pretrained == SYNTHETIC_TAG:
+        if not SYNTHETIC_WEIGHTS.is_file():
+            raise WeightsNotFoundError(
+                f"{SYNTHETIC_WEIGHTS} is missing; recreate it with: python -m benchmarks.pretrain_tiny"
+            )
+        return SYNTHETIC_WEIGHTS, {}
     cfg = open_clip.get_pretrained_cfg(spec.model, spec.pretrained)
     if not cfg:
         tags = ", ".join(open_clip.list_pretrained_tags_by_model(spec.model)) or "none"
@@ -253,6 +263,17 @@ def _resolve_weights(spec: BackboneSpec) -> tuple[Path | None, dict[str, Any]]:
     return found, cfg
 
 
+@contextlib.contextmanager
+def _quiet_root_logger():
+    logger = logging.getLogger()
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
 def check_weights(spec: BackboneSpec) -> Path | None:
     """Fail fast with a one-line error if the model name or its weights cannot be found offline."""
     _check_model_config(spec.model)
@@ -274,14 +295,17 @@ def _build_model(spec: BackboneSpec, device: torch.device) -> open_clip.CLIP:
     scripted = checkpoint is not None and _is_torchscript_archive(checkpoint)
     file_for_open_clip = str(checkpoint) if checkpoint is not None and not scripted else None
     try:
-        model = open_clip.create_model(
-            spec.model,
-            pretrained=file_for_open_clip,
-            device=device,
-            force_preprocess_cfg=pretrained_cfg,  # open_clip keeps only the preprocessing keys (mean, std, ...)
-            pretrained_text=False,
-            weights_only=True,
-        )
+        # open_clip logs a warning for a deliberate random init (pretrained=None); we asked for it
+        quiet = _quiet_root_logger() if checkpoint is None else contextlib.nullcontext()
+        with quiet:
+            model = open_clip.create_model(
+                spec.model,
+                pretrained=file_for_open_clip,
+                device=device,
+                force_preprocess_cfg=pretrained_cfg,  # open_clip keeps only the preprocessing keys (mean, std, ...)
+                pretrained_text=False,
+                weights_only=True,
+            )
         if scripted:
             with warnings.catch_warnings():  # torch deprecates TorchScript, but OpenAI's files are in it
                 warnings.simplefilter("ignore", FutureWarning)

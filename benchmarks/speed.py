@@ -1,0 +1,203 @@
+"""Speed and memory of GR4CIL's evaluation, inference and training step, as ratios in one run.
+
+``python -m benchmarks.speed --model tiny-clip-32`` (and ``--model ViT-B-16-quickgelu`` for a
+randomly initialised ViT-B/16) measures, on whatever device is given:
+
+1. stage-wise evaluation of a T-task stream: branch forwards and time with cached frozen-branch
+   features versus recomputing every branch at every stage;
+2. deployed inference: T visual branches in one batched forward versus T plain forwards;
+3. the stage-1 step at the last task (all seen prompts re-encoded, anchor and separation losses)
+   versus a bare single-LoRA step (current prompts, CLIP loss only);
+4. activation memory saved for backward in the stage-1 step at the first and the last task, and
+   with many classes (chunked text backward).
+
+Weights are random: speed does not depend on them. Results print as a table and go to ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from torch.utils.data import TensorDataset
+
+from benchmarks.backbones import BackboneSpec, create_clip
+from benchmarks.results import write_json
+from strategies.gr4cil import GR4CIL, TaskState
+
+
+def _timed(function, repeats: int) -> float:
+    """Median wall time of ``function()`` over ``repeats`` runs after one warm-up."""
+    function()
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        function()
+        times.append(time.perf_counter() - start)
+    return statistics.median(times)
+
+
+@contextmanager
+def _saved_tensor_bytes(total: list[int]):
+    """Sum the bytes of every tensor autograd saves for backward (activation memory)."""
+    def pack(tensor):
+        total[0] += tensor.numel() * tensor.element_size()
+        return tensor
+
+    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
+        yield
+
+
+def _strategy(model: str, n_classes: int, device: str, **config) -> GR4CIL:
+    torch.manual_seed(0)
+    backbone = create_clip(BackboneSpec(model, None), device)
+    names = [f"synthetic class number {i}" for i in range(n_classes)]
+    return GR4CIL(backbone=backbone, class_names=names, device=device, show_progress=False,
+                  config=GR4CIL.Config(**config))
+
+
+def _learned_tasks(strategy: GR4CIL, n_tasks: int, per_task: int) -> list[TaskState]:
+    """Fabricate T learned tasks: adapters with random non-zero weights, heads and prototypes."""
+    d = strategy.backbone.embed_dim
+    states = []
+    for t in range(n_tasks):
+        if t == 0:
+            strategy.add_adapter("text", "text")
+        adapter = f"visual_{t + 1}"
+        strategy.add_adapter(adapter, "visual")
+        for p in strategy.backbone.lora_parameters(adapter):
+            torch.nn.init.normal_(p, std=0.02)
+        classes = list(range(t * per_task, (t + 1) * per_task))
+        basis = torch.linalg.qr(torch.randn(d, per_task))[0]
+        states.append(TaskState(adapter, classes, basis, F.normalize(torch.randn(d, per_task), dim=0),
+                                F.normalize(torch.randn(per_task, d), dim=1)))
+    strategy.backbone.set_adapters(visual=None, text="text")
+    strategy.backbone.eval()
+    return states
+
+
+def evaluation_reuse(model: str, n_tasks: int, per_task: int, n_images: int, device: str) -> dict:
+    strategy = _strategy(model, n_tasks * per_task, device, eval_batch_size=64)
+    states = _learned_tasks(strategy, n_tasks, per_task)
+    size = strategy.backbone.image_size
+    data = TensorDataset(torch.randn(n_images, 3, size, size), torch.zeros(n_images, dtype=torch.long))
+    cached_time = recomputed_time = 0.0
+    recomputed_forwards = 0
+    for stage in range(1, n_tasks + 1):
+        strategy.tasks = states[:stage]
+        strategy.seen_classes = [c for s in states[:stage] for c in s.class_ids]
+        start = time.perf_counter()
+        cached = strategy.score_dataset(data, cache_key="test")
+        cached_time += time.perf_counter() - start
+        start = time.perf_counter()
+        recomputed = strategy.score_dataset(data)  # no cache: every branch at every stage
+        recomputed_time += time.perf_counter() - start
+        recomputed_forwards += stage * n_images
+        torch.testing.assert_close(cached, recomputed, atol=1e-4, rtol=1e-4)
+    cached_forwards = strategy.eval_branch_forwards
+    return {"branches_x_images": n_tasks * n_images, "cached_forwards": cached_forwards,
+            "recomputed_forwards": recomputed_forwards,
+            "cached_over_branches_x_images": cached_forwards / (n_tasks * n_images),
+            "forward_reduction": recomputed_forwards / cached_forwards,
+            "time_reduction": recomputed_time / cached_time}
+
+
+def deployed_inference(model: str, n_tasks: int, batch: int, device: str, repeats: int) -> dict:
+    strategy = _strategy(model, n_tasks, device)
+    states = _learned_tasks(strategy, n_tasks, 1)
+    backbone = strategy.backbone
+    size = backbone.image_size
+    images = torch.randn(batch, 3, size, size, device=device)
+    adapters = [s.adapter for s in states]
+    with torch.no_grad():
+        batched = _timed(lambda: backbone.encode_image_multi(images, adapters), repeats)
+        backbone.set_adapters(visual=None, text=None)
+        plain = _timed(lambda: [backbone.encode_image(images) for _ in adapters], repeats)
+    return {"batched_seconds": batched, "plain_seconds": plain, "batched_over_plain": batched / plain}
+
+
+def _stage1_step(strategy: GR4CIL, images, targets, saved: list[int]):
+    strategy.backbone.zero_grad(set_to_none=True)
+    with _saved_tensor_bytes(saved):
+        logits = strategy.compute_logits(images)
+        strategy.loss = strategy.compute_loss(logits, targets)
+    strategy.backward()
+
+
+def training_step(model: str, n_tasks: int, per_task: int, batch: int, device: str, repeats: int) -> dict:
+    size_classes = n_tasks * per_task
+    strategy = _strategy(model, size_classes, device)
+    strategy.setup_task(0, list(range(per_task)))
+    strategy.backbone.train()
+    size = strategy.backbone.image_size
+    images = torch.randn(batch, 3, size, size, device=device)
+    targets = torch.randint(0, per_task, (batch,), device=device)
+    d = strategy.backbone.embed_dim
+
+    def at_task(t: int):
+        strategy.seen_classes = list(range(t * per_task))
+        strategy.current_classes = list(range(t * per_task, (t + 1) * per_task))
+        strategy.anchors = F.normalize(torch.randn(len(strategy.seen_classes), d), dim=1)
+
+    def bare_step():  # one visual and one text LoRA, current prompts, CLIP loss only
+        strategy.backbone.zero_grad(set_to_none=True)
+        image = strategy.backbone.encode_image(images)
+        text = strategy.text_features(strategy.current_classes)
+        F.cross_entropy(strategy.backbone.logit_scale * image @ text.T, targets).backward()
+
+    memory = {}
+    at_task(n_tasks - 1)
+    bare = _timed(bare_step, repeats)
+    full = _timed(lambda: _stage1_step(strategy, images, targets, [0]), repeats)
+    for name, task in (("first_task", 0), ("last_task", n_tasks - 1)):
+        at_task(task)
+        saved = [0]
+        _stage1_step(strategy, images, targets, saved)
+        memory[name] = saved[0]
+    # many classes: 4x the chunk size of seen prompts, chunked backward keeps activations bounded
+    many = 4 * strategy.cfg.text_chunk_size
+    strategy.class_names = [f"synthetic class number {i}" for i in range(many + per_task)]
+    strategy.prompt_tokens = strategy.backbone.tokenize([strategy.cfg.prompt_template.format(n)
+                                                         for n in strategy.class_names])
+    strategy.seen_classes, strategy.current_classes = list(range(many)), list(range(many, many + per_task))
+    strategy.anchors = F.normalize(torch.randn(many, d), dim=1)
+    saved = [0]
+    _stage1_step(strategy, images, targets, saved)
+    memory[f"{many}_seen_classes_chunked"] = saved[0]
+    return {"bare_step_seconds": bare, "gr4cil_step_seconds": full, "gr4cil_over_bare": full / bare,
+            "saved_activation_bytes": memory,
+            "last_over_first_task_memory": memory["last_task"] / memory["first_task"]}
+
+
+def main(argv: list[str] | None = None) -> dict:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.speed", description=__doc__.split("\n")[0])
+    parser.add_argument("--model", default="tiny-clip-32")
+    parser.add_argument("--tasks", type=int, default=10)
+    parser.add_argument("--classes-per-task", type=int, default=10)
+    parser.add_argument("--test-images", type=int, default=500)
+    parser.add_argument("--batch-size", type=int, default=64)
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument("--out", help="write the measurements as JSON here")
+    args = parser.parse_args(argv)
+    results = {
+        "model": args.model, "device": args.device, "torch_threads": torch.get_num_threads(),
+        "evaluation": evaluation_reuse(args.model, args.tasks, args.classes_per_task, args.test_images, args.device),
+        "inference": deployed_inference(args.model, args.tasks, args.batch_size, args.device, args.repeats),
+        "training_step": training_step(args.model, args.tasks, args.classes_per_task, args.batch_size,
+                                       args.device, args.repeats),
+    }
+    print(json.dumps(results, indent=1))
+    if args.out:
+        write_json(Path(args.out), results)
+    return results
+
+
+if __name__ == "__main__":
+    main()
