@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.formatting import latex_table, markdown_table, mean_std_cell, population_std
 from benchmarks.errors import UserError
 from benchmarks.results import RunKey, atomic_write_text, iter_results
 
@@ -34,8 +35,8 @@ def load_runs(results_dir: str | Path, keys: list[RunKey] | None = None) -> pd.D
 def aggregate(runs: pd.DataFrame, metrics=("avg_acc", "last_acc")) -> pd.DataFrame:
     """Mean and std over seeds per (label, dataset, n_tasks)."""
     grouped = runs.groupby(["label", "dataset", "n_tasks"], sort=False)[list(metrics)]
-    return grouped.agg(["mean", lambda x: x.std(ddof=0), "count"]).rename(
-        columns={"<lambda_0>": "std"}, level=1)
+    return grouped.agg(["mean", population_std, "count"]).rename(
+        columns={"population_std": "std"}, level=1)
 
 
 def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -47,7 +48,7 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
         column = f"{dataset} (T={n_tasks})" if several_t else dataset
         for metric, name in (("avg_acc", "Avg"), ("last_acc", "Last")):
             cells.setdefault(label, {})[(column, name)] = \
-                f"{row[(metric, 'mean')]:.2f} ± {row[(metric, 'std')]:.2f}"
+                mean_std_cell(row[(metric, 'mean')], row[(metric, 'std')])
     table = pd.DataFrame.from_dict(cells, orient="index").fillna("–")  # a run that does not exist
     table.columns = pd.MultiIndex.from_tuples(table.columns, names=["dataset", "metric"])
     table.index.name = "method"
@@ -55,18 +56,12 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def to_markdown(table: pd.DataFrame) -> str:
-    header = ["method"] + [f"{d} {m}" for d, m in table.columns]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    for label, row in table.iterrows():
-        lines.append("| " + " | ".join([str(label), *row.astype(str)]) + " |")
-    return "\n".join(lines) + "\n"
+    return markdown_table(table, index_name="method")
 
 
 def to_latex(table: pd.DataFrame) -> str:
     """Booktabs LaTeX; names are escaped and ``±`` becomes ``$\\pm$``."""
-    cells = table.map(lambda cell: str(cell).replace("±", r"$\pm$"))
-    styler = cells.style.format_index(escape="latex", axis=0).format_index(escape="latex", axis=1)
-    return styler.to_latex(hrules=True, multicol_align="c", column_format="l" + "c" * table.shape[1])
+    return latex_table(table, index_name="method")
 
 
 def write_tables(results_dir: str | Path, keys: list[RunKey] | None = None) -> str:

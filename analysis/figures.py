@@ -1,0 +1,326 @@
+"""The paper's figures (and two extra views) from result JSON, as PNG and PDF.
+
+Each ``fig_*`` function takes the loaded results and an output folder, writes ``NAME.png`` and
+``NAME.pdf`` and returns their paths, or raises ``MissingInputs``. Figures are drawn on
+``matplotlib.figure.Figure`` objects (no pyplot state) in seaborn's style, at a fixed size
+(``FIGSIZES`` / ``panel_figsize``, ``DPI``): no tight bounding box, so the PNG is exactly
+figsize x DPI pixels. Series differ by marker, line style or hatch as well as colour, so the
+figures stay readable in greyscale.
+"""
+
+from __future__ import annotations
+
+import re
+from contextlib import contextmanager
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import seaborn as sns
+from matplotlib.figure import Figure
+from matplotlib.ticker import MaxNLocator
+
+from analysis.formatting import population_std
+from analysis.paper_tables import (PAPER_DATASETS, MissingInputs, ReportInputs, dataset_name, default_gr4cil_runs,
+                                   ordered_datasets)
+
+DPI = 150
+FIGSIZES = {"fig2_gap_training": (4.8, 3.4), "fig3_gap_final": (4.8, 3.4), "fig5_confidence_margin": (9.0, 3.6),
+            "fig6_cost": (9.0, 3.8), "acc_matrix": (5.2, 4.4)}
+PANEL_SIZE = (3.6, 3.2)  # one panel of fig7_routing and fig_accuracy_curves
+MIN_WIDTH = 7.2  # room for the title and the legend when there are only one or two panels
+MAX_COLUMNS = 3
+MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
+LINESTYLES = ["-", "--", ":", "-."]
+HATCHES = ["", "//", "xx", "..", "\\\\", "oo", "++", "--"]
+ROUTING_VARIANTS = {"routing_acc_text_only": "Text only", "routing_acc_text_prototype": "Text + prototype",
+                    "routing_acc_full": "Full (+ compensation)"}
+
+
+def panel_figsize(n_panels: int) -> tuple[float, float]:
+    """Size of a figure with ``n_panels`` panels in rows of at most ``MAX_COLUMNS``."""
+    columns = min(n_panels, MAX_COLUMNS)
+    rows = -(-n_panels // MAX_COLUMNS)
+    return max(PANEL_SIZE[0] * columns, MIN_WIDTH), PANEL_SIZE[1] * rows + 1.0  # + title and legend
+
+
+@contextmanager
+def _style():
+    with sns.axes_style("whitegrid"), sns.plotting_context("paper", font_scale=1.1):
+        yield
+
+
+def _save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
+    out_dir.mkdir(parents=True, exist_ok=True)
+    paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
+    fig.savefig(paths[0], dpi=DPI)
+    fig.savefig(paths[1])
+    return paths
+
+
+def _panels(n: int) -> tuple[Figure, list]:
+    fig = Figure(figsize=panel_figsize(n), layout="constrained")
+    columns = min(n, MAX_COLUMNS)
+    axes = fig.subplots(-(-n // MAX_COLUMNS), columns, squeeze=False).ravel()
+    for ax in axes[n:]:
+        ax.set_visible(False)
+    return fig, list(axes[:n])
+
+
+def _bars(ax, groups: list[str], series: dict[str, tuple[list, list]], ylabel: str) -> None:
+    """Grouped bars: one bar per series in each group, hatched per series, std as error bars."""
+    width = 0.8 / len(series)
+    x = np.arange(len(groups))
+    palette = sns.color_palette("Greys", len(series) + 1)[1:]
+    for i, (name, (means, stds)) in enumerate(series.items()):
+        ax.bar(x + (i - (len(series) - 1) / 2) * width, means, width, yerr=stds, capsize=3, label=name,
+               color=palette[i], edgecolor="black", hatch=HATCHES[i % len(HATCHES)])
+    ax.set_xticks(x, groups, rotation=20, ha="right")
+    ax.set_ylabel(ylabel)
+
+
+def _gap_run(inputs: ReportInputs) -> dict:
+    """The run of fig2/fig3: a GR4CIL run with modality-gap statistics, preferring the default
+    configuration and ImageNet-100 (the paper's example), then the paper's other datasets."""
+    candidates = [r for r in inputs.runs if r.get("strategy") == "gr4cil"
+                  and ((r.get("diagnostics") or {}).get("modality_gap") or [[]])[0]]
+    if not candidates:
+        raise MissingInputs("no GR4CIL run with modality-gap diagnostics")
+    defaults = {id(r) for r in default_gr4cil_runs(inputs, n_tasks=None)}
+    order = ["imagenet100", *[d for d in PAPER_DATASETS if d != "imagenet100"]]
+    rank = lambda r: (id(r) not in defaults, order.index(r["dataset"]) if r["dataset"] in order else len(order),
+                      r["_path"])
+    return min(candidates, key=rank)
+
+
+def _run_title(run: dict) -> str:
+    return f"{run['label']}, {dataset_name(run['dataset'])}, T={run['n_tasks']}, seed {run['seed']}"
+
+
+def fig2_gap_training(inputs: ReportInputs, out_dir: Path) -> list[Path]:
+    """Mean image-text cosine per epoch while training task 1: all, positive and negative pairs."""
+    run = _gap_run(inputs)
+    epochs = pd.DataFrame(run["diagnostics"]["modality_gap"][0])
+    with _style():
+        fig = Figure(figsize=FIGSIZES["fig2_gap_training"], layout="constrained")
+        ax = fig.subplots()
+        for i, (key, name) in enumerate((("overall", "All pairs"), ("positive", "Positive pairs"),
+                                         ("negative", "Negative pairs"))):
+            ax.plot(epochs["epoch"], epochs[key], marker=MARKERS[i], linestyle=LINESTYLES[i], label=name,
+                    color=sns.color_palette("dark")[i])
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        ax.set_xlabel("Training epoch (task 1)")
+        ax.set_ylabel("Mean image–text cosine similarity")
+        ax.set_title(f"Modality gap during training\n{_run_title(run)}", fontsize="medium")
+        ax.legend()
+    return _save(fig, out_dir, "fig2_gap_training")
+
+
+def fig3_gap_final(inputs: ReportInputs, out_dir: Path) -> list[Path]:
+    """Overall image-text cosine at the last training epoch of each task."""
+    run = _gap_run(inputs)
+    finals = [(task, epochs[-1]["overall"]) for task, epochs in
+              enumerate(run["diagnostics"]["modality_gap"], start=1) if epochs]
+    with _style():
+        fig = Figure(figsize=FIGSIZES["fig3_gap_final"], layout="constrained")
+        ax = fig.subplots()
+        tasks, values = zip(*finals)
+        ax.plot(tasks, values, marker="o", linestyle="-", color="black")
+        ax.axhline(np.mean(values), linestyle="--", color="grey", label="Mean over tasks")
+        ax.set_xticks(tasks)
+        ax.set_xlabel("Task")
+        ax.set_ylabel("Mean image–text cosine similarity\n(last epoch, all pairs)")
+        ax.set_title(f"Final modality gap per task\n{_run_title(run)}", fontsize="medium")
+        ax.legend()
+    return _save(fig, out_dir, "fig3_gap_final")
+
+
+def _stage_mean(run: dict, key: str) -> float | None:
+    values = [s["diagnostics"].get(key) for s in run["stages"] if s.get("diagnostics")]
+    values = [v for v in values if v is not None]
+    return float(np.mean(values)) if values else None
+
+
+def fig5_confidence_margin(inputs: ReportInputs, out_dir: Path) -> list[Path]:
+    """Intra-task confidence and GT-task margin with and without compensation, per dataset;
+    each run's values are averaged over stages (the margin over stages 2..T), then over seeds."""
+    runs = default_gr4cil_runs(inputs)
+    rows = []
+    for run in runs:
+        for metric in ("confidence", "margin"):
+            for variant, name in (("without_compensation", "w/o compensation"),
+                                  ("with_compensation", "w/ compensation")):
+                value = _stage_mean(run, f"{metric}_{variant}")
+                if value is not None:
+                    rows.append({"dataset": run["dataset"], "metric": metric, "variant": name, "value": value})
+    if not rows:
+        raise MissingInputs("no default GR4CIL 10-task run with confidence/margin diagnostics")
+    frame = pd.DataFrame(rows)
+    datasets = ordered_datasets(frame["dataset"])
+    with _style():
+        fig = Figure(figsize=FIGSIZES["fig5_confidence_margin"], layout="constrained")
+        axes = fig.subplots(1, 2)
+        labels = {"confidence": "GT-class intra-task confidence\n(softmax probability, 0–1)",
+                  "margin": "GT-task margin of scores q\n(cosine units)"}
+        for ax, metric in zip(axes, ("confidence", "margin")):
+            stats = frame[frame["metric"] == metric].groupby(["variant", "dataset"])["value"].agg(
+                mean="mean", std=population_std)
+            series = {v: ([stats["mean"].get((v, d), np.nan) for d in datasets],
+                          [stats["std"].get((v, d), np.nan) for d in datasets])
+                      for v in ("w/o compensation", "w/ compensation")}
+            _bars(ax, [dataset_name(d) for d in datasets], series, labels[metric])
+            ax.set_xlabel("Dataset")
+            ax.legend()
+        fig.suptitle("Effect of orthogonal compensation (default GR4CIL, 10 tasks)\nper run: mean over stages "
+                     "(margin: stages 2–T); bars: mean over seeds, error bars: std", fontsize="medium")
+    return _save(fig, out_dir, "fig5_confidence_margin")
+
+
+def fig6_cost(inputs: ReportInputs, out_dir: Path) -> list[Path]:
+    """Trainable parameters and peak memory per method (label), on the 10-task dataset that
+    most labels ran (the paper's datasets first on ties)."""
+    runs = [r for r in inputs.runs if r["n_tasks"] == 10 and (r.get("cost") or {}).get("trainable_params")]
+    if not runs:
+        raise MissingInputs("no 10-task run with cost records")
+    datasets = ordered_datasets(r["dataset"] for r in runs)
+    dataset = max(datasets, key=lambda d: (len({r["label"] for r in runs if r["dataset"] == d}), -datasets.index(d)))
+    runs = [r for r in runs if r["dataset"] == dataset]
+    frame = pd.DataFrame([{"label": r["label"], "params": r["cost"]["trainable_params"] / 1e6,
+                           "memory": r["cost"].get("peak_memory_bytes") or np.nan,
+                           "kind": r["cost"].get("peak_memory_kind") or "unknown"} for r in runs])
+    labels = sorted(frame["label"].unique())
+    unit, scale = ("GiB", 2**30) if frame["memory"].max() >= 2**30 else ("MiB", 2**20)
+    frame["memory"] /= scale
+    kinds = ", ".join(sorted(frame["kind"].unique()))
+    with _style():
+        fig = Figure(figsize=FIGSIZES["fig6_cost"], layout="constrained")
+        axes = fig.subplots(1, 2)
+        palette = sns.color_palette("Greys", len(labels) + 1)[1:]
+        for ax, column, ylabel in ((axes[0], "params", "Trainable parameters (millions)"),
+                                   (axes[1], "memory", f"Peak memory ({unit}; {kinds})")):
+            stats = frame.groupby("label")[column].agg(mean="mean", std=population_std)
+            for i, label in enumerate(labels):
+                ax.bar(i, stats.loc[label, "mean"], yerr=stats.loc[label, "std"], capsize=3, color=palette[i],
+                       edgecolor="black", hatch=HATCHES[i % len(HATCHES)])
+            ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
+            ax.set_xlabel("Method")
+            ax.set_ylabel(ylabel)
+        fig.suptitle(f"Computational cost on {dataset_name(dataset)}, 10 tasks (mean over seeds)",
+                     fontsize="medium")
+    return _save(fig, out_dir, "fig6_cost")
+
+
+def fig7_routing(inputs: ReportInputs, out_dir: Path) -> list[Path]:
+    """Per-stage routing accuracy of the three score variants, one panel per dataset."""
+    rows = [{"dataset": run["dataset"], "seed": run["seed"], "stage": stage["task"], "variant": name,
+             "value": stage["diagnostics"][key]}
+            for run in default_gr4cil_runs(inputs) for stage in run["stages"]
+            for key, name in ROUTING_VARIANTS.items() if (stage.get("diagnostics") or {}).get(key) is not None]
+    if not rows:
+        raise MissingInputs("no default GR4CIL 10-task run with routing diagnostics")
+    frame = pd.DataFrame(rows)
+    datasets = ordered_datasets(frame["dataset"])
+    with _style():
+        fig, axes = _panels(len(datasets))
+        for i, (ax, dataset) in enumerate(zip(axes, datasets)):
+            sns.lineplot(data=frame[frame["dataset"] == dataset], x="stage", y="value", hue="variant",
+                         style="variant", hue_order=list(ROUTING_VARIANTS.values()),
+                         style_order=list(ROUTING_VARIANTS.values()), markers=MARKERS[:3], dashes=True,
+                         errorbar="sd", palette="dark", ax=ax, legend=i == 0)
+            ax.set_title(dataset_name(dataset))
+            ax.set_xlabel("Stage (tasks learned)")
+            ax.set_ylabel("Routing accuracy (%)")
+            ax.set_xticks(sorted(frame[frame["dataset"] == dataset]["stage"].unique()))
+        _legend_below(fig, axes[0])
+        fig.suptitle("Routing accuracy per stage\n(default GR4CIL, 10 tasks; mean over seeds, band = std)",
+                     fontsize="medium")
+    return _save(fig, out_dir, "fig7_routing")
+
+
+def fig_accuracy_curves(inputs: ReportInputs, out_dir: Path) -> list[Path]:
+    """Accuracy on all seen classes after each stage, every label, one panel per dataset and
+    task count (mean over seeds, band = std)."""
+    rows = [{"panel": (run["dataset"], run["n_tasks"]), "label": run["label"], "stage": stage["task"],
+             "acc": stage["acc"]} for run in inputs.runs for stage in run["stages"]]
+    if not rows:
+        raise MissingInputs("no run has stages")
+    frame = pd.DataFrame(rows)
+    order = ordered_datasets({p[0] for p in frame["panel"]})
+    panels = sorted(set(frame["panel"]), key=lambda p: (order.index(p[0]), p[1]))
+    labels = sorted(frame["label"].unique())
+    with _style():
+        fig, axes = _panels(len(panels))
+        for i, (ax, panel) in enumerate(zip(axes, panels)):
+            sns.lineplot(data=frame[frame["panel"] == panel], x="stage", y="acc", hue="label", style="label",
+                         hue_order=labels, style_order=labels, markers=_markers(len(labels)), dashes=True,
+                         errorbar="sd", palette="dark", ax=ax, legend=i == 0)
+            ax.set_title(f"{dataset_name(panel[0])}, {panel[1]} tasks")
+            ax.set_xlabel("Stage (tasks learned)")
+            ax.set_ylabel("Accuracy on seen classes (%)")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+        _legend_below(fig, axes[0])
+        fig.suptitle("Accuracy after each stage (mean over seeds, band = std)", fontsize="medium")
+    return _save(fig, out_dir, "fig_accuracy_curves")
+
+
+def _markers(n: int) -> list[str]:
+    return [MARKERS[i % len(MARKERS)] for i in range(n)]
+
+
+def _legend_below(fig: Figure, ax) -> None:
+    """One legend for all panels, under them (seaborn put it on the first panel)."""
+    handles, labels = ax.get_legend_handles_labels()
+    if ax.get_legend() is not None:
+        ax.get_legend().remove()
+    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4), frameon=False)
+
+
+def _file_stem(run: dict) -> str:
+    stem = f"{run['dataset']}_{run['label']}_T{run['n_tasks']}_seed{run['seed']}"
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", stem)
+
+
+def fig_acc_matrix(inputs: ReportInputs, out_dir: Path) -> list[Path]:
+    """Per run, in ``out_dir/acc_matrix/``: accuracy (%) on each learned task (columns) after each
+    stage (rows), annotated when there are at most 10 tasks."""
+    runs = [r for r in inputs.runs if any(s.get("acc_per_task") for s in r["stages"])]
+    if not runs:
+        raise MissingInputs("no run has acc_per_task")
+    paths = []
+    for run in runs:
+        matrix = np.full((len(run["stages"]), run["n_tasks"]), np.nan)
+        for i, stage in enumerate(run["stages"]):
+            values = stage.get("acc_per_task") or []
+            matrix[i, :len(values)] = values
+        with _style():
+            paths += _save(_heat_map(matrix, _run_title(run)), out_dir / "acc_matrix", _file_stem(run))
+    return paths
+
+
+def _heat_map(matrix: np.ndarray, title: str) -> Figure:
+    # imshow rather than sns.heatmap, and fixed margins rather than a layout engine: this figure
+    # is drawn once per run, and both cut its cost several-fold.
+    fig = Figure(figsize=FIGSIZES["acc_matrix"])
+    fig.subplots_adjust(left=0.12, right=0.98, bottom=0.12, top=0.9)
+    ax = fig.subplots()
+    image = ax.imshow(np.ma.masked_invalid(matrix), vmin=0, vmax=100, cmap="viridis", aspect="auto")
+    fig.colorbar(image, ax=ax, label="Accuracy on the task's test images (%)")
+    rows, columns = matrix.shape
+    if columns <= 10:
+        for (i, j), value in np.ndenumerate(matrix):
+            if not np.isnan(value):  # dark text on the light (high) end of viridis, white elsewhere
+                ax.text(j, i, f"{value:.0f}", ha="center", va="center", fontsize=7,
+                        color="black" if value > 60 else "white")
+    ax.set_xticks(range(columns), range(1, columns + 1))
+    ax.set_yticks(range(rows), range(1, rows + 1))
+    ax.grid(False)
+    ax.set_xlabel("Evaluated task")
+    ax.set_ylabel("Stage (tasks learned)")
+    ax.set_title(title, fontsize="medium")
+    return fig
+
+
+FIGURES = {"fig2_gap_training": fig2_gap_training, "fig3_gap_final": fig3_gap_final,
+           "fig5_confidence_margin": fig5_confidence_margin, "fig6_cost": fig6_cost,
+           "fig7_routing": fig7_routing, "fig_accuracy_curves": fig_accuracy_curves,
+           "acc_matrix": fig_acc_matrix}
