@@ -1,0 +1,123 @@
+"""The pretraining world of the tiny CLIP, the pretraining command and the shipped checkpoint."""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks import captions as C
+from benchmarks import synthetic as S
+from benchmarks.backbones import SYNTHETIC_WEIGHTS, TINY_MODEL, BackboneSpec, create_clip
+from benchmarks.miniature_report import evaluate_zero_shot
+from benchmarks.pretrain_tiny import images_to_tensor, main
+from benchmarks.transforms import eval_transform
+
+
+@functools.cache
+def _pattern(phrases: tuple[str, ...]) -> re.Pattern[str]:
+    # Whole words only, and a hyphenated word is one word: "polka-dot" does not mention "dot".
+    return re.compile("|".join(rf"(?<![\w-]){re.escape(p)}(?![\w-])" for p in phrases))
+
+
+def _mentions(text: str, phrases: tuple[str, ...]) -> bool:
+    """Whether ``text`` contains one of ``phrases`` as whole words."""
+    return _pattern(phrases).search(text) is not None
+
+
+def _others(table: tuple[tuple[str, ...], ...], index: int) -> tuple[str, ...]:
+    return tuple(word for i, words in enumerate(table) if i != index for word in words)
+
+
+@pytest.fixture(scope="module")
+def pairs() -> tuple[S.ImageAttributes, np.ndarray, list[str]]:
+    return C.sample_pretraining_pairs(2000, C.pretraining_rng(0))
+
+
+def test_captions_are_deterministic_and_varied(pairs) -> None:
+    attributes, _, texts = pairs
+    first, again = (C.sample_pretraining_pairs(200, C.pretraining_rng(0)) for _ in range(2))
+    assert again[2] == first[2] and np.array_equal(again[1], first[1])
+    assert C.sample_pretraining_pairs(200, C.pretraining_rng(1))[2] != first[2]
+    assert C.captions(attributes, np.random.default_rng(5)) == C.captions(attributes, np.random.default_rng(5))
+    assert len(set(texts)) > 0.5 * len(texts)
+    # The zero-shot prompt form is among the captions, but only sometimes.
+    prompts = sum(text == C.ZERO_SHOT_PROMPT.format(S.class_name(int(c))) for text, c in zip(texts, attributes.class_id))
+    assert 0.05 < prompts / len(texts) < 0.3
+
+
+def test_captions_mention_only_the_true_attributes(pairs) -> None:
+    attributes, _, texts = pairs
+    tables = (
+        ("shape", C.SHAPE_WORDS),
+        ("colour", C.COLOUR_WORDS),
+        ("pattern", tuple(w + p for w, p in zip(C.PATTERN_WORDS, C.PATTERN_PHRASES, strict=True))),
+        ("size", C.SIZE_WORDS),
+        ("background", C.BACKGROUND_PHRASES),
+    )
+    mentioned = {name: 0 for name, _ in tables}
+    for row, text in enumerate(texts):
+        for name, table in tables:
+            value = int(getattr(attributes, name)[row])
+            assert not _mentions(text, _others(table, value)), (text, name)
+            mentioned[name] += _mentions(text, table[value])
+    assert mentioned["shape"] == len(texts)  # every caption names the object
+    assert mentioned["colour"] > 0.8 * len(texts)
+    for name in ("pattern", "size", "background"):  # partial descriptions are common
+        assert 0.2 * len(texts) < mentioned[name] < 0.95 * len(texts), name
+
+
+def test_held_out_combinations_never_reach_pretraining(pairs) -> None:
+    attributes = pairs[0]
+    cil = set(S.default_class_ids())
+    held = set(C.PRETRAIN_HELD_OUT)
+    assert held < cil and 0.3 * len(cil) <= len(held) <= 0.6 * len(cil)
+    assert held.isdisjoint(C.PRETRAIN_CLASS_IDS) and held | set(C.PRETRAIN_CLASS_IDS) == set(range(S.N_CLASSES))
+    assert held.isdisjoint(attributes.class_id.tolist())
+    assert len(cil - held) > 0 and (cil - held) & set(attributes.class_id.tolist())
+    # Every single attribute value is still learnt, through other combinations.
+    for name, vocabulary in (("colour", S.COLOUR_NAMES), ("pattern", S.PATTERN_NAMES), ("shape", S.SHAPE_NAMES)):
+        assert set(getattr(attributes, name).tolist()) == set(range(len(vocabulary))), name
+
+
+def test_fast_normalisation_matches_eval_transform(pairs) -> None:
+    images = pairs[1][:8]
+    from PIL import Image
+
+    expected = torch.stack([eval_transform(32)(Image.fromarray(image)) for image in images])
+    assert torch.allclose(images_to_tensor(images), expected, atol=1e-6)
+
+
+def test_short_pretraining_run_is_reproducible_and_loadable(tmp_path) -> None:
+    trajectories = []
+    for run in ("a", "b"):
+        out = tmp_path / run / "tiny.safetensors"
+        main(["--steps", "6", "--batch-size", "16", "--threads", "1", "--log-every", "1", "--out", str(out)])
+        sidecar = json.loads(out.with_suffix(".json").read_text())
+        assert sidecar["steps"] == 6 and sidecar["args"]["batch_size"] == 16
+        trajectories.append(sidecar["loss_trajectory"])
+    assert [step for step, _ in trajectories[0]] == list(range(1, 7))
+    assert trajectories[0] == trajectories[1]
+    assert all(np.isfinite(loss) for _, loss in trajectories[0])
+
+    backbone = create_clip(BackboneSpec(TINY_MODEL, str(out)))
+    with torch.no_grad():
+        features = backbone.encode_text(backbone.tokenize(["a photo of a red striped triangle."]))
+    assert features.shape == (1, 64) and torch.isfinite(features).all()
+
+
+def test_shipped_checkpoint_is_a_faithful_miniature() -> None:
+    assert SYNTHETIC_WEIGHTS.is_file(), "run: python -m benchmarks.pretrain_tiny"
+    assert SYNTHETIC_WEIGHTS.stat().st_size <= 15 * 2**20
+    backbone = create_clip(BackboneSpec(TINY_MODEL, "synthetic"))
+    data = S.load_synthetic(n_train_per_class=1, n_test_per_class=5)
+    stats = evaluate_zero_shot(backbone, data)
+    chance = 1 / data.n_classes
+    assert stats.accuracy > 5 * chance
+    assert stats.accuracy_held_out > 2 * chance  # composition reaches classes pretraining never showed
+    # The modality gap: matched image-text pairs are less alike than images among themselves and texts among themselves.
+    assert stats.matched_cosine < min(stats.image_image_cosine, stats.text_text_cosine)
