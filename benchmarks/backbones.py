@@ -27,7 +27,7 @@ import torch.nn.functional as F
 from huggingface_hub import constants as hf_constants
 from huggingface_hub import try_to_load_from_cache
 from open_clip.constants import HF_SAFE_WEIGHTS_NAME, HF_WEIGHTS_NAME
-from open_clip.transformer import VisionTransformer, text_global_pool
+from open_clip.transformer import ResidualAttentionBlock, VisionTransformer, text_global_pool
 from peft import LoraConfig, inject_adapter_in_model
 from peft.tuners.lora import LoraLayer
 from torch import nn
@@ -338,6 +338,51 @@ def create_clip(spec: BackboneSpec, device: str | torch.device = "cpu") -> CLIPB
 # --------------------------------------------------------------------------- backbone
 
 
+def shared_prefix_length(tokens: torch.Tensor, eot: torch.Tensor) -> int:
+    """Leading positions on which every row of ``tokens`` agrees, stopping before the first EOT.
+
+    0 for a single row (nothing to share). The EOT of every row stays after the prefix, so
+    pooling still finds it.
+    """
+    if len(tokens) < 2:
+        return 0
+    agree = (tokens == tokens[:1]).all(dim=0)
+    disagree = (~agree).nonzero()
+    common = int(disagree[0]) if len(disagree) else tokens.shape[1]
+    return min(common, int(eot.min()))
+
+
+def _prefix_sharing_applies(transformer: nn.Module) -> bool:
+    """Whether the text transformer is the plain batch-first stack the shared-prefix path rebuilds."""
+    return transformer.batch_first and all(
+        type(block) is ResidualAttentionBlock and isinstance(block.attn, SplitAttention) and not hasattr(block, "ln_1_kv")
+        for block in transformer.resblocks
+    )
+
+
+def _text_transformer_with_shared_prefix(
+    transformer: nn.Module, x: torch.Tensor, causal_mask: torch.Tensor, prefix: int
+) -> torch.Tensor:
+    """open_clip's causal text transformer on ``x`` ``[N, L, D]`` whose first ``prefix`` positions
+    are the same in every row: the prefix runs once, the rest attends to it. Returns the hidden
+    states of the positions after the prefix, ``[N, L - prefix, D]``.
+
+    Follows ``ResidualAttentionBlock.forward``: ``x + ls_1(attn(ln_1 x)) `` then ``x + ls_2(mlp(ln_2 x))``.
+    """
+    shared, rest = x[:1, :prefix], x[:, prefix:]
+    rows = len(x)
+    suffix_mask = causal_mask[prefix:].to(x.dtype)  # rows of the suffix, columns of every position
+    prefix_mask = causal_mask[:prefix, :prefix].to(x.dtype)
+    for block in transformer.resblocks:
+        shared_normed, rest_normed = block.ln_1(shared), block.ln_1(rest)
+        context = torch.cat([shared_normed.expand(rows, -1, -1), rest_normed], dim=1)
+        attended = block.attn(rest_normed, context, context, need_weights=False, attn_mask=suffix_mask)[0]
+        rest = rest + block.ls_1(attended)
+        rest = rest + block.ls_2(block.mlp(block.ln_2(rest)))
+        shared = block(shared, attn_mask=prefix_mask)
+    return rest
+
+
 class CLIPBackbone(nn.Module):
     """A frozen open_clip CLIP plus named LoRA adapters on the k/v projections of either tower.
 
@@ -374,16 +419,27 @@ class CLIPBackbone(nn.Module):
         return self.tokenizer(list(texts))
 
     def encode_text(self, tokens: torch.Tensor, normalize: bool = True) -> torch.Tensor:
-        """Text features under the active text adapter, running only as many positions as the longest prompt."""
+        """Text features under the active text adapter.
+
+        Two exact savings, both from the causal mask: positions after the last EOT are dropped
+        (nothing earlier attends to them), and the token prefix shared by every prompt ("<sot> a
+        photo of a") runs through the transformer once instead of once per prompt, since no
+        prefix position attends to anything after it.
+        """
         model = self.model
         tokens = tokens.to(self.device)
-        # EOT has the largest token id (open_clip's argmax pooling); under the causal mask no later
-        # position can reach it, so dropping the padding after the last EOT changes nothing.
-        length = int(tokens.argmax(dim=-1).max()) + 1
+        # EOT has the largest token id (open_clip's argmax pooling)
+        eot = tokens.argmax(dim=-1)
+        length = int(eot.max()) + 1
         tokens = tokens[:, :length]
         cast_dtype = model.transformer.get_cast_dtype()
         x = model.token_embedding(tokens).to(cast_dtype) + model.positional_embedding[:length].to(cast_dtype)
-        x = model.transformer(x, attn_mask=model.attn_mask[:length, :length])
+        prefix = shared_prefix_length(tokens, eot) if _prefix_sharing_applies(model.transformer) else 0
+        if prefix:
+            x = _text_transformer_with_shared_prefix(model.transformer, x, model.attn_mask[:length, :length], prefix)
+            tokens = tokens[:, prefix:]
+        else:
+            x = model.transformer(x, attn_mask=model.attn_mask[:length, :length])
         x = text_global_pool(model.ln_final(x), tokens, model.text_pool_type)
         x = model.text_projection(x) if isinstance(model.text_projection, nn.Linear) else x @ model.text_projection
         return F.normalize(x, dim=-1) if normalize else x

@@ -20,11 +20,14 @@ from benchmarks.backbones import (
     SplitAttention,
     autocast_context,
     create_clip,
+    shared_prefix_length,
     split_attention_,
 )
 from benchmarks.errors import UserError, WeightsNotFoundError
 
 PROMPTS = ["a photo of a cat.", "a photo of a very large and rather fluffy orange dog.", "x"]
+# Prompts of one template: they share "<sot> a photo of a", which the text encoder runs only once.
+TEMPLATED = ["a photo of a cat.", "a photo of a red striped triangle.", "a photo of a dog.", "a photo of a lynx."]
 
 
 def _randomize(backbone: CLIPBackbone, name: str, seed: int) -> None:
@@ -153,7 +156,8 @@ def _check_surgery(
     reference: torch.nn.Module, images: torch.Tensor, model_name: str, in_place: bool = False
 ) -> tuple[float, float]:
     """Split ``reference`` (or a copy); return max |diff| of image and text features vs the fused model."""
-    tokens = open_clip.get_tokenizer(model_name)(PROMPTS)
+    tokens = open_clip.get_tokenizer(model_name)(PROMPTS + TEMPLATED)
+    templated = tokens[len(PROMPTS):]
     with torch.no_grad():
         image_ref = reference.encode_image(images, normalize=True)
         text_ref = reference.encode_text(tokens, normalize=True)
@@ -168,6 +172,7 @@ def _check_surgery(
         text_diff = max(
             _max_diff(backbone.model.encode_text(tokens, normalize=True), text_ref),
             _max_diff(backbone.encode_text(tokens), text_ref),
+            _max_diff(backbone.encode_text(templated), text_ref[len(PROMPTS):]),  # shared prefix
         )
     print(f"{model_name}: max |diff| image {image_diff:.2e}, text {text_diff:.2e}")
     return image_diff, text_diff
@@ -221,6 +226,38 @@ def test_text_trimming_is_exact_with_an_adapter(tiny: CLIPBackbone) -> None:
         full = tiny.model.encode_text(tokens, normalize=True)  # all 77 positions
         assert _max_diff(tiny.encode_text(tokens), full) < 1e-6
         assert _max_diff(tiny.encode_text(tokens[:1]), full[:1]) < 1e-6  # shortest prompt alone
+
+
+def test_shared_prefix_length_by_hand() -> None:
+    # EOT is the largest id in each row (open_clip's convention); 0 is padding.
+    tokens = torch.tensor([[1, 5, 6, 9, 0], [1, 5, 6, 7, 9], [1, 5, 8, 9, 0]])
+    assert shared_prefix_length(tokens, tokens.argmax(-1)) == 2
+    assert shared_prefix_length(tokens[:2], tokens[:2].argmax(-1)) == 3
+    assert shared_prefix_length(tokens[:1], tokens[:1].argmax(-1)) == 0  # one row: nothing to share
+    same = torch.tensor([[1, 5, 9, 0], [1, 5, 9, 0]])
+    assert shared_prefix_length(same, same.argmax(-1)) == 2  # identical rows: EOT stays outside
+
+
+def test_shared_prefix_gives_the_full_forward_and_its_gradients(tiny: CLIPBackbone) -> None:
+    tiny.add_lora("text", "text")
+    _randomize(tiny, "text", seed=6)
+    tiny.set_adapters(visual=None, text="text")
+    tiny.set_trainable(["text"])
+    tokens = tiny.tokenize(TEMPLATED)
+    assert shared_prefix_length(tokens, tokens.argmax(-1)) == 5  # <sot> a photo of a
+    target = torch.randn(len(TEMPLATED), tiny.embed_dim, generator=torch.Generator().manual_seed(7))
+
+    def features_and_grads(encode):
+        tiny.zero_grad(set_to_none=True)
+        features = encode(tokens)
+        (features * target).sum().backward()
+        return features.detach(), [p.grad.clone() for p in tiny.lora_parameters("text")]
+
+    shared, shared_grads = features_and_grads(tiny.encode_text)
+    full, full_grads = features_and_grads(lambda t: tiny.model.encode_text(t, normalize=True))  # all 77 positions
+    assert _max_diff(shared, full) < 1e-6
+    assert all(_max_diff(a, b) < 1e-5 * max(1.0, b.abs().max().item()) for a, b in zip(shared_grads, full_grads))
+    assert any(g.abs().sum() > 0 for g in shared_grads)
 
 
 # --------------------------------------------------------------------------- LoRA adapters
