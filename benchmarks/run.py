@@ -28,7 +28,7 @@ from benchmarks.errors import UserError
 from benchmarks.results import SCHEMA_VERSION, ResultStore, config_hash, read_json, write_json
 from benchmarks.streams import build_stream, split_classes
 from benchmarks.suites import RunSpec, expand, load_suite
-from benchmarks.transforms import eval_transform, train_transform
+from benchmarks.transforms import TRAIN_AUGMENTATIONS, eval_transform, train_transform
 from strategies.registry import get_strategy
 
 CHECKPOINT_STATE = "state.json"
@@ -40,7 +40,15 @@ def _dataset(name: str, data_root: str, options: tuple):
 
 
 def _load_data(spec: RunSpec, data_root: str):
-    return _dataset(spec.dataset, data_root, tuple(sorted(spec.dataset_options.items())))
+    options = {k: v for k, v in spec.dataset_options.items() if k != "train_augmentation"}  # not the loader's
+    return _dataset(spec.dataset, data_root, tuple(sorted(options.items())))
+
+
+def _train_augmentation(spec: RunSpec) -> str:
+    augmentation = spec.dataset_options.get("train_augmentation", "paper")
+    if augmentation not in TRAIN_AUGMENTATIONS:
+        raise UserError(f"dataset option train_augmentation={augmentation!r} is not one of {list(TRAIN_AUGMENTATIONS)}")
+    return augmentation
 
 
 def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
@@ -60,6 +68,7 @@ def preflight(runs: list[RunSpec], data_root: str) -> None:
     so that a mistake stops the suite before any long work instead of in the middle of it."""
     for spec in runs:
         resolve(spec, data_root)
+        _train_augmentation(spec)
         data = _load_data(spec, data_root)
         order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
         split_classes(order, spec.n_tasks, spec.dataset)
@@ -113,7 +122,7 @@ def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = 
     seed_everything(spec.seed, -1)  # a randomly initialised backbone is the same on every (re)run
     backbone = create_clip(_backbone_spec(spec), spec.device)
     stream = build_stream(data, spec.n_tasks, class_order,
-                          train_transform(backbone.image_size, backbone.mean, backbone.std),
+                          train_transform(backbone.image_size, backbone.mean, backbone.std, _train_augmentation(spec)),
                           eval_transform(backbone.image_size, backbone.mean, backbone.std))
     strategy = strategy_cls(backbone=backbone, class_names=stream.class_names, config=strategy_cfg,
                             device=spec.device, show_progress=show_progress)

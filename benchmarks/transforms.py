@@ -37,12 +37,26 @@ def eval_transform(
     )
 
 
+TRAIN_AUGMENTATIONS = ("paper", "none")
+
+
 def train_transform(
     image_size: int,
     mean: Sequence[float] = CLIP_MEAN,
     std: Sequence[float] = CLIP_STD,
+    augmentation: str = "paper",
 ) -> T.Compose:
-    """Bicubic resize, random crop with padding 4, horizontal flip, rotation in [0, 10] degrees."""
+    """The paper's train augmentation: bicubic resize, random crop with padding 4, horizontal flip,
+    rotation in [0, 10] degrees. ``augmentation="none"`` gives ``eval_transform`` instead.
+
+    "none" exists for the offline miniature: its tiny CLIP was pretrained on clean 32 px renders,
+    never on black crop borders or resampled rotations, and there the paper's augmentation lowers
+    every method's accuracy below zero-shot (measured; see README "The offline miniature").
+    """
+    if augmentation == "none":
+        return eval_transform(image_size, mean, std)
+    if augmentation != "paper":
+        raise ValueError(f"augmentation must be one of {TRAIN_AUGMENTATIONS}, not {augmentation!r}")
     return T.Compose(
         [
             T.Lambda(_to_rgb),

@@ -21,7 +21,7 @@ strategies = ["continual_clip", "finetune"]
 device = "cpu"
 [backbone]
 model = "tiny-clip-32"
-pretrained = "none"
+pretrained = "synthetic"
 [dataset.synthetic]
 n_train_per_class = 10
 n_test_per_class = 4

@@ -272,3 +272,11 @@ def test_train_transform_is_random_but_shaped() -> None:
     first, second = train_transform(24)(image), train_transform(24)(image)
     assert first.shape == second.shape == (3, 24, 24)
     assert not torch.equal(first, second)
+
+
+def test_train_augmentation_none_is_the_eval_transform() -> None:
+    image = Image.fromarray(np.random.RandomState(1).randint(0, 256, (32, 32, 3), dtype=np.uint8))
+    plain = train_transform(32, augmentation="none")
+    assert torch.equal(plain(image), eval_transform(32)(image)) and torch.equal(plain(image), plain(image))
+    with pytest.raises(ValueError, match="augmentation"):
+        train_transform(32, augmentation="heavy")

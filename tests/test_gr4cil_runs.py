@@ -22,7 +22,7 @@ device = "cpu"
 zero_shot_targets = ["synthetic"]
 [backbone]
 model = "tiny-clip-32"
-pretrained = "none"
+pretrained = "synthetic"
 [dataset.synthetic]
 n_classes = 20
 n_train_per_class = 12

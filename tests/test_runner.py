@@ -14,6 +14,7 @@ from benchmarks import run
 from benchmarks.datasets import load_dataset
 from benchmarks.results import REQUIRED_KEYS, iter_results
 from benchmarks.transforms import eval_transform
+from conftest import MINI_SUITE
 from strategies.finetune import Finetune
 
 STAGE_KEYS = {"task", "acc", "acc_per_task", "n_test_per_task", "routing_acc", "auroc", "fpr95"}
@@ -128,11 +129,16 @@ def test_continual_clip_last_stage_equals_direct_open_clip_zero_shot(mini_suite,
     (["--tasks", "7"], "do not divide"),
     (["--datasets", "cifar100", "--data-root", "/nonexistent/data"], "/nonexistent/data"),
     (["--weights", "/nonexistent/w.pt"], "/nonexistent/w.pt"),
+    (["--suite", "BAD_AUGMENTATION"], "train_augmentation='heavy'"),
 ])
 def test_bad_input_prints_one_line_and_exits_2(mini_suite, tmp_path, capsys, args, cause):
     argv = ["--suite", mini_suite, "--results-dir", str(tmp_path / "r"), "--quiet", *args]
     if args[0] == "--weights":  # a tag-less run needs pretrained weights to look for
         argv = ["--suite", "smoke", "--results-dir", str(tmp_path / "r"), "--quiet", *args]
+    if args == ["--suite", "BAD_AUGMENTATION"]:
+        suite = tmp_path / "bad.toml"
+        suite.write_text(MINI_SUITE.replace("n_test_per_class = 4", "n_test_per_class = 4\ntrain_augmentation = 'heavy'"))
+        argv = ["--suite", str(suite), "--results-dir", str(tmp_path / "r"), "--quiet"]
     assert run.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and cause in err[0]
