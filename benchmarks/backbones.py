@@ -135,6 +135,22 @@ class SplitAttention(nn.Module):
         out = self.out_proj(out.transpose(1, 2).reshape(batch, length, dim))
         return (out if self.batch_first else out.transpose(0, 1)), None
 
+    def forward_after_prefix(self, rest: torch.Tensor, prefix: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+        """Self-attention of ``rest`` ``[N, S, D]`` (batch first) over ``prefix`` ``[1, P, D]``, which
+        precedes every row, then over itself. The prefix's keys and values are projected once and
+        shared by all rows; ``attn_mask`` is additive, ``[S, P + S]``."""
+        rows, length, dim = rest.shape
+
+        def heads(t: torch.Tensor) -> torch.Tensor:
+            return t.view(t.shape[0], -1, self.num_heads, self.head_dim).transpose(1, 2)
+
+        q = heads(self.q_proj(rest))
+        k = torch.cat([heads(self.k_proj(prefix)).expand(rows, -1, -1, -1), heads(self.k_proj(rest))], dim=2)
+        v = torch.cat([heads(self.v_proj(prefix)).expand(rows, -1, -1, -1), heads(self.v_proj(rest))], dim=2)
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask.to(q.dtype),
+                                             dropout_p=self.dropout if self.training else 0.0)
+        return self.out_proj(out.transpose(1, 2).reshape(rows, length, dim))
+
     def _sdpa_mask(self, mask: torch.Tensor | None, batch: int, dtype: torch.dtype) -> torch.Tensor | None:
         """Translate a MultiheadAttention mask ((L, S) or (N*H, L, S)) to SDPA's convention."""
         if mask is None:
@@ -370,13 +386,10 @@ def _text_transformer_with_shared_prefix(
     Follows ``ResidualAttentionBlock.forward``: ``x + ls_1(attn(ln_1 x)) `` then ``x + ls_2(mlp(ln_2 x))``.
     """
     shared, rest = x[:1, :prefix], x[:, prefix:]
-    rows = len(x)
     suffix_mask = causal_mask[prefix:].to(x.dtype)  # rows of the suffix, columns of every position
     prefix_mask = causal_mask[:prefix, :prefix].to(x.dtype)
     for block in transformer.resblocks:
-        shared_normed, rest_normed = block.ln_1(shared), block.ln_1(rest)
-        context = torch.cat([shared_normed.expand(rows, -1, -1), rest_normed], dim=1)
-        attended = block.attn(rest_normed, context, context, need_weights=False, attn_mask=suffix_mask)[0]
+        attended = block.attn.forward_after_prefix(block.ln_1(rest), block.ln_1(shared), suffix_mask)
         rest = rest + block.ls_1(attended)
         rest = rest + block.ls_2(block.mlp(block.ln_2(rest)))
         shared = block(shared, attn_mask=prefix_mask)
@@ -449,12 +462,19 @@ class CLIPBackbone(nn.Module):
         return self.model.encode_image(images.to(self.device), normalize=normalize)
 
     def encode_image_multi(
-        self, images: torch.Tensor, adapters: Sequence[str | None], normalize: bool = True
+        self,
+        images: torch.Tensor,
+        adapters: Sequence[str | None],
+        normalize: bool = True,
+        max_images_per_forward: int | None = None,
     ) -> torch.Tensor:
-        """Features [len(adapters), B, D] of one image batch under each visual adapter (None = base), in one forward.
+        """Features [len(adapters), B, D] of one image batch under each visual adapter (None = base).
 
         The batch is repeated once per adapter and every visual LoRA layer gets peft's per-sample
-        ``adapter_names`` (mixed-adapter batch), independent of the active adapter.
+        ``adapter_names`` (mixed-adapter batch), independent of the active adapter. All adapters
+        go through one forward, or, with ``max_images_per_forward``, as many adapters per forward
+        as fit in that many images (at least one): past a device's efficient batch size, bigger
+        forwards only cost more per image.
         """
         if not adapters:
             raise ValueError("encode_image_multi needs at least one adapter (None = base weights)")
@@ -462,11 +482,15 @@ class CLIPBackbone(nn.Module):
             if name is not None:
                 self._check_adapter(name, "visual")
         batch = images.shape[0]
-        repeated = images.to(self.device).repeat(len(adapters), *([1] * (images.dim() - 1)))
-        per_sample = [name or BASE_ADAPTER for name in adapters for _ in range(batch)]
-        with self._mixed_adapter_batch(per_sample):
-            features = self.model.encode_image(repeated, normalize=normalize)
-        return features.view(len(adapters), batch, -1)
+        images = images.to(self.device)
+        per_forward = len(adapters) if not max_images_per_forward else max(1, max_images_per_forward // batch)
+        features = []
+        for start in range(0, len(adapters), per_forward):
+            group = adapters[start : start + per_forward]
+            repeated = images.repeat(len(group), *([1] * (images.dim() - 1)))
+            with self._mixed_adapter_batch([name or BASE_ADAPTER for name in group for _ in range(batch)]):
+                features.append(self.model.encode_image(repeated, normalize=normalize))
+        return torch.cat(features).view(len(adapters), batch, -1)
 
     @contextlib.contextmanager
     def _mixed_adapter_batch(self, per_sample: list[str]) -> Iterator[None]:

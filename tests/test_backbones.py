@@ -353,3 +353,8 @@ def test_encode_image_multi_matches_single_adapter_forwards(tiny: CLIPBackbone, 
             single = tiny.encode_image(images)
         assert _max_diff(multi[i], single) < 1e-5
     assert _max_diff(multi[0], multi[1]) > 1e-3  # the adapters really differ
+    # capped forwards: 2 adapters per forward (then 2), and 1 when the cap is below one batch
+    for cap in (2 * len(images) + 1, 1):
+        with torch.no_grad():
+            grouped = tiny.encode_image_multi(images, adapters, max_images_per_forward=cap)
+        assert _max_diff(grouped, multi) < 1e-5
