@@ -5,7 +5,8 @@ randomly initialised ViT-B/16) measures, on whatever device is given:
 
 1. stage-wise evaluation of a T-task stream: branch forwards and time with cached frozen-branch
    features versus recomputing every branch at every stage;
-2. deployed inference: T visual branches in one batched forward versus T plain forwards;
+2. deployed inference: T visual branches in mixed-adapter batched forwards (GR4CIL's default
+   cap on images per forward, and uncapped: one forward) versus T plain forwards;
 3. the stage-1 step at the last task (all seen prompts re-encoded, anchor and separation losses)
    versus a bare single-LoRA step (current prompts, CLIP loss only);
 4. activation memory saved for backward in the stage-1 step at the first and the last task, and
@@ -22,6 +23,7 @@ import statistics
 import time
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Callable
 
 import torch
 import torch.nn.functional as F
@@ -32,15 +34,24 @@ from benchmarks.results import write_json
 from strategies.gr4cil import GR4CIL, TaskState
 
 
-def _timed(function, repeats: int) -> float:
-    """Median wall time of ``function()`` over ``repeats`` runs after one warm-up."""
-    function()
-    times = []
-    for _ in range(repeats):
-        start = time.perf_counter()
+def _interleaved(functions: dict[str, Callable[[], object]], repeats: int) -> tuple[dict[str, float], dict[str, float]]:
+    """Median wall time of each function, and the median of its per-round ratio to the first.
+
+    The functions run in turn, ``repeats`` rounds after one warm-up round, so drifts in machine
+    speed hit them alike; the per-round ratios cancel what the round shares.
+    """
+    for function in functions.values():
         function()
-        times.append(time.perf_counter() - start)
-    return statistics.median(times)
+    times: dict[str, list[float]] = {name: [] for name in functions}
+    for _ in range(repeats):
+        for name, function in functions.items():
+            start = time.perf_counter()
+            function()
+            times[name].append(time.perf_counter() - start)
+    baseline = times[next(iter(functions))]
+    medians = {name: statistics.median(t) for name, t in times.items()}
+    ratios = {name: statistics.median(a / b for a, b in zip(t, baseline)) for name, t in times.items()}
+    return medians, ratios
 
 
 @contextmanager
@@ -120,10 +131,15 @@ def deployed_inference(model: str, n_tasks: int, batch: int, device: str, repeat
             backbone.set_adapters(visual=adapter, text=None)
             backbone.encode_image(images)
 
+    cap = strategy.cfg.max_images_per_forward
     with torch.no_grad():
-        batched = _timed(lambda: backbone.encode_image_multi(images, adapters), repeats)
-        plain = _timed(plain_forwards, repeats)
-    return {"batched_seconds": batched, "plain_seconds": plain, "batched_over_plain": batched / plain}
+        seconds, ratio = _interleaved({
+            "plain": plain_forwards,
+            "batched": lambda: backbone.encode_image_multi(images, adapters, max_images_per_forward=cap),
+            "one_forward": lambda: backbone.encode_image_multi(images, adapters)}, repeats)
+    return {"plain_seconds": seconds["plain"], "batched_seconds": seconds["batched"], "max_images_per_forward": cap,
+            "batched_over_plain": ratio["batched"], "one_forward_seconds": seconds["one_forward"],
+            "one_forward_over_plain": ratio["one_forward"]}
 
 
 def _stage1_step(strategy: GR4CIL, images, targets, saved: list[int]):
@@ -157,8 +173,8 @@ def training_step(model: str, n_tasks: int, per_task: int, batch: int, device: s
 
     memory = {}
     at_task(n_tasks - 1)
-    bare = _timed(bare_step, repeats)
-    full = _timed(lambda: _stage1_step(strategy, images, targets, [0]), repeats)
+    seconds, ratio = _interleaved({"bare": bare_step,
+                                   "gr4cil": lambda: _stage1_step(strategy, images, targets, [0])}, repeats)
     for name, task in (("first_task", 0), ("last_task", n_tasks - 1)):
         at_task(task)
         saved = [0]
@@ -174,9 +190,13 @@ def training_step(model: str, n_tasks: int, per_task: int, batch: int, device: s
     saved = [0]
     _stage1_step(strategy, images, targets, saved)
     memory[f"{many}_seen_classes_chunked"] = saved[0]
-    return {"bare_step_seconds": bare, "gr4cil_step_seconds": full, "gr4cil_over_bare": full / bare,
+    return {"bare_step_seconds": seconds["bare"], "gr4cil_step_seconds": seconds["gr4cil"],
+            "gr4cil_over_bare": ratio["gr4cil"],
             "saved_activation_bytes": memory,
             "last_over_first_task_memory": memory["last_task"] / memory["first_task"]}
+
+
+SECTIONS = ("evaluation", "inference", "training_step")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -188,15 +208,21 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--only", choices=SECTIONS, action="append",
+                        help="measure only this section (repeatable); default: all")
     parser.add_argument("--out", help="write the measurements as JSON here")
     args = parser.parse_args(argv)
-    results = {
-        "model": args.model, "device": args.device, "torch_threads": torch.get_num_threads(),
-        "evaluation": evaluation_reuse(args.model, args.tasks, args.classes_per_task, args.test_images, args.device),
-        "inference": deployed_inference(args.model, args.tasks, args.batch_size, args.device, args.repeats),
-        "training_step": training_step(args.model, args.tasks, args.classes_per_task, args.batch_size,
-                                       args.device, args.repeats),
+    measure = {
+        "evaluation": lambda: evaluation_reuse(args.model, args.tasks, args.classes_per_task, args.test_images,
+                                               args.device),
+        "inference": lambda: deployed_inference(args.model, args.tasks, args.batch_size, args.device, args.repeats),
+        "training_step": lambda: training_step(args.model, args.tasks, args.classes_per_task, args.batch_size,
+                                               args.device, args.repeats),
     }
+    results = {"model": args.model, "device": args.device, "torch_threads": torch.get_num_threads(),
+               "batch_size": args.batch_size, "repeats": args.repeats}
+    for section in args.only or SECTIONS:
+        results[section] = measure[section]()
     print(json.dumps(results, indent=1))
     if args.out:
         write_json(Path(args.out), results)

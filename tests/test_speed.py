@@ -1,0 +1,28 @@
+"""``python -m benchmarks.speed`` on a small problem: the counts it reports are exact, whatever the timings."""
+
+import json
+
+from benchmarks import speed
+
+
+def test_speed_counts_branch_forwards_and_writes_its_report(tmp_path):
+    out = tmp_path / "speed.json"
+    results = speed.main(["--tasks", "3", "--classes-per-task", "2", "--test-images", "6", "--batch-size", "4",
+                          "--repeats", "1", "--out", str(out)])
+    assert json.loads(out.read_text()) == json.loads(json.dumps(results))
+    evaluation = results["evaluation"]
+    # cached: each of the 3 branches sees each image once; recomputed: 1 + 2 + 3 branches per image
+    assert evaluation["cached_forwards"] == evaluation["branches_x_images"] == 3 * 6
+    assert evaluation["recomputed_forwards"] == 6 * (1 + 2 + 3)
+    assert evaluation["forward_reduction"] == 2.0
+    assert results["inference"]["max_images_per_forward"] == 256
+    memory = results["training_step"]["saved_activation_bytes"]
+    assert set(memory) == {"first_task", "last_task", "1024_seen_classes_chunked"}
+    assert all(value > 0 for value in memory.values())
+    for ratio in (results["inference"]["batched_over_plain"], results["training_step"]["gr4cil_over_bare"]):
+        assert ratio > 0
+
+
+def test_speed_can_measure_one_section():
+    results = speed.main(["--only", "evaluation", "--tasks", "2", "--classes-per-task", "2", "--test-images", "3"])
+    assert "evaluation" in results and "inference" not in results and "training_step" not in results
