@@ -396,6 +396,31 @@ def _text_transformer_with_shared_prefix(
     return rest
 
 
+def encode_clip_text(model: open_clip.CLIP, tokens: torch.Tensor, normalize: bool = True) -> torch.Tensor:
+    """open_clip's text features of ``tokens``, with two exact savings from the causal mask.
+
+    Positions after the last EOT are dropped (nothing earlier attends to them). With split
+    attention, the token prefix shared by every prompt ("<sot> a photo of a") runs through the
+    transformer once instead of once per prompt, since no prefix position attends to anything
+    after it. Fused-attention models (the tiny CLIP while it is pretrained) take the plain path.
+    """
+    # EOT has the largest token id (open_clip's argmax pooling)
+    eot = tokens.argmax(dim=-1)
+    length = int(eot.max()) + 1
+    tokens = tokens[:, :length]
+    cast_dtype = model.transformer.get_cast_dtype()
+    x = model.token_embedding(tokens).to(cast_dtype) + model.positional_embedding[:length].to(cast_dtype)
+    prefix = shared_prefix_length(tokens, eot) if _prefix_sharing_applies(model.transformer) else 0
+    if prefix:
+        x = _text_transformer_with_shared_prefix(model.transformer, x, model.attn_mask[:length, :length], prefix)
+        tokens = tokens[:, prefix:]
+    else:
+        x = model.transformer(x, attn_mask=model.attn_mask[:length, :length])
+    x = text_global_pool(model.ln_final(x), tokens, model.text_pool_type)
+    x = model.text_projection(x) if isinstance(model.text_projection, nn.Linear) else x @ model.text_projection
+    return F.normalize(x, dim=-1) if normalize else x
+
+
 class CLIPBackbone(nn.Module):
     """A frozen open_clip CLIP plus named LoRA adapters on the k/v projections of either tower.
 
@@ -432,30 +457,8 @@ class CLIPBackbone(nn.Module):
         return self.tokenizer(list(texts))
 
     def encode_text(self, tokens: torch.Tensor, normalize: bool = True) -> torch.Tensor:
-        """Text features under the active text adapter.
-
-        Two exact savings, both from the causal mask: positions after the last EOT are dropped
-        (nothing earlier attends to them), and the token prefix shared by every prompt ("<sot> a
-        photo of a") runs through the transformer once instead of once per prompt, since no
-        prefix position attends to anything after it.
-        """
-        model = self.model
-        tokens = tokens.to(self.device)
-        # EOT has the largest token id (open_clip's argmax pooling)
-        eot = tokens.argmax(dim=-1)
-        length = int(eot.max()) + 1
-        tokens = tokens[:, :length]
-        cast_dtype = model.transformer.get_cast_dtype()
-        x = model.token_embedding(tokens).to(cast_dtype) + model.positional_embedding[:length].to(cast_dtype)
-        prefix = shared_prefix_length(tokens, eot) if _prefix_sharing_applies(model.transformer) else 0
-        if prefix:
-            x = _text_transformer_with_shared_prefix(model.transformer, x, model.attn_mask[:length, :length], prefix)
-            tokens = tokens[:, prefix:]
-        else:
-            x = model.transformer(x, attn_mask=model.attn_mask[:length, :length])
-        x = text_global_pool(model.ln_final(x), tokens, model.text_pool_type)
-        x = model.text_projection(x) if isinstance(model.text_projection, nn.Linear) else x @ model.text_projection
-        return F.normalize(x, dim=-1) if normalize else x
+        """Text features under the active text adapter (``encode_clip_text``)."""
+        return encode_clip_text(self.model, tokens.to(self.device), normalize)
 
     def encode_image(self, images: torch.Tensor, normalize: bool = True) -> torch.Tensor:
         """Image features under the active visual adapter."""

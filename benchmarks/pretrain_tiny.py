@@ -22,13 +22,11 @@ from typing import Any
 import numpy as np
 import open_clip
 import torch
-import torch.nn.functional as F
 from open_clip.loss import ClipLoss
-from open_clip.transformer import text_global_pool
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from benchmarks.backbones import SYNTHETIC_WEIGHTS, TINY_MODEL
+from benchmarks.backbones import SYNTHETIC_WEIGHTS, TINY_MODEL, encode_clip_text
 from benchmarks.captions import pretraining_rng, sample_pretraining_pairs
 from benchmarks.transforms import CLIP_MEAN, CLIP_STD
 
@@ -83,20 +81,6 @@ def images_to_tensor(images: np.ndarray) -> torch.Tensor:
     return (x - mean) / std
 
 
-def encode_text(model: open_clip.CLIP, tokens: torch.Tensor) -> torch.Tensor:
-    """Normalised text features, running only up to the last EOT of the batch.
-
-    Captions use a fraction of the 77 positions; under the causal mask the padding after the last
-    EOT cannot change the pooled feature, so trimming it gives the same result much faster.
-    """
-    length = int(tokens.argmax(dim=-1).max()) + 1  # EOT has the largest token id
-    tokens = tokens[:, :length]
-    x = model.token_embedding(tokens) + model.positional_embedding[:length]
-    x = model.transformer(x, attn_mask=model.attn_mask[:length, :length])
-    x = text_global_pool(model.ln_final(x), tokens, model.text_pool_type)
-    return F.normalize(x @ model.text_projection, dim=-1)
-
-
 def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
     """AdamW as in open_clip's trainer: no decay on gains, biases and the logit scale (the 0-d and 1-d tensors)."""
     decay = [p for p in model.parameters() if p.ndim >= 2]
@@ -146,7 +130,7 @@ def pretrain(args: argparse.Namespace) -> tuple[open_clip.CLIP, list[tuple[int, 
     progress = tqdm(batches(args.steps, args.batch_size, args.seed), total=args.steps, desc="pretrain", unit="step")
     for step, (images, texts) in enumerate(progress, start=1):
         image_features = model.encode_image(images_to_tensor(images), normalize=True)
-        text_features = encode_text(model, tokenizer(texts))
+        text_features = encode_clip_text(model, tokenizer(texts))
         loss = loss_fn(image_features, text_features, model.logit_scale.exp())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()
