@@ -135,21 +135,33 @@ class SplitAttention(nn.Module):
         out = self.out_proj(out.transpose(1, 2).reshape(batch, length, dim))
         return (out if self.batch_first else out.transpose(0, 1)), None
 
-    def forward_after_prefix(self, rest: torch.Tensor, prefix: torch.Tensor, attn_mask: torch.Tensor) -> torch.Tensor:
+    def forward_after_prefix(
+        self, rest: torch.Tensor, prefix: torch.Tensor, attn_mask: torch.Tensor, query_index: torch.Tensor | None = None
+    ) -> torch.Tensor:
         """Self-attention of ``rest`` ``[N, S, D]`` (batch first) over ``prefix`` ``[1, P, D]``, which
         precedes every row, then over itself. The prefix's keys and values are projected once and
-        shared by all rows; ``attn_mask`` is additive, ``[S, P + S]``."""
+        shared by all rows; ``attn_mask`` is additive, ``[S, P + S]``.
+
+        With ``query_index`` ``[N]``, only that position of each row queries (the others still give
+        keys and values), and the result is ``[N, D]``.
+        """
         rows, length, dim = rest.shape
 
         def heads(t: torch.Tensor) -> torch.Tensor:
             return t.view(t.shape[0], -1, self.num_heads, self.head_dim).transpose(1, 2)
 
-        q = heads(self.q_proj(rest))
+        if query_index is None:
+            queries = rest
+        else:
+            queries = rest[torch.arange(rows, device=rest.device), query_index].unsqueeze(1)
+            attn_mask = attn_mask[query_index].view(rows, 1, 1, -1)  # each row's mask row, for every head
+        q = heads(self.q_proj(queries))
         k = torch.cat([heads(self.k_proj(prefix)).expand(rows, -1, -1, -1), heads(self.k_proj(rest))], dim=2)
         v = torch.cat([heads(self.v_proj(prefix)).expand(rows, -1, -1, -1), heads(self.v_proj(rest))], dim=2)
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask.to(q.dtype),
                                              dropout_p=self.dropout if self.training else 0.0)
-        return self.out_proj(out.transpose(1, 2).reshape(rows, length, dim))
+        out = self.out_proj(out.transpose(1, 2).reshape(rows, -1, dim))
+        return out if query_index is None else out[:, 0]
 
     def _sdpa_mask(self, mask: torch.Tensor | None, batch: int, dtype: torch.dtype) -> torch.Tensor | None:
         """Translate a MultiheadAttention mask ((L, S) or (N*H, L, S)) to SDPA's convention."""
@@ -377,32 +389,38 @@ def _prefix_sharing_applies(transformer: nn.Module) -> bool:
 
 
 def _text_transformer_with_shared_prefix(
-    transformer: nn.Module, x: torch.Tensor, causal_mask: torch.Tensor, prefix: int
+    transformer: nn.Module, x: torch.Tensor, causal_mask: torch.Tensor, prefix: int, pooled: torch.Tensor
 ) -> torch.Tensor:
     """open_clip's causal text transformer on ``x`` ``[N, L, D]`` whose first ``prefix`` positions
-    are the same in every row: the prefix runs once, the rest attends to it. Returns the hidden
-    states of the positions after the prefix, ``[N, L - prefix, D]``.
+    are the same in every row: the prefix runs once, the rest attends to it. Returns the output at
+    each row's ``pooled`` position (its EOT, counted from the end of the prefix), ``[N, D]``.
 
-    Follows ``ResidualAttentionBlock.forward``: ``x + ls_1(attn(ln_1 x)) `` then ``x + ls_2(mlp(ln_2 x))``.
+    Only that position is read after the last block, so there the other positions give keys and
+    values but no queries or MLP, and the prefix skips the block altogether.
+    Follows ``ResidualAttentionBlock.forward``: ``x + ls_1(attn(ln_1 x))`` then ``x + ls_2(mlp(ln_2 x))``.
     """
     shared, rest = x[:1, :prefix], x[:, prefix:]
     suffix_mask = causal_mask[prefix:].to(x.dtype)  # rows of the suffix, columns of every position
     prefix_mask = causal_mask[:prefix, :prefix].to(x.dtype)
-    for block in transformer.resblocks:
+    *blocks, last = transformer.resblocks
+    for block in blocks:
         attended = block.attn.forward_after_prefix(block.ln_1(rest), block.ln_1(shared), suffix_mask)
         rest = rest + block.ls_1(attended)
         rest = rest + block.ls_2(block.mlp(block.ln_2(rest)))
         shared = block(shared, attn_mask=prefix_mask)
-    return rest
+    attended = last.attn.forward_after_prefix(last.ln_1(rest), last.ln_1(shared), suffix_mask, query_index=pooled)
+    out = rest[torch.arange(len(rest), device=rest.device), pooled] + last.ls_1(attended)
+    return out + last.ls_2(last.mlp(last.ln_2(out)))
 
 
 def encode_clip_text(model: open_clip.CLIP, tokens: torch.Tensor, normalize: bool = True) -> torch.Tensor:
-    """open_clip's text features of ``tokens``, with two exact savings from the causal mask.
+    """open_clip's text features of ``tokens``, with three exact savings from the causal mask.
 
     Positions after the last EOT are dropped (nothing earlier attends to them). With split
     attention, the token prefix shared by every prompt ("<sot> a photo of a") runs through the
     transformer once instead of once per prompt, since no prefix position attends to anything
-    after it. Fused-attention models (the tiny CLIP while it is pretrained) take the plain path.
+    after it; and the last block computes queries and its MLP only at the EOT, the one position
+    pooled. Fused-attention models (the tiny CLIP while it is pretrained) take the plain path.
     """
     # EOT has the largest token id (open_clip's argmax pooling)
     eot = tokens.argmax(dim=-1)
@@ -410,13 +428,14 @@ def encode_clip_text(model: open_clip.CLIP, tokens: torch.Tensor, normalize: boo
     tokens = tokens[:, :length]
     cast_dtype = model.transformer.get_cast_dtype()
     x = model.token_embedding(tokens).to(cast_dtype) + model.positional_embedding[:length].to(cast_dtype)
-    prefix = shared_prefix_length(tokens, eot) if _prefix_sharing_applies(model.transformer) else 0
+    shareable = model.text_pool_type == "argmax" and _prefix_sharing_applies(model.transformer)
+    prefix = shared_prefix_length(tokens, eot) if shareable else 0
     if prefix:
-        x = _text_transformer_with_shared_prefix(model.transformer, x, model.attn_mask[:length, :length], prefix)
-        tokens = tokens[:, prefix:]
+        mask = model.attn_mask[:length, :length]
+        x = model.ln_final(_text_transformer_with_shared_prefix(model.transformer, x, mask, prefix, eot - prefix))
     else:
         x = model.transformer(x, attn_mask=model.attn_mask[:length, :length])
-    x = text_global_pool(model.ln_final(x), tokens, model.text_pool_type)
+        x = text_global_pool(model.ln_final(x), tokens, model.text_pool_type)
     x = model.text_projection(x) if isinstance(model.text_projection, nn.Linear) else x @ model.text_projection
     return F.normalize(x, dim=-1) if normalize else x
 

@@ -19,10 +19,18 @@ def test_speed_counts_branch_forwards_and_writes_its_report(tmp_path):
     memory = results["training_step"]["saved_activation_bytes"]
     assert set(memory) == {"first_task", "last_task", "1024_seen_classes_chunked"}
     assert all(value > 0 for value in memory.values())
-    for ratio in (results["inference"]["batched_over_plain"], results["training_step"]["gr4cil_over_bare"]):
+    step = results["training_step"]
+    for ratio in (results["inference"]["batched_over_plain"], step["gr4cil_over_bare_open_clip"],
+                  step["gr4cil_over_bare_trimmed"]):
         assert ratio > 0
 
 
 def test_speed_can_measure_one_section():
     results = speed.main(["--only", "evaluation", "--tasks", "2", "--classes-per-task", "2", "--test-images", "3"])
     assert "evaluation" in results and "inference" not in results and "training_step" not in results
+
+
+def test_median_ratio_pairs_times_of_the_same_round():
+    # per-round ratios 2, 3, 4 -> median 3
+    assert speed._median_ratio([2.0, 3.0, 8.0], [1.0, 1.0, 2.0]) == 3.0
+    assert speed._median_ratio([1.0, 4.0, 9.0], [1.0, 4.0, 1.0]) == 1.0  # medians alone would give 4 / 1
