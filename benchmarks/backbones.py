@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import difflib
 import logging
+import math
 import os
 import re
 import warnings
@@ -37,6 +38,11 @@ from benchmarks.errors import UserError, WeightsNotFoundError
 DEFAULT_MODEL = "ViT-B-16-quickgelu"
 TINY_MODEL = "tiny-clip-32"
 BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed-adapter batch
+# Activation elements (images x visual tokens x width) that one branch-batched inference forward
+# should hold. On a CPU, forwards past cache size cost more per image (2 cores: 640 tiny images
+# 1.08-1.29x the time of ten 64-image forwards; ViT-B-16, 16 or 80 images 1.05x per image of 8);
+# a GPU wants big batches (256 ViT-B/16 images is 2^25.2; the CUDA value is not measured here).
+ACTIVATION_BUDGET = {"cpu": 2**19, "cuda": 2**26}
 
 Tower = Literal["visual", "text"]
 
@@ -440,6 +446,12 @@ def encode_clip_text(model: open_clip.CLIP, tokens: torch.Tensor, normalize: boo
     return F.normalize(x, dim=-1) if normalize else x
 
 
+def efficient_images_per_forward(tokens_per_image: int, width: int, device_type: str) -> int:
+    """How many images fit one inference forward within the device's ``ACTIVATION_BUDGET`` (at least 1)."""
+    budget = ACTIVATION_BUDGET.get(device_type, ACTIVATION_BUDGET["cuda"])
+    return max(1, budget // (tokens_per_image * width))
+
+
 class CLIPBackbone(nn.Module):
     """A frozen open_clip CLIP plus named LoRA adapters on the k/v projections of either tower.
 
@@ -509,10 +521,30 @@ class CLIPBackbone(nn.Module):
         features = []
         for start in range(0, len(adapters), per_forward):
             group = adapters[start : start + per_forward]
+            if len(group) == 1:  # alone in its forward: peft's per-sample routing would only cost time
+                with self._only_visual_adapter(group[0]):
+                    features.append(self.model.encode_image(images, normalize=normalize))
+                continue
             repeated = images.repeat(len(group), *([1] * (images.dim() - 1)))
             with self._mixed_adapter_batch([name or BASE_ADAPTER for name in group for _ in range(batch)]):
                 features.append(self.model.encode_image(repeated, normalize=normalize))
         return torch.cat(features).view(len(adapters), batch, -1)
+
+    def efficient_images_per_forward(self) -> int:
+        """Images per branch-batched inference forward on this device (``efficient_images_per_forward``)."""
+        visual = self.model.visual
+        tokens = math.prod(getattr(visual, "grid_size", (1,))) + 1  # patches and the class token
+        return efficient_images_per_forward(tokens, visual.transformer.width, self.device.type)
+
+    @contextlib.contextmanager
+    def _only_visual_adapter(self, name: str | None) -> Iterator[None]:
+        """A plain forward under one visual adapter (no mixed-batch bookkeeping), then restore."""
+        active = self.active_adapters
+        self.set_adapters(visual=name, text=active["text"])
+        try:
+            yield
+        finally:
+            self.set_adapters(**active)
 
     @contextlib.contextmanager
     def _mixed_adapter_batch(self, per_sample: list[str]) -> Iterator[None]:

@@ -135,7 +135,7 @@ def deployed_inference(model: str, n_tasks: int, batch: int, device: str, repeat
             backbone.set_adapters(visual=adapter, text=None)
             backbone.encode_image(images)
 
-    cap = strategy.cfg.max_images_per_forward
+    cap = strategy.images_per_forward()
     with torch.no_grad():
         times = _interleaved({
             "plain": plain_forwards,

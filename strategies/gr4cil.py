@@ -169,9 +169,10 @@ class GR4CILConfig(StrategyConfig):
     # chunks of this size (same gradients), so training memory stops growing with learned tasks.
     text_chunk_size: int = 256
     # Deployed inference runs the T visual branches as mixed-adapter batches of at most this many
-    # images (0: all branches in one forward). Past a device's efficient batch size a bigger
-    # forward costs more per image (tiny model, 2 CPU threads: 640 images take about 1.3x ten 64-image ones).
-    max_images_per_forward: int = 256
+    # images (0: all branches in one forward). "auto" sizes them for the device and model
+    # (backbones.ACTIVATION_BUDGET): past a device's efficient batch size a bigger forward costs
+    # more per image, so on a CPU a ViT-B/16 batch of 8 already runs each branch alone.
+    max_images_per_forward: int | str = "auto"
 
     def __post_init__(self):
         choices = {"visual_init": ("previous", "fresh"), "compensation": COMPENSATION_MODES,
@@ -179,8 +180,10 @@ class GR4CILConfig(StrategyConfig):
         for name, valid in choices.items():
             if getattr(self, name) not in valid:
                 raise UserError(f"gr4cil option {name}={getattr(self, name)!r} is not one of {list(valid)}")
-        if self.max_images_per_forward < 0:
-            raise UserError("gr4cil option max_images_per_forward must be >= 0 (0: no cap)")
+        cap = self.max_images_per_forward
+        if cap != "auto" and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
+            raise UserError(f"gr4cil option max_images_per_forward={cap!r} must be \"auto\" or an integer >= 0 "
+                            "(0: all branches in one forward)")
         if not 0.0 <= self.threshold_holdout < 1.0:
             raise UserError("gr4cil option threshold_holdout must be in [0, 1)")
 
@@ -386,10 +389,15 @@ class GR4CIL(CLIPStrategy):
             start += len(state.class_ids)
         return torch.cat(columns, dim=1)
 
+    def images_per_forward(self) -> int:
+        """The resolved ``max_images_per_forward`` (0: no cap)."""
+        cap = self.cfg.max_images_per_forward
+        return self.backbone.efficient_images_per_forward() if cap == "auto" else cap
+
     def scores(self, images: torch.Tensor) -> torch.Tensor:
         """Deployed inference: the branches in mixed-adapter batched forwards, then unified score competition."""
         branches = self.backbone.encode_image_multi(images, [s.adapter for s in self.tasks],
-                                                    max_images_per_forward=self.cfg.max_images_per_forward)
+                                                    max_images_per_forward=self.images_per_forward())
         return self._scores_from_features(list(branches), self.text_features(self.seen_classes))
 
     @torch.no_grad()
@@ -424,7 +432,7 @@ class GR4CIL(CLIPStrategy):
         """
         adapters = [t.adapter for t in self.tasks]
         branches = self.backbone.encode_image_multi(images, [None] + adapters,
-                                                    max_images_per_forward=self.cfg.max_images_per_forward).float()
+                                                    max_images_per_forward=self.images_per_forward()).float()
         self.backbone.set_adapters(visual=None, text=None)
         clip_text = self.backbone.encode_text(text_tokens).float()
         self.backbone.set_adapters(visual=None, text="text")

@@ -20,6 +20,7 @@ from benchmarks.backbones import (
     SplitAttention,
     autocast_context,
     create_clip,
+    efficient_images_per_forward,
     shared_prefix_length,
     split_attention_,
 )
@@ -354,7 +355,18 @@ def test_encode_image_multi_matches_single_adapter_forwards(tiny: CLIPBackbone, 
         assert _max_diff(multi[i], single) < 1e-5
     assert _max_diff(multi[0], multi[1]) > 1e-3  # the adapters really differ
     # capped forwards: 2 adapters per forward (then 2), and 1 when the cap is below one batch
+    tiny.set_adapters(visual="b", text="t")
     for cap in (2 * len(images) + 1, 1):
         with torch.no_grad():
             grouped = tiny.encode_image_multi(images, adapters, max_images_per_forward=cap)
         assert _max_diff(grouped, multi) < 1e-5
+        assert tiny.active_adapters == {"visual": "b", "text": "t"}  # a branch alone ran plainly, then restored
+
+
+def test_efficient_images_per_forward_by_hand(tiny: CLIPBackbone) -> None:
+    # ViT-B/16 at 224 px: 14 x 14 patches + class token = 197 tokens of width 768
+    assert efficient_images_per_forward(197, 768, "cpu") == 2**19 // (197 * 768) == 3
+    assert efficient_images_per_forward(197, 768, "cuda") == 2**26 // (197 * 768) == 443
+    assert efficient_images_per_forward(10**6, 768, "cpu") == 1  # never below one image
+    # tiny-clip-32: 32 px in patches of 8 -> 4 x 4 + 1 = 17 tokens of width 128
+    assert tiny.efficient_images_per_forward() == 2**19 // (17 * 128) == 240

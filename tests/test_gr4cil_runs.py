@@ -10,6 +10,7 @@ from safetensors import safe_open
 
 from benchmarks import run
 from benchmarks.backbones import BackboneSpec, create_clip
+from benchmarks.errors import UserError
 from benchmarks.results import iter_results
 from strategies.gr4cil import GR4CIL
 
@@ -182,3 +183,15 @@ def test_chunked_text_backward_gives_the_same_gradients_as_the_direct_one():
         gradients.append([p.grad.clone() for p in params])
     for direct, chunked in zip(*gradients):
         torch.testing.assert_close(chunked, direct, atol=1e-6, rtol=1e-4)
+
+
+def test_images_per_forward_option_resolves_auto_and_rejects_bad_values():
+    backbone = create_clip(BackboneSpec("tiny-clip-32", None))
+    def strategy(cap):
+        return GR4CIL(backbone=backbone, class_names=["a", "b"], show_progress=False,
+                      config=GR4CIL.Config(max_images_per_forward=cap))
+    assert strategy("auto").images_per_forward() == backbone.efficient_images_per_forward() == 240
+    assert strategy(0).images_per_forward() == 0 and strategy(64).images_per_forward() == 64
+    for bad in (-1, "many", 2.5, True):
+        with pytest.raises(UserError, match="max_images_per_forward"):
+            GR4CIL.Config(max_images_per_forward=bad)
