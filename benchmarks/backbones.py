@@ -40,7 +40,7 @@ TINY_MODEL = "tiny-clip-32"
 BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed-adapter batch
 # Activation elements (images x visual tokens x width) that one branch-batched inference forward
 # should hold. On a CPU, forwards past cache size cost more per image (2 cores: 640 tiny images
-# 1.08-1.29x the time of ten 64-image forwards; ViT-B-16, 16 or 80 images 1.05x per image of 8);
+# 1.08-1.47x the time of ten 64-image forwards; ViT-B-16, 16 or 80 images 1.05x per image of 8);
 # a GPU wants big batches (256 ViT-B/16 images is 2^25.2; the CUDA value is not measured here).
 ACTIVATION_BUDGET = {"cpu": 2**19, "cuda": 2**26}
 
