@@ -505,10 +505,11 @@ class CLIPBackbone(nn.Module):
         """Features [len(adapters), B, D] of one image batch under each visual adapter (None = base).
 
         The batch is repeated once per adapter and every visual LoRA layer gets peft's per-sample
-        ``adapter_names`` (mixed-adapter batch), independent of the active adapter. All adapters
-        go through one forward, or, with ``max_images_per_forward``, as many adapters per forward
-        as fit in that many images (at least one): past a device's efficient batch size, bigger
-        forwards only cost more per image.
+        ``adapter_names`` (mixed-adapter batch). All adapters go through one forward, or, with
+        ``max_images_per_forward``, as many adapters per forward as fit in that many images (at
+        least one): past a device's efficient batch size, bigger forwards only cost more per image.
+        An adapter alone in its forward runs as a plain forward under it. The active adapters are
+        the same afterwards.
         """
         if not adapters:
             raise ValueError("encode_image_multi needs at least one adapter (None = base weights)")
@@ -532,8 +533,8 @@ class CLIPBackbone(nn.Module):
 
     def efficient_images_per_forward(self) -> int:
         """Images per branch-batched inference forward on this device (``efficient_images_per_forward``)."""
-        visual = self.model.visual
-        tokens = math.prod(getattr(visual, "grid_size", (1,))) + 1  # patches and the class token
+        visual = self.model.visual  # a VisionTransformer: _check_model_config admits ViT models only
+        tokens = math.prod(visual.grid_size) + 1  # patches and the class token
         return efficient_images_per_forward(tokens, visual.transformer.width, self.device.type)
 
     @contextlib.contextmanager
