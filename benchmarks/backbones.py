@@ -28,11 +28,12 @@ import torch.nn.functional as F
 from huggingface_hub import constants as hf_constants
 from huggingface_hub import try_to_load_from_cache
 from open_clip.constants import HF_SAFE_WEIGHTS_NAME, HF_WEIGHTS_NAME
-from open_clip.transformer import ResidualAttentionBlock, VisionTransformer, text_global_pool
+from open_clip.transformer import ResidualAttentionBlock, VisionTransformer
 from peft import LoraConfig, inject_adapter_in_model
 from peft.tuners.lora import LoraLayer
 from torch import nn
 
+from benchmarks import precision as amp
 from benchmarks.errors import UserError, WeightsNotFoundError
 
 DEFAULT_MODEL = "ViT-B-16-quickgelu"
@@ -43,6 +44,12 @@ BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed-adapter bat
 # 1.08-1.47x the time of ten 64-image forwards; ViT-B-16, 16 or 80 images 1.05x per image of 8);
 # a GPU wants big batches (256 ViT-B/16 images is 2^25.2; the CUDA value is not measured here).
 ACTIVATION_BUDGET = {"cpu": 2**19, "cuda": 2**26}
+# Activation elements (prompts x text tokens x width) that one text forward with a graph may hold
+# before a training step backpropagates through the text tower in chunks (an extra forward without
+# a graph). On a GPU it is sized so that ImageNet-1K's 1000 prompts never chunk with ViT-B/16
+# (1000 x 20 x 512 = 2^23.3; about 4 GB of saved fp16 activations); on a CPU memory is plentiful
+# but slow, and this keeps the former 256 prompts of ViT-B/16 at 16 tokens.
+TEXT_BACKWARD_BUDGET = {"cpu": 2**21, "cuda": 2**25}
 
 Tower = Literal["visual", "text"]
 
@@ -76,13 +83,6 @@ class BackboneSpec:
     model: str = DEFAULT_MODEL
     pretrained: str | None = "openai"  # open_clip tag, path to a weight file, or None (random init)
     cache_dir: str | None = None  # open_clip / Hugging Face cache to look in (default: theirs)
-
-
-def autocast_context(device: str | torch.device) -> contextlib.AbstractContextManager[Any]:
-    """fp16 autocast on CUDA, nothing elsewhere (CPU runs stay in fp32)."""
-    if torch.device(device).type == "cuda":
-        return torch.autocast("cuda", dtype=torch.float16)
-    return contextlib.nullcontext()
 
 
 # --------------------------------------------------------------------------- attention surgery
@@ -419,37 +419,117 @@ def _text_transformer_with_shared_prefix(
     return out + last.ls_2(last.mlp(last.ln_2(out)))
 
 
-def encode_clip_text(model: open_clip.CLIP, tokens: torch.Tensor, normalize: bool = True) -> torch.Tensor:
-    """open_clip's text features of ``tokens``, with three exact savings from the causal mask.
+@dataclass(frozen=True)
+class PromptBucket:
+    """Prompts whose EOT sits at the same position, trimmed to that length, on the model's device."""
 
-    Positions after the last EOT are dropped (nothing earlier attends to them). With split
-    attention, the token prefix shared by every prompt ("<sot> a photo of a") runs through the
-    transformer once instead of once per prompt, since no prefix position attends to anything
-    after it; and the last block computes queries and its MLP only at the EOT, the one position
-    pooled. Fused-attention models (the tiny CLIP while it is pretrained) take the plain path.
+    tokens: torch.Tensor  # [n, length]
+    pooled: torch.Tensor  # [n]: each row's EOT position, counted from the end of the shared prefix
+    prefix: int  # leading positions all rows share (run once); 0 for the plain path
+
+
+@dataclass(frozen=True)
+class PreparedPrompts:
+    """Token ids in length buckets, ready for ``encode_prompts``.
+
+    Everything that depends on token values (EOT positions, lengths, shared prefixes) is read on
+    the CPU, once, so encoding prepared prompts on a GPU never waits for the device.
     """
-    # EOT has the largest token id (open_clip's argmax pooling)
-    eot = tokens.argmax(dim=-1)
-    length = int(eot.max()) + 1
-    tokens = tokens[:, :length]
-    cast_dtype = model.transformer.get_cast_dtype()
-    x = model.token_embedding(tokens).to(cast_dtype) + model.positional_embedding[:length].to(cast_dtype)
-    shareable = model.text_pool_type == "argmax" and _prefix_sharing_applies(model.transformer)
-    prefix = shared_prefix_length(tokens, eot) if shareable else 0
-    if prefix:
-        mask = model.attn_mask[:length, :length]
-        x = model.ln_final(_text_transformer_with_shared_prefix(model.transformer, x, mask, prefix, eot - prefix))
+
+    buckets: tuple[PromptBucket, ...]
+    order: torch.Tensor | None  # rows of the concatenated bucket outputs in input order; None: already in order
+
+    def __len__(self) -> int:
+        return sum(len(b.tokens) for b in self.buckets)
+
+
+def prepare_prompts(
+    tokens: torch.Tensor, device: torch.device, share_prefix: bool = True, length_buckets: bool = True
+) -> PreparedPrompts:
+    """Group ``tokens`` ``[N, context]`` by EOT position and trim each group after its EOT.
+
+    Positions after a prompt's EOT are never attended to under the causal mask, so a bucket's
+    features equal those of the padded batch (tested); buckets only drop the padding work. With
+    ``length_buckets=False`` all prompts form one bucket trimmed to the longest.
+    """
+    tokens = tokens.cpu()
+    if len(tokens) == 0:
+        raise ValueError("no prompts to encode")
+    eot = tokens.argmax(dim=-1)  # EOT has the largest token id (open_clip's argmax pooling)
+    if length_buckets:
+        groups = [(eot == position).nonzero().flatten() for position in eot.unique().tolist()]
     else:
-        x = model.transformer(x, attn_mask=model.attn_mask[:length, :length])
-        x = text_global_pool(model.ln_final(x), tokens, model.text_pool_type)
+        groups = [torch.arange(len(tokens))]
+    buckets = []
+    for rows in groups:
+        rows_eot = eot[rows]
+        bucket = tokens[rows, : int(rows_eot.max()) + 1]
+        prefix = shared_prefix_length(bucket, rows_eot) if share_prefix else 0
+        buckets.append(PromptBucket(bucket.to(device), (rows_eot - prefix).to(device), prefix))
+    order = None if len(groups) == 1 else torch.argsort(torch.cat(groups)).to(device)
+    return PreparedPrompts(tuple(buckets), order)
+
+
+def encode_prompts(model: open_clip.CLIP, prompts: PreparedPrompts, normalize: bool = True) -> torch.Tensor:
+    """open_clip's text features of prepared prompts, with four exact savings from the causal mask.
+
+    Each length bucket runs only up to its own EOT. With split attention, the token prefix shared
+    by every prompt of a bucket ("<sot> a photo of a") runs through the transformer once instead
+    of once per prompt, since no prefix position attends to anything after it; and the last block
+    computes queries and its MLP only at the EOT, the one position pooled. Fused-attention models
+    (the tiny CLIP while it is pretrained) take the plain path.
+    """
+    cast_dtype = model.transformer.get_cast_dtype()
+    pooled = []
+    for bucket in prompts.buckets:
+        length = bucket.tokens.shape[1]
+        x = model.token_embedding(bucket.tokens).to(cast_dtype) + model.positional_embedding[:length].to(cast_dtype)
+        mask = model.attn_mask[:length, :length]
+        if bucket.prefix:
+            x = _text_transformer_with_shared_prefix(model.transformer, x, mask, bucket.prefix, bucket.pooled)
+        else:
+            x = model.transformer(x, attn_mask=mask)
+            x = x[torch.arange(len(x), device=x.device), bucket.pooled]
+        pooled.append(x)
+    x = torch.cat(pooled) if len(pooled) > 1 else pooled[0]
+    if prompts.order is not None:
+        x = x[prompts.order]
+    x = model.ln_final(x)  # per position, so pooling first is the same and cheaper
     x = model.text_projection(x) if isinstance(model.text_projection, nn.Linear) else x @ model.text_projection
     return F.normalize(x, dim=-1) if normalize else x
+
+
+def encode_clip_text(
+    model: open_clip.CLIP, tokens: torch.Tensor, normalize: bool = True, length_buckets: bool = True
+) -> torch.Tensor:
+    """open_clip's ``model.encode_text(tokens)``, computed as ``encode_prompts`` does."""
+    share_prefix = model.text_pool_type == "argmax" and _prefix_sharing_applies(model.transformer)
+    prompts = prepare_prompts(tokens, model.positional_embedding.device, share_prefix, length_buckets)
+    return encode_prompts(model, prompts, normalize)
 
 
 def efficient_images_per_forward(tokens_per_image: int, width: int, device_type: str) -> int:
     """How many images fit one inference forward within the device's ``ACTIVATION_BUDGET`` (at least 1)."""
     budget = ACTIVATION_BUDGET.get(device_type, ACTIVATION_BUDGET["cuda"])
     return max(1, budget // (tokens_per_image * width))
+
+
+def _fp32_features(features: torch.Tensor, normalize: bool) -> torch.Tensor:
+    """Tower outputs in fp32, L2-normalised in fp32 (unit norm to fp32 rounding under any autocast)."""
+    features = features.float()
+    return F.normalize(features, dim=-1) if normalize else features
+
+
+def _fp32_features(features: torch.Tensor, normalize: bool) -> torch.Tensor:
+    """Tower outputs in fp32, L2-normalised in fp32 (unit norm to fp32 rounding under any autocast)."""
+    features = features.float()
+    return F.normalize(features, dim=-1) if normalize else features
+
+
+def efficient_prompts_per_backward(tokens_per_prompt: int, width: int, device_type: str) -> int:
+    """How many prompts one text forward with a graph may hold within ``TEXT_BACKWARD_BUDGET`` (at least 1)."""
+    budget = TEXT_BACKWARD_BUDGET.get(device_type, TEXT_BACKWARD_BUDGET["cuda"])
+    return max(1, budget // (tokens_per_prompt * width))
 
 
 class CLIPBackbone(nn.Module):
@@ -473,6 +553,7 @@ class CLIPBackbone(nn.Module):
         self.embed_dim: int = int(model.visual.output_dim)
         model.requires_grad_(False)
         model.eval()
+        self.precision = "fp32"  # set_precision: the towers' autocast; features always come out fp32
         self._towers: dict[str, Tower] = {}  # adapter name -> tower, in creation order
         self._active: dict[Tower, str | None] = {"visual": None, "text": None}
         self._trainable: set[str] = set()
@@ -487,13 +568,34 @@ class CLIPBackbone(nn.Module):
         """Token ids (LongTensor [N, context_length]) with open_clip's tokenizer."""
         return self.tokenizer(list(texts))
 
-    def encode_text(self, tokens: torch.Tensor, normalize: bool = True) -> torch.Tensor:
-        """Text features under the active text adapter (``encode_clip_text``)."""
-        return encode_clip_text(self.model, tokens.to(self.device), normalize)
+    def set_precision(self, precision: str) -> None:
+        """Run both towers under autocast to ``precision`` (fp32, fp16 or bf16); features stay fp32."""
+        if precision not in amp.PRECISIONS:
+            raise ValueError(f"precision must be one of {amp.PRECISIONS}, not {precision!r}")
+        self.precision = precision
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """Autocast to the backbone's precision on its device (nothing for fp32)."""
+        return amp.autocast(self.precision, self.device)
+
+    def prepare_prompts(self, tokens: torch.Tensor, length_buckets: bool = True) -> PreparedPrompts:
+        """``prepare_prompts`` for this model on its device: reuse the result for repeated encodes."""
+        share_prefix = _prefix_sharing_applies(self.model.transformer)
+        return prepare_prompts(tokens, self.device, share_prefix, length_buckets)
+
+    def encode_text(self, tokens: torch.Tensor | PreparedPrompts, normalize: bool = True) -> torch.Tensor:
+        """fp32 text features under the active text adapter (``encode_prompts``), from token ids
+        ``[N, context]`` or from ``prepare_prompts``."""
+        prompts = tokens if isinstance(tokens, PreparedPrompts) else self.prepare_prompts(tokens)
+        with self.autocast():
+            features = encode_prompts(self.model, prompts, normalize=False)
+        return _fp32_features(features, normalize)
 
     def encode_image(self, images: torch.Tensor, normalize: bool = True) -> torch.Tensor:
-        """Image features under the active visual adapter."""
-        return self.model.encode_image(images.to(self.device), normalize=normalize)
+        """fp32 image features under the active visual adapter."""
+        with self.autocast():
+            features = self.model.encode_image(images.to(self.device, non_blocking=True))
+        return _fp32_features(features, normalize)
 
     def encode_image_multi(
         self,
@@ -517,19 +619,24 @@ class CLIPBackbone(nn.Module):
             if name is not None:
                 self._check_adapter(name, "visual")
         batch = images.shape[0]
-        images = images.to(self.device)
+        images = images.to(self.device, non_blocking=True)
         per_forward = len(adapters) if not max_images_per_forward else max(1, max_images_per_forward // batch)
         features = []
         for start in range(0, len(adapters), per_forward):
             group = adapters[start : start + per_forward]
             if len(group) == 1:  # alone in its forward: peft's per-sample routing would only cost time
-                with self._only_visual_adapter(group[0]):
-                    features.append(self.model.encode_image(images, normalize=normalize))
+                with self._only_visual_adapter(group[0]), self.autocast():
+                    features.append(self.model.encode_image(images))
                 continue
             repeated = images.repeat(len(group), *([1] * (images.dim() - 1)))
-            with self._mixed_adapter_batch([name or BASE_ADAPTER for name in group for _ in range(batch)]):
-                features.append(self.model.encode_image(repeated, normalize=normalize))
-        return torch.cat(features).view(len(adapters), batch, -1)
+            per_sample = [name or BASE_ADAPTER for name in group for _ in range(batch)]
+            with self._mixed_adapter_batch(per_sample), self.autocast():
+                features.append(self.model.encode_image(repeated))
+        return _fp32_features(torch.cat(features), normalize).view(len(adapters), batch, -1)
+
+    def efficient_prompts_per_backward(self, tokens_per_prompt: int) -> int:
+        """Prompts per text forward with a graph on this device (``efficient_prompts_per_backward``)."""
+        return efficient_prompts_per_backward(tokens_per_prompt, self.model.transformer.width, self.device.type)
 
     def efficient_images_per_forward(self) -> int:
         """Images per branch-batched inference forward on this device (``efficient_images_per_forward``)."""

@@ -130,7 +130,8 @@ def pretrain(args: argparse.Namespace) -> tuple[open_clip.CLIP, list[tuple[int, 
     progress = tqdm(batches(args.steps, args.batch_size, args.seed), total=args.steps, desc="pretrain", unit="step")
     for step, (images, texts) in enumerate(progress, start=1):
         image_features = model.encode_image(images_to_tensor(images), normalize=True)
-        text_features = encode_clip_text(model, tokenizer(texts))
+        # one padded batch, as when the shipped checkpoint was made (buckets would round differently)
+        text_features = encode_clip_text(model, tokenizer(texts), length_buckets=False)
         loss = loss_fn(image_features, text_features, model.logit_scale.exp())
         optimizer.zero_grad(set_to_none=True)
         loss.backward()

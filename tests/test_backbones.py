@@ -18,7 +18,6 @@ from benchmarks.backbones import (
     BackboneSpec,
     CLIPBackbone,
     SplitAttention,
-    autocast_context,
     create_clip,
     efficient_images_per_forward,
     shared_prefix_length,
@@ -143,11 +142,6 @@ def test_unreadable_checkpoint_is_a_user_error(tmp_path) -> None:
     path.write_bytes(b"not a checkpoint")
     with pytest.raises(UserError, match="broken.pt"):
         create_clip(BackboneSpec(TINY_MODEL, pretrained=str(path)))
-
-
-def test_autocast_is_a_no_op_on_cpu() -> None:
-    with autocast_context("cpu"):
-        assert not torch.is_autocast_enabled("cpu")
 
 
 # --------------------------------------------------------------------------- attention surgery and trimming

@@ -1,0 +1,46 @@
+"""Numeric precision of a run: ``fp32``, or mixed precision (``fp16`` with a loss scaler, ``bf16``).
+
+The CLIP towers run under autocast in the chosen precision and hand back fp32 features; every
+score, loss, softmax and threshold downstream is computed in fp32 (``CLIPBackbone`` does the
+casting, so no strategy has to). ``fp16`` scales the loss with ``torch.amp.GradScaler``; ``bf16``
+has fp32's exponent range and needs no scaler. On a CPU both use CPU autocast, so the
+mixed-precision path can be tested without a GPU.
+"""
+
+from __future__ import annotations
+
+import contextlib
+
+import torch
+
+from benchmarks.errors import UserError
+
+PRECISIONS = ("fp32", "fp16", "bf16")
+AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
+# The first loss scale of fp16 training. torch's default, 2**16, overflows in the first backward at
+# CLIP's logit scale 100 (d loss / d cosine reaches 100 / batch, times 2**16, past fp16's 65504),
+# so the first 3-4 steps of every run were skipped while the cosine schedule advanced. At 2**10 the
+# first step already fits; the scaler still grows the scale every 2000 clean steps.
+INITIAL_LOSS_SCALE = 2.0**10
+
+
+def resolve_precision(precision: str | None, device: str | torch.device) -> str:
+    """``auto`` (or None) is the paper's mixed precision on CUDA, fp16, and fp32 elsewhere."""
+    if precision in (None, "auto"):
+        return "fp16" if torch.device(device).type == "cuda" else "fp32"
+    if precision not in PRECISIONS:
+        raise UserError(f"unknown precision {precision!r}; use auto, {', '.join(PRECISIONS)}")
+    return precision
+
+
+def autocast(precision: str, device: str | torch.device) -> contextlib.AbstractContextManager:
+    """Autocast to ``precision`` on ``device``'s type; nothing for fp32."""
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    return torch.autocast(torch.device(device).type, dtype=AUTOCAST_DTYPES[precision])
+
+
+def loss_scaler(precision: str, device: str | torch.device) -> torch.amp.GradScaler:
+    """A ``GradScaler`` that is enabled for fp16 only (bf16 and fp32 do not need one)."""
+    return torch.amp.GradScaler(torch.device(device).type, init_scale=INITIAL_LOSS_SCALE,
+                                enabled=precision == "fp16")
