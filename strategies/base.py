@@ -9,15 +9,19 @@ A strategy is a subclass that overrides a few named hooks (as in Avalanche):
 * ``scores(images)``: scores over **all seen classes** for a batch of test images (no task id).
 
 The runner computes every metric from ``scores``, the same way for every strategy. The base class
-owns the optimiser (AdamW with a per-iteration cosine schedule), mixed precision on CUDA, the
-progress bar, LoRA bookkeeping, and checkpoint state (safetensors tensors + JSON metadata).
+owns the optimiser (AdamW with a per-iteration cosine schedule), the precision (the backbone's
+towers run under autocast and return fp32 features, so scores and losses are fp32; fp16 scales
+the loss), the data loaders (workers, pinned memory), the progress bar, LoRA bookkeeping, and
+checkpoint state (safetensors tensors + JSON metadata, the loss scaler included).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import math
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -29,8 +33,9 @@ from avalanche.training.templates import SupervisedTemplate
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from benchmarks.backbones import CLIPBackbone, autocast_context
+from benchmarks.backbones import CLIPBackbone, PreparedPrompts
 from benchmarks.errors import UserError
+from benchmarks.precision import loss_scaler, resolve_precision
 
 
 @dataclass
@@ -70,8 +75,14 @@ class CLIPStrategy(SupervisedTemplate):
     Config: ClassVar[type[StrategyConfig]] = StrategyConfig
 
     def __init__(self, *, backbone: CLIPBackbone, class_names: list[str], config: StrategyConfig,
-                 device: str | torch.device = "cpu", show_progress: bool = True):
+                 device: str | torch.device = "cpu", precision: str = "auto", show_progress: bool = True,
+                 **avalanche_kwargs):
+        """``precision``: fp32, fp16 (autocast and a loss scaler) or bf16; "auto" is fp16 on CUDA and
+        fp32 elsewhere. ``avalanche_kwargs`` (``plugins``, ``evaluator``, ...) go to ``SupervisedTemplate``."""
+        device = torch.device(device)
         self.backbone = backbone.to(device)
+        self.precision = resolve_precision(precision, device)
+        self.backbone.set_precision(self.precision)
         self.cfg = config
         self.class_names = list(class_names)
         self.show_progress = show_progress
@@ -81,18 +92,20 @@ class CLIPStrategy(SupervisedTemplate):
         self.current_classes: list[int] = []
         self.adapters: dict[str, dict[str, Any]] = {}  # name -> {tower, rank, alpha}
         self.scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
+        self.scaler = loss_scaler(self.precision, device)
+        self.skipped_steps = 0  # fp16 steps the loss scaler skipped (inf/nan gradients), whole stream
         self._progress: tqdm | None = None
-        device = torch.device(device)
-        self.use_amp = device.type == "cuda"
-        self.scaler = torch.amp.GradScaler("cuda", enabled=self.use_amp)
+        self._prepared_prompts: dict[tuple[int, ...], PreparedPrompts] = {}
+        self._fixed_text: dict[tuple, torch.Tensor] | None = None
         # Avalanche wants an optimiser up front; the real one is built per task in make_optimizer.
         idle = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
-        with warnings.catch_warnings():  # metrics come from the runner, not Avalanche's loggers
-            warnings.filterwarnings("ignore", message="No loggers specified")
-            evaluator = EvaluationPlugin(loggers=[])
+        if "evaluator" not in avalanche_kwargs:
+            with warnings.catch_warnings():  # metrics come from the runner, not Avalanche's loggers
+                warnings.filterwarnings("ignore", message="No loggers specified")
+                avalanche_kwargs["evaluator"] = EvaluationPlugin(loggers=[])
         super().__init__(model=self.backbone, optimizer=idle, train_mb_size=config.batch_size,
                          train_epochs=config.epochs, eval_mb_size=config.eval_batch_size,
-                         device=device, evaluator=evaluator)
+                         device=device, **avalanche_kwargs)
 
     # ------------------------------------------------------------------ hooks for subclasses
     def setup_task(self, task: int, classes: list[int]) -> None:
@@ -123,9 +136,33 @@ class CLIPStrategy(SupervisedTemplate):
 
     # ------------------------------------------------------------------ CLIP helpers
     def text_features(self, class_ids: list[int]) -> torch.Tensor:
-        """Normalised text features of the classes' prompts under the active text adapter."""
-        tokens = self.prompt_tokens[class_ids].to(self.device)
-        return self.backbone.encode_text(tokens, normalize=True)
+        """Normalised fp32 text features of the classes' prompts under the active text adapter.
+
+        The prompts' length buckets are prepared once per class list, so a training step that
+        re-encodes them never reads token values on the device. Inside ``fixed_text`` the features
+        themselves are computed once per class list and text adapter.
+        """
+        key = tuple(class_ids)
+        memo_key = (key, self.backbone.active_adapters["text"])
+        if self._fixed_text is not None and memo_key in self._fixed_text:
+            return self._fixed_text[memo_key]
+        if key not in self._prepared_prompts:
+            self._prepared_prompts[key] = self.backbone.prepare_prompts(self.prompt_tokens[list(key)])
+        features = self.backbone.encode_text(self._prepared_prompts[key], normalize=True)
+        if self._fixed_text is not None:
+            self._fixed_text[memo_key] = features
+        return features
+
+    @contextlib.contextmanager
+    def fixed_text(self) -> Iterator[None]:
+        """A stretch (evaluation) in which the text tower does not change: ``text_features`` is
+        computed once per class list and text adapter, not once per batch. Use it without grad."""
+        outer = self._fixed_text
+        self._fixed_text = {} if outer is None else outer
+        try:
+            yield
+        finally:
+            self._fixed_text = outer
 
     def add_adapter(self, name: str, tower: str) -> None:
         """Add a LoRA adapter with the configured rank and alpha, and remember it for checkpoints."""
@@ -141,20 +178,33 @@ class CLIPStrategy(SupervisedTemplate):
         """Train on one experience of a class-incremental stream."""
         self.train(experience, eval_streams=[])
 
+    def loader_options(self) -> dict[str, Any]:
+        """DataLoader options from the config: workers (kept alive across epochs), pinned memory on CUDA."""
+        workers = self.cfg.num_workers
+        return {"num_workers": workers, "persistent_workers": workers > 0, "pin_memory": self.device.type == "cuda"}
+
+    def data_loader(self, dataset, batch_size: int | None = None, shuffle: bool = False,
+                    passes: int = 1) -> DataLoader:
+        """A loader over ``dataset`` with ``loader_options``, for the strategy's own passes
+        (evaluation, prototypes, second stages); with several ``passes`` its workers stay alive."""
+        options = self.loader_options()
+        options["persistent_workers"] = options["persistent_workers"] and passes > 1
+        return DataLoader(dataset, batch_size=batch_size or self.cfg.eval_batch_size, shuffle=shuffle, **options)
+
     @torch.no_grad()
     def score_dataset(self, dataset, cache_key: str | None = None) -> torch.Tensor:
-        """Scores of every sample of ``dataset`` over the seen classes, ``[N, n_seen]`` on CPU.
+        """Scores of every sample of ``dataset`` over the seen classes, ``[N, n_seen]`` fp32 on CPU.
 
         The runner passes the same ``dataset`` with the same ``cache_key`` at every stage, so a
         strategy may keep per-image work that cannot change (e.g. features of frozen branches).
+        Text features are computed once for the whole pass (``fixed_text``).
         """
         self.backbone.eval()
-        loader = DataLoader(dataset, batch_size=self.cfg.eval_batch_size, shuffle=False,
-                            num_workers=self.cfg.num_workers)
         out = []
-        for images, *_ in tqdm(loader, desc="eval", leave=False, disable=not self.show_progress):
-            with autocast_context(self.device):
-                out.append(self.scores(images.to(self.device)).float().cpu())
+        with self.fixed_text():
+            batches = tqdm(self.data_loader(dataset), desc="eval", leave=False, disable=not self.show_progress)
+            for images, *_ in batches:
+                out.append(self.scores(images.to(self.device, non_blocking=True)).float().cpu())
         return torch.cat(out)
 
     def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
@@ -162,12 +212,16 @@ class CLIPStrategy(SupervisedTemplate):
         tensors = {f"lora/{name}/{key}": value.detach().cpu().contiguous()
                    for name in self.adapters for key, value in self.backbone.lora_state_dict(name).items()}
         meta = {"seen_classes": self.seen_classes, "task_classes": self.task_classes,
-                "adapters": self.adapters}
+                "adapters": self.adapters, "loss_scaler": self.scaler.state_dict(),
+                "skipped_steps": self.skipped_steps}
         return tensors, meta
 
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         self.seen_classes = list(meta["seen_classes"])
         self.task_classes = [list(c) for c in meta["task_classes"]]
+        if meta.get("loss_scaler") and self.scaler.is_enabled():  # {} when saved without fp16
+            self.scaler.load_state_dict(meta["loss_scaler"])
+        self.skipped_steps = int(meta.get("skipped_steps", 0))
         for name, spec in meta["adapters"].items():
             if name not in self.adapters:
                 self.backbone.add_lora(name, tower=spec["tower"], rank=spec["rank"], alpha=spec["alpha"])
@@ -221,6 +275,14 @@ class CLIPStrategy(SupervisedTemplate):
         self.model = self.model_adaptation()
         self.make_optimizer()
 
+    def make_train_dataloader(self, **kwargs):
+        # Avalanche's defaults are 0 workers; the config's workers apply unless the caller says otherwise.
+        super().make_train_dataloader(**{**self.loader_options(), **kwargs})
+
+    def make_eval_dataloader(self, **kwargs):
+        options = {**self.loader_options(), "persistent_workers": False}
+        super().make_eval_dataloader(**{**options, **kwargs})
+
     def make_optimizer(self, **kwargs):
         params = [p for p in self.backbone.parameters() if p.requires_grad]
         params += [p for p in self.extra_trainable_parameters() if p.requires_grad]
@@ -235,22 +297,28 @@ class CLIPStrategy(SupervisedTemplate):
         """Trainable tensors outside the backbone (heads, prompts); empty by default."""
         return []
 
+    # The backbone's towers autocast themselves and return fp32 features, so logits and losses
+    # are computed in fp32 here, outside autocast.
     def forward(self):
-        with autocast_context(self.device):
-            return self.compute_logits(self.mb_x)
+        return self.compute_logits(self.mb_x)
 
     def criterion(self):
-        local_targets = self._local_index[self.mb_y]
-        with autocast_context(self.device):
-            return self.compute_loss(self.mb_output, local_targets)
+        return self.compute_loss(self.mb_output, self._local_index[self.mb_y])
 
     def backward(self):
         self.scaler.scale(self.loss).backward()
 
     def optimizer_step(self):
-        self.scaler.step(self.optimizer)
-        self.scaler.update()
-        if self.scheduler is not None:
+        if not self.scaler.is_enabled():
+            self.optimizer.step()
+            stepped = True
+        else:  # fp16: the scaler skips a step with inf/nan gradients and lowers its scale
+            scale = self.scaler.get_scale()  # scaler.step already waited for the gradients
+            self.scaler.step(self.optimizer)
+            self.scaler.update()
+            stepped = self.scaler.get_scale() >= scale
+            self.skipped_steps += not stepped
+        if stepped and self.scheduler is not None:  # the schedule follows the steps taken
             self.scheduler.step()
 
     def _before_training_exp(self, **kwargs):
@@ -260,13 +328,21 @@ class CLIPStrategy(SupervisedTemplate):
         self._progress = tqdm(total=total, desc=f"{self.name} task {task}", leave=False,
                               disable=not self.show_progress or total == 0)
 
+    def _before_training_epoch(self, **kwargs):
+        super()._before_training_epoch(**kwargs)
+        self._epoch_loss = torch.zeros((), device=self.device)
+
     def _after_training_iteration(self, **kwargs):
         super()._after_training_iteration(**kwargs)
-        loss = float(self.loss.detach())
-        if not math.isfinite(loss):
-            raise FloatingPointError(f"{self.name}: training loss became {loss}")
-        self._progress.set_postfix(loss=f"{loss:.3f}", refresh=False)
+        self._epoch_loss += self.loss.detach().sum()  # read once per epoch: no host sync per step
         self._progress.update()
+
+    def _after_training_epoch(self, **kwargs):
+        loss = float(self._epoch_loss) / max(1, len(self.dataloader))
+        if not math.isfinite(loss):
+            raise FloatingPointError(f"{self.name}: training loss became {loss} in epoch {self.clock.train_exp_epochs + 1}")
+        self._progress.set_postfix(loss=f"{loss:.3f}")
+        super()._after_training_epoch(**kwargs)
 
     def _after_training_exp(self, **kwargs):
         self._progress.close()

@@ -5,6 +5,7 @@ Score of class c for image x: ``<f_v(x), f_t(p(c))>`` with frozen pretrained tow
 
 from __future__ import annotations
 
+import warnings
 from dataclasses import dataclass
 
 import torch
@@ -16,6 +17,12 @@ from strategies.registry import register
 @dataclass
 class ContinualCLIPConfig(StrategyConfig):
     epochs: int = 0
+
+    def __post_init__(self):
+        if self.epochs:  # e.g. a suite's [defaults] epochs, meant for the strategies that train
+            warnings.warn(f"continual_clip trains nothing: it ignores epochs = {self.epochs} and records 0",
+                          UserWarning, stacklevel=3)
+            self.epochs = 0
 
 
 @register("continual_clip")

@@ -37,10 +37,8 @@ from typing import Any
 import numpy as np
 import torch
 import torch.nn.functional as F
-from torch.utils.data import DataLoader
 
 from analysis.subspace import directional_distance, energy_basis, joint_basis, orthonormal_basis, symmetric_distance
-from benchmarks.backbones import autocast_context
 from benchmarks.errors import UserError
 from strategies.base import CLIPStrategy, StrategyConfig
 from strategies.registry import register
@@ -66,8 +64,7 @@ def separation_loss(new_text: torch.Tensor, seen_text: torch.Tensor, new_index: 
     """
     cos = F.normalize(new_text, dim=-1) @ F.normalize(seen_text, dim=-1).T  # [|C^t|, |C^1:t|]
     hinge = (cos - tau).clamp(min=0.0)
-    others = torch.ones_like(hinge, dtype=torch.bool)
-    others[torch.arange(len(new_index)), new_index] = False
+    others = new_index[:, None] != torch.arange(seen_text.shape[0], device=new_index.device)[None, :]
     return ((hinge * others).sum(dim=1) / others.sum(dim=1).clamp(min=1)).mean()
 
 
@@ -166,8 +163,10 @@ class GR4CILConfig(StrategyConfig):
     threshold_holdout: float = 0.0  # fraction of each task's training images kept for omega^t
     threshold_percentile: float = 5.0
     # Above this many seen-class prompts, the stage-1 step backpropagates through the text tower in
-    # chunks of this size (same gradients), so training memory stops growing with learned tasks.
-    text_chunk_size: int = 256
+    # chunks of this size (same gradients, one more forward without a graph), so training memory
+    # stops growing with learned tasks. "auto" sizes it for the device and the prompts' length
+    # (backbones.TEXT_BACKWARD_BUDGET): on a GPU, ImageNet-1K's 1000 prompts never chunk.
+    text_chunk_size: int | str = "auto"
     # Deployed inference runs the T visual branches as mixed-adapter batches of at most this many
     # images (0: all branches in one forward). "auto" sizes them for the device and model
     # (backbones.ACTIVATION_BUDGET): past a device's efficient batch size a bigger forward costs
@@ -184,6 +183,9 @@ class GR4CILConfig(StrategyConfig):
         if cap != "auto" and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
             raise UserError(f"gr4cil option max_images_per_forward={cap!r} must be \"auto\" or an integer >= 0 "
                             "(0: all branches in one forward)")
+        chunk = self.text_chunk_size
+        if chunk != "auto" and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
+            raise UserError(f"gr4cil option text_chunk_size={chunk!r} must be \"auto\" or an integer >= 1")
         if not 0.0 <= self.threshold_holdout < 1.0:
             raise UserError("gr4cil option threshold_holdout must be in [0, 1)")
 
@@ -210,6 +212,7 @@ class GR4CIL(CLIPStrategy):
         self.tasks: list[TaskState] = []
         self.anchor_ids: list[int] = []
         self.anchors = torch.empty(0, self.backbone.embed_dim)  # z_c, rows follow anchor_ids
+        self._device_anchors: tuple[torch.Tensor, torch.Tensor] | None = None  # (anchors, their device copy)
         self.modality_gap: list[list[dict[str, float]]] = []  # per task, per epoch
         self.eval_branch_forwards = 0  # images pushed through one visual branch at evaluation
         self._feature_cache: dict[tuple[str, int], torch.Tensor] = {}
@@ -227,7 +230,8 @@ class GR4CIL(CLIPStrategy):
         self.backbone.set_adapters(visual=adapter, text="text")
         self.backbone.set_trainable([adapter, "text"])
         self.modality_gap.append([])
-        self._gap_sums = torch.zeros(3, dtype=torch.float64)  # overall, positive, negative cosine sums
+        # overall, positive, negative cosine sums and counts, on the device: read once per epoch
+        self._gap_sums = torch.zeros(3, dtype=torch.float64, device=self.device)
         self._gap_counts = torch.zeros(3, dtype=torch.float64)
 
     def train_dataset_adaptation(self, **kwargs):
@@ -243,7 +247,7 @@ class GR4CIL(CLIPStrategy):
         image = self.backbone.encode_image(images, normalize=True)
         # every step re-encodes the prompts of all seen classes with the current text adapter
         classes = self.seen_classes + self.current_classes
-        if len(classes) <= self.cfg.text_chunk_size:
+        if len(classes) <= self.text_chunk_size():
             self._step_text, self._chunked_text = self.text_features(classes), None
         else:  # encode without a graph now; ``backward`` replays the text tower chunk by chunk
             with torch.no_grad():
@@ -258,12 +262,18 @@ class GR4CIL(CLIPStrategy):
         n_prev = len(self.seen_classes)
         text_prev, text_new = self._step_text[:n_prev], self._step_text[n_prev:]
         if self.cfg.use_anchor_loss and n_prev:
-            loss = loss + self.cfg.lambda_anc * anchor_loss(text_prev, self.anchors.to(text_prev))
+            loss = loss + self.cfg.lambda_anc * anchor_loss(text_prev, self._anchors_on_device())
         if self.cfg.use_separation_loss and (n_prev or len(self.current_classes) > 1):
             new_index = torch.arange(n_prev, n_prev + len(self.current_classes), device=text_new.device)
             loss = loss + self.cfg.lambda_sep * separation_loss(text_new, self._step_text, new_index, self.cfg.tau)
         self._record_gap(self._step_cosine, local_targets)
         return loss
+
+    def _anchors_on_device(self) -> torch.Tensor:
+        """``self.anchors`` on the device, copied once per new anchors tensor, not once per step."""
+        if self._device_anchors is None or self._device_anchors[0] is not self.anchors:
+            self._device_anchors = (self.anchors, self.anchors.to(self.device))
+        return self._device_anchors[1]
 
     def backward(self):
         """With many seen classes, finish the text tower's backward pass chunk by chunk: the loss
@@ -273,24 +283,30 @@ class GR4CIL(CLIPStrategy):
             return
         grad = self._chunked_text.grad
         classes = self.seen_classes + self.current_classes
-        size = self.cfg.text_chunk_size
+        size = self.text_chunk_size()
         for start in range(0, len(classes), size):
-            with autocast_context(self.device):
-                chunk = self.text_features(classes[start:start + size])
-            chunk.backward(grad[start:start + size].to(chunk.dtype))
+            self.text_features(classes[start:start + size]).backward(grad[start:start + size])
         self._chunked_text = None
+
+    def text_chunk_size(self) -> int:
+        """The resolved ``text_chunk_size``: "auto" fits the device's ``TEXT_BACKWARD_BUDGET``."""
+        if self.cfg.text_chunk_size != "auto":
+            return self.cfg.text_chunk_size
+        longest = int(self.prompt_tokens.argmax(dim=-1).max()) + 1  # CPU tokens: no device sync
+        return self.backbone.efficient_prompts_per_backward(longest)
 
     def _record_gap(self, cosine: torch.Tensor, targets: torch.Tensor) -> None:
         """Accumulate the modality-gap statistics of Sec. "Task-wise Inconsistency" for this epoch."""
-        positive = F.one_hot(targets, cosine.shape[1]).bool()
-        cosine = cosine.double().cpu()
-        positive = positive.cpu()
-        self._gap_sums += torch.stack([cosine.sum(), cosine[positive].sum(), cosine[~positive].sum()])
-        self._gap_counts += torch.tensor([cosine.numel(), positive.sum(), (~positive).sum()], dtype=torch.float64)
+        cosine = cosine.double()
+        total = cosine.sum()
+        positive = cosine.gather(1, targets[:, None]).sum()  # one positive per row; no host sync
+        self._gap_sums += torch.stack([total, positive, total - positive])
+        rows, n = cosine.shape[0], cosine.numel()
+        self._gap_counts += torch.tensor([n, rows, n - rows], dtype=torch.float64)
 
     def _after_training_epoch(self, **kwargs):
         super()._after_training_epoch(**kwargs)
-        mean = (self._gap_sums / self._gap_counts.clamp(min=1)).tolist()
+        mean = (self._gap_sums.cpu() / self._gap_counts.clamp(min=1)).tolist()
         self.modality_gap[-1].append({"epoch": len(self.modality_gap[-1]) + 1, "overall": mean[0],
                                       "positive": mean[1], "negative": mean[2]})
         self._gap_sums.zero_()
@@ -301,19 +317,16 @@ class GR4CIL(CLIPStrategy):
     def _encode_dataset(self, dataset, adapter: str) -> tuple[torch.Tensor, torch.Tensor]:
         """Normalised features of every image of ``dataset`` under one visual adapter (CPU)."""
         self.backbone.set_adapters(visual=adapter, text="text")
-        loader = DataLoader(dataset, batch_size=self.cfg.eval_batch_size, shuffle=False,
-                            num_workers=self.cfg.num_workers)
         features, labels = [], []
-        for images, targets, *_ in loader:
-            with autocast_context(self.device):
-                features.append(self.backbone.encode_image(images.to(self.device)).float().cpu())
+        for images, targets, *_ in self.data_loader(dataset):
+            features.append(self.backbone.encode_image(images).cpu())
             labels.append(targets)
         return torch.cat(features), torch.cat(labels)
 
     def finish_task(self, task: int, classes: list[int]) -> None:
         adapter = f"visual_{task + 1}"
         with torch.no_grad():
-            text = self.text_features(classes).float().cpu()  # T^t under the final text adapter
+            text = self.text_features(classes).cpu()  # T^t under the final text adapter
         self.anchor_ids += classes
         self.anchors = torch.cat([self.anchors, text])  # z_c, cached when the task ends
         features, labels = self._encode_dataset(self.adapted_dataset.eval(), adapter)
@@ -343,14 +356,15 @@ class GR4CIL(CLIPStrategy):
         projector = projector.to(self.device) if projector is not None else None
         optimizer = torch.optim.Adam([weight], lr=self.cfg.compensation_lr)
         self.backbone.set_adapters(visual=adapter, text="text")
-        loader = DataLoader(self.adapted_dataset.train(), batch_size=self.cfg.batch_size, shuffle=True,
-                            num_workers=self.cfg.num_workers)
+        loader = self.data_loader(self.adapted_dataset.train(), batch_size=self.cfg.batch_size, shuffle=True,
+                                  passes=self.cfg.compensation_epochs)
         for _ in range(self.cfg.compensation_epochs):
             for images, targets, *_ in loader:
-                with torch.no_grad(), autocast_context(self.device):
-                    image = self.backbone.encode_image(images.to(self.device)).float()
+                with torch.no_grad():
+                    image = self.backbone.encode_image(images)
                 loss = compensation_loss(image, compensation_head(weight, projector),
-                                         self._local_index[targets.to(self.device)], self.backbone.logit_scale)
+                                         self._local_index[targets.to(self.device, non_blocking=True)],
+                                         self.backbone.logit_scale)
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
@@ -408,7 +422,7 @@ class GR4CIL(CLIPStrategy):
             return super().score_dataset(dataset)
         self.backbone.eval()
         features = [self._branch_features(dataset, cache_key, i) for i in range(len(self.tasks))]
-        text = self.text_features(self.seen_classes).float().cpu()
+        text = self.text_features(self.seen_classes).cpu()
         return self._scores_from_features(features, text)
 
     def _branch_features(self, dataset, cache_key: str, task: int) -> torch.Tensor:
@@ -420,8 +434,25 @@ class GR4CIL(CLIPStrategy):
 
     # ---------------------------------------------------------------- unknown-aware interface
     @torch.no_grad()
-    def zero_shot_predictions(self, images: torch.Tensor, text_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
-        """Predictions over a candidate label set K (``text_tokens``, one prompt per class):
+    def zero_shot_text(self, text_tokens: torch.Tensor) -> dict[str, torch.Tensor]:
+        """Text features for ``zero_shot_predictions``, computed once per candidate label set K
+        (``text_tokens``, one prompt per class): the original CLIP's (``clip``), the shared text
+        adapter's (``shared``), and the seen classes' (``seen``, for the task MSPs)."""
+        active = self.backbone.active_adapters
+        prompts = self.backbone.prepare_prompts(text_tokens)
+        try:
+            self.backbone.set_adapters(visual=active["visual"], text=None)
+            clip = self.backbone.encode_text(prompts)
+            self.backbone.set_adapters(visual=active["visual"], text="text")
+            return {"clip": clip, "shared": self.backbone.encode_text(prompts),
+                    "seen": self.text_features(self.seen_classes)}
+        finally:
+            self.backbone.set_adapters(**active)
+
+    @torch.no_grad()
+    def zero_shot_predictions(self, images: torch.Tensor,
+                              text: dict[str, torch.Tensor] | torch.Tensor) -> dict[str, torch.Tensor]:
+        """Predictions over a candidate label set K (``text`` from ``zero_shot_text``, or its tokens):
 
         * ``clip``: the original CLIP (both towers without adapters), the fallback predictor;
         * ``fusion``: knowledge fusion, eq. 8, ``q_k = sum_t alpha_t <v^t, t_k>`` with
@@ -429,22 +460,21 @@ class GR4CIL(CLIPStrategy):
         * ``routed``: fusion for samples every task rejects (``m_t <= omega^t``) and CLIP for the
           others (only with thresholds, i.e. ``threshold_holdout > 0``);
         * ``unknown``: the rejected-by-every-task mask.
+
+        Scores, MSPs and thresholds are all fp32, whatever the precision of the towers.
         """
+        if isinstance(text, torch.Tensor):
+            text = self.zero_shot_text(text)
         adapters = [t.adapter for t in self.tasks]
         branches = self.backbone.encode_image_multi(images, [None] + adapters,
-                                                    max_images_per_forward=self.images_per_forward()).float()
-        self.backbone.set_adapters(visual=None, text=None)
-        clip_text = self.backbone.encode_text(text_tokens).float()
-        self.backbone.set_adapters(visual=None, text="text")
-        shared_text = self.backbone.encode_text(text_tokens).float()
+                                                    max_images_per_forward=self.images_per_forward())
         task_features = branches[1:]
         confidence = torch.stack([prototype_score(v, t.prototypes.to(v)).max(dim=1).values
                                   for v, t in zip(task_features, self.tasks)], dim=1)
-        out = {"clip": (branches[0] @ clip_text.T).argmax(dim=1),
-               "fusion": fused_zero_shot_logits(task_features, shared_text, fusion_weights(confidence)).argmax(dim=1)}
+        out = {"clip": (branches[0] @ text["clip"].T).argmax(dim=1),
+               "fusion": fused_zero_shot_logits(task_features, text["shared"], fusion_weights(confidence)).argmax(dim=1)}
         if all(t.threshold is not None for t in self.tasks):
-            seen_text = self.text_features(self.seen_classes).float()
-            scores = self._scores_from_features(list(task_features), seen_text)
+            scores = self._scores_from_features(list(task_features), text["seen"])
             accepted = torch.zeros(len(images), dtype=torch.bool, device=scores.device)
             start = 0
             for state in self.tasks:
@@ -458,7 +488,7 @@ class GR4CIL(CLIPStrategy):
     # ---------------------------------------------------------------- diagnostics (SPEC section 3)
     def stage_diagnostics(self, scores, targets, task_of_class) -> dict:
         features = [self._feature_cache[("test", i)] for i in range(len(self.tasks))]
-        text = self.text_features(self.seen_classes).float().cpu()
+        text = self.text_features(self.seen_classes).cpu()
         variants = {"full": torch.as_tensor(scores),
                     "without_compensation": self._scores_from_features(features, text, beta=0.0),
                     "text_only": self._scores_from_features(features, text, beta=0.0, gamma=0.0),
@@ -483,7 +513,7 @@ class GR4CIL(CLIPStrategy):
 
     def run_diagnostics(self) -> dict:
         with torch.no_grad():
-            final_text = self.text_features(self.anchor_ids).float().cpu()
+            final_text = self.text_features(self.anchor_ids).cpu()
         historical = len(self.anchor_ids) - len(self.tasks[-1].class_ids)
         preservation = F.cosine_similarity(final_text, self.anchors, dim=-1)
         adjacent = list(zip(self.tasks[:-1], self.tasks[1:]))
