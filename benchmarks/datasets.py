@@ -250,50 +250,53 @@ def load_imagenet_r(
 # --- ImageNet-100 / ImageNet-1K -----------------------------------------------------------------
 
 
-def _load_imagenet(name: str, data_root: Path | None, n_classes: int | None) -> ClassificationData:
-    """Train and val folders of ImageNet, restricted to the first ``n_classes`` sorted wnids."""
+def _load_imagenet(name: str, data_root: Path | None, n_classes: int, include_train: bool = True) -> ClassificationData:
+    """ImageNet's train and val folders, restricted to the first ``n_classes`` of the 1000 sorted
+    ImageNet-1K wnids. Every one of them must be there: a partial copy never passes for the full
+    dataset. ``include_train=False`` reads only val (a zero-shot target never scans 1.28M files)."""
     root = _require_root(data_root, name)
     train_dir, val_dir = root / "imagenet" / "train", root / "imagenet" / "val"
     how = _with_root_hint(f"put ImageNet under {root / 'imagenet'} as train/<wnid>/ and val/<wnid>/ folders")
-    wnids = _class_folders(train_dir, "ImageNet train", how)
-    _require(val_dir, "ImageNet val", how, is_dir=True)
-    if n_classes is not None:
-        if len(wnids) < n_classes:
+    wnids = sorted(imagenet_wnid_names())[:n_classes]
+    scanned = [val_dir] + ([train_dir] if include_train else [])
+    for directory in scanned:
+        found = set(_class_folders(directory, f"ImageNet {directory.name}", how))
+        missing = [w for w in wnids if w not in found]
+        if missing:
+            sort_hint = " (sort the val images into one folder per wnid)" if directory == val_dir else ""
             raise DataNotFoundError(
-                f"{name} needs {n_classes} wnid folders, found {len(wnids)} in {train_dir}; {how}"
+                f"{name} needs the {len(wnids)} ImageNet wnid folders {wnids[0]}..{wnids[-1]} in {directory}, "
+                f"but {len(missing)} are missing, e.g. {directory / missing[0]}{sort_hint}; {how}"
             )
-        wnids = wnids[:n_classes]
-    for wnid in wnids:
-        # The raw ILSVRC val set is one flat folder; it must be sorted into wnid folders first.
-        _require(
-            val_dir / wnid, "ImageNet val class folder", "sort the val images into one folder per wnid", True
-        )
     class_to_idx = {w: i for i, w in enumerate(wnids)}
-    train = _scan_folder(train_dir, class_to_idx, "ImageNet train", how)
     test = _scan_folder(val_dir, class_to_idx, "ImageNet val", how)
+    train = _scan_folder(train_dir, class_to_idx, "ImageNet train", how) if include_train else None
     return _folder_data(name, wnids, train, test)
 
 
-def load_imagenet100(data_root: Path | None, n_classes: int = 100) -> ClassificationData:
-    """ImageNet-100: the first ``n_classes`` sorted wnids of ImageNet train; ImageNet val as test."""
-    return _load_imagenet("imagenet100", data_root, n_classes)
+def load_imagenet100(data_root: Path | None, n_classes: int = 100, include_train: bool = True) -> ClassificationData:
+    """ImageNet-100: the first ``n_classes`` sorted ImageNet-1K wnids; ImageNet val as test."""
+    if not 1 <= n_classes <= 1000:
+        raise UserError(f"imagenet100 option n_classes={n_classes} must be between 1 and 1000")
+    return _load_imagenet("imagenet100", data_root, n_classes, include_train)
 
 
-def load_imagenet1k(data_root: Path | None) -> ClassificationData:
-    """ImageNet-1K: every wnid folder of ImageNet train; ImageNet val as test."""
-    return _load_imagenet("imagenet1k", data_root, None)
+def load_imagenet1k(data_root: Path | None, include_train: bool = True) -> ClassificationData:
+    """ImageNet-1K: all 1000 wnid folders of ImageNet train; ImageNet val as test."""
+    return _load_imagenet("imagenet1k", data_root, 1000, include_train)
 
 
 def _folder_data(
-    name: str, wnids: list[str], train: list[tuple[str, int]], test: list[tuple[str, int]]
+    name: str, wnids: list[str], train: list[tuple[str, int]] | None, test: list[tuple[str, int]]
 ) -> ClassificationData:
-    train_set, test_set = FileListDataset(train), FileListDataset(test)
+    train_set = FileListDataset(train) if train is not None else None
+    test_set = FileListDataset(test)
     return ClassificationData(
         name=name,
         train=train_set,
         test=test_set,
         class_names=wnid_class_names(wnids),
-        train_targets=list(train_set.targets),
+        train_targets=list(train_set.targets) if train_set is not None else None,
         test_targets=list(test_set.targets),
     )
 
@@ -367,6 +370,28 @@ DATASETS: dict[str, Callable[..., ClassificationData]] = {
     "food101": load_food101,
     "synthetic": load_synthetic_dataset,
 }
+
+
+def load_zero_shot_target(name: str, data_root: str | Path | None = None) -> ClassificationData:
+    """A zero-shot target: only its test split is read where the loader can skip the rest."""
+    accepts_train_flag = "include_train" in inspect.signature(DATASETS.get(name, load_dataset)).parameters
+    return load_dataset(name, data_root, **({"include_train": False} if accepts_train_flag else {}))
+
+
+class TransformedDataset(Dataset):
+    """``(transform(image), label)`` pairs of a dataset of ``(image, label)``; picklable, so the
+    transform runs in DataLoader workers under every start method (fork, forkserver, spawn)."""
+
+    def __init__(self, dataset: Dataset, transform: Callable[[Any], Any]) -> None:
+        self.dataset = dataset
+        self.transform = transform
+
+    def __len__(self) -> int:
+        return len(self.dataset)
+
+    def __getitem__(self, index: int) -> tuple[Any, int]:
+        image, label = self.dataset[index]
+        return self.transform(image), int(label)
 
 
 def load_dataset(name: str, data_root: str | Path | None = None, **options: Any) -> ClassificationData:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import platform
 import random
 import resource
@@ -65,13 +66,29 @@ def seed_everything(seed: int, task: int) -> None:
     torch.manual_seed(value)
 
 
+def set_deterministic(enabled: bool) -> None:
+    """Make (or stop making) every kernel deterministic, the CUDA ones included.
+
+    CPU kernels are deterministic anyway. On CUDA, atomics (attention backward, ``index_put_``
+    with accumulate, scatter-adds) make reruns differ in the last bits; with ``enabled`` torch
+    picks deterministic kernels and cuBLAS a fixed workspace (``CUBLAS_WORKSPACE_CONFIG``, read
+    when cuBLAS starts, so call this before any CUDA work).
+    """
+    if enabled:
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    torch.use_deterministic_algorithms(enabled)
+    torch.backends.cudnn.benchmark = False
+
+
 def reset_peak_memory(device: str) -> None:
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
 
 
 def peak_memory(device: str) -> tuple[int, str]:
-    """Peak memory in bytes and what it measures (CUDA allocator peak, or the process's max RSS)."""
+    """Peak memory in bytes and what it measures: the CUDA allocator's peak since the last
+    ``reset_peak_memory``, or on a CPU the process's max RSS (a process peak: it also covers
+    whatever ran before in the same process)."""
     if device == "cuda":
         return int(torch.cuda.max_memory_allocated()), "cuda_allocated"
     return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, "cpu_max_rss"

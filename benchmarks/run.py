@@ -3,14 +3,17 @@
 Each run (strategy or variant, dataset, task count, seed) trains task after task, evaluates every
 stage from the strategy's scores, checkpoints after every task, and writes one result JSON.
 Finished runs with the same resolved config are skipped; killed runs resume from their last
-finished task. Mistakes in the command line or the environment print one line and exit with 2.
+finished task, with the loss scaler's state, so a resumed run ends with the same numbers.
+Mistakes in the command line or the environment print one line and exit with 2.
 """
 
 from __future__ import annotations
 
 import argparse
+import multiprocessing
 import sys
 import time
+import warnings
 from functools import lru_cache
 from pathlib import Path
 
@@ -20,11 +23,12 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from analysis.metrics import stage_metrics, summarize
-from benchmarks.backbones import BackboneSpec, autocast_context, check_weights, create_clip
+from benchmarks.backbones import BackboneSpec, check_weights, create_clip
 from benchmarks.class_orders import resolve_class_order
-from benchmarks.datasets import load_dataset
-from benchmarks.environment import environment, peak_memory, reset_peak_memory, seed_everything
+from benchmarks.datasets import TransformedDataset, load_dataset, load_zero_shot_target
+from benchmarks.environment import environment, peak_memory, reset_peak_memory, seed_everything, set_deterministic
 from benchmarks.errors import UserError
+from benchmarks.precision import PRECISIONS
 from benchmarks.results import SCHEMA_VERSION, ResultStore, config_hash, read_json, write_json
 from benchmarks.streams import build_stream, split_classes
 from benchmarks.suites import RunSpec, expand, load_suite
@@ -37,6 +41,11 @@ CHECKPOINT_STATE = "state.json"
 @lru_cache(maxsize=4)
 def _dataset(name: str, data_root: str, options: tuple):
     return load_dataset(name, data_root, **dict(options))
+
+
+@lru_cache(maxsize=4)
+def _zero_shot_target(name: str, data_root: str):
+    return load_zero_shot_target(name, data_root)
 
 
 def _load_data(spec: RunSpec, data_root: str):
@@ -74,10 +83,10 @@ def preflight(runs: list[RunSpec], data_root: str) -> None:
         split_classes(order, spec.n_tasks, spec.dataset)
         for target in spec.zero_shot_targets:
             strategy_cls = get_strategy(spec.strategy)
-            if not hasattr(strategy_cls, "zero_shot_predictions"):
+            if not all(hasattr(strategy_cls, m) for m in ("zero_shot_text", "zero_shot_predictions")):
                 raise UserError(f"strategy {spec.strategy} has no zero-shot predictor; drop zero_shot_targets "
                                 "from the suite or run a strategy that has one (gr4cil)")
-            load_dataset(target, data_root)
+            _zero_shot_target(target, data_root)
     for backbone in {_backbone_spec(spec) for spec in runs}:
         check_weights(backbone)
 
@@ -119,18 +128,19 @@ def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = 
 
     data = _load_data(spec, data_root)
     class_order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
+    set_deterministic(spec.deterministic)
     seed_everything(spec.seed, -1)  # a randomly initialised backbone is the same on every (re)run
     backbone = create_clip(_backbone_spec(spec), spec.device)
     stream = build_stream(data, spec.n_tasks, class_order,
                           train_transform(backbone.image_size, backbone.mean, backbone.std, _train_augmentation(spec)),
                           eval_transform(backbone.image_size, backbone.mean, backbone.std))
     strategy = strategy_cls(backbone=backbone, class_names=stream.class_names, config=strategy_cfg,
-                            device=spec.device, show_progress=show_progress)
+                            device=spec.device, precision=spec.precision, show_progress=show_progress)
     targets = np.asarray(stream.test_targets)
 
     checkpoint_dir = store.checkpoint_dir(spec.key)
     stages: list[dict] = []
-    cost = {"train_seconds": 0.0, "eval_seconds": 0.0}
+    cost = {"train_seconds": 0.0, "eval_seconds": 0.0, "peak_memory_bytes": 0}
     status = "ran"
     checkpoint = None if force else _load_checkpoint(checkpoint_dir, cfg_hash)
     if checkpoint is not None:
@@ -155,11 +165,12 @@ def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = 
         with torch.no_grad():
             stage["diagnostics"] = strategy.stage_diagnostics(scores, targets, stream.task_of_class)
         cost["eval_seconds"] += time.perf_counter() - start
+        cost["peak_memory_bytes"] = max(cost["peak_memory_bytes"], peak_memory(spec.device)[0])  # across resumes
         stages.append(stage)
         tasks.set_postfix(acc=f"{stage['acc']:.1f}")
         _save_checkpoint(checkpoint_dir, task + 1, strategy, stages, cost, cfg_hash)
 
-    zero_shot = {target: _zero_shot(strategy, target, data_root, backbone) for target in spec.zero_shot_targets}
+    zero_shot = {target: _zero_shot(strategy, target, data_root) for target in spec.zero_shot_targets}
     memory, memory_kind = peak_memory(spec.device)
     result = {
         "schema_version": SCHEMA_VERSION,
@@ -172,7 +183,8 @@ def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = 
         **({"zero_shot": zero_shot} if zero_shot else {}),
         "env": environment(spec.device),
         "cost": {**cost, "trainable_params": strategy.trainable_parameter_count(),
-                 "peak_memory_bytes": memory, "peak_memory_kind": memory_kind},
+                 "peak_memory_bytes": max(memory, cost["peak_memory_bytes"]), "peak_memory_kind": memory_kind,
+                 "amp_skipped_steps": strategy.skipped_steps},
     }
     if save_model:  # next to the result: T<n>-seed<s>.model.safetensors + .model.json
         strategy.save_model(store.result_path(spec.key).with_suffix(".model"),
@@ -183,26 +195,29 @@ def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = 
 
 
 @torch.no_grad()
-def _zero_shot(strategy, target: str, data_root: str, backbone) -> dict:
-    """Accuracy (%) of each of the strategy's zero-shot predictors on a target dataset's test split."""
-    data = load_dataset(target, data_root)
+def _zero_shot(strategy, target: str, data_root: str) -> dict:
+    """Accuracy (%) of each of the strategy's zero-shot predictors on a target dataset's test split.
+
+    Images are transformed in the loader's workers; the target's text features are computed once.
+    """
+    data = _zero_shot_target(target, data_root)
+    backbone = strategy.backbone
     tokens = backbone.tokenize([strategy.cfg.prompt_template.format(n) for n in data.class_names])
-    transform = eval_transform(backbone.image_size, backbone.mean, backbone.std)
-    loader = torch.utils.data.DataLoader(data.test, batch_size=strategy.cfg.eval_batch_size,
-                                         collate_fn=lambda batch: batch, num_workers=strategy.cfg.num_workers)
-    hits: dict[str, int] = {}
+    text = strategy.zero_shot_text(tokens)
+    images = TransformedDataset(data.test, eval_transform(backbone.image_size, backbone.mean, backbone.std))
+    hits: dict[str, torch.Tensor] = {}
     total = 0
-    for batch in tqdm(loader, desc=f"zero-shot {target}", leave=False, disable=not strategy.show_progress):
-        images = torch.stack([transform(image) for image, _ in batch]).to(strategy.device)
-        labels = torch.tensor([label for _, label in batch], device=strategy.device)
-        with autocast_context(strategy.device):
-            predictions = strategy.zero_shot_predictions(images, tokens.to(strategy.device))
+    for batch, labels in tqdm(strategy.data_loader(images), desc=f"zero-shot {target}", leave=False,
+                              disable=not strategy.show_progress):
+        labels = labels.to(strategy.device, non_blocking=True)
+        predictions = strategy.zero_shot_predictions(batch.to(strategy.device, non_blocking=True), text)
         for name, value in predictions.items():
-            hits[name] = hits.get(name, 0) + int((value == labels).sum() if name != "unknown" else value.sum())
-        total += len(batch)
-    out = {name: 100.0 * count / total for name, count in hits.items() if name != "unknown"}
+            count = (value == labels).sum() if name != "unknown" else value.sum()
+            hits[name] = hits.get(name, 0) + count  # stays on the device until the end
+        total += len(labels)
+    out = {name: 100.0 * int(count) / total for name, count in hits.items() if name != "unknown"}
     if "unknown" in hits:
-        out["unknown_rate"] = 100.0 * hits["unknown"] / total
+        out["unknown_rate"] = 100.0 * int(hits["unknown"]) / total
     return {**out, "n_test": total}
 
 
@@ -235,6 +250,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--results-dir", help="where result JSON goes (default: runs/SUITE)")
     parser.add_argument("--data-root", default="data", help="folder holding the datasets (default: ./data)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default: the suite's, else auto")
+    parser.add_argument("--precision", choices=["auto", *PRECISIONS],
+                        help="fp32, fp16 (autocast + loss scaling) or bf16; default: the suite's, else auto "
+                             "(fp16 on CUDA, fp32 on CPU)")
+    parser.add_argument("--deterministic", action="store_true",
+                        help="deterministic CUDA kernels (torch.use_deterministic_algorithms): bit-identical GPU "
+                             "reruns, somewhat slower; CPU runs are bit-identical without it")
     parser.add_argument("--weights", help="local CLIP weight file (overrides the suite's pretrained tag)")
     parser.add_argument("--class-order", help="seed1993 (default), seedN, or dytox (CIFAR-100)")
     parser.add_argument("--force", action="store_true", help="recompute finished runs")
@@ -244,13 +265,24 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _one_line_warning(message, category, filename, lineno, line=None) -> str:
+    return f"warning: {message}\n"
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    warnings.formatwarning = _one_line_warning  # a notice for the user, not a source location
+    # Under forkserver (Linux's default from Python 3.14) loader workers fork from a server that has
+    # imported the suite once, instead of importing torch and Avalanche (seconds) in every worker.
+    multiprocessing.set_forkserver_preload(["benchmarks.run"])
     try:
         suite = load_suite(args.suite)
         runs = expand(suite, strategies=args.strategies, datasets=args.datasets, tasks=args.tasks,
                       seeds=args.seeds, device=args.device, class_order=args.class_order,
-                      weights=args.weights)
+                      weights=args.weights, precision=args.precision,
+                      deterministic=args.deterministic or None)
+        if any(spec.deterministic for spec in runs):
+            set_deterministic(True)  # before any CUDA work: cuBLAS reads its workspace setting once
         results_dir = Path(args.results_dir or Path("runs") / suite["name"])
         store = ResultStore(results_dir)
         preflight(runs, args.data_root)

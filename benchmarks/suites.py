@@ -11,6 +11,8 @@ runner executes those. Format (see ``benchmarks/suites/smoke.toml``)::
     strategies  = ["continual_clip", "finetune", "gr4cil"]   # names or variant labels
     class_order = "seed1993"                                  # or "dytox"
     device      = "auto"                                      # auto | cpu | cuda
+    precision   = "auto"             # auto (fp16 on CUDA, fp32 on CPU) | fp32 | fp16 | bf16
+    deterministic = false            # deterministic CUDA kernels (bit-identical GPU reruns)
 
     [backbone]              model = "ViT-B-16-quickgelu", pretrained = "openai" ("none": random)
     [dataset.NAME]          options of one dataset loader
@@ -31,11 +33,13 @@ from pathlib import Path
 from typing import Any
 
 from benchmarks.errors import UserError
+from benchmarks.precision import resolve_precision
 from benchmarks.results import RunKey, config_hash
 
 SUITES_DIR = Path(__file__).parent / "suites"
 KNOWN_KEYS = {"description", "datasets", "tasks", "seeds", "strategies", "class_order", "device",
-              "backbone", "dataset", "defaults", "strategy", "variants", "zero_shot_targets"}
+              "precision", "deterministic", "backbone", "dataset", "defaults", "strategy", "variants",
+              "zero_shot_targets"}
 
 
 @dataclass(frozen=True)
@@ -54,6 +58,8 @@ class RunSpec:
     device: str
     config: dict[str, Any] = field(compare=False)
     zero_shot_targets: tuple[str, ...] = ()
+    precision: str = "fp32"  # resolved: fp32 | fp16 | bf16
+    deterministic: bool = False
 
     @property
     def key(self) -> RunKey:
@@ -115,7 +121,8 @@ def _resolve_device(device: str) -> str:
 def expand(suite: dict[str, Any], *, strategies: list[str] | None = None,
            datasets: list[str] | None = None, tasks: list[int] | None = None,
            seeds: list[int] | None = None, device: str | None = None,
-           class_order: str | None = None, weights: str | None = None) -> list[RunSpec]:
+           class_order: str | None = None, weights: str | None = None, precision: str | None = None,
+           deterministic: bool | None = None) -> list[RunSpec]:
     """All runs of a suite, with the command line's filters and overrides applied."""
     variants = suite.get("variants", {})
     backbone = {"model": "ViT-B-16-quickgelu", "pretrained": "openai", **suite.get("backbone", {})}
@@ -124,6 +131,8 @@ def expand(suite: dict[str, Any], *, strategies: list[str] | None = None,
     if str(backbone["pretrained"]).lower() == "none":
         backbone["pretrained"] = None
     resolved_device = _resolve_device(device or suite.get("device", "auto"))
+    resolved_precision = resolve_precision(precision or suite.get("precision", "auto"), resolved_device)
+    deterministic = bool(suite.get("deterministic", False) if deterministic is None else deterministic)
     order = class_order or suite.get("class_order", "seed1993")
     targets = tuple(suite.get("zero_shot_targets", ()))
     runs = []
@@ -140,9 +149,11 @@ def expand(suite: dict[str, Any], *, strategies: list[str] | None = None,
                     config = {"strategy": strategy, "label": label, "dataset": dataset,
                               "dataset_options": dataset_options, "n_tasks": n_tasks, "seed": seed,
                               "class_order": order, "backbone": backbone,
-                              "strategy_options": options, "device": resolved_device}
+                              "strategy_options": options, "device": resolved_device,
+                              "precision": resolved_precision, "deterministic": deterministic}
                     if targets:
                         config["zero_shot_targets"] = list(targets)
                     runs.append(RunSpec(label, strategy, dataset, n_tasks, seed, order, backbone,
-                                        dataset_options, options, resolved_device, config, targets))
+                                        dataset_options, options, resolved_device, config, targets,
+                                        resolved_precision, deterministic))
     return runs

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import pickle
+import shutil
 from pathlib import Path
 
 import numpy as np
@@ -12,11 +13,14 @@ import torch
 from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES
 from PIL import Image
 
+from benchmarks import datasets as datasets_module
 from benchmarks.datasets import (
     DATASETS,
+    TransformedDataset,
     clean_class_name,
     imagenet_wnid_names,
     load_dataset,
+    load_zero_shot_target,
     stratified_split,
 )
 from benchmarks.errors import DataNotFoundError, UserError
@@ -164,20 +168,59 @@ def test_imagenet100_takes_the_first_sorted_wnids(tmp_path: Path) -> None:
     image, label = data.test[1]
     assert isinstance(image, Image.Image) and image.mode == "RGB" and label == 1
 
-    with pytest.raises(DataNotFoundError, match="needs 100 wnid folders, found 3"):
+    with pytest.raises(DataNotFoundError, match="needs the 100 ImageNet wnid folders .* 97 are missing"):
         load_dataset("imagenet100", tmp_path)
+    # the first sorted wnids of ImageNet-1K, not of whatever folders a partial copy holds
+    with pytest.raises(DataNotFoundError, match=f"1 are missing, e.g. .*{TENCH}"):
+        other = tmp_path / "other"
+        _write_imagenet(other, [GOLDFISH, SHARK])
+        load_dataset("imagenet100", other, n_classes=2)
 
 
-def test_imagenet1k_takes_every_wnid_and_needs_sorted_val(tmp_path: Path) -> None:
+def _write_full_imagenet(root: Path, skip_train: str | None = None) -> list[str]:
+    """Every ImageNet-1K wnid folder with one 1-pixel image in train and in val (2000 files)."""
+    wnids = sorted(imagenet_wnid_names())
+    for split in ("train", "val"):
+        for wnid in wnids:
+            if split == "train" and wnid == skip_train:
+                continue
+            folder = root / "imagenet" / split / wnid
+            folder.mkdir(parents=True)
+            Image.new("RGB", (1, 1)).save(folder / f"{wnid}.JPEG")
+    return wnids
+
+
+def test_imagenet1k_needs_all_1000_wnids_and_sorted_val(tmp_path: Path) -> None:
     _write_imagenet(tmp_path, [SHARK, GOLDFISH, TENCH])
-    data = load_dataset("imagenet1k", tmp_path)
-    assert data.class_names == ["tench", "goldfish", "great white shark"]
-    assert len(data.train) == 6 and data.test_targets == [0, 1, 2]
+    with pytest.raises(DataNotFoundError, match="needs the 1000 ImageNet wnid folders .* 997 are missing"):
+        load_dataset("imagenet1k", tmp_path)  # a partial copy never passes for ImageNet-1K
 
-    other = tmp_path / "other"
-    _write_imagenet(other, [GOLDFISH, TENCH], val_wnids=[TENCH])
-    with pytest.raises(DataNotFoundError, match=str(other / "imagenet" / "val" / GOLDFISH)):
-        load_dataset("imagenet1k", other)
+    full = tmp_path / "full"
+    wnids = _write_full_imagenet(full, skip_train=SHARK)
+    with pytest.raises(DataNotFoundError, match=str(full / "imagenet" / "train" / SHARK)):
+        load_dataset("imagenet1k", full)
+    (full / "imagenet" / "train" / SHARK).mkdir()
+    Image.new("RGB", (1, 1)).save(full / "imagenet" / "train" / SHARK / "x.JPEG")
+    data = load_dataset("imagenet1k", full)
+    assert data.n_classes == 1000 and data.class_names[:2] == ["tench", "goldfish"]
+    assert data.train_targets == data.test_targets == list(range(1000))
+    assert Path(data.train.samples[0][0]).parent.name == wnids[0]
+
+    flat = tmp_path / "flat"  # raw ILSVRC val: one flat folder, not sorted into wnids
+    _write_imagenet(flat, [GOLDFISH, TENCH], val_wnids=[TENCH])
+    with pytest.raises(DataNotFoundError, match=str(flat / "imagenet" / "val" / "n0") + ".*sort the val images"):
+        load_dataset("imagenet1k", flat)
+
+
+def test_zero_shot_targets_read_only_their_test_split(tmp_path: Path, monkeypatch) -> None:
+    _write_full_imagenet(tmp_path)
+    scanned = []
+    real_scan = datasets_module._scan_folder
+    monkeypatch.setattr(datasets_module, "_scan_folder", lambda d, *a: scanned.append(Path(d).name) or real_scan(d, *a))
+    data = load_zero_shot_target("imagenet1k", tmp_path)
+    assert scanned == ["val"] and data.train is None and data.n_classes == 1000
+    shutil.rmtree(tmp_path / "imagenet" / "train")  # a val-only copy is enough for a zero-shot target
+    assert load_zero_shot_target("imagenet1k", tmp_path).test_targets == list(range(1000))
 
 
 def test_wnid_map_pairs_sorted_wnids_with_open_clip_names() -> None:
@@ -280,3 +323,15 @@ def test_train_augmentation_none_is_the_eval_transform() -> None:
     assert torch.equal(plain(image), eval_transform(32)(image)) and torch.equal(plain(image), plain(image))
     with pytest.raises(ValueError, match="augmentation"):
         train_transform(32, augmentation="heavy")
+
+
+def test_transformed_dataset_applies_the_transform_and_pickles() -> None:
+    images = [Image.new("RGB", (40, 30), (255, 0, 0)), Image.new("L", (10, 10), 128)]
+    dataset = TransformedDataset(list(zip(images, [3, 7])), eval_transform(16))
+    again = pickle.loads(pickle.dumps(dataset))  # workers under spawn/forkserver receive it pickled
+    for data in (dataset, again):
+        image, label = data[1]
+        assert image.shape == (3, 16, 16) and label == 7
+        torch.testing.assert_close(image[:, 0, 0], (torch.full((3,), 128 / 255) - torch.tensor(CLIP_MEAN))
+                                   / torch.tensor(CLIP_STD), atol=1e-6, rtol=0)
+    assert len(again) == 2
