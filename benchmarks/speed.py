@@ -12,9 +12,14 @@ randomly initialised ViT-B/16) measures, on whatever device is given:
    open_clip's own (``model.encode_text``: all 77 positions, one row per prompt) or this suite's
    trimmed, prefix-sharing pass (the stricter reference: the same savings on both sides);
 4. activation memory saved for backward in the stage-1 step at the first and the last task, and
-   with many classes (chunked text backward).
+   with many classes (chunked text backward);
+5. the text pass of a stage-1 step with all 1000 ImageNet-1K prompts (forward and backward): in
+   length buckets versus padded to the longest prompt.
 
-Weights are random: speed does not depend on them. Results print as a table and go to ``--out``.
+Class names are ImageNet-1K's (the suite ships them): real names differ in length, as they do in
+the real runs. Weights are random: speed does not depend on them. ``--precision`` (default: fp16
+on CUDA, fp32 on CPU) is the towers' autocast; equalities are checked to that precision's
+tolerance. Results print as JSON and go to ``--out``.
 """
 
 from __future__ import annotations
@@ -32,8 +37,23 @@ import torch.nn.functional as F
 from torch.utils.data import TensorDataset
 
 from benchmarks.backbones import BackboneSpec, create_clip
+from benchmarks.datasets import imagenet_wnid_names
+from benchmarks.precision import PRECISIONS, resolve_precision
 from benchmarks.results import write_json
 from strategies.gr4cil import GR4CIL, TaskState
+
+# Largest |difference| allowed between two computations of the same scores or features: fp32
+# rounding, or about ten units of the half format's rounding (eps/2: fp16 4.9e-4, bf16 3.9e-3).
+TOLERANCE = {"fp32": 1e-4, "fp16": 5e-3, "bf16": 4e-2}
+CHUNK = 256  # text_chunk_size of the many-classes memory measurement
+
+
+def _class_names(n_classes: int) -> list[str]:
+    """The first ``n_classes`` ImageNet-1K class names (at most 1000)."""
+    names = list(imagenet_wnid_names().values())
+    if n_classes > len(names):
+        raise ValueError(f"at most {len(names)} classes (ImageNet-1K names), not {n_classes}")
+    return names[:n_classes]
 
 
 def _interleaved(functions: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
@@ -51,10 +71,17 @@ def _interleaved(functions: dict[str, Callable[[], object]], repeats: int) -> di
     for round_ in range(repeats):
         shift = round_ % len(names)
         for name in names[shift:] + names[:shift]:
+            _wait_for_device()
             start = time.perf_counter()
             functions[name]()
+            _wait_for_device()  # GPU kernels run asynchronously: time them to their end
             times[name].append(time.perf_counter() - start)
     return times
+
+
+def _wait_for_device() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
 
 
 def _median_ratio(numerator: list[float], denominator: list[float]) -> float:
@@ -73,12 +100,11 @@ def _saved_tensor_bytes(total: list[int]):
         yield
 
 
-def _strategy(model: str, n_classes: int, device: str, **config) -> GR4CIL:
+def _strategy(model: str, n_classes: int, device: str, precision: str, **config) -> GR4CIL:
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec(model, None), device)
-    names = [f"synthetic class number {i}" for i in range(n_classes)]
-    return GR4CIL(backbone=backbone, class_names=names, device=device, show_progress=False,
-                  config=GR4CIL.Config(**config))
+    return GR4CIL(backbone=backbone, class_names=_class_names(n_classes), device=device, precision=precision,
+                  show_progress=False, config=GR4CIL.Config(**config))
 
 
 def _learned_tasks(strategy: GR4CIL, n_tasks: int, per_task: int) -> list[TaskState]:
@@ -101,12 +127,12 @@ def _learned_tasks(strategy: GR4CIL, n_tasks: int, per_task: int) -> list[TaskSt
     return states
 
 
-def evaluation_reuse(model: str, n_tasks: int, per_task: int, n_images: int, device: str) -> dict:
-    strategy = _strategy(model, n_tasks * per_task, device, eval_batch_size=64)
+def evaluation_reuse(model: str, n_tasks: int, per_task: int, n_images: int, device: str, precision: str) -> dict:
+    strategy = _strategy(model, n_tasks * per_task, device, precision, eval_batch_size=64)
     states = _learned_tasks(strategy, n_tasks, per_task)
     size = strategy.backbone.image_size
     data = TensorDataset(torch.randn(n_images, 3, size, size), torch.zeros(n_images, dtype=torch.long))
-    cached_time = recomputed_time = 0.0
+    cached_time = recomputed_time = max_difference = 0.0
     recomputed_forwards = 0
     for stage in range(1, n_tasks + 1):
         strategy.tasks = states[:stage]
@@ -118,17 +144,19 @@ def evaluation_reuse(model: str, n_tasks: int, per_task: int, n_images: int, dev
         recomputed = strategy.score_dataset(data)  # no cache: every branch at every stage
         recomputed_time += time.perf_counter() - start
         recomputed_forwards += stage * n_images
-        torch.testing.assert_close(cached, recomputed, atol=1e-4, rtol=1e-4)
+        max_difference = max(max_difference, float((cached - recomputed).abs().max()))
+        torch.testing.assert_close(cached, recomputed, atol=TOLERANCE[precision], rtol=0)
     cached_forwards = strategy.eval_branch_forwards
     return {"branches_x_images": n_tasks * n_images, "cached_forwards": cached_forwards,
+            "max_score_difference": max_difference,
             "recomputed_forwards": recomputed_forwards,
             "cached_over_branches_x_images": cached_forwards / (n_tasks * n_images),
             "forward_reduction": recomputed_forwards / cached_forwards,
             "time_reduction": recomputed_time / cached_time}
 
 
-def deployed_inference(model: str, n_tasks: int, batch: int, device: str, repeats: int) -> dict:
-    strategy = _strategy(model, n_tasks, device)
+def deployed_inference(model: str, n_tasks: int, batch: int, device: str, precision: str, repeats: int) -> dict:
+    strategy = _strategy(model, n_tasks, device, precision)
     states = _learned_tasks(strategy, n_tasks, 1)
     backbone = strategy.backbone
     size = backbone.image_size
@@ -141,6 +169,11 @@ def deployed_inference(model: str, n_tasks: int, batch: int, device: str, repeat
 
     cap = strategy.images_per_forward()
     with torch.no_grad():
+        for batched in (backbone.encode_image_multi(images, adapters, max_images_per_forward=cap),
+                        backbone.encode_image_multi(images, adapters)):
+            for adapter, features in zip(adapters, batched):
+                backbone.set_adapters(visual=adapter, text=None)
+                torch.testing.assert_close(features, backbone.encode_image(images), atol=TOLERANCE[precision], rtol=0)
         times = _interleaved({
             "plain": plain_forwards,
             "batched": lambda: backbone.encode_image_multi(images, adapters, max_images_per_forward=cap),
@@ -160,9 +193,9 @@ def _stage1_step(strategy: GR4CIL, images, targets, saved: list[int]):
     strategy.backward()
 
 
-def training_step(model: str, n_tasks: int, per_task: int, batch: int, device: str, repeats: int) -> dict:
-    size_classes = n_tasks * per_task
-    strategy = _strategy(model, size_classes, device)
+def training_step(model: str, n_tasks: int, per_task: int, batch: int, device: str, precision: str,
+                  repeats: int) -> dict:
+    strategy = _strategy(model, 1000, device, precision)  # every ImageNet name: the many-classes row uses them
     strategy.setup_task(0, list(range(per_task)))
     strategy.backbone.train()
     size = strategy.backbone.image_size
@@ -178,7 +211,8 @@ def training_step(model: str, n_tasks: int, per_task: int, batch: int, device: s
     model = strategy.backbone.model
 
     def open_clip_text(classes: list[int]) -> torch.Tensor:  # open_clip's own pass: all 77 positions
-        return model.encode_text(strategy.prompt_tokens[classes].to(device), normalize=True)
+        with strategy.backbone.autocast():
+            return model.encode_text(strategy.prompt_tokens[classes].to(device), normalize=True).float()
 
     def bare_step(encode_text: Callable[[list[int]], torch.Tensor]):
         """One visual and one text LoRA, the current task's prompts, CLIP loss only."""
@@ -191,7 +225,8 @@ def training_step(model: str, n_tasks: int, per_task: int, batch: int, device: s
     at_task(n_tasks - 1)
     with torch.no_grad():  # both text passes give the same features; only their cost differs
         torch.testing.assert_close(open_clip_text(strategy.current_classes),
-                                   strategy.text_features(strategy.current_classes), atol=1e-5, rtol=1e-4)
+                                   strategy.text_features(strategy.current_classes),
+                                   atol=TOLERANCE[precision], rtol=0)
     times = _interleaved({"gr4cil": lambda: _stage1_step(strategy, images, targets, [0]),
                           "bare_open_clip": lambda: bare_step(open_clip_text),
                           "bare_trimmed": lambda: bare_step(strategy.text_features)}, repeats)
@@ -200,16 +235,14 @@ def training_step(model: str, n_tasks: int, per_task: int, batch: int, device: s
         saved = [0]
         _stage1_step(strategy, images, targets, saved)
         memory[name] = saved[0]
-    # many classes: 4x the chunk size of seen prompts, chunked backward keeps activations bounded
-    many = 4 * strategy.cfg.text_chunk_size
-    strategy.class_names = [f"synthetic class number {i}" for i in range(many + per_task)]
-    strategy.prompt_tokens = strategy.backbone.tokenize([strategy.cfg.prompt_template.format(n)
-                                                         for n in strategy.class_names])
+    # many classes: ImageNet-1K's 1000 prompts, backpropagated in chunks, keep activations bounded
+    many = 1000 - per_task
+    strategy.cfg.text_chunk_size = CHUNK
     strategy.seen_classes, strategy.current_classes = list(range(many)), list(range(many, many + per_task))
     strategy.anchors = F.normalize(torch.randn(many, d), dim=1)
     saved = [0]
     _stage1_step(strategy, images, targets, saved)
-    memory[f"{many}_seen_classes_chunked"] = saved[0]
+    memory[f"1000_classes_chunks_of_{CHUNK}"] = saved[0]
     seconds = {name: statistics.median(t) for name, t in times.items()}
     return {"gr4cil_step_seconds": seconds["gr4cil"],
             "bare_open_clip_step_seconds": seconds["bare_open_clip"],
@@ -220,7 +253,36 @@ def training_step(model: str, n_tasks: int, per_task: int, batch: int, device: s
             "last_over_first_task_memory": memory["last_task"] / memory["first_task"]}
 
 
-SECTIONS = ("evaluation", "inference", "training_step")
+def text_buckets(model: str, n_classes: int, device: str, precision: str, repeats: int) -> dict:
+    """The text pass of a stage-1 step over ``n_classes`` ImageNet prompts, forward and backward
+    through the text LoRA: in length buckets versus one batch padded to the longest prompt."""
+    strategy = _strategy(model, n_classes, device, precision)
+    strategy.add_adapter("text", "text")
+    backbone = strategy.backbone
+    backbone.set_adapters(visual=None, text="text")
+    backbone.set_trainable(["text"])
+    backbone.train()
+    tokens = strategy.prompt_tokens
+    bucketed = backbone.prepare_prompts(tokens)
+    padded = backbone.prepare_prompts(tokens, length_buckets=False)
+    lengths = tokens.argmax(dim=-1) + 1
+    with torch.no_grad():
+        torch.testing.assert_close(backbone.encode_text(bucketed), backbone.encode_text(padded),
+                                   atol=TOLERANCE[precision], rtol=0)
+
+    def step(prompts):
+        backbone.zero_grad(set_to_none=True)
+        backbone.encode_text(prompts).sum().backward()
+
+    times = _interleaved({"bucketed": lambda: step(bucketed), "padded": lambda: step(padded)}, repeats)
+    return {"prompts": n_classes, "buckets": len(bucketed.buckets),
+            "padding_fraction": 1.0 - float(lengths.sum()) / (n_classes * int(lengths.max())),
+            "bucketed_seconds": statistics.median(times["bucketed"]),
+            "padded_seconds": statistics.median(times["padded"]),
+            "bucketed_over_padded": _median_ratio(times["bucketed"], times["padded"])}
+
+
+SECTIONS = ("evaluation", "inference", "training_step", "text")
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -232,19 +294,26 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu")
+    parser.add_argument("--precision", default="auto", choices=["auto", *PRECISIONS],
+                        help="the towers' autocast; default: fp16 on CUDA, fp32 on CPU")
+    parser.add_argument("--text-prompts", type=int, default=1000,
+                        help="prompts in the text section (default: ImageNet-1K's 1000)")
     parser.add_argument("--only", choices=SECTIONS, action="append",
                         help="measure only this section (repeatable); default: all")
     parser.add_argument("--out", help="write the measurements as JSON here")
     args = parser.parse_args(argv)
+    precision = resolve_precision(args.precision, args.device)
     measure = {
         "evaluation": lambda: evaluation_reuse(args.model, args.tasks, args.classes_per_task, args.test_images,
-                                               args.device),
-        "inference": lambda: deployed_inference(args.model, args.tasks, args.batch_size, args.device, args.repeats),
+                                               args.device, precision),
+        "inference": lambda: deployed_inference(args.model, args.tasks, args.batch_size, args.device, precision,
+                                                args.repeats),
         "training_step": lambda: training_step(args.model, args.tasks, args.classes_per_task, args.batch_size,
-                                               args.device, args.repeats),
+                                               args.device, precision, args.repeats),
+        "text": lambda: text_buckets(args.model, args.text_prompts, args.device, precision, args.repeats),
     }
-    results = {"model": args.model, "device": args.device, "torch_threads": torch.get_num_threads(),
-               "batch_size": args.batch_size, "repeats": args.repeats}
+    results = {"model": args.model, "device": args.device, "precision": precision,
+               "torch_threads": torch.get_num_threads(), "batch_size": args.batch_size, "repeats": args.repeats}
     for section in args.only or SECTIONS:
         results[section] = measure[section]()
     print(json.dumps(results, indent=1))

@@ -8,7 +8,7 @@ from benchmarks import speed
 def test_speed_counts_branch_forwards_and_writes_its_report(tmp_path):
     out = tmp_path / "speed.json"
     results = speed.main(["--tasks", "3", "--classes-per-task", "2", "--test-images", "6", "--batch-size", "4",
-                          "--repeats", "1", "--out", str(out)])
+                          "--repeats", "1", "--text-prompts", "40", "--out", str(out)])
     assert json.loads(out.read_text()) == json.loads(json.dumps(results))
     evaluation = results["evaluation"]
     # cached: each of the 3 branches sees each image once; recomputed: 1 + 2 + 3 branches per image
@@ -17,17 +17,29 @@ def test_speed_counts_branch_forwards_and_writes_its_report(tmp_path):
     assert evaluation["forward_reduction"] == 2.0
     assert results["inference"]["max_images_per_forward"] == 240  # "auto" on a CPU: 2**19 // (17 tokens x 128)
     memory = results["training_step"]["saved_activation_bytes"]
-    assert set(memory) == {"first_task", "last_task", "1024_seen_classes_chunked"}
+    assert set(memory) == {"first_task", "last_task", "1000_classes_chunks_of_256"}
     assert all(value > 0 for value in memory.values())
     step = results["training_step"]
+    text = results["text"]
     for ratio in (results["inference"]["batched_over_plain"], step["gr4cil_over_bare_open_clip"],
-                  step["gr4cil_over_bare_trimmed"]):
+                  step["gr4cil_over_bare_trimmed"], text["bucketed_over_padded"]):
         assert ratio > 0
+    assert results["precision"] == "fp32" and evaluation["max_score_difference"] <= speed.TOLERANCE["fp32"]
+    # the first 40 ImageNet names ("tench", ..., "great grey owl") make prompts of several lengths
+    assert text["prompts"] == 40 and text["buckets"] > 1 and 0 < text["padding_fraction"] < 1
+
+
+def test_speed_checks_its_equalities_under_autocast():
+    results = speed.main(["--precision", "bf16", "--tasks", "2", "--classes-per-task", "2", "--test-images", "4",
+                          "--batch-size", "2", "--repeats", "1", "--text-prompts", "8", "--only", "evaluation",
+                          "--only", "inference", "--only", "text"])
+    assert results["precision"] == "bf16"
+    assert results["evaluation"]["max_score_difference"] <= speed.TOLERANCE["bf16"]
 
 
 def test_speed_can_measure_one_section():
     results = speed.main(["--only", "evaluation", "--tasks", "2", "--classes-per-task", "2", "--test-images", "3"])
-    assert "evaluation" in results and "inference" not in results and "training_step" not in results
+    assert set(results) & set(speed.SECTIONS) == {"evaluation"}
 
 
 def test_median_ratio_pairs_times_of_the_same_round():

@@ -1,0 +1,94 @@
+"""Checks that need a GPU (skipped without one; the README's speed and reproducibility figures for
+CUDA come from running this file, ``benchmarks.speed`` and ``benchmarks.loading`` on one)."""
+
+import pytest
+import torch
+
+from benchmarks import run
+from benchmarks.backbones import BackboneSpec, create_clip
+from benchmarks.environment import set_deterministic
+from benchmarks.results import iter_results
+from conftest import MINI_SUITE
+from strategies.finetune import Finetune
+from strategies.gr4cil import GR4CIL
+
+pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
+
+
+def _result(results_dir, label):
+    return next(r for _, r in iter_results(results_dir) if r["label"] == label)
+
+
+def _run(suite, results, *extra):
+    return run.main(["--suite", suite, "--results-dir", str(results), "--quiet", "--device", "cuda", *extra])
+
+
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+@pytest.mark.parametrize("chunk", ["auto", 8])
+def test_stage1_step_never_waits_for_the_device(precision, chunk):
+    """A GR4CIL stage-1 step (forward, losses, backward, chunked or not) queues its kernels without
+    one host sync; fp16's loss scaler syncs in ``scaler.step`` by design, so it is left out here."""
+    torch.manual_seed(0)
+    backbone = create_clip(BackboneSpec("ViT-B-16-quickgelu", None), "cuda")
+    names = [f"class {i}" + " x" * (i % 5) for i in range(30)]  # prompts of several lengths
+    strategy = GR4CIL(backbone=backbone, class_names=names, device="cuda", precision=precision, show_progress=False,
+                      config=GR4CIL.Config(text_chunk_size=chunk))
+    strategy.setup_task(0, list(range(20, 30)))
+    strategy.seen_classes, strategy.current_classes = list(range(20)), list(range(20, 30))
+    strategy.anchors = torch.nn.functional.normalize(torch.randn(20, backbone.embed_dim), dim=1)
+    strategy._local_index = torch.full((30,), -1, dtype=torch.long, device="cuda")
+    strategy._local_index[20:] = torch.arange(10, device="cuda")
+    backbone.train()
+    images = torch.randn(8, 3, 224, 224, device="cuda")
+    labels = torch.randint(20, 30, (8,), device="cuda")
+
+    def step():
+        strategy.loss = strategy.compute_loss(strategy.compute_logits(images), strategy._local_index[labels])
+        strategy.backward()
+
+    step()  # first step: prompts prepared, anchors copied
+    torch.cuda.synchronize()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        step()
+    finally:
+        torch.cuda.set_sync_debug_mode("default")
+
+
+def test_killed_fp16_run_resumes_bit_identically_with_deterministic_kernels(mini_suite, tmp_path, monkeypatch):
+    args = ("--strategies", "finetune", "--precision", "fp16", "--deterministic")
+    try:
+        assert _run(mini_suite, tmp_path / "reference", *args) == 0
+        real_learn = Finetune.learn
+        calls = {"n": 0}
+
+        def dying_learn(self, experience):
+            calls["n"] += 1
+            if calls["n"] == 3:
+                raise KeyboardInterrupt
+            return real_learn(self, experience)
+
+        monkeypatch.setattr(Finetune, "learn", dying_learn)
+        assert _run(mini_suite, tmp_path / "resumed", *args) == 130
+        monkeypatch.setattr(Finetune, "learn", real_learn)
+        assert _run(mini_suite, tmp_path / "resumed", *args) == 0
+    finally:
+        set_deterministic(False)
+    expected, resumed = _result(tmp_path / "reference", "finetune"), _result(tmp_path / "resumed", "finetune")
+    assert resumed["config"]["precision"] == "fp16"
+    assert resumed["stages"] == expected["stages"] and resumed["summary"] == expected["summary"]
+    assert resumed["cost"]["amp_skipped_steps"] == expected["cost"]["amp_skipped_steps"]
+
+
+def test_deterministic_reruns_are_bit_identical(mini_suite, tmp_path):
+    suite = tmp_path / "gr.toml"
+    suite.write_text(MINI_SUITE.replace('strategies = ["continual_clip", "finetune"]', 'strategies = ["gr4cil"]')
+                     + "[strategy.gr4cil]\nepochs = 2\ncompensation_epochs = 1\n")
+    try:
+        for name in ("a", "b"):
+            assert _run(str(suite), tmp_path / name, "--deterministic") == 0
+    finally:
+        set_deterministic(False)
+    first, second = _result(tmp_path / "a", "gr4cil"), _result(tmp_path / "b", "gr4cil")
+    assert first["config"]["deterministic"] and first["stages"] == second["stages"]
+    assert first["diagnostics"] == second["diagnostics"]
