@@ -13,8 +13,9 @@ randomly initialised ViT-B/16) measures, on whatever device is given:
    trimmed, prefix-sharing pass (the stricter reference: the same savings on both sides);
 4. activation memory saved for backward in the stage-1 step at the first and the last task, and
    with many classes (chunked text backward);
-5. the text pass of a stage-1 step with all 1000 ImageNet-1K prompts (forward and backward): in
-   length buckets versus padded to the longest prompt.
+5. the text pass of a stage-1 step with all 1000 ImageNet-1K prompts (forward and backward):
+   compact (length buckets, shared prefix once) versus one batch trimmed after the longest prompt
+   versus open_clip's 77 positions (``backbones.COMPACT_TEXT`` picks per device).
 
 Class names are ImageNet-1K's (the suite ships them): real names differ in length, as they do in
 the real runs. Weights are random: speed does not depend on them. ``--precision`` (default: fp16
@@ -253,9 +254,10 @@ def training_step(model: str, n_tasks: int, per_task: int, batch: int, device: s
             "last_over_first_task_memory": memory["last_task"] / memory["first_task"]}
 
 
-def text_buckets(model: str, n_classes: int, device: str, precision: str, repeats: int) -> dict:
+def text_batching(model: str, n_classes: int, device: str, precision: str, repeats: int) -> dict:
     """The text pass of a stage-1 step over ``n_classes`` ImageNet prompts, forward and backward
-    through the text LoRA: in length buckets versus one batch padded to the longest prompt."""
+    through the text LoRA: compact (length buckets, shared prefix run once), one batch trimmed
+    after the longest prompt, and open_clip's own pass over all 77 positions."""
     strategy = _strategy(model, n_classes, device, precision)
     strategy.add_adapter("text", "text")
     backbone = strategy.backbone
@@ -263,23 +265,29 @@ def text_buckets(model: str, n_classes: int, device: str, precision: str, repeat
     backbone.set_trainable(["text"])
     backbone.train()
     tokens = strategy.prompt_tokens
-    bucketed = backbone.prepare_prompts(tokens)
-    padded = backbone.prepare_prompts(tokens, length_buckets=False)
+    compact, one_batch = backbone.prepare_prompts(tokens, compact=True), backbone.prepare_prompts(tokens, compact=False)
     lengths = tokens.argmax(dim=-1) + 1
     with torch.no_grad():
-        torch.testing.assert_close(backbone.encode_text(bucketed), backbone.encode_text(padded),
+        torch.testing.assert_close(backbone.encode_text(compact), backbone.encode_text(one_batch),
                                    atol=TOLERANCE[precision], rtol=0)
 
-    def step(prompts):
+    def step(encode):
         backbone.zero_grad(set_to_none=True)
-        backbone.encode_text(prompts).sum().backward()
+        encode().sum().backward()
 
-    times = _interleaved({"bucketed": lambda: step(bucketed), "padded": lambda: step(padded)}, repeats)
-    return {"prompts": n_classes, "buckets": len(bucketed.buckets),
+    def open_clip_77():
+        with backbone.autocast():
+            return backbone.model.encode_text(tokens.to(device), normalize=True).float()
+
+    times = _interleaved({"compact": lambda: step(lambda: backbone.encode_text(compact)),
+                          "one_batch": lambda: step(lambda: backbone.encode_text(one_batch)),
+                          "open_clip": lambda: step(open_clip_77)}, repeats)
+    return {"prompts": n_classes, "buckets": len(compact.buckets),
             "padding_fraction": 1.0 - float(lengths.sum()) / (n_classes * int(lengths.max())),
-            "bucketed_seconds": statistics.median(times["bucketed"]),
-            "padded_seconds": statistics.median(times["padded"]),
-            "bucketed_over_padded": _median_ratio(times["bucketed"], times["padded"])}
+            "device_uses": "compact" if len(backbone.prepare_prompts(tokens).buckets) > 1 else "one_batch",
+            **{f"{name}_seconds": statistics.median(t) for name, t in times.items()},
+            "compact_over_one_batch": _median_ratio(times["compact"], times["one_batch"]),
+            "one_batch_over_open_clip": _median_ratio(times["one_batch"], times["open_clip"])}
 
 
 SECTIONS = ("evaluation", "inference", "training_step", "text")
@@ -310,7 +318,7 @@ def main(argv: list[str] | None = None) -> dict:
                                                 args.repeats),
         "training_step": lambda: training_step(args.model, args.tasks, args.classes_per_task, args.batch_size,
                                                args.device, precision, args.repeats),
-        "text": lambda: text_buckets(args.model, args.text_prompts, args.device, precision, args.repeats),
+        "text": lambda: text_batching(args.model, args.text_prompts, args.device, precision, args.repeats),
     }
     results = {"model": args.model, "device": args.device, "precision": precision,
                "torch_threads": torch.get_num_threads(), "batch_size": args.batch_size, "repeats": args.repeats}

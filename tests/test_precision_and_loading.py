@@ -285,8 +285,8 @@ def test_length_buckets_equal_the_padded_encoding_in_fp32_with_gradients():
     backbone.set_trainable(["text"])
     names = ["cat", "red striped triangle", "dog", "a very large and rather fluffy orange dog", "x", "lynx"]
     tokens = backbone.tokenize([f"a photo of a {n}." for n in names])
-    bucketed = backbone.prepare_prompts(tokens)
-    padded = backbone.prepare_prompts(tokens, length_buckets=False)
+    bucketed = backbone.prepare_prompts(tokens)  # a CPU's default: compact
+    padded = backbone.prepare_prompts(tokens, compact=False)
     # one token each ("cat", "dog", "x", "lynx"), three ("red striped triangle"), eight (the long dog)
     assert len(bucketed.buckets) == 3 and len(padded.buckets) == 1
     features, grads = [], []

@@ -22,11 +22,12 @@ def test_speed_counts_branch_forwards_and_writes_its_report(tmp_path):
     step = results["training_step"]
     text = results["text"]
     for ratio in (results["inference"]["batched_over_plain"], step["gr4cil_over_bare_open_clip"],
-                  step["gr4cil_over_bare_trimmed"], text["bucketed_over_padded"]):
+                  step["gr4cil_over_bare_trimmed"], text["compact_over_one_batch"], text["one_batch_over_open_clip"]):
         assert ratio > 0
     assert results["precision"] == "fp32" and evaluation["max_score_difference"] <= speed.TOLERANCE["fp32"]
     # the first 40 ImageNet names ("tench", ..., "great grey owl") make prompts of several lengths
     assert text["prompts"] == 40 and text["buckets"] > 1 and 0 < text["padding_fraction"] < 1
+    assert text["device_uses"] == "compact"  # on a CPU
 
 
 def test_speed_checks_its_equalities_under_autocast():
