@@ -50,13 +50,15 @@ ACTIVATION_BUDGET = {"cpu": 2**19, "cuda": 2**26}
 # (1000 x 20 x 512 = 2^23.3; about 4 GB of saved fp16 activations); on a CPU memory is plentiful
 # but slow, and this keeps the former 256 prompts of ViT-B/16 at 16 tokens.
 TEXT_BACKWARD_BUDGET = {"cpu": 2**21, "cuda": 2**25}
-# Whether a device encodes prompts compactly: in length buckets, with the prefix every prompt shares
-# run once. Both are exact. A CPU is compute-bound, and they save most of the text work (ViT-B/16,
-# 1000 ImageNet prompts, forward and backward: 0.26x the time of one padded batch on 2 cores). A
-# GPU is bound by launching kernels at these sizes: each bucket and the prefix path add launches,
-# and one batch trimmed after the longest prompt is fastest (H100, fp16, 1000 prompts: 35 ms,
-# against 555 ms compact and 110 ms for open_clip's 77 positions; benchmarks.speed, text section).
-COMPACT_TEXT = {"cpu": True, "cuda": False}
+# When a device encodes prompts compactly: in length buckets, with the prefix every prompt shares run
+# once (both exact). Each bucket and the prefix path add kernel launches and dispatch; they pay only
+# when the padded text work (prompts x longest prompt x width) is large. Measured, forward and
+# backward (benchmarks.speed): on 2 CPU cores, 1000 ImageNet prompts take 0.26x (ViT-B/16) and 0.53x
+# (tiny CLIP, 2^20.5 elements) of one padded batch, while a tiny-CLIP stage-1 step with 100 prompts
+# (2^16.5) took 0.09-0.12 s compact against 0.057 s as one batch. An H100 is bound by launches at
+# every size seen: 1000 prompts take 35-50 ms as one batch against 555-781 ms compact (and 110 ms
+# for open_clip's 77 positions). None: never compact.
+COMPACT_TEXT_MIN_WORK = {"cpu": 2**20, "cuda": None}
 
 Tower = Literal["visual", "text"]
 
@@ -521,10 +523,22 @@ def efficient_images_per_forward(tokens_per_image: int, width: int, device_type:
     return max(1, budget // (tokens_per_image * width))
 
 
+def use_compact_text(prompts: int, longest: int, width: int, device_type: str) -> bool:
+    """Whether encoding ``prompts`` prompts compactly pays on ``device_type`` (``COMPACT_TEXT_MIN_WORK``)."""
+    threshold = COMPACT_TEXT_MIN_WORK.get(device_type)
+    return threshold is not None and prompts * longest * width >= threshold
+
+
 def _fp32_features(features: torch.Tensor, normalize: bool) -> torch.Tensor:
     """Tower outputs in fp32, L2-normalised in fp32 (unit norm to fp32 rounding under any autocast)."""
     features = features.float()
     return F.normalize(features, dim=-1) if normalize else features
+
+
+def use_compact_text(prompts: int, longest: int, width: int, device_type: str) -> bool:
+    """Whether encoding ``prompts`` prompts compactly pays on ``device_type`` (``COMPACT_TEXT_MIN_WORK``)."""
+    threshold = COMPACT_TEXT_MIN_WORK.get(device_type)
+    return threshold is not None and prompts * longest * width >= threshold
 
 
 def _fp32_features(features: torch.Tensor, normalize: bool) -> torch.Tensor:
@@ -588,10 +602,13 @@ class CLIPBackbone(nn.Module):
     def prepare_prompts(self, tokens: torch.Tensor, compact: bool | None = None) -> PreparedPrompts:
         """``prepare_prompts`` for this model on its device: reuse the result for repeated encodes.
 
-        ``compact`` (length buckets and the shared prompt prefix run once) defaults to the device's
-        choice, ``COMPACT_TEXT``; otherwise the prompts form one batch trimmed after the longest.
+        ``compact`` (length buckets and the shared prompt prefix run once) defaults to what pays on
+        this device for this many prompts (``use_compact_text``); otherwise the prompts form one
+        batch trimmed after the longest.
         """
-        compact = COMPACT_TEXT.get(self.device.type, False) if compact is None else compact
+        if compact is None:
+            longest = int(tokens.argmax(dim=-1).max()) + 1 if len(tokens) else 0
+            compact = use_compact_text(len(tokens), longest, self.model.transformer.width, self.device.type)
         share_prefix = compact and _prefix_sharing_applies(self.model.transformer)
         return prepare_prompts(tokens, self.device, share_prefix, length_buckets=compact)
 

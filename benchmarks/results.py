@@ -18,7 +18,8 @@ Schema (``schema_version`` 1)::
     n_tasks         int
     seed            int
     config          dict    fully resolved: backbone, dataset options, strategy hyper-parameters,
-                            class-order name, device; ``config_hash`` is its SHA-256 prefix
+                            class-order name, device, precision (fp32 | fp16 | bf16),
+                            deterministic (bool); ``config_hash`` is its SHA-256 prefix
     config_hash     str
     class_order     [int]   the class permutation of the stream
     class_names     [str]   names indexed by class id
@@ -34,8 +35,12 @@ Schema (``schema_version`` 1)::
     summary         dict    avg_acc, last_acc, avg_auroc, last_auroc
     diagnostics     dict    strategy-specific run-level diagnostics
     env             dict    python, packages, device, git_commit, git_dirty, hostname, started_at
-    cost            dict    train_seconds, eval_seconds, trainable_params, peak_memory_bytes,
-                            peak_memory_kind ("cuda_allocated" or "cpu_max_rss")
+    cost            dict    train_seconds, eval_seconds, trainable_params,
+                            peak_memory_bytes: the largest over the run, across resumes;
+                            peak_memory_kind: "cuda_allocated" (the CUDA allocator's peak) or
+                              "cpu_max_rss" (a process peak: the process's max resident set,
+                              which also covers whatever ran before in the same process),
+                            amp_skipped_steps: fp16 steps the loss scaler skipped (0 otherwise)
 """
 
 from __future__ import annotations

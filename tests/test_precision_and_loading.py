@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from benchmarks import run
-from benchmarks.backbones import TINY_MODEL, BackboneSpec, create_clip
+from benchmarks.backbones import TINY_MODEL, BackboneSpec, create_clip, use_compact_text
 from benchmarks.datasets import load_dataset
 from benchmarks.environment import set_deterministic
 from benchmarks.errors import UserError
@@ -285,8 +285,9 @@ def test_length_buckets_equal_the_padded_encoding_in_fp32_with_gradients():
     backbone.set_trainable(["text"])
     names = ["cat", "red striped triangle", "dog", "a very large and rather fluffy orange dog", "x", "lynx"]
     tokens = backbone.tokenize([f"a photo of a {n}." for n in names])
-    bucketed = backbone.prepare_prompts(tokens)  # a CPU's default: compact
+    bucketed = backbone.prepare_prompts(tokens, compact=True)
     padded = backbone.prepare_prompts(tokens, compact=False)
+    assert len(backbone.prepare_prompts(tokens).buckets) == 1  # 6 short prompts: compact would not pay
     # one token each ("cat", "dog", "x", "lynx"), three ("red striped triangle"), eight (the long dog)
     assert len(bucketed.buckets) == 3 and len(padded.buckets) == 1
     features, grads = [], []
@@ -300,6 +301,14 @@ def test_length_buckets_equal_the_padded_encoding_in_fp32_with_gradients():
     assert (grads[0] - grads[1]).abs().max() <= 1e-6 * grads[1].abs().max()
     with torch.no_grad():  # and both equal open_clip's own 77-token forward
         torch.testing.assert_close(features[0], backbone.model.encode_text(tokens, normalize=True), atol=1e-6, rtol=0)
+
+
+def test_compact_text_only_where_it_pays():
+    # 2 CPU cores: 1000 ImageNet prompts (about 24 tokens) pay off for both text widths; a
+    # 100-prompt tiny-CLIP step does not; a GPU is launch-bound at every size measured.
+    assert use_compact_text(1000, 24, 512, "cpu") and use_compact_text(1000, 24, 64, "cpu")
+    assert not use_compact_text(100, 15, 64, "cpu")
+    assert not use_compact_text(10**6, 77, 1024, "cuda")
 
 
 def test_evaluation_encodes_the_text_once_per_call(tiny_stream, monkeypatch):
