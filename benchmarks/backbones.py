@@ -52,13 +52,14 @@ ACTIVATION_BUDGET = {"cpu": 2**19, "cuda": 2**26}
 TEXT_BACKWARD_BUDGET = {"cpu": 2**21, "cuda": 2**25}
 # When a device encodes prompts compactly: in length buckets, with the prefix every prompt shares run
 # once (both exact). Each bucket and the prefix path add kernel launches and dispatch; they pay only
-# when the padded text work (prompts x longest prompt x width) is large. Measured, forward and
-# backward (benchmarks.speed): on 2 CPU cores, 1000 ImageNet prompts take 0.26x (ViT-B/16) and 0.53x
-# (tiny CLIP, 2^20.5 elements) of one padded batch, while a tiny-CLIP stage-1 step with 100 prompts
-# (2^16.5) took 0.09-0.12 s compact against 0.057 s as one batch. An H100 is bound by launches at
-# every size seen: 1000 prompts take 35-50 ms as one batch against 555-781 ms compact (and 110 ms
-# for open_clip's 77 positions). None: never compact.
-COMPACT_TEXT_MIN_WORK = {"cpu": 2**20, "cuda": None}
+# when the padded text work, prompts x longest prompt x width^2 (the layers' multiply-adds), is
+# large. Measured on 2 CPU cores (benchmarks.speed): a tiny-CLIP stage-1 step with 100 prompts
+# (2^23) took 0.09-0.12 s compact against 0.057 s as one batch; forward and backward, 1000 prompts
+# take 0.51x (tiny, 2^26.5) and 100 prompts 0.93x (ViT-B/16, 2^29) of one batch, and a ViT-B/16
+# step with 100 prompts took 0.98x of a bare step compact against 1.23x as one batch. An H100 is
+# bound by launches at every size seen: 1000 ViT-B/16 prompts take 35-50 ms as one batch against
+# 555-781 ms compact (and 110 ms for open_clip's 77 positions). None: never compact.
+COMPACT_TEXT_MIN_WORK = {"cpu": 2**25, "cuda": None}
 
 Tower = Literal["visual", "text"]
 
@@ -526,19 +527,7 @@ def efficient_images_per_forward(tokens_per_image: int, width: int, device_type:
 def use_compact_text(prompts: int, longest: int, width: int, device_type: str) -> bool:
     """Whether encoding ``prompts`` prompts compactly pays on ``device_type`` (``COMPACT_TEXT_MIN_WORK``)."""
     threshold = COMPACT_TEXT_MIN_WORK.get(device_type)
-    return threshold is not None and prompts * longest * width >= threshold
-
-
-def _fp32_features(features: torch.Tensor, normalize: bool) -> torch.Tensor:
-    """Tower outputs in fp32, L2-normalised in fp32 (unit norm to fp32 rounding under any autocast)."""
-    features = features.float()
-    return F.normalize(features, dim=-1) if normalize else features
-
-
-def use_compact_text(prompts: int, longest: int, width: int, device_type: str) -> bool:
-    """Whether encoding ``prompts`` prompts compactly pays on ``device_type`` (``COMPACT_TEXT_MIN_WORK``)."""
-    threshold = COMPACT_TEXT_MIN_WORK.get(device_type)
-    return threshold is not None and prompts * longest * width >= threshold
+    return threshold is not None and prompts * longest * width**2 >= threshold
 
 
 def _fp32_features(features: torch.Tensor, normalize: bool) -> torch.Tensor:

@@ -138,8 +138,8 @@ class CLIPStrategy(SupervisedTemplate):
     def text_features(self, class_ids: list[int]) -> torch.Tensor:
         """Normalised fp32 text features of the classes' prompts under the active text adapter.
 
-        The prompts' length buckets are prepared once per class list, so a training step that
-        re-encodes them never reads token values on the device. Inside ``fixed_text`` the features
+        The prompts are prepared (trimmed, in length buckets where that pays) once per class list,
+        so a training step that re-encodes them never reads token values on the device. Inside ``fixed_text`` the features
         themselves are computed once per class list and text adapter.
         """
         key = tuple(class_ids)

@@ -39,3 +39,19 @@ epochs = 2
 def mini_suite(tmp_path):
     """A 5-task, 100-class synthetic suite that runs in seconds."""
     return write_suite(tmp_path / "mini.toml", MINI_SUITE)
+
+
+def kill_in_task(monkeypatch, strategy_cls, task: int = 3):
+    """Make ``strategy_cls.learn`` raise KeyboardInterrupt (a kill) when it starts task ``task``;
+    call the returned function to let it learn normally again."""
+    real_learn = strategy_cls.learn
+    calls = {"n": 0}
+
+    def dying_learn(self, experience):
+        calls["n"] += 1
+        if calls["n"] == task:
+            raise KeyboardInterrupt
+        return real_learn(self, experience)
+
+    monkeypatch.setattr(strategy_cls, "learn", dying_learn)
+    return lambda: monkeypatch.setattr(strategy_cls, "learn", real_learn)

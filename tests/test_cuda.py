@@ -8,7 +8,7 @@ from benchmarks import run
 from benchmarks.backbones import BackboneSpec, create_clip
 from benchmarks.environment import set_deterministic
 from benchmarks.results import iter_results
-from conftest import MINI_SUITE
+from conftest import MINI_SUITE, kill_in_task
 from strategies.finetune import Finetune
 from strategies.gr4cil import GR4CIL
 
@@ -59,18 +59,9 @@ def test_killed_fp16_run_resumes_bit_identically_with_deterministic_kernels(mini
     args = ("--strategies", "finetune", "--precision", "fp16", "--deterministic")
     try:
         assert _run(mini_suite, tmp_path / "reference", *args) == 0
-        real_learn = Finetune.learn
-        calls = {"n": 0}
-
-        def dying_learn(self, experience):
-            calls["n"] += 1
-            if calls["n"] == 3:
-                raise KeyboardInterrupt
-            return real_learn(self, experience)
-
-        monkeypatch.setattr(Finetune, "learn", dying_learn)
+        revive = kill_in_task(monkeypatch, Finetune, task=3)
         assert _run(mini_suite, tmp_path / "resumed", *args) == 130
-        monkeypatch.setattr(Finetune, "learn", real_learn)
+        revive()
         assert _run(mini_suite, tmp_path / "resumed", *args) == 0
     finally:
         set_deterministic(False)

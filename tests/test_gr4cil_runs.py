@@ -12,6 +12,7 @@ from benchmarks import run
 from benchmarks.backbones import BackboneSpec, create_clip
 from benchmarks.errors import UserError
 from benchmarks.results import iter_results
+from conftest import kill_in_task
 from strategies.gr4cil import GR4CIL
 
 SUITE = """
@@ -139,18 +140,9 @@ def test_saved_model_keys_are_documented_and_loading_restores_the_scores(gr4cil_
 
 def test_killed_gr4cil_run_resumes_with_identical_results(gr4cil_run, tmp_path, monkeypatch):
     suite, _, reference = gr4cil_run
-    real_learn = GR4CIL.learn
-    calls = {"n": 0}
-
-    def dying_learn(self, experience):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt
-        return real_learn(self, experience)
-
-    monkeypatch.setattr(GR4CIL, "learn", dying_learn)
+    revive = kill_in_task(monkeypatch, GR4CIL, task=3)
     assert run.main(["--suite", str(suite), "--results-dir", str(tmp_path), "--quiet"]) == 130
-    monkeypatch.setattr(GR4CIL, "learn", real_learn)
+    revive()
     assert run.main(["--suite", str(suite), "--results-dir", str(tmp_path), "--quiet"]) == 0
     (resumed,) = [r for _, r in iter_results(tmp_path)]
     for a, b in zip(resumed["stages"], reference["stages"]):

@@ -14,7 +14,7 @@ from benchmarks import run
 from benchmarks.datasets import load_dataset
 from benchmarks.results import REQUIRED_KEYS, iter_results
 from benchmarks.transforms import eval_transform
-from conftest import MINI_SUITE
+from conftest import MINI_SUITE, kill_in_task
 from strategies.finetune import Finetune
 
 STAGE_KEYS = {"task", "acc", "acc_per_task", "n_test_per_task", "routing_acc", "auroc", "fpr95"}
@@ -73,16 +73,7 @@ def test_killed_run_resumes_from_last_finished_task_with_identical_metrics(mini_
     assert _run(mini_suite, reference, "--strategies", "finetune") == 0
 
     resumed = tmp_path / "resumed"
-    real_learn = Finetune.learn
-    calls = {"n": 0}
-
-    def dying_learn(self, experience):
-        calls["n"] += 1
-        if calls["n"] == 3:
-            raise KeyboardInterrupt  # killed while training task 3
-        return real_learn(self, experience)
-
-    monkeypatch.setattr(Finetune, "learn", dying_learn)
+    revive = kill_in_task(monkeypatch, Finetune, task=3)
     assert _run(mini_suite, resumed, "--strategies", "finetune") == 130
     checkpoint = resumed / ".checkpoints" / "synthetic" / "finetune" / "T5-seed0"
     state = json.loads((checkpoint / "state.json").read_text())
@@ -90,7 +81,7 @@ def test_killed_run_resumes_from_last_finished_task_with_identical_metrics(mini_
     assert [p.name for p in checkpoint.glob("*.safetensors")] == ["task-02.safetensors"]
     assert not list(resumed.glob("synthetic/finetune/*.json"))  # no result written for a dead run
 
-    monkeypatch.setattr(Finetune, "learn", real_learn)
+    revive()
     capsys.readouterr()
     assert _run(mini_suite, resumed, "--strategies", "finetune") == 0
     assert "resumed after task 2" in capsys.readouterr().err
