@@ -449,9 +449,6 @@ class PreparedPrompts:
     buckets: tuple[PromptBucket, ...]
     order: torch.Tensor | None  # rows of the concatenated bucket outputs in input order; None: already in order
 
-    def __len__(self) -> int:
-        return sum(len(b.tokens) for b in self.buckets)
-
 
 def prepare_prompts(
     tokens: torch.Tensor, device: torch.device, share_prefix: bool = True, length_buckets: bool = True

@@ -213,6 +213,7 @@ class GR4CIL(CLIPStrategy):
         self.anchor_ids: list[int] = []
         self.anchors = torch.empty(0, self.backbone.embed_dim)  # z_c, rows follow anchor_ids
         self._device_anchors: tuple[torch.Tensor, torch.Tensor] | None = None  # (anchors, their device copy)
+        self._longest_prompt = int(self.prompt_tokens.argmax(dim=-1).max()) + 1  # tokens up to the last EOT
         self.modality_gap: list[list[dict[str, float]]] = []  # per task, per epoch
         self.eval_branch_forwards = 0  # images pushed through one visual branch at evaluation
         self._feature_cache: dict[tuple[str, int], torch.Tensor] = {}
@@ -292,8 +293,7 @@ class GR4CIL(CLIPStrategy):
         """The resolved ``text_chunk_size``: "auto" fits the device's ``TEXT_BACKWARD_BUDGET``."""
         if self.cfg.text_chunk_size != "auto":
             return self.cfg.text_chunk_size
-        longest = int(self.prompt_tokens.argmax(dim=-1).max()) + 1  # CPU tokens: no device sync
-        return self.backbone.efficient_prompts_per_backward(longest)
+        return self.backbone.efficient_prompts_per_backward(self._longest_prompt)
 
     def _record_gap(self, cosine: torch.Tensor, targets: torch.Tensor) -> None:
         """Accumulate the modality-gap statistics of Sec. "Task-wise Inconsistency" for this epoch."""
