@@ -64,7 +64,7 @@ COMPACT_TEXT_MIN_WORK = {"cpu": 2**25, "cuda": None}
 Tower = Literal["visual", "text"]
 
 _MODEL_CONFIG_DIR = Path(__file__).parent / "model_configs"
-# pretrained="synthetic" for the tiny model: the shipped checkpoint of `python -m benchmarks.pretrain_tiny`.
+# pretrained="synthetic" for the tiny model: the shipped checkpoint of `python -m benchmarks.miniature.pretrain`.
 SYNTHETIC_TAG = "synthetic"
 SYNTHETIC_WEIGHTS = Path(__file__).parent / "assets" / "tiny-clip-32-synthetic.safetensors"
 # Module paths (relative to the open_clip model) of the projections that get LoRA, per tower.
@@ -278,7 +278,7 @@ def _resolve_weights(spec: BackboneSpec) -> tuple[Path | None, dict[str, Any]]:
     if spec.model == TINY_MODEL and spec.pretrained == SYNTHETIC_TAG:
         if not SYNTHETIC_WEIGHTS.is_file():
             raise WeightsNotFoundError(
-                f"{SYNTHETIC_WEIGHTS} is missing; recreate it with: python -m benchmarks.pretrain_tiny"
+                f"{SYNTHETIC_WEIGHTS} is missing; recreate it with: python -m benchmarks.miniature.pretrain"
             )
         return SYNTHETIC_WEIGHTS, {}
     cfg = open_clip.get_pretrained_cfg(spec.model, spec.pretrained)

@@ -32,6 +32,7 @@ from torchvision.datasets import CIFAR100, Food101, OxfordIIITPet
 from torchvision.datasets.folder import IMG_EXTENSIONS, default_loader, find_classes, make_dataset
 
 from benchmarks.errors import DataNotFoundError, UserError
+from benchmarks.miniature import world
 
 _ROOT_HINT = "or pass --data-root DIR"
 
@@ -348,17 +349,25 @@ def load_food101(data_root: Path | None, include_train: bool = False) -> Classif
     )
 
 
-def load_synthetic_dataset(
+def load_synthetic(
     data_root: Path | None = None,
     n_train_per_class: int = 100,
     n_test_per_class: int = 20,
     seed: int = 0,
     n_classes: int = 100,
+    domain: str = "photo",
 ) -> ClassificationData:
-    """The offline synthetic dataset (``benchmarks.synthetic``); ``data_root`` is ignored."""
-    from benchmarks.synthetic import load_synthetic  # deferred: synthetic imports this module
-
-    return load_synthetic(n_train_per_class, n_test_per_class, seed, n_classes)
+    """The offline synthetic dataset (``benchmarks.miniature``) in ``domain`` ("photo", the tiny
+    CLIP's pretraining domain, or "faded", the shifted CIL domain); ``data_root`` is ignored."""
+    train, test, class_names = world.make_splits(n_train_per_class, n_test_per_class, seed, n_classes, domain)
+    return ClassificationData(
+        name="synthetic",
+        train=train,
+        test=test,
+        class_names=class_names,
+        train_targets=list(train.targets),
+        test_targets=list(test.targets),
+    )
 
 
 DATASETS: dict[str, Callable[..., ClassificationData]] = {
@@ -368,7 +377,7 @@ DATASETS: dict[str, Callable[..., ClassificationData]] = {
     "imagenet1k": load_imagenet1k,
     "pets": load_pets,
     "food101": load_food101,
-    "synthetic": load_synthetic_dataset,
+    "synthetic": load_synthetic,
 }
 
 

@@ -37,7 +37,20 @@ def eval_transform(
     )
 
 
-TRAIN_AUGMENTATIONS = ("paper", "none")
+# "paper": the paper's pipeline, whose crop pads 4 pixels of a 224 px input.
+# "paper-scaled": the same pipeline with the padding scaled to the input (4 * size / 224, at least
+#   1 pixel): 4 px of padding is 12% of a 32 px miniature image but under 2% of a 224 px one.
+# "none": the evaluation transform (no augmentation).
+TRAIN_AUGMENTATIONS = ("paper", "paper-scaled", "none")
+PAPER_CROP_PADDING = 4
+PAPER_INPUT_SIZE = 224
+
+
+def crop_padding(image_size: int, augmentation: str) -> int:
+    """Pixels of padding of the random crop: 4 for "paper", 4 scaled to ``image_size`` for "paper-scaled"."""
+    if augmentation == "paper-scaled":
+        return max(1, round(PAPER_CROP_PADDING * image_size / PAPER_INPUT_SIZE))
+    return PAPER_CROP_PADDING
 
 
 def train_transform(
@@ -46,22 +59,22 @@ def train_transform(
     std: Sequence[float] = CLIP_STD,
     augmentation: str = "paper",
 ) -> T.Compose:
-    """The paper's train augmentation: bicubic resize, random crop with padding 4, horizontal flip,
-    rotation in [0, 10] degrees. ``augmentation="none"`` gives ``eval_transform`` instead.
+    """The paper's train augmentation: bicubic resize, random crop with padding, horizontal flip,
+    rotation in [0, 10] degrees (``TRAIN_AUGMENTATIONS`` names the variants).
 
-    "none" exists for the offline miniature: its tiny CLIP was pretrained on clean 32 px renders,
-    never on black crop borders or resampled rotations, and there the paper's augmentation lowers
-    every method's accuracy below zero-shot (measured; see README "The offline miniature").
+    The offline miniature uses "paper-scaled": at 32 px the paper's 4 px of black border is a
+    large part of the image and lowers every adapted method (measured; README "The offline
+    miniature"). 224 px inputs get the paper's pipeline exactly under either name.
     """
+    if augmentation not in TRAIN_AUGMENTATIONS:
+        raise ValueError(f"augmentation must be one of {TRAIN_AUGMENTATIONS}, not {augmentation!r}")
     if augmentation == "none":
         return eval_transform(image_size, mean, std)
-    if augmentation != "paper":
-        raise ValueError(f"augmentation must be one of {TRAIN_AUGMENTATIONS}, not {augmentation!r}")
     return T.Compose(
         [
             T.Lambda(_to_rgb),
             T.Resize(image_size, interpolation=T.InterpolationMode.BICUBIC),
-            T.RandomCrop(image_size, padding=4),
+            T.RandomCrop(image_size, padding=crop_padding(image_size, augmentation)),
             T.RandomHorizontalFlip(),
             T.RandomRotation((0, 10)),
             T.ToTensor(),

@@ -12,6 +12,7 @@ import pytest
 import torch
 from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES
 from PIL import Image
+from torchvision import transforms as T
 
 from benchmarks import datasets as datasets_module
 from benchmarks.datasets import (
@@ -24,7 +25,7 @@ from benchmarks.datasets import (
     stratified_split,
 )
 from benchmarks.errors import DataNotFoundError, UserError
-from benchmarks.transforms import CLIP_MEAN, CLIP_STD, eval_transform, train_transform
+from benchmarks.transforms import CLIP_MEAN, CLIP_STD, crop_padding, eval_transform, train_transform
 
 GOLDFISH, TENCH, SHARK = "n01443537", "n01440764", "n01484850"
 
@@ -323,6 +324,20 @@ def test_train_augmentation_none_is_the_eval_transform() -> None:
     assert torch.equal(plain(image), eval_transform(32)(image)) and torch.equal(plain(image), plain(image))
     with pytest.raises(ValueError, match="augmentation"):
         train_transform(32, augmentation="heavy")
+
+
+def test_paper_scaled_augmentation_scales_the_crop_padding_to_the_image() -> None:
+    """4 px of a 224 px image: 1 px at 32 px, 4 px at 224 px (the paper's pipeline), never 0."""
+    assert [crop_padding(size, "paper-scaled") for size in (16, 32, 112, 224, 448)] == [1, 1, 2, 4, 8]
+    assert crop_padding(32, "paper") == 4
+
+    def padding_of(transform) -> int:
+        (crop,) = [t for t in transform.transforms if isinstance(t, T.RandomCrop)]
+        return crop.padding
+
+    assert padding_of(train_transform(32, augmentation="paper-scaled")) == 1
+    scaled, paper = train_transform(224, augmentation="paper-scaled"), train_transform(224)
+    assert [repr(t) for t in scaled.transforms[1:]] == [repr(t) for t in paper.transforms[1:]]
 
 
 def test_transformed_dataset_applies_the_transform_and_pickles() -> None:

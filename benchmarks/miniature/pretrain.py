@@ -1,8 +1,8 @@
 """Pretrain the tiny open_clip CLIP contrastively on synthetic image-caption pairs.
 
-    python -m benchmarks.pretrain_tiny [--steps N] [--batch-size B] [--seed S] [--out PATH] [--log-every K]
+    python -m benchmarks.miniature.pretrain [--steps N] [--batch-size B] [--seed S] [--out PATH] [--log-every K]
 
-Every batch is freshly generated (``benchmarks.captions``), so nothing is read from disk. The
+Every batch is freshly generated (``benchmarks.miniature.captions``) in the "photo" domain, so nothing is read from disk. The
 defaults reproduce the shipped checkpoint ``benchmarks/assets/tiny-clip-32-synthetic.safetensors``
 (fp16) and its JSON sidecar; the same arguments give the same loss trajectory on every run.
 """
@@ -27,7 +27,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from benchmarks.backbones import SYNTHETIC_WEIGHTS, TINY_MODEL, encode_clip_text
-from benchmarks.captions import pretraining_rng, sample_pretraining_pairs
+from benchmarks.miniature.captions import pretraining_rng, sample_pretraining_pairs
 from benchmarks.transforms import CLIP_MEAN, CLIP_STD
 
 DEFAULT_OUT = SYNTHETIC_WEIGHTS
@@ -40,7 +40,7 @@ DEFAULT_INIT_LOGIT_SCALE = 100.0
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.pretrain_tiny", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.miniature.pretrain", description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=1300, help="optimizer steps")
     parser.add_argument("--batch-size", type=int, default=128, help="image-caption pairs per step")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW)")
@@ -179,7 +179,7 @@ def main(argv: Sequence[str] | None = None) -> None:
         model, trajectory = pretrain(args)
     wall = time.perf_counter() - start
     metadata = {
-        "command": "python -m benchmarks.pretrain_tiny",
+        "command": "python -m benchmarks.miniature.pretrain",
         "args": {k: _portable(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
         "model": TINY_MODEL,
         "steps": args.steps,

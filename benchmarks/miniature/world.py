@@ -1,4 +1,4 @@
-"""A deterministic offline image-classification world for smoke runs and tests.
+"""The miniature's world: a deterministic offline image-classification world.
 
 Each 32x32 RGB image shows one object. Its class is a (colour, pattern, shape) combination with a
 readable name such as "red striped triangle"; size, position, background, colour jitter, pattern
@@ -21,8 +21,8 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
-from benchmarks.datasets import ClassificationData
 from benchmarks.errors import UserError
+from benchmarks.miniature.domains import DEFAULT_DOMAIN, apply_domain
 
 IMAGE_SIZE = 32
 
@@ -278,30 +278,30 @@ class SyntheticDataset(Dataset):
         return Image.fromarray(self.images[index]), self.targets[index]
 
 
-def make_split(class_ids: list[int], n_per_class: int, rng: np.random.Generator) -> SyntheticDataset:
-    """Render ``n_per_class`` images of each global class id; label ``k`` means ``class_ids[k]``."""
+def make_split(
+    class_ids: list[int], n_per_class: int, rng: np.random.Generator, domain: str = DEFAULT_DOMAIN
+) -> SyntheticDataset:
+    """Render ``n_per_class`` images of each global class id in ``domain``; label ``k`` means ``class_ids[k]``."""
     labels = np.repeat(np.arange(len(class_ids)), n_per_class)
     attributes = sample_attributes(np.asarray(class_ids, dtype=np.int64)[labels], rng)
-    return SyntheticDataset(render(attributes), labels.tolist(), attributes)
+    return SyntheticDataset(apply_domain(render(attributes), domain), labels.tolist(), attributes)
 
 
-def load_synthetic(
+def make_splits(
     n_train_per_class: int = 100,
     n_test_per_class: int = 20,
     seed: int = 0,
     n_classes: int = DEFAULT_N_CLASSES,
-) -> ClassificationData:
-    """The synthetic dataset as ``ClassificationData``; same seed, byte-identical images."""
+    domain: str = DEFAULT_DOMAIN,
+) -> tuple[SyntheticDataset, SyntheticDataset, list[str]]:
+    """Train and test splits of the synthetic dataset, rendered in ``domain``, and the class names.
+
+    The same arguments give byte-identical images. The nuisance draws do not depend on the domain,
+    so the "photo" and shifted versions of an image show the same object.
+    """
     class_ids = default_class_ids(n_classes)
     # Separate child streams so train and test never share nuisance draws.
     train_rng, test_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
-    train = make_split(class_ids, n_train_per_class, train_rng)
-    test = make_split(class_ids, n_test_per_class, test_rng)
-    return ClassificationData(
-        name="synthetic",
-        train=train,
-        test=test,
-        class_names=[class_name(c) for c in class_ids],
-        train_targets=list(train.targets),
-        test_targets=list(test.targets),
-    )
+    train = make_split(class_ids, n_train_per_class, train_rng, domain)
+    test = make_split(class_ids, n_test_per_class, test_rng, domain)
+    return train, test, [class_name(c) for c in class_ids]

@@ -10,11 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks import captions as C
-from benchmarks import synthetic as S
+from benchmarks.datasets import load_synthetic
+from benchmarks.miniature import captions as C
+from benchmarks.miniature import world as S
 from benchmarks.backbones import SYNTHETIC_WEIGHTS, TINY_MODEL, BackboneSpec, create_clip
-from benchmarks.miniature_report import evaluate_zero_shot
-from benchmarks.pretrain_tiny import images_to_tensor, main
+from benchmarks.miniature.report import evaluate_zero_shot
+from benchmarks.miniature.pretrain import images_to_tensor, main
 from benchmarks.transforms import eval_transform
 
 
@@ -111,13 +112,27 @@ def test_short_pretraining_run_is_reproducible_and_loadable(tmp_path) -> None:
 
 
 def test_shipped_checkpoint_is_a_faithful_miniature() -> None:
-    assert SYNTHETIC_WEIGHTS.is_file(), "run: python -m benchmarks.pretrain_tiny"
+    assert SYNTHETIC_WEIGHTS.is_file(), "run: python -m benchmarks.miniature.pretrain"
     assert SYNTHETIC_WEIGHTS.stat().st_size <= 15 * 2**20
     backbone = create_clip(BackboneSpec(TINY_MODEL, "synthetic"))
-    data = S.load_synthetic(n_train_per_class=1, n_test_per_class=5)
+    data = load_synthetic(n_train_per_class=1, n_test_per_class=5)
     stats = evaluate_zero_shot(backbone, data)
     chance = 1 / data.n_classes
     assert stats.accuracy > 5 * chance
     assert stats.accuracy_held_out > 2 * chance  # composition reaches classes pretraining never showed
     # The modality gap: matched image-text pairs are less alike than images among themselves and texts among themselves.
     assert stats.matched_cosine < min(stats.image_image_cosine, stats.text_text_cosine)
+
+
+@pytest.mark.slow
+def test_miniature_report_measures_the_smoke_cil_data(capsys):
+    """``python -m benchmarks.miniature_report --no-joint``: the smoke's faded domain against photo,
+    with the zero-shot and modality-gap targets met (exit 0)."""
+    from benchmarks.miniature_report import main as report_main
+
+    assert report_main(["--no-joint", "--quiet"]) == 0
+    out = capsys.readouterr().out
+    assert "domain faded, 100 classes, 5000 train / 2000 test images" in out
+    assert "target: zero-shot in [40%, 65%]: met" in out
+    assert "target: modality gap (matched below both within-modality cosines): met" in out
+    assert "joint" not in out.split("target: modality gap")[1]
