@@ -2,6 +2,9 @@ import pytest
 import torch
 
 
+TORCH_DEFAULT_THREADS = torch.get_num_threads()  # what a command-line run uses
+
+
 @pytest.fixture(autouse=True, scope="session")
 def _one_thread_per_test_process():
     # Small matmuls on 2 shared cores run faster on one thread than fighting over two.

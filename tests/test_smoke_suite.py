@@ -1,13 +1,15 @@
 """The shipped offline ``smoke`` suite, run exactly as the README's first command runs it."""
 
 import pytest
+import torch
+from conftest import TORCH_DEFAULT_THREADS
 
 from analysis.report import build_report
 from benchmarks import run
 from benchmarks.backbones import TINY_MODEL, BackboneSpec, create_clip
-from benchmarks.miniature_report import evaluate_zero_shot
+from benchmarks.miniature.report import ZERO_SHOT_TARGET, cil_data, evaluate_zero_shot, joint_run
 from benchmarks.results import iter_results
-from benchmarks.synthetic import load_synthetic
+from benchmarks.suites import load_suite
 
 pytestmark = pytest.mark.slow
 
@@ -15,7 +17,12 @@ pytestmark = pytest.mark.slow
 @pytest.fixture(scope="module")
 def smoke_results(tmp_path_factory):
     results = tmp_path_factory.mktemp("smoke")
-    assert run.main(["--suite", "smoke", "--results-dir", str(results), "--quiet"]) == 0
+    # the README command's thread count: CPU float sums, and so the numbers, depend on it
+    torch.set_num_threads(TORCH_DEFAULT_THREADS)
+    try:
+        assert run.main(["--suite", "smoke", "--results-dir", str(results), "--quiet"]) == 0
+    finally:
+        torch.set_num_threads(1)
     return results, {r["label"]: r for _, r in iter_results(results)}
 
 
@@ -25,21 +32,21 @@ def test_smoke_runs_every_strategy_of_the_suite(smoke_results):
     assert all(r["n_tasks"] == 10 and len(r["stages"]) == 10 for r in runs.values())
 
 
-def test_finetune_visibly_forgets_task_1(smoke_results):
+def test_finetune_forgets_task_1_by_at_least_30_points(smoke_results):
     _, runs = smoke_results
     stages = runs["finetune"]["stages"]
     right_after, at_the_end = stages[0]["acc_per_task"][0], stages[-1]["acc_per_task"][0]
-    assert at_the_end < right_after - 5.0, (right_after, at_the_end)
+    assert at_the_end <= right_after - 30.0, (right_after, at_the_end)
 
 
-def test_gr4cil_clearly_beats_sequential_finetuning(smoke_results):
-    """Issue 4's bar: fine-tuning forgets task 1, GR4CIL's frozen branches do not, and GR4CIL's
-    Last-Acc ends at least 3 points (60 of the 2000 test images) above fine-tuning's."""
+def test_gr4cil_beats_zero_shot_clip_and_finetuning_by_5_points(smoke_results):
+    """The paper's comparison (Table 1, CIFAR-100: GR4CIL 83.22 Last, Continual-CLIP 66.68): on the
+    shifted CIL domain adapting pays, and GR4CIL keeps what it adapted. 5 points are 100 of the
+    2000 test images."""
     _, runs = smoke_results
-    last = {label: runs[label]["summary"]["last_acc"] for label in ("gr4cil", "finetune")}
-    assert last["gr4cil"] >= last["finetune"] + 3.0, last
-    task_1_at_the_end = {label: runs[label]["stages"][-1]["acc_per_task"][0] for label in ("gr4cil", "finetune")}
-    assert task_1_at_the_end["gr4cil"] > task_1_at_the_end["finetune"], task_1_at_the_end
+    last = {label: runs[label]["summary"]["last_acc"] for label in runs}
+    assert last["gr4cil"] >= last["continual_clip"] + 5.0, last
+    assert last["gr4cil"] >= last["finetune"] + 5.0, last
 
 
 def test_rerun_skips_every_finished_run(smoke_results, capsys):
@@ -53,20 +60,56 @@ def test_rerun_skips_every_finished_run(smoke_results, capsys):
 
 def test_continual_clip_gives_the_miniature_zero_shot_accuracy(smoke_results):
     """The smoke's continual_clip Last equals the pretrained tiny CLIP's 100-way zero-shot accuracy
-    on the same test set, computed directly (the number README "The offline miniature" reports)."""
+    on the smoke's CIL data, computed directly (what ``benchmarks.miniature.report`` prints), and
+    that accuracy is in the CIFAR-like target range."""
     _, runs = smoke_results
     backbone = create_clip(BackboneSpec(TINY_MODEL, "synthetic"))
-    stats = evaluate_zero_shot(backbone, load_synthetic(n_train_per_class=1, n_test_per_class=20))
+    stats = evaluate_zero_shot(backbone, cil_data(joint_run(load_suite("smoke"))))
     last = runs["continual_clip"]["stages"][-1]["acc"]
     assert last == pytest.approx(100 * stats.accuracy, abs=1e-4)  # one image is 0.05 points
-    assert last > 50.0  # chance is 1%
+    low, high = ZERO_SHOT_TARGET
+    assert low <= last <= high
+    assert stats.gap_holds
 
 
 def test_routing_bounds_accuracy_and_gr4cil_keeps_its_anchors(smoke_results):
     _, runs = smoke_results
     for run_result in runs.values():  # a correct class is always in the correct task
         assert all(stage["routing_acc"] >= stage["acc"] for stage in run_result["stages"])
-    assert runs["gr4cil"]["diagnostics"]["anchor_preservation"] > 0.95
+    assert runs["gr4cil"]["diagnostics"]["anchor_preservation"] >= 0.95
+
+
+def test_compensation_raises_the_gt_task_margin(smoke_results):
+    """Fig. 5: the mean margin between the GT task's best score and the best other task's score,
+    over stages 2..T, is larger with the compensation term than without."""
+    _, runs = smoke_results
+    stages = [s["diagnostics"] for s in runs["gr4cil"]["stages"][1:]]
+    with_comp = sum(s["margin_with_compensation"] for s in stages) / len(stages)
+    without = sum(s["margin_without_compensation"] for s in stages) / len(stages)
+    assert with_comp > without, (with_comp, without)
+
+
+def test_routing_improves_with_each_score_term_at_the_last_stage(smoke_results):
+    """Fig. 7: routing with compensation >= text + prototype >= text only."""
+    _, runs = smoke_results
+    last = runs["gr4cil"]["stages"][-1]["diagnostics"]
+    assert last["routing_acc_full"] >= last["routing_acc_text_prototype"] >= last["routing_acc_text_only"], last
+
+
+def test_joint_text_compensation_space_is_closest_to_the_image_space(smoke_results):
+    """Table 3 (right): I-TC is the smallest of the three distances."""
+    _, runs = smoke_results
+    distance = runs["gr4cil"]["diagnostics"]["subspace_distance"]
+    assert distance["I-TC"] < min(distance["I-T"], distance["I-C"]), distance
+
+
+@pytest.mark.xfail(strict=True, reason="known miss of issue 12: the tiny CLIP's image features lie mostly in the "
+                   "text span (README 'The offline miniature', what you cannot conclude)")
+def test_compensation_space_is_closer_to_the_image_space_than_the_text_space(smoke_results):
+    """Table 3 (right): I-C < I-T on every dataset of the paper."""
+    _, runs = smoke_results
+    distance = runs["gr4cil"]["diagnostics"]["subspace_distance"]
+    assert distance["I-C"] < distance["I-T"], distance
 
 
 def test_report_builds_from_the_smoke_run(smoke_results, tmp_path):
