@@ -8,7 +8,9 @@ A strategy is a subclass that overrides a few named hooks (as in Avalanche):
 * ``finish_task(task, classes)``: after the task's training (prototypes, caches, second stages);
 * ``scores(images)``: scores over **all seen classes** for a batch of test images (no task id).
 
-The runner computes every metric from ``scores``, the same way for every strategy. The base class
+The runner computes every metric from ``scores``, the same way for every strategy. Avalanche's
+own ``strategy.eval`` sees the same scores, one column per class id (``scores_by_class_id``), so
+its accuracy metrics equal the runner's. The base class
 owns the optimiser (AdamW with a per-iteration cosine schedule), the precision (the backbone's
 towers run under autocast and return fp32 features, so scores and losses are fp32; fp16 scales
 the loss), the data loaders (workers, pinned memory), the progress bar, LoRA bookkeeping, and
@@ -262,6 +264,8 @@ class CLIPStrategy(SupervisedTemplate):
 
     # ------------------------------------------------------------------ Avalanche plumbing
     def model_adaptation(self, model=None):
+        if not self.is_training:  # ``strategy.eval``: evaluate what was learned, change nothing
+            return self.backbone.to(self.device)
         classes = sorted(int(c) for c in self.experience.classes_in_this_experience)
         self.current_classes = classes
         local = torch.full((len(self.class_names),), -1, dtype=torch.long)
@@ -300,10 +304,32 @@ class CLIPStrategy(SupervisedTemplate):
     # The backbone's towers autocast themselves and return fp32 features, so logits and losses
     # are computed in fp32 here, outside autocast.
     def forward(self):
-        return self.compute_logits(self.mb_x)
+        if self.is_training:
+            return self.compute_logits(self.mb_x)
+        return self.scores_by_class_id(self.mb_x)
 
     def criterion(self):
-        return self.compute_loss(self.mb_output, self._local_index[self.mb_y])
+        if self.is_training:
+            return self.compute_loss(self.mb_output, self._local_index[self.mb_y])
+        return F.cross_entropy(self.mb_output, self.mb_y)  # over the seen classes (the rest are -inf)
+
+    def scores_by_class_id(self, images: torch.Tensor) -> torch.Tensor:
+        """``scores`` laid out for Avalanche's evaluation: ``[B, n_classes]``, column ``c`` is class
+        ``c`` and classes not seen yet are ``-inf``, so ``argmax`` is the predicted class id and
+        Avalanche's accuracy equals the runner's (top-1 over all seen classes, no task id)."""
+        seen = self.scores(images).float()
+        out = torch.full((seen.shape[0], len(self.class_names)), float("-inf"), device=seen.device)
+        out[:, self.seen_classes] = seen
+        return out
+
+    def _before_eval(self, **kwargs):
+        super()._before_eval(**kwargs)
+        self._eval_text = self.fixed_text()  # the text tower does not change during ``eval``
+        self._eval_text.__enter__()
+
+    def _after_eval(self, **kwargs):
+        self._eval_text.__exit__(None, None, None)
+        super()._after_eval(**kwargs)
 
     def backward(self):
         self.scaler.scale(self.loss).backward()

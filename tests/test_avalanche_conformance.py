@@ -1,0 +1,76 @@
+"""Every registered strategy is an Avalanche strategy: built with Avalanche's plugins, evaluator,
+metrics and logger, trained with ``strategy.train`` task by task, evaluated with ``strategy.eval``,
+and Avalanche's accuracy is the runner's (scores over all seen classes, no task id)."""
+
+import numpy as np
+import pytest
+from avalanche.evaluation.metrics import accuracy_metrics, loss_metrics
+from avalanche.logging import InteractiveLogger
+from avalanche.training.plugins import EvaluationPlugin, SupervisedPlugin
+
+from analysis.metrics import stage_metrics
+from benchmarks.backbones import TINY_MODEL, BackboneSpec, create_clip
+from benchmarks.class_orders import seeded_order
+from benchmarks.datasets import load_dataset
+from benchmarks.streams import build_stream
+from benchmarks.transforms import eval_transform, train_transform
+from strategies.registry import available, get_strategy
+
+N_TASKS = 3
+
+
+class CountCalls(SupervisedPlugin):
+    """A user's plugin: counts the training and evaluation experiences it sees."""
+
+    def __init__(self):
+        super().__init__()
+        self.trained, self.evaluated = 0, 0
+
+    def after_training_exp(self, strategy, **kwargs):
+        self.trained += 1
+
+    def after_eval_exp(self, strategy, **kwargs):
+        self.evaluated += 1
+
+
+@pytest.fixture(scope="module")
+def stream():
+    data = load_dataset("synthetic", n_classes=12, n_train_per_class=6, n_test_per_class=4, domain="faded")
+    return build_stream(data, N_TASKS, seeded_order(12), train_transform(32), eval_transform(32))
+
+
+def _stream_accuracy(metrics: dict) -> float:
+    (value,) = [v for k, v in metrics.items() if k.startswith("Top1_Acc_Stream/eval_phase/test_stream")]
+    return 100.0 * value
+
+
+@pytest.mark.parametrize("name", available())
+def test_avalanche_train_and_eval_match_the_runner(name, stream, capsys):
+    cls = get_strategy(name)
+    config = cls.Config.from_dict({"epochs": 0 if name == "continual_clip" else 1, "batch_size": 16,
+                                   "eval_batch_size": 7, "lora_rank": 2, "lr": 0.01, "num_workers": 0}, name)
+    if hasattr(config, "compensation_epochs"):
+        config.compensation_epochs = 1
+    plugin = CountCalls()
+    evaluator = EvaluationPlugin(accuracy_metrics(experience=True, stream=True), loss_metrics(stream=True),
+                                 loggers=[InteractiveLogger()])
+    strategy = cls(backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")), class_names=stream.class_names,
+                   config=config, show_progress=False, plugins=[plugin], evaluator=evaluator)
+    targets = np.asarray(stream.test_targets)
+    test_stream = stream.benchmark.test_stream
+    for task, experience in enumerate(stream.train_stream):
+        strategy.train(experience)
+        adapters = dict(strategy.adapters)
+        metrics = strategy.eval(test_stream[:task + 1])
+        assert strategy.adapters == adapters  # evaluation added or changed nothing
+
+        runner = stage_metrics(strategy.score_dataset(stream.test_set).numpy(), strategy.seen_classes, targets,
+                               stream.task_of_class, task + 1)
+        assert _stream_accuracy(metrics) == pytest.approx(runner["acc"], abs=1e-9), (task, metrics)
+        per_task = [v for k, v in sorted(metrics.items()) if k.startswith("Top1_Acc_Exp/eval_phase/test_stream")]
+        assert [100.0 * v for v in per_task] == pytest.approx(runner["acc_per_task"], abs=1e-9)
+        assert np.isfinite([v for k, v in metrics.items() if k.startswith("Loss_Stream")]).all()
+
+    assert strategy.task_classes == [sorted(t) for t in stream.tasks]
+    assert (plugin.trained, plugin.evaluated) == (N_TASKS, N_TASKS * (N_TASKS + 1) // 2)
+    assert "Top1_Acc_Stream/eval_phase/test_stream" in capsys.readouterr().out  # the logger printed it
