@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from avalanche.core import SupervisedPlugin
 
-from benchmarks.backbones import TINY_MODEL, BackboneSpec, create_clip
+from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.datasets import load_dataset
 from benchmarks.environment import seed_everything
 from benchmarks.results import write_json

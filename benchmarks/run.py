@@ -23,7 +23,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from analysis.metrics import stage_metrics, summarize
-from benchmarks.backbones import BackboneSpec, check_weights, create_clip
+from benchmarks.backbone import BackboneSpec, check_weights, create_clip
 from benchmarks.class_orders import resolve_class_order
 from benchmarks.datasets import TransformedDataset, load_dataset, load_zero_shot_target
 from benchmarks.environment import environment, peak_memory, reset_peak_memory, seed_everything, set_deterministic

@@ -15,7 +15,7 @@ randomly initialised ViT-B/16) measures, on whatever device is given:
    with many classes (chunked text backward);
 5. the text pass of a stage-1 step with all 1000 ImageNet-1K prompts (forward and backward):
    compact (length buckets, shared prefix once) versus one batch trimmed after the longest prompt
-   versus open_clip's 77 positions (``backbones.use_compact_text`` picks by device and size).
+   versus open_clip's 77 positions (``backbone.budgets.use_compact_text`` picks by device and size).
 
 Class names are ImageNet-1K's (the suite ships them): real names differ in length, as they do in
 the real runs. Weights are random: speed does not depend on them. ``--precision`` (default: fp16
@@ -37,7 +37,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import TensorDataset
 
-from benchmarks.backbones import BackboneSpec, create_clip
+from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.datasets import imagenet_wnid_names
 from benchmarks.precision import PRECISIONS, resolve_precision
 from benchmarks.results import write_json

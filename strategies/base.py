@@ -35,7 +35,7 @@ from avalanche.training.templates import SupervisedTemplate
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
-from benchmarks.backbones import CLIPBackbone, PreparedPrompts
+from benchmarks.backbone import CLIPBackbone, PreparedPrompts
 from benchmarks.errors import UserError
 from benchmarks.precision import loss_scaler, resolve_precision
 

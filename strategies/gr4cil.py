@@ -165,11 +165,11 @@ class GR4CILConfig(StrategyConfig):
     # Above this many seen-class prompts, the stage-1 step backpropagates through the text tower in
     # chunks of this size (same gradients, one more forward without a graph), so training memory
     # stops growing with learned tasks. "auto" sizes it for the device and the prompts' length
-    # (backbones.TEXT_BACKWARD_BUDGET): on a GPU, ImageNet-1K's 1000 prompts never chunk.
+    # (backbone.budgets.TEXT_BACKWARD_BUDGET): on a GPU, ImageNet-1K's 1000 prompts never chunk.
     text_chunk_size: int | str = "auto"
     # Deployed inference runs the T visual branches as mixed-adapter batches of at most this many
     # images (0: all branches in one forward). "auto" sizes them for the device and model
-    # (backbones.ACTIVATION_BUDGET): past a device's efficient batch size a bigger forward costs
+    # (backbone.budgets.ACTIVATION_BUDGET): past a device's efficient batch size a bigger forward costs
     # more per image, so on a CPU a ViT-B/16 batch of 8 already runs each branch alone.
     max_images_per_forward: int | str = "auto"
 

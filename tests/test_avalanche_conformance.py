@@ -9,7 +9,7 @@ from avalanche.logging import InteractiveLogger
 from avalanche.training.plugins import EvaluationPlugin, SupervisedPlugin
 
 from analysis.metrics import stage_metrics
-from benchmarks.backbones import TINY_MODEL, BackboneSpec, create_clip
+from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.class_orders import seeded_order
 from benchmarks.datasets import load_dataset
 from benchmarks.streams import build_stream

@@ -1,4 +1,4 @@
-"""Tests of benchmarks.backbones: weights resolution, attention surgery, text trimming, LoRA adapters."""
+"""Tests of benchmarks.backbone: weights resolution, attention surgery, text trimming, LoRA adapters."""
 
 from __future__ import annotations
 
@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from benchmarks.backbones import (
+from benchmarks.backbone import (
     DEFAULT_MODEL,
     TINY_MODEL,
     BackboneSpec,

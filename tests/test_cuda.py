@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from benchmarks import run
-from benchmarks.backbones import BackboneSpec, create_clip
+from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.environment import set_deterministic
 from benchmarks.results import iter_results
 from conftest import MINI_SUITE, kill_in_task

@@ -9,7 +9,7 @@ import torch
 from safetensors import safe_open
 
 from benchmarks import run
-from benchmarks.backbones import BackboneSpec, create_clip
+from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.errors import UserError
 from benchmarks.results import iter_results
 from conftest import kill_in_task

@@ -13,7 +13,7 @@ import torch
 from benchmarks.datasets import load_synthetic
 from benchmarks.miniature import captions as C
 from benchmarks.miniature import world as S
-from benchmarks.backbones import SYNTHETIC_WEIGHTS, TINY_MODEL, BackboneSpec, create_clip
+from benchmarks.backbone import SYNTHETIC_WEIGHTS, TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.miniature.report import evaluate_zero_shot
 from benchmarks.miniature.pretrain import images_to_tensor, main
 from benchmarks.transforms import eval_transform

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from benchmarks import run
-from benchmarks.backbones import TINY_MODEL, BackboneSpec, create_clip, use_compact_text
+from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip, use_compact_text
 from benchmarks.datasets import load_dataset
 from benchmarks.environment import set_deterministic
 from benchmarks.errors import UserError

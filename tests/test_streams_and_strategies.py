@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from benchmarks.backbones import BackboneSpec, create_clip
+from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.class_orders import seeded_order
 from benchmarks.datasets import load_dataset
 from benchmarks.errors import UserError

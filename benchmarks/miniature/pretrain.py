@@ -26,7 +26,7 @@ from open_clip.loss import ClipLoss
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from benchmarks.backbones import SYNTHETIC_WEIGHTS, TINY_MODEL, encode_clip_text
+from benchmarks.backbone import SYNTHETIC_WEIGHTS, TINY_MODEL, encode_clip_text
 from benchmarks.miniature.captions import pretraining_rng, sample_pretraining_pairs
 from benchmarks.transforms import CLIP_MEAN, CLIP_STD
 

@@ -31,7 +31,7 @@ from sklearn.linear_model import LogisticRegression
 from torch.utils.data import Dataset
 
 from analysis.subspace import directional_distance, energy_basis, joint_basis, orthonormal_basis
-from benchmarks.backbones import BackboneSpec, CLIPBackbone, create_clip
+from benchmarks.backbone import BackboneSpec, CLIPBackbone, create_clip
 from benchmarks.class_orders import resolve_class_order
 from benchmarks.datasets import ClassificationData, load_synthetic
 from benchmarks.errors import UserError

@@ -1,0 +1,146 @@
+"""``CLIPBackbone``: a frozen open_clip CLIP with named LoRA adapters (``lora.LoRAAdapters``), its
+two encoders run in the backbone's precision, features always returned in fp32."""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import open_clip
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from benchmarks import precision as amp
+from benchmarks.backbone.budgets import efficient_images_per_forward, efficient_prompts_per_backward, use_compact_text
+from benchmarks.backbone.lora import BASE_ADAPTER, LoRAAdapters, Tower
+from benchmarks.backbone.text import PreparedPrompts, _prefix_sharing_applies, encode_prompts, prepare_prompts
+
+def _fp32_features(features: torch.Tensor, normalize: bool) -> torch.Tensor:
+    """Tower outputs in fp32, L2-normalised in fp32 (unit norm to fp32 rounding under any autocast)."""
+    features = features.float()
+    return F.normalize(features, dim=-1) if normalize else features
+
+
+
+class CLIPBackbone(LoRAAdapters, nn.Module):
+    """A frozen open_clip CLIP plus named LoRA adapters on the k/v projections of either tower.
+
+    Adapter bookkeeping is explicit: ``set_adapters`` picks the active adapter of each tower,
+    ``set_trainable`` picks which adapters get gradients. peft flips ``requires_grad`` whenever
+    an adapter is added or activated, so both states are re-applied after every peft call.
+    """
+
+    def __init__(self, model: open_clip.CLIP, tokenizer: Any) -> None:
+        super().__init__()
+        self.model = model
+        self.tokenizer = tokenizer
+        preprocess = model.visual.preprocess_cfg
+        size = preprocess["size"]
+        self.image_size: int = int(size if isinstance(size, int) else size[0])
+        self.mean: tuple[float, ...] = tuple(preprocess["mean"])
+        self.std: tuple[float, ...] = tuple(preprocess["std"])
+        self.logit_scale: float = float(model.logit_scale.detach().exp())
+        self.embed_dim: int = int(model.visual.output_dim)
+        model.requires_grad_(False)
+        model.eval()
+        self.precision = "fp32"  # set_precision: the towers' autocast; features always come out fp32
+        self._towers: dict[str, Tower] = {}  # adapter name -> tower, in creation order
+        self._active: dict[Tower, str | None] = {"visual": None, "text": None}
+        self._trainable: set[str] = set()
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.logit_scale.device
+
+    # ---- encoders
+
+    def tokenize(self, texts: Sequence[str]) -> torch.Tensor:
+        """Token ids (LongTensor [N, context_length]) with open_clip's tokenizer."""
+        return self.tokenizer(list(texts))
+
+    def set_precision(self, precision: str) -> None:
+        """Run both towers under autocast to ``precision`` (fp32, fp16 or bf16); features stay fp32."""
+        if precision not in amp.PRECISIONS:
+            raise ValueError(f"precision must be one of {amp.PRECISIONS}, not {precision!r}")
+        self.precision = precision
+
+    def autocast(self) -> contextlib.AbstractContextManager[Any]:
+        """Autocast to the backbone's precision on its device (nothing for fp32)."""
+        return amp.autocast(self.precision, self.device)
+
+    def prepare_prompts(self, tokens: torch.Tensor, compact: bool | None = None) -> PreparedPrompts:
+        """``prepare_prompts`` for this model on its device: reuse the result for repeated encodes.
+
+        ``compact`` (length buckets and the shared prompt prefix run once) defaults to what pays on
+        this device for this many prompts (``use_compact_text``); otherwise the prompts form one
+        batch trimmed after the longest.
+        """
+        if compact is None:
+            longest = int(tokens.argmax(dim=-1).max()) + 1 if len(tokens) else 0
+            compact = use_compact_text(len(tokens), longest, self.model.transformer.width, self.device.type)
+        share_prefix = compact and _prefix_sharing_applies(self.model.transformer)
+        return prepare_prompts(tokens, self.device, share_prefix, length_buckets=compact)
+
+    def encode_text(self, tokens: torch.Tensor | PreparedPrompts, normalize: bool = True) -> torch.Tensor:
+        """fp32 text features under the active text adapter (``encode_prompts``), from token ids
+        ``[N, context]`` or from ``prepare_prompts``."""
+        prompts = tokens if isinstance(tokens, PreparedPrompts) else self.prepare_prompts(tokens)
+        with self.autocast():
+            features = encode_prompts(self.model, prompts, normalize=False)
+        return _fp32_features(features, normalize)
+
+    def encode_image(self, images: torch.Tensor, normalize: bool = True) -> torch.Tensor:
+        """fp32 image features under the active visual adapter."""
+        with self.autocast():
+            features = self.model.encode_image(images.to(self.device, non_blocking=True))
+        return _fp32_features(features, normalize)
+
+    def encode_image_multi(
+        self,
+        images: torch.Tensor,
+        adapters: Sequence[str | None],
+        normalize: bool = True,
+        max_images_per_forward: int | None = None,
+    ) -> torch.Tensor:
+        """Features [len(adapters), B, D] of one image batch under each visual adapter (None = base).
+
+        The batch is repeated once per adapter and every visual LoRA layer gets peft's per-sample
+        ``adapter_names`` (mixed-adapter batch). All adapters go through one forward, or, with
+        ``max_images_per_forward``, as many adapters per forward as fit in that many images (at
+        least one): past a device's efficient batch size, bigger forwards only cost more per image.
+        An adapter alone in its forward runs as a plain forward under it. The active adapters are
+        the same afterwards.
+        """
+        if not adapters:
+            raise ValueError("encode_image_multi needs at least one adapter (None = base weights)")
+        for name in adapters:
+            if name is not None:
+                self._check_adapter(name, "visual")
+        batch = images.shape[0]
+        images = images.to(self.device, non_blocking=True)
+        per_forward = len(adapters) if not max_images_per_forward else max(1, max_images_per_forward // batch)
+        features = []
+        for start in range(0, len(adapters), per_forward):
+            group = adapters[start : start + per_forward]
+            if len(group) == 1:  # alone in its forward: peft's per-sample routing would only cost time
+                with self._only_visual_adapter(group[0]), self.autocast():
+                    features.append(self.model.encode_image(images))
+                continue
+            repeated = images.repeat(len(group), *([1] * (images.dim() - 1)))
+            per_sample = [name or BASE_ADAPTER for name in group for _ in range(batch)]
+            with self._mixed_adapter_batch(per_sample), self.autocast():
+                features.append(self.model.encode_image(repeated))
+        return _fp32_features(torch.cat(features), normalize).view(len(adapters), batch, -1)
+
+    def efficient_prompts_per_backward(self, tokens_per_prompt: int) -> int:
+        """Prompts per text forward with a graph on this device (``efficient_prompts_per_backward``)."""
+        return efficient_prompts_per_backward(tokens_per_prompt, self.model.transformer.width, self.device.type)
+
+    def efficient_images_per_forward(self) -> int:
+        """Images per branch-batched inference forward on this device (``efficient_images_per_forward``)."""
+        visual = self.model.visual  # a VisionTransformer: _check_model_config admits ViT models only
+        tokens = math.prod(visual.grid_size) + 1  # patches and the class token
+        return efficient_images_per_forward(tokens, visual.transformer.width, self.device.type)

@@ -1,0 +1,223 @@
+"""Building a CLIP: model names to configs, configs and weight files to open_clip models (never a
+download), and ``create_clip``, the one entry point that returns a ``CLIPBackbone``."""
+
+from __future__ import annotations
+
+import contextlib
+import difflib
+import logging
+import os
+import warnings
+import zipfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import open_clip
+import torch
+from huggingface_hub import constants as hf_constants
+from huggingface_hub import try_to_load_from_cache
+from open_clip.constants import HF_SAFE_WEIGHTS_NAME, HF_WEIGHTS_NAME
+from open_clip.transformer import VisionTransformer
+
+from benchmarks.backbone.attention import split_attention_
+from benchmarks.backbone.clip import CLIPBackbone
+from benchmarks.errors import UserError, WeightsNotFoundError
+
+DEFAULT_MODEL = "ViT-B-16-quickgelu"
+TINY_MODEL = "tiny-clip-32"
+
+_MODEL_CONFIG_DIR = Path(__file__).parent.parent / "model_configs"
+# pretrained="synthetic" for the tiny model: the shipped checkpoint of `python -m benchmarks.miniature.pretrain`.
+SYNTHETIC_TAG = "synthetic"
+SYNTHETIC_WEIGHTS = Path(__file__).parent.parent / "assets" / "tiny-clip-32-synthetic.safetensors"
+# Extra entries in the state dict of the original OpenAI TorchScript checkpoints.
+_OPENAI_EXTRA_KEYS = ("input_resolution", "context_length", "vocab_size")
+
+
+def _register_model_configs() -> None:
+    """Make the configs shipped in ``model_configs/`` (the tiny model) known to open_clip."""
+    if TINY_MODEL not in open_clip.list_models():
+        open_clip.add_model_config(_MODEL_CONFIG_DIR)
+
+
+_register_model_configs()
+
+
+@dataclass(frozen=True)
+class BackboneSpec:
+    """Which CLIP to build and where its weights come from."""
+
+    model: str = DEFAULT_MODEL
+    pretrained: str | None = "openai"  # open_clip tag, path to a weight file, or None (random init)
+    cache_dir: str | None = None  # open_clip / Hugging Face cache to look in (default: theirs)
+
+
+
+
+
+def _check_model_config(name: str) -> None:
+    """Fail early (before any network-capable open_clip code runs) on names we cannot build offline."""
+    if ":" in name:
+        raise UserError(
+            f"model {name!r}: hf-hub:/local-dir: names are not supported; "
+            "use a built-in open_clip name and give the weights as a file"
+        )
+    cfg = open_clip.get_model_config(name)
+    if cfg is None:
+        close = difflib.get_close_matches(name, open_clip.list_models(), n=3)
+        hint = f" (did you mean {', '.join(close)}?)" if close else ""
+        raise UserError(
+            f"unknown model {name!r}{hint}; list valid names with: "
+            "python -c 'import open_clip; print(open_clip.list_models())'"
+        )
+    text_cfg, vision_cfg = cfg.get("text_cfg", {}), cfg.get("vision_cfg", {})
+    # HF text towers, HF tokenizers and timm image towers would fetch files from the hub.
+    if (
+        cfg.get("custom_text")
+        or "multimodal_cfg" in cfg
+        or "hf_model_name" in text_cfg
+        or "hf_tokenizer_name" in text_cfg
+        or "timm_model_name" in vision_cfg
+    ):
+        raise UserError(f"model {name!r} is not supported: only open_clip CLIP ViT models with the built-in text tower")
+
+
+def _cached_checkpoint(cfg: dict[str, Any], cache_dir: str | None) -> tuple[Path | None, list[str]]:
+    """Find the file of a pretrained tag in the local caches; return it (or None) and the places looked at."""
+    looked: list[str] = []
+    if cfg.get("file"):
+        if Path(cfg["file"]).is_file():
+            return Path(cfg["file"]), looked
+        looked.append(str(cfg["file"]))
+    if cfg.get("hf_hub"):
+        repo_id, filename = os.path.split(cfg["hf_hub"])
+        filename = filename or HF_WEIGHTS_NAME
+        # open_clip prefers a safetensors twin of the listed file; accept either.
+        names = [filename]
+        if filename == HF_WEIGHTS_NAME:
+            names.insert(0, HF_SAFE_WEIGHTS_NAME)
+        elif filename.endswith((".bin", ".pth")):
+            names.insert(0, filename[:-4] + ".safetensors")
+        for name in names:
+            hit = try_to_load_from_cache(repo_id, name, cache_dir=cache_dir)
+            if isinstance(hit, str):
+                return Path(hit), looked
+        looked.append(f"HF cache {cache_dir or hf_constants.HF_HUB_CACHE} ({repo_id}: {' or '.join(names)})")
+    if cfg.get("url"):
+        target = Path(cache_dir or "~/.cache/clip").expanduser() / os.path.basename(cfg["url"])
+        if target.is_file():
+            return target, looked
+        looked.append(str(target))
+    return None, looked
+
+
+def _resolve_weights(spec: BackboneSpec) -> tuple[Path | None, dict[str, Any]]:
+    """Return the checkpoint file to load (None = random init) and the tag's preprocessing config."""
+    if spec.pretrained is None:
+        return None, {}
+    path = Path(spec.pretrained).expanduser()
+    if path.is_file():
+        return path, {}
+    if spec.model == TINY_MODEL and spec.pretrained == SYNTHETIC_TAG:
+        if not SYNTHETIC_WEIGHTS.is_file():
+            raise WeightsNotFoundError(
+                f"{SYNTHETIC_WEIGHTS} is missing; recreate it with: python -m benchmarks.miniature.pretrain"
+            )
+        return SYNTHETIC_WEIGHTS, {}
+    cfg = open_clip.get_pretrained_cfg(spec.model, spec.pretrained)
+    if not cfg:
+        tags = ", ".join(open_clip.list_pretrained_tags_by_model(spec.model)) or "none"
+        raise WeightsNotFoundError(
+            f"pretrained={spec.pretrained!r} for {spec.model} is neither a file nor a known open_clip tag "
+            f"(tags: {tags}); pass a path to a weight file, or None for random init"
+        )
+    # open_clip warns about this only when it resolves the tag itself, which it never does here.
+    model_quick_gelu = bool(open_clip.get_model_config(spec.model).get("quick_gelu", False))
+    if bool(cfg.get("quick_gelu", False)) != model_quick_gelu:
+        warnings.warn(
+            f"{spec.model} uses quick_gelu={model_quick_gelu} but the {spec.pretrained!r} weights were trained with "
+            f"quick_gelu={not model_quick_gelu}; features will be off (e.g. use ViT-B-16-quickgelu for openai)",
+            UserWarning,
+            stacklevel=3,
+        )
+    found, looked = _cached_checkpoint(cfg, spec.cache_dir)
+    if found is None:
+        example = os.path.basename(cfg.get("url", "")) or HF_SAFE_WEIGHTS_NAME
+        raise WeightsNotFoundError(
+            f"weights {spec.model}/{spec.pretrained} not found locally (looked in: {'; '.join(looked)}); "
+            f"nothing is downloaded: pass --weights /path/to/{example}, or a cache_dir holding an open_clip cache"
+        )
+    return found, cfg
+
+
+@contextlib.contextmanager
+def _quiet_root_logger():
+    logger = logging.getLogger()
+    level = logger.level
+    logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        logger.setLevel(level)
+
+
+def check_weights(spec: BackboneSpec) -> Path | None:
+    """Fail fast with a one-line error if the model name or its weights cannot be found offline."""
+    _check_model_config(spec.model)
+    return _resolve_weights(spec)[0]
+
+
+def _is_torchscript_archive(path: Path) -> bool:
+    # The original OpenAI checkpoints (~/.cache/clip/ViT-B-16.pt) are TorchScript archives, which
+    # torch.load(weights_only=True) refuses; like torch, recognise them by their constants.pkl record.
+    if path.suffix == ".safetensors" or not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as archive:
+        return any(name.split("/")[-1] == "constants.pkl" for name in archive.namelist())
+
+
+def _build_model(spec: BackboneSpec, device: torch.device) -> open_clip.CLIP:
+    checkpoint, pretrained_cfg = _resolve_weights(spec)
+    # open_clip loads plain files itself (weights_only=True); TorchScript archives are loaded below.
+    scripted = checkpoint is not None and _is_torchscript_archive(checkpoint)
+    file_for_open_clip = str(checkpoint) if checkpoint is not None and not scripted else None
+    try:
+        # open_clip logs a warning for a deliberate random init (pretrained=None); we asked for it
+        quiet = _quiet_root_logger() if checkpoint is None else contextlib.nullcontext()
+        with quiet:
+            model = open_clip.create_model(
+                spec.model,
+                pretrained=file_for_open_clip,
+                device=device,
+                force_preprocess_cfg=pretrained_cfg,  # open_clip keeps only the preprocessing keys (mean, std, ...)
+                pretrained_text=False,
+                weights_only=True,
+            )
+        if scripted:
+            with warnings.catch_warnings():  # torch deprecates TorchScript, but OpenAI's files are in it
+                warnings.simplefilter("ignore", FutureWarning)
+                state = torch.jit.load(str(checkpoint), map_location="cpu").state_dict()
+            # Scripted state dicts also hold non-persistent buffers (the causal mask) and, for OpenAI's
+            # files, a few hyper-parameters; everything else must match exactly.
+            persistent = model.state_dict().keys()
+            ignored = {name for name, _ in model.named_buffers()} - persistent
+            model.load_state_dict({k: v for k, v in state.items() if k not in ignored and k not in _OPENAI_EXTRA_KEYS})
+    except Exception as err:  # anything that goes wrong while reading a user's file is the file's fault
+        if checkpoint is None:
+            raise
+        reason = " ".join(str(err).split())[:300] or type(err).__name__  # one line for the CLI
+        raise UserError(f"cannot load {spec.model} weights from {checkpoint}: {reason}") from err
+    if not isinstance(model, open_clip.CLIP) or not isinstance(model.visual, VisionTransformer):
+        raise UserError(f"model {spec.model!r} is not supported: only open_clip CLIP ViT models")
+    if model.text_pool_type != "argmax" or model.attn_mask is None:
+        raise UserError(f"model {spec.model!r} is not supported: the text tower must be causal with EOT pooling")
+    return model
+
+
+def create_clip(spec: BackboneSpec, device: str | torch.device = "cpu") -> CLIPBackbone:
+    """Build the CLIP of ``spec`` on ``device``, attention split, base weights frozen, no adapters."""
+    _check_model_config(spec.model)
+    model = _build_model(spec, torch.device(device))
+    split_attention_(model)
+    return CLIPBackbone(model, open_clip.get_tokenizer(spec.model))
