@@ -40,6 +40,19 @@ from benchmarks.errors import UserError
 from benchmarks.precision import loss_scaler, resolve_precision
 
 
+OPTIMIZERS = ("adamw", "adam", "sgd")
+SCHEDULES = ("cosine_iter", "cosine_epoch")
+
+
+def warmup_cosine_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
+    """Learning-rate factor at ``step`` (0-based) of ``total``: linear warm-up over ``warmup`` steps
+    ((step + 1) / warmup), then a cosine from 1 down to ``min_ratio`` at step ``total``."""
+    if step < warmup:
+        return (step + 1) / warmup
+    progress = min(1.0, (step - warmup) / max(1, total - warmup))
+    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
+
+
 @dataclass
 class StrategyConfig:
     """Hyper-parameters every strategy shares. Subclasses add their own fields."""
@@ -53,6 +66,24 @@ class StrategyConfig:
     lora_alpha: float = 1.0
     prompt_template: str = "a photo of a {}."
     num_workers: int = 0
+    # Optimiser and schedule (read by the base ``make_optimizer``; BASELINES.md section 2.3).
+    optimizer: str = "adamw"  # "adamw" | "adam" | "sgd"
+    momentum: float = 0.0  # SGD only
+    schedule: str = "cosine_iter"  # cosine stepped per "iteration" or per "epoch"
+    warmup_steps: int = 0  # linear warm-up, in the schedule's unit (iterations or epochs)
+    warmup_fraction: float = 0.0  # or as a fraction of all scheduled steps of the task
+    min_lr_ratio: float = 0.0  # the cosine ends at min_lr_ratio * lr
+    grad_clip: float = 0.0  # max gradient norm (0: off)
+
+    def __post_init__(self):
+        choices = {"optimizer": OPTIMIZERS, "schedule": SCHEDULES}
+        for name, valid in choices.items():
+            if getattr(self, name) not in valid:
+                raise UserError(f"option {name}={getattr(self, name)!r} is not one of {list(valid)}")
+        if self.warmup_steps < 0 or not 0.0 <= self.warmup_fraction < 1.0 or (self.warmup_steps and self.warmup_fraction):
+            raise UserError("give warmup_steps >= 0 or warmup_fraction in [0, 1), not both")
+        if not 0.0 <= self.min_lr_ratio <= 1.0 or self.grad_clip < 0:
+            raise UserError("min_lr_ratio must be in [0, 1] and grad_clip >= 0")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], strategy: str = "") -> "StrategyConfig":
@@ -293,9 +324,21 @@ class CLIPStrategy(SupervisedTemplate):
         if not params or self.train_epochs == 0:
             self.scheduler = None
             return
-        self.optimizer = torch.optim.AdamW(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
-        total = max(1, self.train_epochs * len(self.dataloader))
-        self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=total)
+        cfg = self.cfg
+        if cfg.optimizer == "sgd":
+            self.optimizer = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
+        else:
+            kind = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
+            self.optimizer = kind(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
+        total = max(1, self.train_epochs * (len(self.dataloader) if cfg.schedule == "cosine_iter" else 1))
+        warmup = cfg.warmup_steps or round(cfg.warmup_fraction * total)
+        if not warmup:  # the closed form below agrees; this keeps earlier runs' numbers to the last bit
+            self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=total,
+                                                                        eta_min=cfg.min_lr_ratio * cfg.lr)
+        else:
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+                self.optimizer, lambda step: warmup_cosine_factor(step, total, warmup, cfg.min_lr_ratio))
+        self._optimized = params
 
     def extra_trainable_parameters(self) -> list[torch.nn.Parameter]:
         """Trainable tensors outside the backbone (heads, prompts); empty by default."""
@@ -335,6 +378,9 @@ class CLIPStrategy(SupervisedTemplate):
         self.scaler.scale(self.loss).backward()
 
     def optimizer_step(self):
+        if self.cfg.grad_clip > 0:  # on the true gradients: unscale fp16 ones first
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self._optimized, self.cfg.grad_clip)
         if not self.scaler.is_enabled():
             self.optimizer.step()
             stepped = True
@@ -344,8 +390,8 @@ class CLIPStrategy(SupervisedTemplate):
             self.scaler.update()
             stepped = self.scaler.get_scale() >= scale
             self.skipped_steps += not stepped
-        if stepped and self.scheduler is not None:  # the schedule follows the steps taken
-            self.scheduler.step()
+        if stepped and self.scheduler is not None and self.cfg.schedule == "cosine_iter":
+            self.scheduler.step()  # the schedule follows the steps taken
 
     def _before_training_exp(self, **kwargs):
         super()._before_training_exp(**kwargs)
@@ -368,7 +414,16 @@ class CLIPStrategy(SupervisedTemplate):
         if not math.isfinite(loss):
             raise FloatingPointError(f"{self.name}: training loss became {loss} in epoch {self.clock.train_exp_epochs + 1}")
         self._progress.set_postfix(loss=f"{loss:.3f}")
+        if self.scheduler is not None and self.cfg.schedule == "cosine_epoch":
+            self.scheduler.step()
+        if self.on_epoch_end(self.clock.train_exp_epochs, loss):
+            self.stop_training()  # Avalanche ends training before the next epoch
         super()._after_training_epoch(**kwargs)
+
+    def on_epoch_end(self, epoch: int, loss: float) -> bool:
+        """Called after every training epoch (``epoch`` 0-based, ``loss`` its mean); return True to
+        stop training the current task now (e.g. a probe that decides the epoch count)."""
+        return False
 
     def _after_training_exp(self, **kwargs):
         self._progress.close()

@@ -19,6 +19,7 @@ class ContinualCLIPConfig(StrategyConfig):
     epochs: int = 0
 
     def __post_init__(self):
+        super().__post_init__()
         if self.epochs:  # e.g. a suite's [defaults] epochs, meant for the strategies that train
             warnings.warn(f"continual_clip trains nothing: it ignores epochs = {self.epochs} and records 0",
                           UserWarning, stacklevel=3)

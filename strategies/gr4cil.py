@@ -174,6 +174,7 @@ class GR4CILConfig(StrategyConfig):
     max_images_per_forward: int | str = "auto"
 
     def __post_init__(self):
+        super().__post_init__()
         choices = {"visual_init": ("previous", "fresh"), "compensation": COMPENSATION_MODES,
                    "compensation_init": ("prototype", "random")}
         for name, valid in choices.items():

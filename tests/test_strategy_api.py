@@ -1,0 +1,120 @@
+"""The base strategy's training options: optimiser choice, warm-up and cosine schedules (per
+iteration or per epoch), gradient clipping, and the epoch-end callback that can stop training."""
+
+import math
+
+import pytest
+import torch
+from avalanche.training.plugins import SupervisedPlugin
+
+from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
+from benchmarks.class_orders import seeded_order
+from benchmarks.datasets import load_dataset
+from benchmarks.errors import UserError
+from benchmarks.streams import build_stream
+from benchmarks.transforms import eval_transform
+from strategies.base import StrategyConfig, warmup_cosine_factor
+from strategies.finetune import Finetune
+
+LR = 0.01
+ITERATIONS_PER_EPOCH = 3  # 6 classes x 8 images, batch 16
+
+
+class Record(SupervisedPlugin):
+    """The learning rate of every iteration, the gradient norm after every update, the epochs run."""
+
+    def __init__(self):
+        super().__init__()
+        self.lrs, self.grad_norms, self.epochs = [], [], 0
+
+    def before_training_iteration(self, strategy, **kwargs):
+        self.lrs.append(strategy.optimizer.param_groups[0]["lr"])
+
+    def after_update(self, strategy, **kwargs):
+        grads = [p.grad for p in strategy._optimized if p.grad is not None]
+        self.grad_norms.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
+
+    def after_training_epoch(self, strategy, **kwargs):
+        self.epochs += 1
+
+
+@pytest.fixture(scope="module")
+def first_task():
+    data = load_dataset("synthetic", n_classes=12, n_train_per_class=8, n_test_per_class=1)
+    stream = build_stream(data, 2, seeded_order(12), eval_transform(32), eval_transform(32))
+    return stream.class_names, stream.train_stream[0]
+
+
+def _train(first_task, strategy_cls=Finetune, **options) -> tuple[Finetune, Record]:
+    class_names, experience = first_task
+    config = StrategyConfig.from_dict({"epochs": 3, "batch_size": 16, "lora_rank": 2, "lr": LR, **options})
+    record = Record()
+    strategy = strategy_cls(backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")), class_names=class_names,
+                            config=config, show_progress=False, plugins=[record])
+    torch.manual_seed(0)
+    strategy.train(experience)
+    return strategy, record
+
+
+def test_warmup_cosine_factor_by_hand():
+    # 10 steps, 2 of warm-up, ending at 0.1: 1/2, 2/2, then 0.1 + 0.9 * (1 + cos(pi * k / 8)) / 2
+    factors = [warmup_cosine_factor(step, 10, 2, 0.1) for step in range(11)]
+    assert factors[:3] == pytest.approx([0.5, 1.0, 1.0])
+    assert factors[6] == pytest.approx(0.55)  # half-way through the cosine
+    assert factors[10] == pytest.approx(0.1)
+    assert all(a >= b for a, b in zip(factors[1:], factors[2:]))
+
+
+def test_default_schedule_is_a_cosine_per_iteration(first_task):
+    strategy, record = _train(first_task)
+    total = 3 * ITERATIONS_PER_EPOCH
+    assert isinstance(strategy.optimizer, torch.optim.AdamW)
+    assert record.lrs == pytest.approx([LR * 0.5 * (1 + math.cos(math.pi * i / total)) for i in range(total)])
+
+
+def test_warmup_and_floor_per_iteration(first_task):
+    _, record = _train(first_task, warmup_steps=2, min_lr_ratio=0.1)
+    total = 3 * ITERATIONS_PER_EPOCH
+    assert record.lrs == pytest.approx([LR * warmup_cosine_factor(i, total, 2, 0.1) for i in range(total)])
+    _, by_fraction = _train(first_task, warmup_fraction=0.25, min_lr_ratio=0.1)  # round(0.25 * 9) = 2 steps
+    assert by_fraction.lrs == pytest.approx(record.lrs)
+
+
+def test_cosine_per_epoch_holds_within_an_epoch(first_task):
+    _, record = _train(first_task, schedule="cosine_epoch", optimizer="sgd", momentum=0.9)
+    per_epoch = [LR * 0.5 * (1 + math.cos(math.pi * e / 3)) for e in range(3)]
+    assert record.lrs == pytest.approx([lr for lr in per_epoch for _ in range(ITERATIONS_PER_EPOCH)])
+
+
+@pytest.mark.parametrize(("name", "kind"), [("sgd", torch.optim.SGD), ("adam", torch.optim.Adam)])
+def test_optimizer_choice(first_task, name, kind):
+    strategy, _ = _train(first_task, optimizer=name, momentum=0.9 if name == "sgd" else 0.0, epochs=1)
+    assert type(strategy.optimizer) is kind
+    assert strategy.optimizer.param_groups[0].get("momentum", 0.9) == 0.9
+
+
+def test_gradient_clipping_bounds_the_update_norm(first_task):
+    _, unclipped = _train(first_task, epochs=1)
+    clip = 0.5 * min(unclipped.grad_norms)
+    _, clipped = _train(first_task, epochs=1, grad_clip=clip)
+    assert max(unclipped.grad_norms) > clip  # the negative control: clipping has work to do
+    assert max(clipped.grad_norms) <= clip * (1 + 1e-5)
+
+
+class StopAfterOneEpoch(Finetune):
+    def on_epoch_end(self, epoch, loss):
+        assert math.isfinite(loss)
+        return epoch == 0
+
+
+def test_epoch_end_callback_stops_training(first_task):
+    strategy, record = _train(first_task, strategy_cls=StopAfterOneEpoch)
+    assert record.epochs == 1 and len(record.lrs) == ITERATIONS_PER_EPOCH
+    assert strategy.seen_classes  # the task still finished (prototypes, caches, bookkeeping)
+
+
+@pytest.mark.parametrize("options", [{"optimizer": "lion"}, {"schedule": "step"}, {"warmup_steps": 2, "warmup_fraction": 0.1},
+                                     {"min_lr_ratio": 2.0}, {"grad_clip": -1.0}])
+def test_bad_training_options_are_user_errors(options):
+    with pytest.raises(UserError):
+        StrategyConfig.from_dict(options)
