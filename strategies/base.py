@@ -197,9 +197,10 @@ class CLIPStrategy(SupervisedTemplate):
         finally:
             self._fixed_text = outer
 
-    def add_adapter(self, name: str, tower: str) -> None:
-        """Add a LoRA adapter with the configured rank and alpha, and remember it for checkpoints."""
-        self.backbone.add_lora(name, tower=tower, rank=self.cfg.lora_rank, alpha=self.cfg.lora_alpha)
+    def add_adapter(self, name: str, tower: str, init_a: str = "kaiming") -> None:
+        """Add a LoRA adapter with the configured rank and alpha (``init_a``: see ``add_lora``), and
+        remember it for checkpoints (which restore its weights, so the init is not stored)."""
+        self.backbone.add_lora(name, tower=tower, rank=self.cfg.lora_rank, alpha=self.cfg.lora_alpha, init_a=init_a)
         self.adapters[name] = {"tower": tower, "rank": self.cfg.lora_rank, "alpha": self.cfg.lora_alpha}
 
     def trainable_parameter_count(self) -> int:

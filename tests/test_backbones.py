@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import math
 import socket
 import time
 from collections.abc import Iterator
@@ -280,6 +281,26 @@ def test_new_adapters_are_identity_and_towers_independent(tiny: CLIPBackbone, im
     assert tiny.adapter_names("visual") == ["vis"] and tiny.adapter_names("text") == ["txt"]
     with pytest.raises(ValueError, match="tower"):
         tiny.set_adapters(visual="txt", text=None)
+
+
+def test_lora_a_initialisations_follow_their_bounds_and_keep_the_identity(tiny: CLIPBackbone, images) -> None:
+    """A is kaiming-uniform (a = sqrt 5, peft's default) or xavier-uniform; B = 0 either way."""
+    with torch.no_grad():
+        base = tiny.encode_image(images)
+        torch.manual_seed(0)
+        tiny.add_lora("kaiming", "visual", rank=4)
+        tiny.add_lora("xavier", "visual", rank=4, init_a="xavier")
+        layer = tiny.model.visual.transformer.resblocks[0].attn.k_proj
+        width = layer.in_features
+        for name, bound in (("kaiming", 1 / math.sqrt(width)), ("xavier", math.sqrt(6 / (width + 4)))):
+            a, b = layer.lora_A[name].weight, layer.lora_B[name].weight
+            assert a.abs().max() <= bound and a.abs().max() > 0.9 * bound, name  # uniform(-bound, bound)
+            assert a.std().item() == pytest.approx(bound / math.sqrt(3), rel=0.1), name
+            assert not b.any(), name
+            tiny.set_adapters(visual=name, text=None)
+            assert torch.equal(tiny.encode_image(images), base), name
+    with pytest.raises(ValueError, match="init_a"):
+        tiny.add_lora("orthogonal", "visual", init_a="orthogonal")
 
 
 def test_set_trainable_owns_requires_grad_and_optimizer_touches_only_it(tiny: CLIPBackbone, images) -> None:

@@ -17,6 +17,7 @@ from torch import nn
 
 from benchmarks.errors import UserError
 
+LORA_INITS = ("kaiming", "xavier")  # initialisations of LoRA's A (B is always 0)
 BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed-adapter batch
 Tower = Literal["visual", "text"]
 # Module paths (relative to the open_clip model) of the projections that get LoRA, per tower.
@@ -63,10 +64,16 @@ class LoRAAdapters:
                 handle.remove()
 
 
-    def add_lora(self, name: str, tower: Tower, rank: int = 24, alpha: float = 1.0) -> None:
-        """Add a LoRA (B = 0, so initially the identity) on k/v of every block of ``tower``; not activated."""
+    def add_lora(self, name: str, tower: Tower, rank: int = 24, alpha: float = 1.0, init_a: str = "kaiming") -> None:
+        """Add a LoRA (B = 0, so initially the identity) on k/v of every block of ``tower``; not activated.
+
+        ``init_a`` initialises A: "kaiming" is peft's default (kaiming-uniform, a = sqrt(5)),
+        "xavier" is ``xavier_uniform_`` (MG-CLIP). It draws from torch's global generator.
+        """
         if tower not in _LORA_TARGETS:
             raise ValueError(f"tower must be 'visual' or 'text', got {tower!r}")
+        if init_a not in LORA_INITS:
+            raise ValueError(f"init_a must be one of {LORA_INITS}, got {init_a!r}")
         if name in self._towers or name == BASE_ADAPTER:
             raise ValueError(f"adapter name {name!r} is taken")
         config = LoraConfig(
@@ -77,6 +84,10 @@ class LoRAAdapters:
             warnings.filterwarnings("ignore", message="Already found a `peft_config` attribute")
             inject_adapter_in_model(config, self.model, adapter_name=name)
         self._towers[name] = tower
+        if init_a == "xavier":
+            with torch.no_grad():
+                for _, layer in self._named_lora_layers(tower):
+                    nn.init.xavier_uniform_(layer.lora_A[name].weight)
         self._sync_adapter_state()
 
     def adapter_names(self, tower: Tower) -> list[str]:
