@@ -53,17 +53,20 @@ def _load_data(spec: RunSpec, data_root: str):
     return _dataset(spec.dataset, data_root, tuple(sorted(options.items())))
 
 
-def _train_augmentation(spec: RunSpec) -> str:
-    augmentation = spec.dataset_options.get("train_augmentation", "paper")
-    if augmentation not in TRAIN_AUGMENTATIONS:
-        raise UserError(f"dataset option train_augmentation={augmentation!r} is not one of {list(TRAIN_AUGMENTATIONS)}")
-    return augmentation
-
-
 def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
-    """The strategy class, its config, and the fully resolved run config (hashed for caching)."""
+    """The strategy class, its config, and the fully resolved run config (hashed for caching).
+
+    The train augmentation is the strategy's own default unless the suite's dataset options set
+    ``train_augmentation``, which then wins (the config records the one used)."""
     strategy_cls = get_strategy(spec.strategy)
-    strategy_cfg = strategy_cls.Config.from_dict(spec.strategy_options, spec.strategy)
+    options = dict(spec.strategy_options)
+    if "train_augmentation" in spec.dataset_options:
+        augmentation = spec.dataset_options["train_augmentation"]
+        if augmentation not in TRAIN_AUGMENTATIONS:
+            raise UserError(f"dataset option train_augmentation={augmentation!r} is not one of "
+                            f"{list(TRAIN_AUGMENTATIONS)}")
+        options["train_augmentation"] = augmentation
+    strategy_cfg = strategy_cls.Config.from_dict(options, spec.strategy)
     config = {**spec.config, "strategy_config": strategy_cfg.to_dict()}
     return strategy_cls, strategy_cfg, config
 
@@ -77,7 +80,6 @@ def preflight(runs: list[RunSpec], data_root: str) -> None:
     so that a mistake stops the suite before any long work instead of in the middle of it."""
     for spec in runs:
         resolve(spec, data_root)
-        _train_augmentation(spec)
         data = _load_data(spec, data_root)
         order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
         split_classes(order, spec.n_tasks, spec.dataset)
@@ -132,7 +134,7 @@ def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = 
     seed_everything(spec.seed, -1)  # a randomly initialised backbone is the same on every (re)run
     backbone = create_clip(_backbone_spec(spec), spec.device)
     stream = build_stream(data, spec.n_tasks, class_order,
-                          train_transform(backbone.image_size, backbone.mean, backbone.std, _train_augmentation(spec)),
+                          train_transform(backbone.image_size, backbone.mean, backbone.std, strategy_cfg.train_augmentation),
                           eval_transform(backbone.image_size, backbone.mean, backbone.std))
     strategy = strategy_cls(backbone=backbone, class_names=stream.class_names, config=strategy_cfg,
                             device=spec.device, precision=spec.precision, show_progress=show_progress)

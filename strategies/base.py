@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 from benchmarks.backbone import CLIPBackbone, PreparedPrompts
 from benchmarks.errors import UserError
 from benchmarks.precision import loss_scaler, resolve_precision
+from benchmarks.transforms import TRAIN_AUGMENTATIONS
 
 
 OPTIMIZERS = ("adamw", "adam", "sgd")
@@ -66,6 +67,9 @@ class StrategyConfig:
     lora_alpha: float = 1.0
     prompt_template: str = "a photo of a {}."
     num_workers: int = 0
+    # The method's own train augmentation (benchmarks.transforms.TRAIN_AUGMENTATIONS); a suite's
+    # dataset option train_augmentation, where set, wins.
+    train_augmentation: str = "paper"
     # Optimiser and schedule (read by the base ``make_optimizer``; BASELINES.md section 2.3).
     optimizer: str = "adamw"  # "adamw" | "adam" | "sgd"
     momentum: float = 0.0  # SGD only
@@ -76,7 +80,7 @@ class StrategyConfig:
     grad_clip: float = 0.0  # max gradient norm (0: off)
 
     def __post_init__(self):
-        choices = {"optimizer": OPTIMIZERS, "schedule": SCHEDULES}
+        choices = {"optimizer": OPTIMIZERS, "schedule": SCHEDULES, "train_augmentation": TRAIN_AUGMENTATIONS}
         for name, valid in choices.items():
             if getattr(self, name) not in valid:
                 raise UserError(f"option {name}={getattr(self, name)!r} is not one of {list(valid)}")

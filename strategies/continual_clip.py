@@ -17,6 +17,7 @@ from strategies.registry import register
 @dataclass
 class ContinualCLIPConfig(StrategyConfig):
     epochs: int = 0
+    train_augmentation: str = "none"  # it never trains
 
     def __post_init__(self):
         super().__post_init__()

@@ -142,3 +142,22 @@ def test_cli_errors_have_no_traceback_in_a_real_process(tmp_path):
         assert proc.returncode == 2
         assert "Traceback" not in proc.stderr
         assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+
+
+def test_train_augmentation_is_the_strategys_unless_the_suite_sets_it(mini_suite):
+    from benchmarks.suites import expand, load_suite
+
+    suite = load_suite(mini_suite)
+    chosen = {spec.strategy: run.resolve(spec, "data")[1].train_augmentation for spec in expand(suite)}
+    assert chosen == {"continual_clip": "none", "finetune": "paper"}  # each strategy's own default
+
+    suite["dataset"]["synthetic"]["train_augmentation"] = "paper-scaled"
+    for spec in expand(suite):
+        _, config, resolved = run.resolve(spec, "data")
+        assert config.train_augmentation == "paper-scaled"
+        assert resolved["strategy_config"]["train_augmentation"] == "paper-scaled"  # the result records it
+
+    suite = load_suite(mini_suite)
+    suite.setdefault("strategy", {})["finetune"] = {"train_augmentation": "heavy"}
+    with pytest.raises(run.UserError, match="train_augmentation='heavy'"):
+        run.resolve(expand(suite, strategies=["finetune"])[0], "data")
