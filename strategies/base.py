@@ -3,10 +3,16 @@
 A strategy is a subclass that overrides a few named hooks (as in Avalanche):
 
 * ``setup_task(task, classes)``: before training on a task (add adapters, choose what trains);
-* ``compute_logits(images)``: the training logits over the current task's classes;
-* ``compute_loss(logits, local_targets)``: the training loss (cross-entropy by default);
-* ``finish_task(task, classes)``: after the task's training (prototypes, caches, second stages);
-* ``scores(images)``: scores over **all seen classes** for a batch of test images (no task id).
+* ``compute_logits(images)``: the training output, by default logits over the current task's
+  classes. It may be any object (e.g. a small dataclass with auxiliary logits, features or a key
+  loss, or logits over seen + current classes): the base hands it unchanged to ``compute_loss``
+  and nothing else reads it;
+* ``compute_loss(output, local_targets)``: the training loss (cross-entropy by default);
+* ``finish_task(task, classes)``: after the task's training (prototypes, caches, second stages).
+  There, and already in ``setup_task``, ``self.adapted_dataset.eval()`` is the task's training
+  data under the eval transform and ``.train()`` under the train augmentation;
+* ``scores(images)``: scores over **all seen classes** for a batch of test images (no task id);
+* ``on_epoch_end(epoch, loss)``: return True to stop the task's training after this epoch.
 
 The runner computes every metric from ``scores``, the same way for every strategy. Avalanche's
 own ``strategy.eval`` sees the same scores, one column per class id (``scores_by_class_id``), so
@@ -148,12 +154,13 @@ class CLIPStrategy(SupervisedTemplate):
     def setup_task(self, task: int, classes: list[int]) -> None:
         """Prepare the model for training on ``classes`` (task index ``task``, 0-based)."""
 
-    def compute_logits(self, images: torch.Tensor) -> torch.Tensor:
-        """Training logits ``[B, len(self.current_classes)]``."""
+    def compute_logits(self, images: torch.Tensor) -> Any:
+        """Training output, by default logits ``[B, len(self.current_classes)]`` (any object: it only
+        goes to ``compute_loss``)."""
         raise NotImplementedError
 
-    def compute_loss(self, logits: torch.Tensor, local_targets: torch.Tensor) -> torch.Tensor:
-        """Training loss; ``local_targets`` index ``self.current_classes``."""
+    def compute_loss(self, logits: Any, local_targets: torch.Tensor) -> torch.Tensor:
+        """Training loss from ``compute_logits``'s output; ``local_targets`` index ``self.current_classes``."""
         return F.cross_entropy(logits, local_targets)
 
     def finish_task(self, task: int, classes: list[int]) -> None:

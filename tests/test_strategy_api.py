@@ -118,3 +118,22 @@ def test_epoch_end_callback_stops_training(first_task):
 def test_bad_training_options_are_user_errors(options):
     with pytest.raises(UserError):
         StrategyConfig.from_dict(options)
+
+
+class StructuredOutput(Finetune):
+    """A strategy whose training output is a dict: the base must pass it through untouched."""
+
+    seen_outputs: list = []
+
+    def compute_logits(self, images):
+        return {"logits": super().compute_logits(images), "batch": len(images)}
+
+    def compute_loss(self, output, local_targets):
+        assert set(output) == {"logits", "batch"} and output["batch"] == len(local_targets)
+        self.seen_outputs.append(output["batch"])
+        return super().compute_loss(output["logits"], local_targets)
+
+
+def test_compute_logits_may_return_any_object(first_task):
+    strategy, record = _train(first_task, strategy_cls=StructuredOutput, epochs=1)
+    assert StructuredOutput.seen_outputs == [16, 16, 16] and len(record.lrs) == ITERATIONS_PER_EPOCH
