@@ -44,6 +44,7 @@ from tqdm.auto import tqdm
 from benchmarks.backbone import CLIPBackbone, PreparedPrompts
 from benchmarks.errors import UserError
 from benchmarks.precision import loss_scaler, resolve_precision
+from benchmarks.prompts import PROMPT_ENSEMBLES, templates
 from benchmarks.transforms import TRAIN_AUGMENTATIONS
 
 
@@ -72,6 +73,7 @@ class StrategyConfig:
     lora_rank: int = 24
     lora_alpha: float = 1.0
     prompt_template: str = "a photo of a {}."
+    prompt_ensemble: str = ""  # "" (prompt_template alone), "cifar" (18) or "imagenet" (80 templates)
     num_workers: int = 0
     # The method's own train augmentation (benchmarks.transforms.TRAIN_AUGMENTATIONS); a suite's
     # dataset option train_augmentation, where set, wins.
@@ -86,7 +88,8 @@ class StrategyConfig:
     grad_clip: float = 0.0  # max gradient norm (0: off)
 
     def __post_init__(self):
-        choices = {"optimizer": OPTIMIZERS, "schedule": SCHEDULES, "train_augmentation": TRAIN_AUGMENTATIONS}
+        choices = {"optimizer": OPTIMIZERS, "schedule": SCHEDULES, "train_augmentation": TRAIN_AUGMENTATIONS,
+                   "prompt_ensemble": PROMPT_ENSEMBLES}
         for name, valid in choices.items():
             if getattr(self, name) not in valid:
                 raise UserError(f"option {name}={getattr(self, name)!r} is not one of {list(valid)}")
@@ -129,7 +132,9 @@ class CLIPStrategy(SupervisedTemplate):
         self.cfg = config
         self.class_names = list(class_names)
         self.show_progress = show_progress
-        self.prompt_tokens = backbone.tokenize([config.prompt_template.format(n) for n in class_names])
+        self.templates = templates(config.prompt_ensemble, config.prompt_template)
+        # row c * len(templates) + m is class c under template m
+        self.prompt_tokens = backbone.tokenize([t.format(n) for n in class_names for t in self.templates])
         self.seen_classes: list[int] = []
         self.task_classes: list[list[int]] = []
         self.current_classes: list[int] = []
@@ -190,12 +195,23 @@ class CLIPStrategy(SupervisedTemplate):
         memo_key = (key, self.backbone.active_adapters["text"])
         if self._fixed_text is not None and memo_key in self._fixed_text:
             return self._fixed_text[memo_key]
-        if key not in self._prepared_prompts:
-            self._prepared_prompts[key] = self.backbone.prepare_prompts(self.prompt_tokens[list(key)])
-        features = self.backbone.encode_text(self._prepared_prompts[key], normalize=True)
+        features = self.template_features(class_ids)
+        if features.dim() == 3:  # an ensemble: the renormalised mean of the per-template features
+            features = F.normalize(features.mean(dim=1), dim=-1)
         if self._fixed_text is not None:
             self._fixed_text[memo_key] = features
         return features
+
+    def template_features(self, class_ids: list[int]) -> torch.Tensor:
+        """Normalised fp32 features of every template of the classes: ``[C, M, d]`` for an ensemble
+        of M templates, ``[C, d]`` for a single template."""
+        key = tuple(class_ids)
+        if key not in self._prepared_prompts:
+            m = len(self.templates)
+            rows = [c * m + t for c in key for t in range(m)]
+            self._prepared_prompts[key] = self.backbone.prepare_prompts(self.prompt_tokens[rows])
+        features = self.backbone.encode_text(self._prepared_prompts[key], normalize=True)
+        return features if len(self.templates) == 1 else features.view(len(key), len(self.templates), -1)
 
     @contextlib.contextmanager
     def fixed_text(self) -> Iterator[None]:
