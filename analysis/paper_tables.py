@@ -63,7 +63,10 @@ LOWER_IS_BETTER = frozenset({"distance", "adjacent_compensation_distance", "adja
 
 # Our labels whose paper row has another name; other labels match a paper row when they agree
 # ignoring case and punctuation (``mg_clip`` ~ ``MG-CLIP``).
-PAPER_METHOD_NAMES = {"gr4cil": "GR4CIL (Ours)", "continual_clip": "Continual-CLIP"}
+PAPER_METHOD_NAMES = {"gr4cil": "GR4CIL (Ours)", "continual_clip": "Continual-CLIP",  # BASELINES.md D9
+                      "adaptervlm": "AdapterVLM", "mg_clip": "MG-CLIP", "moe4cl": "MOE4CL", "magmax": "MagMax",
+                      "l2p_pp": "L2P++", "dualprompt": "DualPrompt", "coda_prompt": "CODA",
+                      "aper_adapter": "Aper-Adapter", "clap": "CLAP"}
 PAPER_ROW_ALIASES = {"Ours": "GR4CIL (Ours)"}  # Table 2 prints "Ours"
 
 # GR4CIL's defaults for every switch the ablations vary (``strategies.gr4cil.GR4CILConfig``; a

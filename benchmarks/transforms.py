@@ -6,8 +6,10 @@ Both pipelines take a PIL image and return a normalised ``float32`` tensor of sh
 
 from __future__ import annotations
 
+import zlib
 from collections.abc import Sequence
 
+import numpy as np
 from PIL import Image
 from torchvision import transforms as T
 
@@ -81,3 +83,43 @@ def train_transform(
             T.Normalize(mean, std),
         ]
     )
+
+
+class PatchShuffle:
+    """Cut a square PIL image into a ``grid`` x ``grid`` array of patches and reassemble them in a
+    permuted order (AdapterVLM's pseudo-OOD images: 28 px patches of a 224 px image, an 8 x 8 grid).
+
+    The permutation is seeded by the image's pixels, so an image always gets the same one, in any
+    worker and after a resume. The pixels themselves only move.
+    """
+
+    def __init__(self, grid: int = 8) -> None:
+        self.grid = grid
+
+    def __call__(self, image: Image.Image) -> Image.Image:
+        pixels = np.asarray(image)
+        size = pixels.shape[0]
+        if pixels.shape[1] != size or size % self.grid:
+            raise ValueError(f"PatchShuffle needs a square image divisible by {self.grid}, got {pixels.shape[:2]}")
+        step = size // self.grid
+        patches = pixels.reshape(self.grid, step, self.grid, step, -1).swapaxes(1, 2).reshape(self.grid**2, step, step, -1)
+        order = np.random.default_rng(zlib.crc32(pixels.tobytes())).permutation(self.grid**2)
+        shuffled = patches[order].reshape(self.grid, self.grid, step, step, -1).swapaxes(1, 2).reshape(pixels.shape)
+        return Image.fromarray(shuffled.squeeze(-1) if pixels.ndim == 2 else shuffled)
+
+    def __repr__(self) -> str:
+        return f"PatchShuffle(grid={self.grid})"
+
+
+def patch_shuffled_train_transform(
+    image_size: int,
+    mean: Sequence[float] = CLIP_MEAN,
+    std: Sequence[float] = CLIP_STD,
+    augmentation: str = "paper",
+    grid: int = 8,
+) -> T.Compose:
+    """Resize and centre-crop to ``image_size``, shuffle ``grid`` x ``grid`` patches, then the
+    train augmentation ``augmentation`` (its resize is then the identity)."""
+    augment = train_transform(image_size, mean, std, augmentation).transforms
+    return T.Compose([T.Lambda(_to_rgb), T.Resize(image_size, interpolation=T.InterpolationMode.BICUBIC),
+                      T.CenterCrop(image_size), PatchShuffle(grid), *augment[1:]])

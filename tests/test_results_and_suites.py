@@ -61,13 +61,24 @@ def test_iter_results_skips_checkpoints_and_foreign_json(tmp_path):
 def test_every_shipped_suite_resolves_to_valid_strategy_configs():
     from benchmarks.run import resolve
 
-    expected = {"smoke", "smoke-ablation", "main", "seq", "ood", "zeroshot", "ablation", "params"}
+    expected = {"smoke", "smoke-ablation", "smoke-baselines", "main", "seq", "ood", "zeroshot", "ablation", "params"}
     assert expected <= set(available_suites())
     for name in available_suites():
         runs = expand(load_suite(name), device="cpu")
         assert runs, name
         for spec in runs:
             resolve(spec, "data")  # unknown options or strategies would raise UserError
+
+
+def test_smoke_baselines_runs_every_registered_strategy_with_the_smokes_world():
+    from strategies.registry import available
+
+    runs = expand(load_suite("smoke-baselines"), device="cpu")
+    assert {r.strategy for r in runs} == set(available())
+    smoke = {r.label: r for r in expand(load_suite("smoke"), device="cpu")}
+    for spec in runs:  # the smoke's own rows are the same runs (a shared results dir reuses them)
+        if spec.label in smoke:
+            assert spec.config_hash == smoke[spec.label].config_hash, spec.label
 
 
 def test_real_suites_mirror_the_paper_protocol():
