@@ -1,0 +1,234 @@
+"""MG-CLIP, "Mind the Gap" (Huang et al., ICCV 2025): one shared LoRA on both towers trained with
+an epoch budget that preserves the modality gap, and a visual cosine classifier that compensates
+for it, fused with the text classifier.
+
+Paper row "MG-CLIP" (BASELINES.md section 5; facts from its paper and code, no code reused).
+
+* One LoRA pair on k and v of every block of both towers (A xavier-uniform, B 0), trained on every
+  task with CE over the current classes on ``s <v, t_c>``.
+* Epoch budget (``epochs = "auto"``): a probe trains on task 1 only, for at most ``probe_epochs``,
+  and after each epoch measures the mean non-target logit ``s <v, t_c>`` (c != y) on task 1's
+  training images; the budget is the number of epochs that stayed within ``probe_threshold`` of
+  the untrained value (at least 1; ``probe_epochs`` if none crossed it). The probe's LoRA is
+  thrown away and every task trains that many epochs (``gap_epoch_budget``).
+* After each task, the class means of the normalised image features are appended as rows of a
+  bias-free cosine classifier W, and only the new rows train (``visual_epochs``, CE over the
+  current classes on raw cosines). Old rows never move.
+
+Inference: ``score = (softmax(p_text) + 4 p_vis) / 5`` with ``p_text = softmax(s <v, t_c>)`` and
+``p_vis = softmax(<v, w_c / |w_c|>)`` over the seen classes (``fused_scores``; the official eval
+loop softmaxes the text probabilities a second time, a method choice kept here). ``scores``
+returns the fused probabilities.
+
+RECIPE (CIFAR-100; per-dataset values in the suites):
+
+| hyper-parameter | value | source |
+|---|---|---|
+| LoRA | k, v of every block, both towers; rank 8, alpha 1, no dropout | code: configs/class/*.yaml |
+| LoRA init | A xavier_uniform_, B 0 | code: layers.py _reset_parameters |
+| prompt | "a good photo of a {}." | code: configs |
+| loss | CE over the current classes | code: main.py intra_cls |
+| optimiser / schedule | Adam, wd 0; cosine per epoch, eta_min 0.01 lr | code: main.py |
+| lr | 1e-3 CIFAR-100, ImageNet-R; 5e-4 ImageNet-100/1K | code: configs; fallback (1K) |
+| batch | 128 CIFAR-100, ImageNet-100/1K; 64 ImageNet-R | code: configs; fallback (1K) |
+| epochs | 1 / 2 / 2 / "auto" | code: configs; BASELINES.md D7 |
+| probe | at most 10 epochs, threshold 0.10, cosine T_max 10 | code: epoch.py |
+| visual stage | 3 epochs, Adam, cosine per iteration, eta_min 0.01 lr | code: main.py |
+| visual lr / batch | 5e-4 / 64 CIFAR; 5e-4 / 32 ImageNet-R; 1e-3 / 128 ImageNet-100/1K | code: configs; fallback |
+| fusion | (softmax(p_text) + 4 p_vis) / 5 | code: main.py |
+| train augmentation | none (CLIP preprocessing) | code: continual_clip/datasets.py |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+
+from benchmarks.errors import UserError
+from strategies.base import CLIPStrategy, StrategyConfig, warmup_cosine_factor
+from strategies.registry import register
+
+ADAPTERS = ("mg_visual", "mg_text")
+
+
+# ============================================================================ the equations
+def fused_scores(image: torch.Tensor, text: torch.Tensor, classifier: torch.Tensor, logit_scale: float,
+                 text_weight: float = 1.0, vision_weight: float = 4.0) -> torch.Tensor:
+    """``(text_weight softmax(p_text) + vision_weight p_vis) / (text_weight + vision_weight)`` with
+    ``p_text = softmax(s <v, t_c>)`` and ``p_vis = softmax(<v, normalise(w_c)>)``."""
+    p_text = (logit_scale * image @ text.T).softmax(dim=-1)
+    p_vis = (image @ F.normalize(classifier, dim=-1).T).softmax(dim=-1)
+    return (text_weight * p_text.softmax(dim=-1) + vision_weight * p_vis) / (text_weight + vision_weight)
+
+
+def gap_epoch_budget(negatives: list[float], untrained: float, threshold: float, fallback: int) -> int:
+    """Epochs to train: the epochs before the first whose mean non-target logit moved more than
+    ``threshold`` (relative) from ``untrained``, at least 1; ``fallback`` if none moved that far."""
+    for epoch, negative in enumerate(negatives):
+        if abs(negative - untrained) / abs(untrained) > threshold:
+            return max(1, epoch)
+    return fallback
+
+
+def mean_non_target_logit(logits: torch.Tensor, targets: torch.Tensor) -> tuple[float, int]:
+    """Sum and count of the logits of non-target classes (for a mean over a dataset)."""
+    mask = torch.ones_like(logits, dtype=torch.bool).scatter_(1, targets[:, None], False)
+    return float(logits[mask].sum()), int(mask.sum())
+
+
+# ============================================================================ the strategy
+@dataclass
+class MGCLIPConfig(StrategyConfig):
+    epochs: int | str = 1  # or "auto": the modality-gap probe on task 1 decides
+    batch_size: int = 128
+    lr: float = 1e-3
+    weight_decay: float = 0.0
+    optimizer: str = "adam"
+    schedule: str = "cosine_epoch"
+    min_lr_ratio: float = 0.01
+    lora_rank: int = 8
+    lora_alpha: float = 1.0
+    prompt_template: str = "a good photo of a {}."
+    train_augmentation: str = "none"
+    probe_epochs: int = 10
+    probe_threshold: float = 0.10
+    visual_epochs: int = 3
+    visual_lr: float = 5e-4
+    visual_batch_size: int = 64
+    text_weight: float = 1.0
+    vision_weight: float = 4.0
+
+    def __post_init__(self):
+        epochs = self.epochs
+        if epochs != "auto" and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0):
+            raise UserError(f"mg_clip option epochs={epochs!r} must be an integer >= 0 or \"auto\"")
+        super().__post_init__()
+
+
+@register("mg_clip")
+class MGCLIP(CLIPStrategy):
+    Config = MGCLIPConfig
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        if self.cfg.epochs == "auto":  # Avalanche wants a number; the probe sets it before task 1 trains
+            self.train_epochs = self.cfg.probe_epochs
+        self.classifier = torch.empty(0, self.backbone.embed_dim)  # W, rows follow seen_classes
+        self.auto_epochs: int | None = None
+
+    # ---------------------------------------------------------------- training
+    def setup_task(self, task: int, classes: list[int]) -> None:
+        if task == 0:
+            self.add_adapter("mg_visual", tower="visual", init_a="xavier")
+            self.add_adapter("mg_text", tower="text", init_a="xavier")
+        self.backbone.set_adapters(visual="mg_visual", text="mg_text")
+        self.backbone.set_trainable(ADAPTERS)
+        if self.cfg.epochs == "auto":
+            if self.auto_epochs is None:
+                self.auto_epochs = self._probe_epoch_budget()
+            self.train_epochs = self.auto_epochs
+
+    def compute_logits(self, images: torch.Tensor) -> torch.Tensor:
+        image = self.backbone.encode_image(images, normalize=True)
+        return self.backbone.logit_scale * image @ self.text_features(self.current_classes).T
+
+    def _probe_epoch_budget(self) -> int:
+        """Train a throw-away copy of the LoRA on task 1 and return ``gap_epoch_budget``."""
+        initial = {name: self.backbone.lora_state_dict(name) for name in ADAPTERS}
+        params = [p for name in ADAPTERS for p in self.backbone.lora_parameters(name)]
+        optimizer = torch.optim.Adam(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
+        total = self.cfg.probe_epochs
+        untrained, negatives = self._mean_non_target_logit(), []
+        loader = self.data_loader(self.adapted_dataset.train(), batch_size=self.cfg.batch_size, shuffle=True,
+                                  passes=total)
+        for epoch in range(total):
+            for group in optimizer.param_groups:
+                group["lr"] = self.cfg.lr * warmup_cosine_factor(epoch, total, 0, self.cfg.min_lr_ratio)
+            for images, targets, *_ in loader:
+                logits = self.compute_logits(images.to(self.device, non_blocking=True))
+                loss = F.cross_entropy(logits, self._local_index[targets.to(self.device)])
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+            negatives.append(self._mean_non_target_logit())
+            if abs(negatives[-1] - untrained) / abs(untrained) > self.cfg.probe_threshold:
+                break
+        for name, state in initial.items():
+            self.backbone.load_lora_state_dict(name, state)
+        self.probe_negatives = [untrained, *negatives]
+        return gap_epoch_budget(negatives, untrained, self.cfg.probe_threshold, total)
+
+    @torch.no_grad()
+    def _mean_non_target_logit(self) -> float:
+        total, count = 0.0, 0
+        text = self.text_features(self.current_classes)
+        for images, targets, *_ in self.data_loader(self.adapted_dataset.eval()):
+            image = self.backbone.encode_image(images.to(self.device, non_blocking=True))
+            s, n = mean_non_target_logit(self.backbone.logit_scale * image @ text.T,
+                                         self._local_index[targets.to(self.device)])
+            total, count = total + s, count + n
+        return total / count
+
+    # ---------------------------------------------------------------- the visual classifier
+    def finish_task(self, task: int, classes: list[int]) -> None:
+        features, labels = [], []
+        with torch.no_grad():
+            for images, targets, *_ in self.data_loader(self.adapted_dataset.eval()):
+                features.append(self.backbone.encode_image(images.to(self.device, non_blocking=True)).cpu())
+                labels.append(targets)
+        features, labels = torch.cat(features), torch.cat(labels)
+        means = torch.stack([features[labels == c].mean(dim=0) for c in classes])
+        self.classifier = torch.cat([self.classifier, self._train_new_rows(means)])
+
+    def _train_new_rows(self, init: torch.Tensor) -> torch.Tensor:
+        """The visual stage: only the new rows train, CE over the current classes on raw cosines."""
+        rows = torch.nn.Parameter(init.to(self.device))
+        optimizer = torch.optim.Adam([rows], lr=self.cfg.visual_lr)
+        loader = self.data_loader(self.adapted_dataset.train(), batch_size=self.cfg.visual_batch_size, shuffle=True,
+                                  passes=self.cfg.visual_epochs)
+        total = self.cfg.visual_epochs * len(loader)
+        step = 0
+        for _ in range(self.cfg.visual_epochs):
+            for images, targets, *_ in loader:
+                for group in optimizer.param_groups:
+                    group["lr"] = self.cfg.visual_lr * warmup_cosine_factor(step, total, 0, self.cfg.min_lr_ratio)
+                with torch.no_grad():
+                    image = self.backbone.encode_image(images.to(self.device, non_blocking=True))
+                loss = F.cross_entropy(image @ F.normalize(rows, dim=-1).T,
+                                       self._local_index[targets.to(self.device)])
+                optimizer.zero_grad()
+                loss.backward()
+                optimizer.step()
+                step += 1
+        return rows.detach().cpu()
+
+    # ---------------------------------------------------------------- inference
+    def scores(self, images: torch.Tensor) -> torch.Tensor:
+        image = self.backbone.encode_image(images, normalize=True)
+        return fused_scores(image, self.text_features(self.seen_classes), self.classifier.to(image),
+                            self.backbone.logit_scale, self.cfg.text_weight, self.cfg.vision_weight)
+
+    def run_diagnostics(self) -> dict:
+        return {"auto_epochs": self.auto_epochs}
+
+    # ---------------------------------------------------------------- counts and checkpoints
+    def trainable_parameter_count(self) -> int:
+        """The shared LoRA of both towers and the visual classifier's rows."""
+        return super().trainable_parameter_count() + self.classifier.numel()
+
+    def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+        """Adapters plus ``classifier/weight`` (W, rows in ``seen_classes`` order)."""
+        tensors, meta = super().checkpoint_state()
+        tensors["classifier/weight"] = self.classifier.contiguous()
+        meta["mg_clip"] = {"auto_epochs": self.auto_epochs}
+        return tensors, meta
+
+    def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+        super().load_checkpoint_state(tensors, meta)
+        self.classifier = tensors["classifier/weight"]
+        self.auto_epochs = meta["mg_clip"]["auto_epochs"]
+        if self.adapters:
+            self.backbone.set_adapters(visual="mg_visual", text="mg_text")
