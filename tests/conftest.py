@@ -58,3 +58,71 @@ def kill_in_task(monkeypatch, strategy_cls, task: int = 3):
 
     monkeypatch.setattr(strategy_cls, "learn", dying_learn)
     return lambda: monkeypatch.setattr(strategy_cls, "learn", real_learn)
+
+
+def run_one_run_suite(root, text: str, *extra: str):
+    """Write suite ``text`` under ``root`` and run it (its one run) with the runner; return the suite
+    path, the results folder and the result."""
+    from benchmarks import run
+    from benchmarks.results import iter_results
+
+    suite = root / "suite.toml"
+    suite.write_text(text)
+    results = root / "results"
+    assert run.main(["--suite", str(suite), "--results-dir", str(results), "--quiet", *extra]) == 0
+    (result,) = [r for _, r in iter_results(results)]
+    return suite, results, result
+
+
+def killed_and_resumed(monkeypatch, strategy_cls, suite, results_dir, task: int) -> dict:
+    """Run ``suite`` into ``results_dir``, killed when ``strategy_cls`` starts task ``task``, then
+    again to the end (it resumes from the checkpoint); return the resumed result."""
+    from benchmarks import run
+    from benchmarks.results import iter_results
+
+    revive = kill_in_task(monkeypatch, strategy_cls, task=task)
+    argv = ["--suite", str(suite), "--results-dir", str(results_dir), "--quiet"]
+    assert run.main(argv) == 130
+    revive()
+    assert run.main(argv) == 0
+    (resumed,) = [r for _, r in iter_results(results_dir)]
+    return resumed
+
+
+def three_task_suite(strategy: str, options: str, augmentation: str = "paper-scaled") -> str:
+    """A one-run suite: ``strategy`` on 15 faded synthetic classes in 3 tasks (8 train, 4 test
+    images a class), with the ``[strategy.NAME]`` lines ``options``."""
+    return f"""
+datasets = ["synthetic"]
+tasks = [3]
+seeds = [0]
+strategies = ["{strategy}"]
+device = "cpu"
+[backbone]
+model = "tiny-clip-32"
+pretrained = "synthetic"
+[dataset.synthetic]
+n_classes = 15
+n_train_per_class = 8
+n_test_per_class = 4
+domain = "faded"
+train_augmentation = "{augmentation}"
+[strategy.{strategy}]
+{options}
+"""
+
+
+def strategy_from_suite(suite, **options):
+    """A fresh strategy as the runner builds it for the first run of ``suite`` (tiny CLIP, shipped
+    weights), with config fields ``options`` changed; also the run's spec and its data."""
+    from benchmarks import run
+    from benchmarks.backbone import BackboneSpec, create_clip
+
+    spec = run.expand(run.load_suite(str(suite)))[0]
+    strategy_cls, config, _ = run.resolve(spec, "data")
+    for key, value in options.items():
+        setattr(config, key, value)
+    data = run._load_data(spec, "data")
+    strategy = strategy_cls(backbone=create_clip(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"])),
+                            class_names=data.class_names, config=config, show_progress=False)
+    return strategy, spec, data

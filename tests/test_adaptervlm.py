@@ -9,34 +9,12 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from benchmarks import run
 from benchmarks.backbone import BackboneSpec, create_clip
-from benchmarks.results import iter_results
 from benchmarks.transforms import PatchShuffle, eval_transform
-from conftest import kill_in_task
+from conftest import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 from strategies.adaptervlm import AdapterVLM, distance_loss, prototype, task_scores
 
-SUITE = """
-datasets = ["synthetic"]
-tasks = [3]
-seeds = [0]
-strategies = ["adaptervlm"]
-device = "cpu"
-[backbone]
-model = "tiny-clip-32"
-pretrained = "synthetic"
-[dataset.synthetic]
-n_classes = 15
-n_train_per_class = 8
-n_test_per_class = 4
-domain = "faded"
-train_augmentation = "paper-scaled"
-[strategy.adaptervlm]
-epochs = 2
-batch_size = 16
-eval_batch_size = 100
-lora_rank = 4
-"""
+SUITE = three_task_suite("adaptervlm", "epochs = 2\nbatch_size = 16\neval_batch_size = 100\nlora_rank = 4")
 
 
 def test_distance_loss_by_hand():
@@ -90,23 +68,11 @@ def test_trainable_parameters_on_vit_b16_match_the_count_of_baselines_md():
 
 @pytest.fixture(scope="module")
 def adaptervlm_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("adaptervlm")
-    suite = root / "a.toml"
-    suite.write_text(SUITE)
-    results = root / "results"
-    assert run.main(["--suite", str(suite), "--results-dir", str(results), "--quiet", "--save-models"]) == 0
-    (result,) = [r for _, r in iter_results(results)]
-    return suite, results, result
+    return run_one_run_suite(tmp_path_factory.mktemp("adaptervlm_run"), SUITE, "--save-models")
 
 
 def _strategy(suite, **options):
-    spec = run.expand(run.load_suite(str(suite)))[0]
-    strategy_cls, config, _ = run.resolve(spec, "data")
-    for key, value in options.items():
-        setattr(config, key, value)
-    data = run._load_data(spec, "data")
-    backbone = create_clip(BackboneSpec("tiny-clip-32", "synthetic"))
-    return strategy_cls(backbone=backbone, class_names=data.class_names, config=config, show_progress=False), spec, data
+    return strategy_from_suite(suite, **options)
 
 
 def test_run_routes_at_least_as_well_as_it_classifies(adaptervlm_run):
@@ -156,9 +122,5 @@ def test_save_load_gives_identical_scores(adaptervlm_run):
 
 def test_killed_run_resumes_with_identical_results(adaptervlm_run, tmp_path, monkeypatch):
     suite, _, reference = adaptervlm_run
-    revive = kill_in_task(monkeypatch, AdapterVLM, task=2)
-    assert run.main(["--suite", str(suite), "--results-dir", str(tmp_path), "--quiet"]) == 130
-    revive()
-    assert run.main(["--suite", str(suite), "--results-dir", str(tmp_path), "--quiet"]) == 0
-    (resumed,) = [r for _, r in iter_results(tmp_path)]
+    resumed = killed_and_resumed(monkeypatch, AdapterVLM, suite, tmp_path, task=2)
     assert resumed["stages"] == reference["stages"]

@@ -11,8 +11,7 @@ from safetensors import safe_open
 from benchmarks import run
 from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.errors import UserError
-from benchmarks.results import iter_results
-from conftest import kill_in_task
+from conftest import killed_and_resumed, run_one_run_suite
 from strategies.gr4cil import GR4CIL
 
 SUITE = """
@@ -44,13 +43,7 @@ N_TEST = 20 * 5
 
 @pytest.fixture(scope="module")
 def gr4cil_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("gr4cil")
-    suite = root / "gr.toml"
-    suite.write_text(SUITE)
-    results = root / "results"
-    assert run.main(["--suite", str(suite), "--results-dir", str(results), "--quiet", "--save-models"]) == 0
-    (result,) = [r for _, r in iter_results(results)]
-    return suite, results, result
+    return run_one_run_suite(tmp_path_factory.mktemp("gr4cil"), SUITE, "--save-models")
 
 
 def test_stages_have_routing_at_least_accuracy_and_the_diagnostics(gr4cil_run):
@@ -140,11 +133,7 @@ def test_saved_model_keys_are_documented_and_loading_restores_the_scores(gr4cil_
 
 def test_killed_gr4cil_run_resumes_with_identical_results(gr4cil_run, tmp_path, monkeypatch):
     suite, _, reference = gr4cil_run
-    revive = kill_in_task(monkeypatch, GR4CIL, task=3)
-    assert run.main(["--suite", str(suite), "--results-dir", str(tmp_path), "--quiet"]) == 130
-    revive()
-    assert run.main(["--suite", str(suite), "--results-dir", str(tmp_path), "--quiet"]) == 0
-    (resumed,) = [r for _, r in iter_results(tmp_path)]
+    resumed = killed_and_resumed(monkeypatch, GR4CIL, suite, tmp_path, task=3)
     for a, b in zip(resumed["stages"], reference["stages"]):
         assert {k: v for k, v in a.items()} == {k: v for k, v in b.items()}
     ignore = {"eval_branch_forwards"}  # a resumed run re-encodes the branches of finished tasks once

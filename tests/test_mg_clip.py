@@ -5,35 +5,14 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks import run
 from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.class_orders import resolve_class_order
-from benchmarks.results import iter_results
 from benchmarks.streams import build_stream
 from benchmarks.transforms import eval_transform
-from conftest import kill_in_task
+from conftest import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 from strategies.mg_clip import MGCLIP, fused_scores, gap_epoch_budget, mean_non_target_logit
 
-SUITE = """
-datasets = ["synthetic"]
-tasks = [3]
-seeds = [0]
-strategies = ["mg_clip"]
-device = "cpu"
-[backbone]
-model = "tiny-clip-32"
-pretrained = "synthetic"
-[dataset.synthetic]
-n_classes = 15
-n_train_per_class = 8
-n_test_per_class = 4
-domain = "faded"
-[strategy.mg_clip]
-epochs = 2
-batch_size = 16
-eval_batch_size = 100
-visual_batch_size = 16
-"""
+SUITE = three_task_suite("mg_clip", "epochs = 2\nbatch_size = 16\neval_batch_size = 100\nvisual_batch_size = 16", augmentation="none")
 
 
 def test_fused_scores_by_hand():
@@ -70,23 +49,11 @@ def test_trainable_parameters_on_vit_b16_match_the_count_of_baselines_md():
 
 @pytest.fixture(scope="module")
 def mg_run(tmp_path_factory):
-    root = tmp_path_factory.mktemp("mg")
-    suite = root / "m.toml"
-    suite.write_text(SUITE)
-    results = root / "results"
-    assert run.main(["--suite", str(suite), "--results-dir", str(results), "--quiet", "--save-models"]) == 0
-    (result,) = [r for _, r in iter_results(results)]
-    return suite, results, result
+    return run_one_run_suite(tmp_path_factory.mktemp("mg_run"), SUITE, "--save-models")
 
 
 def _strategy_and_stream(suite, **options):
-    spec = run.expand(run.load_suite(str(suite)))[0]
-    strategy_cls, config, _ = run.resolve(spec, "data")
-    for key, value in options.items():
-        setattr(config, key, value)
-    data = run._load_data(spec, "data")
-    strategy = strategy_cls(backbone=create_clip(BackboneSpec("tiny-clip-32", "synthetic")),
-                            class_names=data.class_names, config=config, show_progress=False)
+    strategy, spec, data = strategy_from_suite(suite, **options)
     stream = build_stream(data, 3, resolve_class_order(spec.class_order, 15, "synthetic"), eval_transform(32),
                           eval_transform(32))
     return strategy, stream
@@ -142,9 +109,5 @@ def test_scores_are_fused_probabilities_and_save_load_restores_them(mg_run):
 
 def test_killed_run_resumes_with_identical_results(mg_run, tmp_path, monkeypatch):
     suite, _, reference = mg_run
-    revive = kill_in_task(monkeypatch, MGCLIP, task=2)
-    assert run.main(["--suite", str(suite), "--results-dir", str(tmp_path), "--quiet"]) == 130
-    revive()
-    assert run.main(["--suite", str(suite), "--results-dir", str(tmp_path), "--quiet"]) == 0
-    (resumed,) = [r for _, r in iter_results(tmp_path)]
+    resumed = killed_and_resumed(monkeypatch, MGCLIP, suite, tmp_path, task=2)
     assert resumed["stages"] == reference["stages"]
