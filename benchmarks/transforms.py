@@ -43,7 +43,9 @@ def eval_transform(
 # "paper-scaled": the same pipeline with the padding scaled to the input (4 * size / 224, at least
 #   1 pixel): 4 px of padding is 12% of a 32 px miniature image but under 2% of a 224 px one.
 # "none": the evaluation transform (no augmentation).
-TRAIN_AUGMENTATIONS = ("paper", "paper-scaled", "none")
+# "rrc90": RandomResizedCrop(scale (0.9, 1.0), bicubic), open_clip's default train preprocessing
+#   (MOE4CL, MagMax).
+TRAIN_AUGMENTATIONS = ("paper", "paper-scaled", "none", "rrc90")
 PAPER_CROP_PADDING = 4
 PAPER_INPUT_SIZE = 224
 
@@ -72,6 +74,10 @@ def train_transform(
         raise ValueError(f"augmentation must be one of {TRAIN_AUGMENTATIONS}, not {augmentation!r}")
     if augmentation == "none":
         return eval_transform(image_size, mean, std)
+    if augmentation == "rrc90":
+        return T.Compose([T.Lambda(_to_rgb), T.RandomResizedCrop(image_size, scale=(0.9, 1.0),
+                                                                 interpolation=T.InterpolationMode.BICUBIC),
+                          T.ToTensor(), T.Normalize(mean, std)])
     return T.Compose(
         [
             T.Lambda(_to_rgb),

@@ -340,6 +340,13 @@ def test_paper_scaled_augmentation_scales_the_crop_padding_to_the_image() -> Non
     assert [repr(t) for t in scaled.transforms[1:]] == [repr(t) for t in paper.transforms[1:]]
 
 
+def test_rrc90_is_open_clips_random_resized_crop() -> None:
+    (crop,) = [t for t in train_transform(32, augmentation="rrc90").transforms if isinstance(t, T.RandomResizedCrop)]
+    assert crop.size == (32, 32) and crop.scale == (0.9, 1.0) and crop.interpolation == T.InterpolationMode.BICUBIC
+    image = Image.fromarray(np.random.RandomState(2).randint(0, 256, (40, 30, 3), dtype=np.uint8))
+    assert train_transform(32, augmentation="rrc90")(image).shape == (3, 32, 32)
+
+
 def test_transformed_dataset_applies_the_transform_and_pickles() -> None:
     images = [Image.new("RGB", (40, 30), (255, 0, 0)), Image.new("L", (10, 10), 128)]
     dataset = TransformedDataset(list(zip(images, [3, 7])), eval_transform(16))
