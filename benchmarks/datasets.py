@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
+from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES
 from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.datasets import CIFAR100, Food101, OxfordIIITPet
@@ -80,9 +81,12 @@ def clean_class_name(name: str) -> str:
 
 @functools.lru_cache(maxsize=1)
 def imagenet_wnid_names() -> dict[str, str]:
-    """Map of the 1000 ImageNet-1K wnids to CLIP-style readable class names."""
-    asset = resources.files("benchmarks") / "assets" / "imagenet_classes.json"
-    return json.loads(asset.read_text(encoding="utf-8"))
+    """Map of the 1000 ImageNet-1K wnids, in their official sorted order, to the CLIP-style class
+    names that open_clip ships in that order (``open_clip.zero_shot_metadata.IMAGENET_CLASSNAMES``).
+    Only the wnids are kept here, as data (``assets/imagenet_wnids.json``)."""
+    asset = resources.files("benchmarks") / "assets" / "imagenet_wnids.json"
+    wnids = json.loads(asset.read_text(encoding="utf-8"))
+    return dict(zip(wnids, IMAGENET_CLASSNAMES, strict=True))
 
 
 def wnid_class_names(wnids: list[str]) -> list[str]:

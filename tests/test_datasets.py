@@ -229,6 +229,7 @@ def test_wnid_map_pairs_sorted_wnids_with_open_clip_names() -> None:
     wnids = list(names)
     assert len(wnids) == len(set(wnids)) == 1000 and wnids == sorted(wnids)
     assert wnids[0] == TENCH and names[TENCH] == "tench"
+    assert names["n01443537"] == "goldfish" and names[wnids[-1]] == "toilet paper"  # open_clip's names, by wnid
     assert list(names.values()) == list(IMAGENET_CLASSNAMES)
 
 
