@@ -43,7 +43,9 @@ RECIPE (CIFAR-100; per-dataset values in the suites):
 | batch | 100 CIFAR-100; 64 elsewhere | code: options; fallback |
 | train augmentation | paper | code: datasets/cifar100_i2t.py |
 | pseudo-OOD | 8 x 8 patch shuffle of the resized image | code: OOD_contrust.ipynb |
+| prototype | normalise(sum of raw embeddings), eval transform | code: _cal_image_prototype |
 | lam, beta | 1, 1 | code: eval_task |
+| precision | AMP fp16 with a loss scaler (here: the run's --precision, fp16 on CUDA by default) | code: clip_two.py |
 """
 
 from __future__ import annotations
@@ -127,7 +129,7 @@ class AdapterVLM(CLIPStrategy):
         self.anchor_ids: list[int] = []
         self.anchors = torch.empty(0, self.backbone.embed_dim)  # z_c, rows follow anchor_ids
         self.aux: nn.Module | None = None
-        self._ood_batches = None
+        self._ood_loader = self._ood_batches = None  # the task's pseudo-OOD loader and its iterator
         self._feature_cache: dict[tuple[str, int], torch.Tensor] = {}
 
     # ---------------------------------------------------------------- training
@@ -173,13 +175,8 @@ class AdapterVLM(CLIPStrategy):
         return StepOutput(clip_logits, self.aux(raw), text)
 
     def compute_loss(self, output: StepOutput, local_targets: torch.Tensor) -> torch.Tensor:
-        return sum(loss_terms(output, local_targets, self._anchors_for_step(), len(self.seen_classes),
+        return sum(loss_terms(output, local_targets, self.device_copy("anchors", self.anchors), len(self.seen_classes),
                               self.cfg.tau).values())
-
-    def _anchors_for_step(self) -> torch.Tensor:
-        if getattr(self, "_device_anchors", None) is None or self._device_anchors[0] is not self.anchors:
-            self._device_anchors = (self.anchors, self.anchors.to(self.device))
-        return self._device_anchors[1]
 
     # ---------------------------------------------------------------- after a task
     def finish_task(self, task: int, classes: list[int]) -> None:
@@ -196,15 +193,6 @@ class AdapterVLM(CLIPStrategy):
                 self.anchors = torch.cat([self.anchors, self.text_features(classes).cpu()])
         self.aux, self._ood_batches, self._ood_loader = None, None, None
         self.backbone.set_adapters(visual=adapter, text="text")
-
-    @torch.no_grad()
-    def _encode_dataset(self, dataset, adapter: str, normalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
-        self.backbone.set_adapters(visual=adapter, text="text")
-        features, labels = [], []
-        for images, targets, *_ in self.data_loader(dataset):
-            features.append(self.backbone.encode_image(images, normalize=normalize).cpu())
-            labels.append(targets)
-        return torch.cat(features), torch.cat(labels)
 
     # ---------------------------------------------------------------- inference
     def _scores_from_features(self, features: list[torch.Tensor], text: torch.Tensor) -> torch.Tensor:

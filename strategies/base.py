@@ -145,6 +145,7 @@ class CLIPStrategy(SupervisedTemplate):
         self._progress: tqdm | None = None
         self._prepared_prompts: dict[tuple[int, ...], PreparedPrompts] = {}
         self._fixed_text: dict[tuple, torch.Tensor] | None = None
+        self._device_copies: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # name -> (tensor, its copy)
         # Avalanche wants an optimiser up front; the real one is built per task in make_optimizer.
         idle = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
         if "evaluator" not in avalanche_kwargs:
@@ -223,6 +224,25 @@ class CLIPStrategy(SupervisedTemplate):
             yield
         finally:
             self._fixed_text = outer
+
+    @torch.no_grad()
+    def _encode_dataset(self, dataset, adapter: str | None, normalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+        """Image features (CPU, L2-normalised unless ``normalize=False``) and labels of every item of
+        ``dataset``, under visual adapter ``adapter``, which stays active; the text adapter is kept."""
+        self.backbone.set_adapters(visual=adapter, text=self.backbone.active_adapters["text"])
+        features, labels = [], []
+        for images, targets, *_ in self.data_loader(dataset):
+            features.append(self.backbone.encode_image(images, normalize=normalize).cpu())
+            labels.append(targets)
+        return torch.cat(features), torch.cat(labels)
+
+    def device_copy(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
+        """``tensor`` on the strategy's device, copied once per new tensor under ``name`` rather than
+        once per training step (e.g. anchors that change only between tasks)."""
+        cached = self._device_copies.get(name)
+        if cached is None or cached[0] is not tensor:
+            cached = self._device_copies[name] = (tensor, tensor.to(self.device))
+        return cached[1]
 
     def add_adapter(self, name: str, tower: str, init_a: str = "kaiming") -> None:
         """Add a LoRA adapter with the configured rank and alpha (``init_a``: see ``add_lora``), and

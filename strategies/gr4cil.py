@@ -213,7 +213,6 @@ class GR4CIL(CLIPStrategy):
         self.tasks: list[TaskState] = []
         self.anchor_ids: list[int] = []
         self.anchors = torch.empty(0, self.backbone.embed_dim)  # z_c, rows follow anchor_ids
-        self._device_anchors: tuple[torch.Tensor, torch.Tensor] | None = None  # (anchors, their device copy)
         self._longest_prompt = int(self.prompt_tokens.argmax(dim=-1).max()) + 1  # tokens up to the last EOT
         self.modality_gap: list[list[dict[str, float]]] = []  # per task, per epoch
         self.eval_branch_forwards = 0  # images pushed through one visual branch at evaluation
@@ -264,18 +263,12 @@ class GR4CIL(CLIPStrategy):
         n_prev = len(self.seen_classes)
         text_prev, text_new = self._step_text[:n_prev], self._step_text[n_prev:]
         if self.cfg.use_anchor_loss and n_prev:
-            loss = loss + self.cfg.lambda_anc * anchor_loss(text_prev, self._anchors_on_device())
+            loss = loss + self.cfg.lambda_anc * anchor_loss(text_prev, self.device_copy("anchors", self.anchors))
         if self.cfg.use_separation_loss and (n_prev or len(self.current_classes) > 1):
             new_index = torch.arange(n_prev, n_prev + len(self.current_classes), device=text_new.device)
             loss = loss + self.cfg.lambda_sep * separation_loss(text_new, self._step_text, new_index, self.cfg.tau)
         self._record_gap(self._step_cosine, local_targets)
         return loss
-
-    def _anchors_on_device(self) -> torch.Tensor:
-        """``self.anchors`` on the device, copied once per new anchors tensor, not once per step."""
-        if self._device_anchors is None or self._device_anchors[0] is not self.anchors:
-            self._device_anchors = (self.anchors, self.anchors.to(self.device))
-        return self._device_anchors[1]
 
     def backward(self):
         """With many seen classes, finish the text tower's backward pass chunk by chunk: the loss
@@ -314,16 +307,6 @@ class GR4CIL(CLIPStrategy):
         self._gap_counts.zero_()
 
     # ---------------------------------------------------------------- after stage 1, and stage 2
-    @torch.no_grad()
-    def _encode_dataset(self, dataset, adapter: str) -> tuple[torch.Tensor, torch.Tensor]:
-        """Normalised features of every image of ``dataset`` under one visual adapter (CPU)."""
-        self.backbone.set_adapters(visual=adapter, text="text")
-        features, labels = [], []
-        for images, targets, *_ in self.data_loader(dataset):
-            features.append(self.backbone.encode_image(images).cpu())
-            labels.append(targets)
-        return torch.cat(features), torch.cat(labels)
-
     def finish_task(self, task: int, classes: list[int]) -> None:
         adapter = f"visual_{task + 1}"
         with torch.no_grad():
@@ -569,6 +552,8 @@ class GR4CIL(CLIPStrategy):
         self.anchors = tensors["anchors/features"]
         self.anchor_ids = tensors["anchors/class_ids"].tolist()
         self.modality_gap = meta["gr4cil"]["modality_gap"]
+        if self.tasks:  # the adapters as finish_task leaves them
+            self.backbone.set_adapters(visual=self.tasks[-1].adapter, text="text")
 
 
 def _mean_or_none(values: list) -> float | None:

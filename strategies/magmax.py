@@ -25,7 +25,7 @@ RECIPE (CIFAR-100; per-dataset values in the suites):
 | optimiser / batch | AdamW, lr 1e-5, wd 0.1 / 128 | code: src/args.py |
 | epochs | 10 | code: scripts; fallback (ImageNet-100/1K) |
 | schedule | 500 linear warm-up steps, then cosine per iteration, restart per task | code: src/utils.py |
-| grad clip / precision | 1.0 / fp32 | code: finetune_splitted.py |
+| grad clip / precision | 1.0 / fp32 (here: the run's --precision, fp16 on CUDA by default) | code: finetune_splitted.py |
 | train augmentation | rrc90 | open_clip's default train preprocessing |
 | merge | max magnitude, ties to the later task, lam 0.5, after every stage | code: merge_max_abs; D8 |
 """
@@ -77,11 +77,11 @@ class MagMax(CLIPStrategy):
         if self.theta is not None:  # continue from theta_{t-1}, not from the merged model
             load_visual_state(self.backbone.model, self.theta)
         set_visual_trainable(self.backbone.model, True)
+        with torch.no_grad():  # the frozen ensemble head of the task, encoded once (the text tower never trains)
+            self._head = self.text_features(classes)
 
     def compute_logits(self, images: torch.Tensor) -> torch.Tensor:
-        with torch.no_grad():  # the frozen ensemble head; the text tower never trains
-            head = self.text_features(self.current_classes)
-        return self.backbone.logit_scale * self.backbone.encode_image(images, normalize=True) @ head.T
+        return self.backbone.logit_scale * self.backbone.encode_image(images, normalize=True) @ self._head.T
 
     def finish_task(self, task: int, classes: list[int]) -> None:
         set_visual_trainable(self.backbone.model, False)

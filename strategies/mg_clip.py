@@ -37,6 +37,7 @@ RECIPE (CIFAR-100; per-dataset values in the suites):
 | visual lr / batch | 5e-4 / 64 CIFAR; 5e-4 / 32 ImageNet-R; 1e-3 / 128 ImageNet-100/1K | code: configs; fallback |
 | fusion | (softmax(p_text) + 4 p_vis) / 5 | code: main.py |
 | train augmentation | none (CLIP preprocessing) | code: continual_clip/datasets.py |
+| precision | fp32 (here: the run's --precision, fp16 on CUDA by default) | code: main.py |
 """
 
 from __future__ import annotations
@@ -174,12 +175,7 @@ class MGCLIP(CLIPStrategy):
 
     # ---------------------------------------------------------------- the visual classifier
     def finish_task(self, task: int, classes: list[int]) -> None:
-        features, labels = [], []
-        with torch.no_grad():
-            for images, targets, *_ in self.data_loader(self.adapted_dataset.eval()):
-                features.append(self.backbone.encode_image(images.to(self.device, non_blocking=True)).cpu())
-                labels.append(targets)
-        features, labels = torch.cat(features), torch.cat(labels)
+        features, labels = self._encode_dataset(self.adapted_dataset.eval(), "mg_visual")
         means = torch.stack([features[labels == c].mean(dim=0) for c in classes])
         self.classifier = torch.cat([self.classifier, self._train_new_rows(means)])
 
