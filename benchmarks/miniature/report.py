@@ -19,6 +19,7 @@ domain included), against the targets that make the miniature behave like CLIP o
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -191,7 +192,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return _report(args)
     except UserError as error:
-        print(f"error: {error}")
+        print(f"error: {error}", file=sys.stderr)
         return 2
 
 
