@@ -22,7 +22,7 @@ from matplotlib.ticker import MaxNLocator
 
 from analysis.formatting import population_std
 from analysis.paper_tables import (PAPER_DATASETS, MissingInputs, ReportInputs, dataset_name, default_gr4cil_runs,
-                                   ordered_datasets)
+                                   ordered_datasets, row_label)
 
 DPI = 150
 FIGSIZES = {"fig2_gap_training": (4.8, 3.4), "fig3_gap_final": (4.8, 3.4), "fig5_confidence_margin": (9.0, 3.6),
@@ -176,18 +176,25 @@ def fig5_confidence_margin(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     return _save(fig, out_dir, "fig5_confidence_margin")
 
 
-def fig6_cost(inputs: ReportInputs, out_dir: Path) -> list[Path]:
-    """Trainable parameters and peak memory per method (label), on the 10-task dataset that
-    most labels ran (the paper's datasets first on ties)."""
+def cost_frame(inputs: ReportInputs) -> tuple[str, pd.DataFrame]:
+    """Fig. 6's data: the 10-task dataset that most labels ran (the paper's datasets first on ties)
+    and one row per run on it: D9 row label, trainable parameters (millions), peak memory (bytes)
+    and its kind."""
     runs = [r for r in inputs.runs if r["n_tasks"] == 10 and (r.get("cost") or {}).get("trainable_params")]
     if not runs:
         raise MissingInputs("no 10-task run with cost records")
     datasets = ordered_datasets(r["dataset"] for r in runs)
     dataset = max(datasets, key=lambda d: (len({r["label"] for r in runs if r["dataset"] == d}), -datasets.index(d)))
-    runs = [r for r in runs if r["dataset"] == dataset]
-    frame = pd.DataFrame([{"label": r["label"], "params": r["cost"]["trainable_params"] / 1e6,
+    frame = pd.DataFrame([{"label": row_label(r["label"]), "params": r["cost"]["trainable_params"] / 1e6,
                            "memory": r["cost"].get("peak_memory_bytes") or np.nan,
-                           "kind": r["cost"].get("peak_memory_kind") or "unknown"} for r in runs])
+                           "kind": r["cost"].get("peak_memory_kind") or "unknown"}
+                          for r in runs if r["dataset"] == dataset])
+    return dataset, frame
+
+
+def fig6_cost(inputs: ReportInputs, out_dir: Path) -> list[Path]:
+    """Trainable parameters and peak memory of every method (``cost_frame``)."""
+    dataset, frame = cost_frame(inputs)
     labels = sorted(frame["label"].unique())
     unit, scale = ("GiB", 2**30) if frame["memory"].max() >= 2**30 else ("MiB", 2**20)
     frame["memory"] /= scale
@@ -240,7 +247,7 @@ def fig7_routing(inputs: ReportInputs, out_dir: Path) -> list[Path]:
 def fig_accuracy_curves(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     """Accuracy on all seen classes after each stage, every label, one panel per dataset and
     task count (mean over seeds, band = std)."""
-    rows = [{"panel": (run["dataset"], run["n_tasks"]), "label": run["label"], "stage": stage["task"],
+    rows = [{"panel": (run["dataset"], run["n_tasks"]), "label": row_label(run["label"]), "stage": stage["task"],
              "acc": stage["acc"]} for run in inputs.runs for stage in run["stages"]]
     if not rows:
         raise MissingInputs("no run has stages")

@@ -68,6 +68,14 @@ PAPER_METHOD_NAMES = {"gr4cil": "GR4CIL (Ours)", "continual_clip": "Continual-CL
                       "l2p_pp": "L2P++", "dualprompt": "DualPrompt", "coda_prompt": "CODA",
                       "aper_adapter": "Aper-Adapter", "clap": "CLAP"}
 PAPER_ROW_ALIASES = {"Ours": "GR4CIL (Ours)"}  # Table 2 prints "Ours"
+# How a strategy's row is labelled in the report's tables and figures (BASELINES.md D9); other run
+# labels (suite variants, a user's strategy) are shown as they are.
+ROW_LABELS = {**PAPER_METHOD_NAMES, "gr4cil": "GR4CIL", "finetune": "Fine-tuning"}
+
+
+def row_label(label: str) -> str:
+    """The report's name for run label ``label``: the paper's row label (D9) where it has one."""
+    return ROW_LABELS.get(label, label)
 
 # GR4CIL's defaults for every switch the ablations vary (``strategies.gr4cil.GR4CILConfig``; a
 # test keeps the two in step). A run whose setting equals this is "the default configuration".
@@ -102,9 +110,10 @@ def load_inputs(results_dir: str | Path) -> ReportInputs:
     results_dir = Path(results_dir)
     if not results_dir.is_dir():
         raise UserError(f"results folder {results_dir} does not exist; give the --results-dir of a run")
-    found = [dict(result, _path=str(path)) for path, result in iter_results(results_dir)]
+    skipped: list[str] = []
+    found = [dict(result, _path=str(path)) for path, result in iter_results(results_dir, skipped)]
     if not found:
-        raise UserError(f"no result JSON found under {results_dir}; run python -m benchmarks.run first "
+        raise UserError(f"no result JSON {'of this schema ' if skipped else ''}found under {results_dir}; run python -m benchmarks.run first "
                         "or point --results-dir at a folder of results")
     distinct, seen = [], set()
     for run in found:  # the same run copied twice (same key, same config) counts once
@@ -118,7 +127,7 @@ def load_inputs(results_dir: str | Path) -> ReportInputs:
     notes = [f"{len(group)} results for {group[0]['label']} / {group[0]['dataset']} / T={group[0]['n_tasks']} / "
              f"seed {group[0]['seed']} with different configs; tables use {group[0]['_path']}"
              for group in by_key.values() if len(group) > 1]
-    return ReportInputs([group[0] for group in by_key.values()], distinct, notes)
+    return ReportInputs([group[0] for group in by_key.values()], distinct, skipped + notes)
 
 
 def _key(run: dict) -> tuple:
@@ -232,7 +241,7 @@ class ReportTable:
         blank = [""] * len(self.columns)
         matched = set()
         for row in self.rows:
-            out.append((row, "reproduced", [mean_std_cell(mean.at[row, c], std.at[row, c], self.decimals)
+            out.append((row_label(row), "reproduced", [mean_std_cell(mean.at[row, c], std.at[row, c], self.decimals)
                                             for c in self.columns], list(marks.loc[row])))
             name = match_paper_row(row, list(paper_rows))
             if name is None:
@@ -240,7 +249,7 @@ class ReportTable:
             matched.add(name)
             values, stds = paper_rows[name]
             out.append((f"{name} [paper]", "paper", self._paper_cells(values, stds), blank))
-            out.append((f"{row} Δ", "delta", [signed_cell(mean.at[row, c] - values.get(c, math.nan), self.decimals)
+            out.append((f"{row_label(row)} Δ", "delta", [signed_cell(mean.at[row, c] - values.get(c, math.nan), self.decimals)
                                               for c in self.columns], blank))
         rule = [len(out)] if any(name not in matched for name in paper_rows) else []
         for name, (values, stds) in paper_rows.items():

@@ -25,10 +25,11 @@ AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 INITIAL_LOSS_SCALE = 2.0**10
 
 
-def resolve_precision(precision: str | None, device: str | torch.device) -> str:
-    """``auto`` (or None) is the paper's mixed precision on CUDA, fp16, and fp32 elsewhere."""
+def resolve_precision(precision: str | None, device: str | torch.device, amp: bool = True) -> str:
+    """``auto`` (or None) is the paper's mixed precision on CUDA, fp16, and fp32 elsewhere; with
+    ``amp=False`` (a method whose official code runs in fp32) it is fp32 everywhere."""
     if precision in (None, "auto"):
-        return "fp16" if torch.device(device).type == "cuda" else "fp32"
+        return "fp16" if amp and torch.device(device).type == "cuda" else "fp32"
     if precision not in PRECISIONS:
         raise UserError(f"unknown precision {precision!r}; use auto, {', '.join(PRECISIONS)}")
     return precision

@@ -15,7 +15,16 @@ randomly initialised ViT-B/16) measures, on whatever device is given:
    with many classes (chunked text backward);
 5. the text pass of a stage-1 step with all 1000 ImageNet-1K prompts (forward and backward):
    compact (length buckets, shared prefix once) versus one batch trimmed after the longest prompt
-   versus open_clip's 77 positions (``backbone.budgets.use_compact_text`` picks by device and size).
+   versus open_clip's 77 positions (``backbone.budgets.use_compact_text`` picks by device and size);
+6. ``strategies``: for every registered strategy, the images its stage-wise evaluation sends
+   through the visual tower over a T-task stream (each strategy trained for one epoch on the
+   offline synthetic world), against the limit: each visual model once per image, i.e. T x images
+   for strategies whose visual model changes or grows a branch each task, and images once for a
+   frozen tower (Continual-CLIP);
+7. ``magmax_memory``: MagMax's peak training memory (full fine-tuning of the visual tower) at
+   ``--batch-size``: the process's peak resident memory during a few training steps over the
+   resident memory before them, with the tensors it holds (weights, gradients, AdamW state, the
+   pretrained, current and merged visual states). Run it alone (``--only magmax_memory``) on a CPU.
 
 Class names are ImageNet-1K's (the suite ships them): real names differ in length, as they do in
 the real runs. Weights are random: speed does not depend on them. ``--precision`` (default: fp16
@@ -27,6 +36,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import resource
 import statistics
 import time
 from contextlib import contextmanager
@@ -37,11 +47,17 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import TensorDataset
 
-from benchmarks.backbone import BackboneSpec, create_clip
-from benchmarks.datasets import imagenet_wnid_names
+from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
+from benchmarks.backbone.full_tuning import visual_parameters
+from benchmarks.class_orders import seeded_order
+from benchmarks.datasets import imagenet_wnid_names, load_dataset
 from benchmarks.precision import PRECISIONS, resolve_precision
 from benchmarks.results import write_json
+from benchmarks.streams import build_stream
+from benchmarks.transforms import eval_transform
 from strategies.gr4cil import GR4CIL, TaskState
+from strategies.magmax import MagMax
+from strategies.registry import available, get_strategy
 
 # Largest |difference| allowed between two computations of the same scores or features: fp32
 # rounding, or about ten units of the half format's rounding (eps/2: fp16 4.9e-4, bf16 3.9e-3).
@@ -290,7 +306,86 @@ def text_batching(model: str, n_classes: int, device: str, precision: str, repea
             "one_batch_over_open_clip": _median_ratio(times["one_batch"], times["open_clip"])}
 
 
-SECTIONS = ("evaluation", "inference", "training_step", "text")
+SECTIONS = ("evaluation", "inference", "training_step", "text", "strategies", "magmax_memory")
+DEFAULT_SECTIONS = SECTIONS[:5]  # magmax_memory reads the process's peak memory: run it alone
+
+
+# Each strategy's evaluation limit in visual-tower images, as a multiple of the test images: a frozen
+# tower is needed once; every other strategy has one visual model (or one new branch) per task.
+FROZEN_VISUAL_TOWER = frozenset({"continual_clip"})
+# Training options that keep this count fast; the count does not depend on them.
+QUICK_TRAINING = {"continual_clip": {}, "gr4cil": {"epochs": 1, "compensation_epochs": 1},
+                  "mg_clip": {"epochs": 1, "visual_epochs": 1}}
+
+
+def strategy_evaluation_forwards(n_tasks: int, per_task: int, strategies: list[str] | None = None) -> dict:
+    n_classes = n_tasks * per_task
+    data = load_dataset("synthetic", n_classes=n_classes, n_train_per_class=4, n_test_per_class=2)
+    out = {}
+    for name in strategies or available():
+        torch.manual_seed(0)
+        backbone = create_clip(BackboneSpec(TINY_MODEL, "synthetic"))
+        transform = eval_transform(backbone.image_size, backbone.mean, backbone.std)
+        stream = build_stream(data, n_tasks, seeded_order(n_classes), transform, transform)
+        cls = get_strategy(name)
+        options = {"batch_size": 8, "eval_batch_size": 64, **QUICK_TRAINING.get(name, {"epochs": 1})}
+        strategy = cls(backbone=backbone, class_names=stream.class_names, show_progress=False,
+                       config=cls.Config.from_dict(options, name))
+        seen = [0]
+        hook = backbone.model.visual.register_forward_hook(lambda _m, args, _o: seen.__setitem__(0, seen[0] + len(args[0])))
+        per_stage = []
+        try:
+            for task in range(n_tasks):
+                strategy.learn(stream.train_stream[task])
+                before = seen[0]
+                strategy.score_dataset(stream.test_set, cache_key="test")
+                per_stage.append(seen[0] - before)
+        finally:
+            hook.remove()
+        n_images = len(stream.test_set)
+        limit = n_images * (1 if name in FROZEN_VISUAL_TOWER else n_tasks)
+        out[name] = {"test_images": n_images, "visual_images_per_stage": per_stage,
+                     "visual_images": sum(per_stage), "limit": limit, "over_limit": sum(per_stage) / limit}
+    return out
+
+
+def magmax_training_memory(model: str, batch: int, device: str, precision: str, steps: int = 3) -> dict:
+    def resident_bytes() -> int:
+        with open("/proc/self/statm") as handle:
+            return int(handle.read().split()[1]) * resource.getpagesize()
+
+    torch.manual_seed(0)
+    backbone = create_clip(BackboneSpec(model, None), device)
+    strategy = MagMax(backbone=backbone, class_names=_class_names(10), device=device, precision=precision,
+                      show_progress=False, config=MagMax.Config(batch_size=batch, prompt_ensemble="cifar"))
+    size = backbone.image_size
+    images, targets = torch.randn(batch, 3, size, size, device=device), torch.arange(batch, device=device) % 10
+    strategy.setup_task(0, list(range(10)))
+    params = [p for p in backbone.parameters() if p.requires_grad]
+    optimizer = torch.optim.AdamW(params, lr=1e-5, weight_decay=0.1)
+    if torch.device(device).type == "cuda":
+        torch.cuda.reset_peak_memory_stats()
+    before = resident_bytes()
+    saved = [0]
+    for _ in range(steps):
+        optimizer.zero_grad(set_to_none=True)
+        with _saved_tensor_bytes(saved):
+            loss = F.cross_entropy(strategy.compute_logits(images), targets)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(params, 1.0)
+        optimizer.step()
+    strategy.finish_task(0, list(range(10)))  # theta_1, tau_run and the merged model
+    n_params = sum(p.numel() for p in visual_parameters(backbone.model).values())
+    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
+    result = {"batch_size": batch, "steps": steps, "visual_parameters": n_params,
+              "weights_grads_adamw_bytes": 4 * n_params * 4,  # fp32 weights, gradients, two AdamW moments
+              "visual_states_bytes": 3 * n_params * 4,  # theta_0, theta_t, tau_run (CPU copies)
+              "saved_activation_bytes_per_step": saved[0] // steps,
+              "rss_before_training_bytes": before, "peak_rss_bytes": peak_rss,
+              "peak_rss_over_before_bytes": peak_rss - before}
+    if torch.device(device).type == "cuda":
+        result["cuda_peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
+    return result
 
 
 def main(argv: list[str] | None = None) -> dict:
@@ -307,7 +402,9 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--text-prompts", type=int, default=1000,
                         help="prompts in the text section (default: ImageNet-1K's 1000)")
     parser.add_argument("--only", choices=SECTIONS, action="append",
-                        help="measure only this section (repeatable); default: all")
+                        help="measure only this section (repeatable); default: all but magmax_memory")
+    parser.add_argument("--strategies", type=lambda text: text.split(","),
+                        help="comma-separated strategies of the strategies section (default: all registered)")
     parser.add_argument("--out", help="write the measurements as JSON here")
     args = parser.parse_args(argv)
     precision = resolve_precision(args.precision, args.device)
@@ -319,10 +416,12 @@ def main(argv: list[str] | None = None) -> dict:
         "training_step": lambda: training_step(args.model, args.tasks, args.classes_per_task, args.batch_size,
                                                args.device, precision, args.repeats),
         "text": lambda: text_batching(args.model, args.text_prompts, args.device, precision, args.repeats),
+        "strategies": lambda: strategy_evaluation_forwards(args.tasks, args.classes_per_task, args.strategies),
+        "magmax_memory": lambda: magmax_training_memory(args.model, args.batch_size, args.device, precision),
     }
     results = {"model": args.model, "device": args.device, "precision": precision,
                "torch_threads": torch.get_num_threads(), "batch_size": args.batch_size, "repeats": args.repeats}
-    for section in args.only or SECTIONS:
+    for section in args.only or DEFAULT_SECTIONS:
         results[section] = measure[section]()
     print(json.dumps(results, indent=1))
     if args.out:

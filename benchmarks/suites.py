@@ -131,7 +131,9 @@ def expand(suite: dict[str, Any], *, strategies: list[str] | None = None,
     if str(backbone["pretrained"]).lower() == "none":
         backbone["pretrained"] = None
     resolved_device = _resolve_device(device or suite.get("device", "auto"))
-    resolved_precision = resolve_precision(precision or suite.get("precision", "auto"), resolved_device)
+    # Checked here; "auto" is resolved per run, where the strategy's config (its ``amp``) is known.
+    resolved_precision = precision or suite.get("precision", "auto")
+    resolve_precision(resolved_precision, resolved_device)
     deterministic = bool(suite.get("deterministic", False) if deterministic is None else deterministic)
     order = class_order or suite.get("class_order", "seed1993")
     targets = tuple(suite.get("zero_shot_targets", ()))

@@ -124,13 +124,20 @@ class AdapterVLM(CLIPStrategy):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.branches: list[str] = []  # visual adapter of each learned task
         self.prototypes: list[torch.Tensor] = []  # per task, [|C^t|, d]
-        self.anchor_ids: list[int] = []
         self.anchors = torch.empty(0, self.backbone.embed_dim)  # z_c, rows follow anchor_ids
         self.aux: nn.Module | None = None
         self._ood_loader = self._ood_batches = None  # the task's pseudo-OOD loader and its iterator
-        self._feature_cache: dict[tuple[str, int], torch.Tensor] = {}
+
+    @property
+    def branches(self) -> list[str]:
+        """The visual adapter of each learned task."""
+        return [f"visual_{task + 1}" for task in range(len(self.task_classes))]
+
+    @property
+    def anchor_ids(self) -> list[int]:
+        """Classes of the anchor rows: every seen class, under either anchor rule."""
+        return self.seen_classes
 
     # ---------------------------------------------------------------- training
     def setup_task(self, task: int, classes: list[int]) -> None:
@@ -183,13 +190,10 @@ class AdapterVLM(CLIPStrategy):
         adapter = f"visual_{task + 1}"
         features, labels = self._encode_dataset(self.adapted_dataset.eval(), adapter, normalize=False)
         self.prototypes.append(torch.stack([prototype(features[labels == c]) for c in classes]))
-        self.branches.append(adapter)
         with torch.no_grad():  # z_c: all seen classes (sliding) or only the new ones (frozen)
             if self.cfg.anchor == "sliding":
-                self.anchor_ids = list(self.seen_classes)
                 self.anchors = self.text_features(self.anchor_ids).cpu()
             else:
-                self.anchor_ids += classes
                 self.anchors = torch.cat([self.anchors, self.text_features(classes).cpu()])
         self.aux, self._ood_batches, self._ood_loader = None, None, None
         self.backbone.set_adapters(visual=adapter, text="text")
@@ -215,11 +219,7 @@ class AdapterVLM(CLIPStrategy):
         if cache_key is None:
             return super().score_dataset(dataset)
         self.backbone.eval()
-        features = []
-        for task, adapter in enumerate(self.branches):
-            if (cache_key, task) not in self._feature_cache:
-                self._feature_cache[(cache_key, task)] = self._encode_dataset(dataset, adapter)[0]
-            features.append(self._feature_cache[(cache_key, task)])
+        features = [self.frozen_features(dataset, cache_key, adapter) for adapter in self.branches]
         return self._scores_from_features(features, self.text_features(self.seen_classes).cpu())
 
     # ---------------------------------------------------------------- counts and checkpoints
@@ -228,22 +228,11 @@ class AdapterVLM(CLIPStrategy):
         transient)."""
         return super().trainable_parameter_count() + sum(p.numel() for p in self.prototypes)
 
-    def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """Adapters plus ``prototypes/<i>`` per task (1-based) and ``anchors/features``, ``anchors/class_ids``."""
-        tensors, meta = super().checkpoint_state()
-        for i, prototypes in enumerate(self.prototypes, start=1):
-            tensors[f"prototypes/{i}"] = prototypes.contiguous()
-        tensors["anchors/features"] = self.anchors.contiguous()
-        tensors["anchors/class_ids"] = torch.tensor(self.anchor_ids, dtype=torch.long)
-        meta["adaptervlm"] = {"branches": self.branches}
-        return tensors, meta
+    # per task ``state/prototypes/<i>`` (0-based) and the anchors ``state/anchors`` (rows follow anchor_ids)
+    checkpoint_attributes = ("prototypes", "anchors")
 
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         super().load_checkpoint_state(tensors, meta)
-        self.branches = list(meta["adaptervlm"]["branches"])
-        self.prototypes = [tensors[f"prototypes/{i}"] for i in range(1, len(self.branches) + 1)]
-        self.anchors = tensors["anchors/features"]
-        self.anchor_ids = tensors["anchors/class_ids"].tolist()
         if self.branches:
             self.backbone.set_adapters(visual=self.branches[-1], text="text")
 

@@ -28,6 +28,8 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
+import types
+import typing
 import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -61,6 +63,73 @@ def warmup_cosine_factor(step: int, total: int, warmup: int, min_ratio: float) -
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
 
+StateValue = torch.Tensor | list | dict | torch.nn.Module | None
+
+
+def pack_state(value: StateValue) -> tuple[str, dict[str, torch.Tensor]]:
+    """A strategy attribute as ``(kind, {key suffix: CPU tensor})`` for a checkpoint.
+
+    A tensor is saved under "" (key ``state/<name>``), a list under "/<i>", a dict of tensors
+    under "/<key>", a module under "/<state_dict key>"; None saves nothing. ``unpack_state``
+    inverts it.
+    """
+    if value is None:
+        return "none", {}
+    if isinstance(value, torch.Tensor):
+        return "tensor", {"": value.detach().cpu().contiguous()}
+    if isinstance(value, torch.nn.Module):
+        return "module", {f"/{k}": v.detach().cpu().contiguous() for k, v in value.state_dict().items()}
+    if isinstance(value, (list, tuple)):
+        return "list", {f"/{i}": v.detach().cpu().contiguous() for i, v in enumerate(value)}
+    if isinstance(value, dict):
+        return "dict", {f"/{k}": v.detach().cpu().contiguous() for k, v in value.items()}
+    raise TypeError(f"cannot checkpoint a {type(value).__name__}; use tensors, lists or dicts of them, or a module")
+
+
+def unpack_state(kind: str, packed: dict[str, torch.Tensor], current: StateValue = None) -> StateValue:
+    """The value ``pack_state`` saved. A module is loaded into ``current`` (the strategy re-creates
+    its modules before loading, e.g. in ``__init__``) and returned."""
+    if kind == "none":
+        return None
+    if kind == "tensor":
+        return packed[""]
+    items = {k[1:]: v for k, v in packed.items()}
+    if kind == "list":
+        return [items[str(i)] for i in range(len(items))]
+    if kind == "dict":
+        return items
+    if kind == "module":
+        if not isinstance(current, torch.nn.Module):
+            raise ValueError("a checkpointed module needs the strategy to re-create it before loading")
+        current.load_state_dict(items)
+        return current
+    raise ValueError(f"unknown checkpoint state kind {kind!r}")
+
+
+def _has_type(value: Any, hint: Any) -> bool:
+    """Whether a suite value fits a config field's annotation (an int fits a float; a bool is no number)."""
+    if hint is Any:
+        return True
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_has_type(value, option) for option in typing.get_args(hint))
+    if typing.get_origin(hint) is typing.Literal:
+        return value in typing.get_args(hint)
+    origin = typing.get_origin(hint) or hint
+    if origin is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, origin)
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(option) for option in typing.get_args(hint))
+    if typing.get_origin(hint) is typing.Literal:
+        return " or ".join(repr(value) for value in typing.get_args(hint))
+    return {float: "a number", int: "an integer", str: "a string", bool: "true or false"}.get(hint, str(hint))
+
+
 @dataclass
 class StrategyConfig:
     """Hyper-parameters every strategy shares. Subclasses add their own fields."""
@@ -86,6 +155,9 @@ class StrategyConfig:
     warmup_fraction: float = 0.0  # or as a fraction of all scheduled steps of the task
     min_lr_ratio: float = 0.0  # the cosine ends at min_lr_ratio * lr
     grad_clip: float = 0.0  # max gradient norm (0: off)
+    # Mixed precision under --precision auto: False keeps the method fp32 on CUDA too (its official
+    # precision); an explicit --precision fp16 or bf16 still wins.
+    amp: bool = True
 
     def __post_init__(self):
         choices = {"optimizer": OPTIMIZERS, "schedule": SCHEDULES, "train_augmentation": TRAIN_AUGMENTATIONS,
@@ -106,6 +178,11 @@ class StrategyConfig:
         if unknown:
             raise UserError(f"unknown option(s) {unknown} for strategy {strategy or cls.__name__}; "
                             f"valid options: {sorted(fields)}")
+        hints = typing.get_type_hints(cls)
+        for name, value in values.items():
+            if not _has_type(value, hints[name]):
+                raise UserError(f"option {name} = {value!r} of strategy {strategy or cls.__name__} must be "
+                                f"{_type_name(hints[name])}, not {type(value).__name__}")
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
@@ -119,15 +196,19 @@ class CLIPStrategy(SupervisedTemplate):
     name: ClassVar[str] = ""
     #: the strategy's config dataclass
     Config: ClassVar[type[StrategyConfig]] = StrategyConfig
+    #: attributes holding learned state besides LoRA adapters, saved in every checkpoint
+    #: (``pack_state``): tensors, lists or dicts of tensors, modules, or None
+    checkpoint_attributes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(self, *, backbone: CLIPBackbone, class_names: list[str], config: StrategyConfig,
                  device: str | torch.device = "cpu", precision: str = "auto", show_progress: bool = True,
                  **avalanche_kwargs):
         """``precision``: fp32, fp16 (autocast and a loss scaler) or bf16; "auto" is fp16 on CUDA and
-        fp32 elsewhere. ``avalanche_kwargs`` (``plugins``, ``evaluator``, ...) go to ``SupervisedTemplate``."""
+        fp32 elsewhere, or fp32 everywhere for a config with ``amp = False``. ``avalanche_kwargs``
+        (``plugins``, ``evaluator``, ...) go to ``SupervisedTemplate``."""
         device = torch.device(device)
         self.backbone = backbone.to(device)
-        self.precision = resolve_precision(precision, device)
+        self.precision = resolve_precision(precision, device, config.amp)
         self.backbone.set_precision(self.precision)
         self.cfg = config
         self.class_names = list(class_names)
@@ -146,6 +227,8 @@ class CLIPStrategy(SupervisedTemplate):
         self._prepared_prompts: dict[tuple[int, ...], PreparedPrompts] = {}
         self._fixed_text: dict[tuple, torch.Tensor] | None = None
         self._device_copies: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # name -> (tensor, its copy)
+        self._frozen_features: dict[tuple[str, str | None], torch.Tensor] = {}  # (cache_key, adapter) -> features
+        self.eval_branch_forwards = 0  # images that frozen_features pushed through a visual branch
         # Avalanche wants an optimiser up front; the real one is built per task in make_optimizer.
         idle = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
         if "evaluator" not in avalanche_kwargs:
@@ -236,6 +319,15 @@ class CLIPStrategy(SupervisedTemplate):
             labels.append(targets)
         return torch.cat(features), torch.cat(labels)
 
+    def frozen_features(self, dataset, cache_key: str, adapter: str | None) -> torch.Tensor:
+        """Image features (CPU, normalised) of ``dataset`` under a visual branch that never changes
+        again (``adapter``; None: the frozen tower), encoded once per ``cache_key`` (``score_dataset``)."""
+        key = (cache_key, adapter)
+        if key not in self._frozen_features:
+            self._frozen_features[key] = self._encode_dataset(dataset, adapter)[0]
+            self.eval_branch_forwards += len(dataset)
+        return self._frozen_features[key]
+
     def device_copy(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` on the strategy's device, copied once per new tensor under ``name`` rather than
         once per training step (e.g. anchors that change only between tasks)."""
@@ -289,12 +381,20 @@ class CLIPStrategy(SupervisedTemplate):
         return torch.cat(out)
 
     def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """Tensors (for safetensors) and JSON metadata that restore the strategy after a task."""
+        """Tensors (for safetensors) and JSON metadata that restore the strategy after a task.
+
+        Keys: ``lora/<adapter>/<key>`` for every LoRA adapter, and ``state/<name>...`` for each
+        attribute in ``checkpoint_attributes`` (``pack_state``).
+        """
         tensors = {f"lora/{name}/{key}": value.detach().cpu().contiguous()
                    for name in self.adapters for key, value in self.backbone.lora_state_dict(name).items()}
+        kinds = {}
+        for name in self.checkpoint_attributes:
+            kinds[name], packed = pack_state(getattr(self, name))
+            tensors.update({f"state/{name}{key}": value for key, value in packed.items()})
         meta = {"seen_classes": self.seen_classes, "task_classes": self.task_classes,
                 "adapters": self.adapters, "loss_scaler": self.scaler.state_dict(),
-                "skipped_steps": self.skipped_steps}
+                "skipped_steps": self.skipped_steps, "state_kinds": kinds}
         return tensors, meta
 
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
@@ -310,6 +410,13 @@ class CLIPStrategy(SupervisedTemplate):
             prefix = f"lora/{name}/"
             state = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
             self.backbone.load_lora_state_dict(name, state)
+        for name, kind in meta.get("state_kinds", {}).items():
+            prefix = f"state/{name}"
+            packed = {k[len(prefix):]: v for k, v in tensors.items() if k == prefix or k.startswith(prefix + "/")}
+            current = getattr(self, name, None)
+            restored = unpack_state(kind, packed, current)
+            if restored is not current:  # a module is loaded in place
+                setattr(self, name, restored)
 
     def save_model(self, path: str | Path, extra: dict[str, Any] | None = None) -> None:
         """Write the learned state as ``PATH.safetensors`` plus ``PATH.json`` (metadata); PATH is

@@ -215,8 +215,6 @@ class GR4CIL(CLIPStrategy):
         self.anchors = torch.empty(0, self.backbone.embed_dim)  # z_c, rows follow anchor_ids
         self._longest_prompt = int(self.prompt_tokens.argmax(dim=-1).max()) + 1  # tokens up to the last EOT
         self.modality_gap: list[list[dict[str, float]]] = []  # per task, per epoch
-        self.eval_branch_forwards = 0  # images pushed through one visual branch at evaluation
-        self._feature_cache: dict[tuple[str, int], torch.Tensor] = {}
         self._holdout = None
         self._chunked_text: torch.Tensor | None = None
 
@@ -405,16 +403,9 @@ class GR4CIL(CLIPStrategy):
         if cache_key is None:
             return super().score_dataset(dataset)
         self.backbone.eval()
-        features = [self._branch_features(dataset, cache_key, i) for i in range(len(self.tasks))]
+        features = [self.frozen_features(dataset, cache_key, state.adapter) for state in self.tasks]
         text = self.text_features(self.seen_classes).cpu()
         return self._scores_from_features(features, text)
-
-    def _branch_features(self, dataset, cache_key: str, task: int) -> torch.Tensor:
-        key = (cache_key, task)
-        if key not in self._feature_cache:
-            self._feature_cache[key] = self._encode_dataset(dataset, self.tasks[task].adapter)[0]
-            self.eval_branch_forwards += len(dataset)
-        return self._feature_cache[key]
 
     # ---------------------------------------------------------------- unknown-aware interface
     @torch.no_grad()
@@ -471,7 +462,7 @@ class GR4CIL(CLIPStrategy):
 
     # ---------------------------------------------------------------- diagnostics (SPEC section 3)
     def stage_diagnostics(self, scores, targets, task_of_class) -> dict:
-        features = [self._feature_cache[("test", i)] for i in range(len(self.tasks))]
+        features = [self._frozen_features[("test", state.adapter)] for state in self.tasks]
         text = self.text_features(self.seen_classes).cpu()
         variants = {"full": torch.as_tensor(scores),
                     "without_compensation": self._scores_from_features(features, text, beta=0.0),

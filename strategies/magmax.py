@@ -25,7 +25,7 @@ RECIPE (CIFAR-100; per-dataset values in the suites):
 | optimiser / batch | AdamW, lr 1e-5, wd 0.1 / 128 | code: src/args.py |
 | epochs | 10 | code: scripts; fallback (ImageNet-100/1K) |
 | schedule | 500 linear warm-up steps, then cosine per iteration, restart per task | code: src/utils.py |
-| grad clip / precision | 1.0 / fp32 (here: the run's --precision, fp16 on CUDA by default) | code: finetune_splitted.py |
+| grad clip / precision | 1.0 / fp32 (`amp = False`; an explicit --precision wins) | code: finetune_splitted.py |
 | train augmentation | rrc90 | open_clip's default train preprocessing |
 | merge | max magnitude, ties to the later task, lam 0.5, after every stage | code: merge_max_abs; D8 |
 """
@@ -59,6 +59,7 @@ class MagMaxConfig(StrategyConfig):
     prompt_ensemble: str = "cifar"
     train_augmentation: str = "rrc90"
     merge_lambda: float = 0.5
+    amp: bool = False  # fp32, as the official code
 
 
 @register("magmax")
@@ -99,18 +100,10 @@ class MagMax(CLIPStrategy):
         """The visual tower, fine-tuned in full for every task (counted once)."""
         return sum(t.numel() for t in self.theta_0.values())
 
-    def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """``theta/<name>`` (theta_t) and ``tau_run/<name>``; theta_0 is the pretrained weights."""
-        tensors, meta = super().checkpoint_state()
-        for prefix, state in (("theta", self.theta), ("tau_run", self.tau_run)):
-            for name, tensor in (state or {}).items():
-                tensors[f"{prefix}/{name}"] = tensor.contiguous()
-        return tensors, meta
+    # theta_t and tau_run (``state/theta/<name>``, ``state/tau_run/<name>``); theta_0 is the pretrained weights
+    checkpoint_attributes = ("theta", "tau_run")
 
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         super().load_checkpoint_state(tensors, meta)
-        states = {prefix: {k[len(prefix) + 1:]: v for k, v in tensors.items() if k.startswith(prefix + "/")}
-                  for prefix in ("theta", "tau_run")}
-        self.theta, self.tau_run = states["theta"] or None, states["tau_run"] or None
         if self.tau_run is not None:
             load_visual_state(self.backbone.model, merged(self.theta_0, self.tau_run, self.cfg.merge_lambda))

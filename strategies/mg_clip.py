@@ -37,7 +37,7 @@ RECIPE (CIFAR-100; per-dataset values in the suites):
 | visual lr / batch | 5e-4 / 64 CIFAR; 5e-4 / 32 ImageNet-R; 1e-3 / 128 ImageNet-100/1K | code: configs; fallback |
 | fusion | (softmax(p_text) + 4 p_vis) / 5 | code: main.py |
 | train augmentation | none (CLIP preprocessing) | code: continual_clip/datasets.py |
-| precision | fp32 (here: the run's --precision, fp16 on CUDA by default) | code: main.py |
+| precision | fp32 (`amp = False`; an explicit --precision wins) | code: main.py |
 """
 
 from __future__ import annotations
@@ -101,6 +101,7 @@ class MGCLIPConfig(StrategyConfig):
     visual_batch_size: int = 64
     text_weight: float = 1.0
     vision_weight: float = 4.0
+    amp: bool = False  # fp32, as the official code
 
     def __post_init__(self):
         epochs = self.epochs
@@ -215,16 +216,15 @@ class MGCLIP(CLIPStrategy):
         """The shared LoRA of both towers and the visual classifier's rows."""
         return super().trainable_parameter_count() + self.classifier.numel()
 
+    checkpoint_attributes = ("classifier",)  # W, rows in seen_classes order: ``state/classifier``
+
     def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """Adapters plus ``classifier/weight`` (W, rows in ``seen_classes`` order)."""
         tensors, meta = super().checkpoint_state()
-        tensors["classifier/weight"] = self.classifier.contiguous()
         meta["mg_clip"] = {"auto_epochs": self.auto_epochs}
         return tensors, meta
 
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         super().load_checkpoint_state(tensors, meta)
-        self.classifier = tensors["classifier/weight"]
         self.auto_epochs = meta["mg_clip"]["auto_epochs"]
         if self.adapters:
             self.backbone.set_adapters(visual="mg_visual", text="mg_text")

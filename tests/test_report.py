@@ -12,8 +12,8 @@ import matplotlib.image as mpimg
 import numpy as np
 import pytest
 
-from analysis import figures
-from analysis.paper_tables import GR4CIL_DEFAULTS, REFERENCE_FILE, load_paper_reference
+from analysis import figures, paper_tables
+from analysis.paper_tables import GR4CIL_DEFAULTS, REFERENCE_FILE, load_inputs, load_paper_reference
 from analysis.report import build_report
 from analysis.report import main as report_main
 
@@ -137,7 +137,7 @@ def report(tmp_path_factory):
     out = tmp_path_factory.mktemp("report")
     notes = []
     items = build_report(root, out, log=notes.append)
-    return {"runs": runs, "items": {i.name: i for i in items}, "out": out, "notes": notes}
+    return {"runs": runs, "items": {i.name: i for i in items}, "out": out, "notes": notes, "root": root}
 
 
 def _csv(report, name):
@@ -162,7 +162,8 @@ def _check(report, name, expected, decimals=2):
 
 
 def _add(expected, row, column, value):
-    expected.setdefault((row, column), []).append(value)
+    """Expect ``value`` in the cell of run label ``row`` (shown under its D9 row label)."""
+    expected.setdefault((paper_tables.row_label(row), column), []).append(value)
 
 
 def test_every_table_and_figure_is_written(report):
@@ -259,13 +260,14 @@ def test_rows_follow_the_paper_order(report):
 
 def test_paper_rows_and_differences(report):
     cells, kinds = _csv(report, "table1_main")
-    assert kinds["GR4CIL (Ours) [paper]"] == "paper" and kinds["gr4cil Δ"] == "delta"
+    assert kinds["GR4CIL (Ours) [paper]"] == "paper" and kinds["GR4CIL Δ"] == "delta"  # D9 labels
     assert cells["GR4CIL (Ours) [paper]"]["CIFAR-100 Avg"] == "89.35 ± 0.26"
     assert cells["GR4CIL (Ours) [paper]"]["Average Avg-Acc"] == "87.47"  # all four datasets present
     assert cells["Continual-CLIP [paper]"]["ImageNet-R Last"] == "72.00"
     assert cells["L2P++ [paper]"]["ImageNet-1K Avg"] == "79.30"  # a baseline we did not run
-    mean = float(cells["gr4cil"]["CIFAR-100 Avg"].split(" ± ")[0])
-    assert float(cells["gr4cil Δ"]["CIFAR-100 Avg"]) == pytest.approx(mean - 89.35, abs=0.011)
+    mean = float(cells["GR4CIL"]["CIFAR-100 Avg"].split(" ± ")[0])
+    assert float(cells["GR4CIL Δ"]["CIFAR-100 Avg"]) == pytest.approx(mean - 89.35, abs=0.011)
+    assert kinds["Continual-CLIP"] == "reproduced" and "continual_clip" not in cells
     assert "my_new_method Δ" not in cells  # no paper row to compare with
     seq, _ = _csv(report, "table2_seq")
     assert seq["GR4CIL (Ours) [paper]"]["CIFAR-100 5-task"] == "84.98"  # printed as "Ours"
@@ -278,7 +280,7 @@ def test_without_paper_there_are_only_reproduced_rows(tmp_path):
     _write(root, _result("gr4cil", "cifar100", 10, 0, np.random.default_rng(1)))
     build_report(root, tmp_path / "out", with_paper=False, only=["table1_main"])
     rows = list(csv.reader(io.StringIO((tmp_path / "out/tables/table1_main.csv").read_text())))
-    assert [r[:2] for r in rows[1:]] == [["gr4cil", "reproduced"]]
+    assert [r[:2] for r in rows[1:]] == [["GR4CIL", "reproduced"]]
 
 
 def test_latex_is_well_formed(report):
@@ -361,7 +363,7 @@ def test_missing_inputs_are_one_line_skips(tmp_path, capsys):
                        "table_anchor", "table_adjacent_subspace", "table_tau", "table_beta_gamma",
                        "fig2_gap_training", "fig3_gap_final", "fig5_confidence_margin", "fig7_routing"}
     cells, kinds = _csv({"out": tmp_path / "out"}, "table1_main")
-    assert kinds["my_new_method"] == "reproduced" and kinds["continual_clip"] == "reproduced"
+    assert kinds["my_new_method"] == "reproduced" and kinds["Continual-CLIP"] == "reproduced"
     assert (tmp_path / "out/figures/fig_accuracy_curves.png").exists()
 
 
@@ -403,3 +405,11 @@ def test_gr4cil_defaults_match_the_strategy_config():
     defaults = {node.target.id: ast.literal_eval(node.value) for node in config.body
                 if isinstance(node, ast.AnnAssign) and node.value is not None}
     assert {k: defaults[k] for k in GR4CIL_DEFAULTS} == GR4CIL_DEFAULTS
+
+
+def test_cost_figure_has_every_method_that_ran_under_its_paper_label(report):
+    dataset, frame = figures.cost_frame(load_inputs(report["root"]))
+    assert dataset == "cifar100"  # where most labels ran
+    labels = {r["label"] for role in ("main", "ablation") for r in report["runs"][role] if r["dataset"] == "cifar100"}
+    assert set(frame["label"]) == {paper_tables.row_label(label) for label in labels}
+    assert {"GR4CIL", "Continual-CLIP", "my_new_method"} <= set(frame["label"])

@@ -55,3 +55,24 @@ def test_interleaved_rounds_rotate_the_order():
     times = speed._interleaved(functions, repeats=3)
     assert calls == list("abc") + list("abc") + list("bca") + list("cab")  # warm-up, then rotated rounds
     assert all(len(t) == 3 for t in times.values())
+
+
+def test_strategy_evaluation_forwards_meet_their_limits():
+    results = speed.main(["--tasks", "2", "--classes-per-task", "3", "--only", "strategies",
+                          "--strategies", "continual_clip,gr4cil,adaptervlm,magmax"])["strategies"]
+    n_images = 2 * 3 * 2  # 6 classes, 2 test images each
+    assert results["continual_clip"]["visual_images_per_stage"] == [n_images, 0]  # the frozen tower, once
+    for name in ("gr4cil", "adaptervlm"):  # frozen branches cached: only the new branch runs
+        assert results[name]["visual_images_per_stage"] == [n_images, n_images]
+    assert results["magmax"]["visual_images_per_stage"] == [n_images, n_images]  # the merged model, once a stage
+    assert all(r["over_limit"] == 1.0 for r in results.values())
+
+
+def test_magmax_memory_accounts_for_the_full_visual_tower():
+    from benchmarks.backbone.full_tuning import visual_parameters
+
+    memory = speed.main(["--only", "magmax_memory", "--batch-size", "2"])["magmax_memory"]
+    tiny = speed.create_clip(speed.BackboneSpec("tiny-clip-32", None))
+    n_params = sum(p.numel() for p in visual_parameters(tiny.model).values())
+    assert memory["visual_parameters"] == n_params and memory["weights_grads_adamw_bytes"] == 16 * n_params
+    assert memory["saved_activation_bytes_per_step"] > 0 and memory["peak_rss_bytes"] >= memory["rss_before_training_bytes"]

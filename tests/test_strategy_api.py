@@ -11,10 +11,12 @@ from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.class_orders import seeded_order
 from benchmarks.datasets import load_dataset
 from benchmarks.errors import UserError
+from benchmarks.precision import resolve_precision
 from benchmarks.streams import build_stream
 from benchmarks.transforms import eval_transform
-from strategies.base import StrategyConfig, warmup_cosine_factor
+from strategies.base import StrategyConfig, pack_state, unpack_state, warmup_cosine_factor
 from strategies.finetune import Finetune
+from strategies.registry import get_strategy
 
 LR = 0.01
 ITERATIONS_PER_EPOCH = 3  # 6 classes x 8 images, batch 16
@@ -137,3 +139,67 @@ class StructuredOutput(Finetune):
 def test_compute_logits_may_return_any_object(first_task):
     strategy, record = _train(first_task, strategy_cls=StructuredOutput, epochs=1)
     assert StructuredOutput.seen_outputs == [16, 16, 16] and len(record.lrs) == ITERATIONS_PER_EPOCH
+
+
+@pytest.mark.parametrize("value", [
+    torch.arange(6.0).view(2, 3),
+    [torch.ones(2), torch.zeros(3, 1), torch.full((1,), 7.0)],
+    {"visual.proj": torch.eye(2), "conv1.weight": torch.ones(1, 2)},
+    None,
+], ids=["tensor", "list", "dict", "none"])
+def test_pack_state_round_trips_every_kind(value):
+    kind, packed = pack_state(value)
+    restored = unpack_state(kind, {k: v.clone() for k, v in packed.items()})
+    if value is None:
+        assert restored is None and packed == {}
+    elif isinstance(value, torch.Tensor):
+        assert set(packed) == {""} and torch.equal(restored, value)
+    elif isinstance(value, list):
+        assert sorted(packed) == ["/0", "/1", "/2"] and all(torch.equal(a, b) for a, b in zip(restored, value, strict=True))
+    else:
+        assert restored.keys() == value.keys() and all(torch.equal(restored[k], value[k]) for k in value)
+
+
+def test_pack_state_loads_a_module_into_its_recreated_twin():
+    torch.manual_seed(0)
+    saved, fresh = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
+    kind, packed = pack_state(saved)
+    assert kind == "module" and set(packed) == {"/weight", "/bias"}
+    assert unpack_state(kind, packed, fresh) is fresh and torch.equal(fresh.weight, saved.weight)
+    with pytest.raises(ValueError, match="re-create"):
+        unpack_state(kind, packed, None)
+
+
+class WithHead(Finetune):
+    """Finetune plus learned non-LoRA state of three kinds, checkpointed by the generic path."""
+
+    checkpoint_attributes = ("head", "per_task", "missing")
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.head, self.per_task, self.missing = torch.nn.Linear(4, 2), [], None
+
+    def finish_task(self, task, classes):
+        self.per_task.append(torch.full((len(classes),), float(task)))
+
+
+def test_checkpoint_attributes_are_saved_as_state_keys_and_restored(first_task, tmp_path):
+    strategy, _ = _train(first_task, strategy_cls=WithHead, epochs=1)
+    tensors, meta = strategy.checkpoint_state()
+    assert {"state/head/weight", "state/head/bias", "state/per_task/0"} <= set(tensors)
+    assert meta["state_kinds"] == {"head": "module", "per_task": "list", "missing": "none"}
+    strategy.save_model(tmp_path / "m")
+    class_names, _ = first_task
+    fresh = WithHead(backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")), class_names=class_names,
+                     config=strategy.cfg, show_progress=False)
+    fresh.load_model(tmp_path / "m")
+    assert torch.equal(fresh.head.weight, strategy.head.weight) and fresh.missing is None
+    assert len(fresh.per_task) == 1 and torch.equal(fresh.per_task[0], strategy.per_task[0])
+
+
+def test_amp_false_keeps_auto_precision_fp32_and_an_explicit_precision_wins():
+    assert resolve_precision("auto", "cuda") == "fp16" and resolve_precision("auto", "cuda", amp=False) == "fp32"
+    assert resolve_precision("fp16", "cuda", amp=False) == "fp16" and resolve_precision("auto", "cpu") == "fp32"
+    for name in ("mg_clip", "magmax", "moe4cl"):
+        assert get_strategy(name).Config().amp is False  # fp32 in their official code
+    assert get_strategy("gr4cil").Config().amp is True

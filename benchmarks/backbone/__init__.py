@@ -8,6 +8,8 @@ model (never downloading weights), replaces every fused ``nn.MultiheadAttention`
 * ``attention``: the attention surgery;
 * ``text``: prompt preparation and encoding (length buckets, shared prefix);
 * ``lora``: named LoRA adapters on k/v of either tower, mixed-adapter batches;
+* ``mlp_adapters``: parallel MLP adapters (experts, routers) on the blocks of either tower;
+* ``full_tuning``: the visual tower trained in full, its weights as state and their arithmetic;
 * ``clip``: ``CLIPBackbone``, the encoders in the run's precision, fp32 features out;
 * ``budgets``: how much batched work a device takes at once.
 """

@@ -16,6 +16,7 @@ from torch import nn
 from benchmarks import precision as amp
 from benchmarks.backbone.budgets import efficient_images_per_forward, efficient_prompts_per_backward, use_compact_text
 from benchmarks.backbone.lora import BASE_ADAPTER, LoRAAdapters, Tower
+from benchmarks.backbone.mlp_adapters import MLPAdapters
 from benchmarks.backbone.text import PreparedPrompts, _prefix_sharing_applies, encode_prompts, prepare_prompts
 
 def _fp32_features(features: torch.Tensor, normalize: bool) -> torch.Tensor:
@@ -25,8 +26,9 @@ def _fp32_features(features: torch.Tensor, normalize: bool) -> torch.Tensor:
 
 
 
-class CLIPBackbone(LoRAAdapters, nn.Module):
-    """A frozen open_clip CLIP plus named LoRA adapters on the k/v projections of either tower.
+class CLIPBackbone(LoRAAdapters, MLPAdapters, nn.Module):
+    """A frozen open_clip CLIP plus named LoRA adapters on the k/v projections of either tower, and
+    optionally parallel MLP adapters on the blocks of either tower (``mlp_adapters``).
 
     Adapter bookkeeping is explicit: ``set_adapters`` picks the active adapter of each tower,
     ``set_trainable`` picks which adapters get gradients. peft flips ``requires_grad`` whenever
@@ -50,6 +52,7 @@ class CLIPBackbone(LoRAAdapters, nn.Module):
         self._towers: dict[str, Tower] = {}  # adapter name -> tower, in creation order
         self._active: dict[Tower, str | None] = {"visual": None, "text": None}
         self._trainable: set[str] = set()
+        self.mlp_adapter_modules = nn.ModuleDict()  # add_mlp_adapters: tower -> one adapter per block
 
     @property
     def device(self) -> torch.device:

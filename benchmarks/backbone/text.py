@@ -28,8 +28,9 @@ def shared_prefix_length(tokens: torch.Tensor, eot: torch.Tensor) -> int:
 
 
 def _prefix_sharing_applies(transformer: nn.Module) -> bool:
-    """Whether the text transformer is the plain batch-first stack the shared-prefix path rebuilds."""
-    return transformer.batch_first and all(
+    """Whether the text transformer is the plain batch-first stack the shared-prefix path rebuilds
+    (not while parallel MLP adapters are on: they route on token 0, which the path runs apart)."""
+    return transformer.batch_first and not getattr(transformer, "parallel_adapters_active", False) and all(
         type(block) is ResidualAttentionBlock and isinstance(block.attn, SplitAttention) and not hasattr(block, "ln_1_kv")
         for block in transformer.resblocks
     )
@@ -123,11 +124,11 @@ def encode_prompts(model: open_clip.CLIP, prompts: PreparedPrompts, normalize: b
         length = bucket.tokens.shape[1]
         x = model.token_embedding(bucket.tokens).to(cast_dtype) + model.positional_embedding[:length].to(cast_dtype)
         mask = model.attn_mask[:length, :length]
-        if bucket.prefix:
+        if bucket.prefix and _prefix_sharing_applies(model.transformer):
             x = _text_transformer_with_shared_prefix(model.transformer, x, mask, bucket.prefix, bucket.pooled)
-        else:
+        else:  # prompts prepared for sharing while it applied still hold every token: run them whole
             x = model.transformer(x, attn_mask=mask)
-            x = x[torch.arange(len(x), device=x.device), bucket.pooled]
+            x = x[torch.arange(len(x), device=x.device), bucket.pooled + bucket.prefix]
         pooled.append(x)
     x = torch.cat(pooled) if len(pooled) > 1 else pooled[0]
     if prompts.order is not None:
