@@ -4,6 +4,8 @@ Layout under a results directory::
 
     <dataset>/<label>/T<n_tasks>-seed<seed>.json     finished runs (schema below)
     .checkpoints/<dataset>/<label>/T<n_tasks>-seed<seed>/   state of an unfinished run
+    .locks/<dataset>/<label>/T<n_tasks>-seed<seed>.lock     held while a process computes the run
+    .locks/<dataset>/<label>/T<n_tasks>-seed<seed>.error    why its last attempt failed
 
 A run is identified by its *label* (the strategy name, or a variant name from the suite), dataset,
 number of tasks and seed. Its resolved config is hashed; a finished file whose hash matches is
@@ -18,7 +20,8 @@ Schema (``schema_version`` 1)::
     n_tasks         int
     seed            int
     config          dict    fully resolved: backbone, dataset options, strategy hyper-parameters,
-                            class-order name, device, precision (fp32 | fp16 | bf16),
+                            class-order name, device, precision (fp32 | fp16 | bf16; "auto"
+                            resolved with the strategy's ``amp``),
                             deterministic (bool); ``config_hash`` is its SHA-256 prefix
     config_hash     str
     class_order     [int]   the class permutation of the stream
@@ -50,13 +53,18 @@ import json
 import os
 import shutil
 import tempfile
+import warnings
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Iterator
+from typing import TYPE_CHECKING, Any, Iterator
 
 from benchmarks.errors import UserError
 
+if TYPE_CHECKING:
+    from benchmarks.locking import RunLock
+
 SCHEMA_VERSION = 1
+CHECKPOINT_STATE = "state.json"  # the JSON half of a checkpoint, written after its tensors
 REQUIRED_KEYS = ("schema_version", "strategy", "label", "dataset", "n_tasks", "seed", "config",
                  "class_order", "tasks", "stages", "summary", "env", "cost")
 
@@ -115,6 +123,12 @@ class ResultStore:
 
     def __init__(self, root: str | Path):
         self.root = Path(root)
+        if self.root.exists() and not self.root.is_dir():
+            raise UserError(f"--results-dir {self.root} is a file, not a folder; give a folder (it is created "
+                            "if missing)")
+        for parent in self.root.parents:
+            if parent.exists() and not parent.is_dir():
+                raise UserError(f"--results-dir {self.root} lies under {parent}, which is a file; give a folder")
 
     def result_path(self, key: RunKey) -> Path:
         return self.root / key.relpath.with_suffix(".json")
@@ -122,13 +136,24 @@ class ResultStore:
     def checkpoint_dir(self, key: RunKey) -> Path:
         return self.root / ".checkpoints" / key.relpath
 
-    def finished(self, key: RunKey, cfg_hash: str) -> dict | None:
-        """The stored result of ``key`` if it exists and was made with the same config."""
+    def lock(self, key: RunKey) -> "RunLock":
+        """The run's lock (``benchmarks.locking``): one process computes a run at a time."""
+        from benchmarks.locking import RunLock
+
+        return RunLock(self.root / ".locks" / key.relpath.with_suffix(".lock"))
+
+    def checkpoint_state_path(self, key: RunKey) -> Path:
+        """The JSON half of a run's checkpoint (progress, stages, cost), written last."""
+        return self.checkpoint_dir(key) / CHECKPOINT_STATE
+
+    def finished(self, key: RunKey, cfg_hash: str | None) -> dict | None:
+        """The stored result of ``key`` if it exists and was made with the same config (with
+        ``cfg_hash`` None: with any config)."""
         path = self.result_path(key)
         if not path.exists():
             return None
         result = read_json(path)
-        if result.get("schema_version") != SCHEMA_VERSION or result.get("config_hash") != cfg_hash:
+        if result.get("schema_version") != SCHEMA_VERSION or cfg_hash not in (None, result.get("config_hash")):
             return None
         return result
 
@@ -137,9 +162,12 @@ class ResultStore:
         directory = self.checkpoint_dir(key)
         shutil.rmtree(directory, ignore_errors=True)
         for parent in directory.parents:
-            if parent == self.root or not parent.is_dir() or any(parent.iterdir()):
+            if parent == self.root:
                 break
-            parent.rmdir()
+            try:  # rmdir removes only an empty folder, atomically: safe beside other runners
+                parent.rmdir()
+            except OSError:
+                break
 
     def save(self, key: RunKey, result: dict) -> Path:
         missing = [k for k in REQUIRED_KEYS if k not in result]
@@ -150,12 +178,27 @@ class ResultStore:
         return path
 
 
-def iter_results(root: str | Path) -> Iterator[tuple[Path, dict]]:
-    """Every finished result JSON under ``root`` (checkpoints and other JSON files are skipped)."""
+def iter_results(root: str | Path, skipped: list[str] | None = None) -> Iterator[tuple[Path, dict]]:
+    """Every finished result JSON under ``root`` (checkpoints and other JSON files are skipped).
+
+    A result of another ``schema_version`` is skipped too, with a line naming the file: appended to
+    ``skipped`` where given, else a warning.
+    """
     root = Path(root)
-    for path in sorted(root.rglob("*.json")):
-        if ".checkpoints" in path.parts:
+    paths = []
+    for folder, subfolders, files in os.walk(root):  # unreadable or vanishing folders are skipped
+        subfolders[:] = [d for d in subfolders if not d.startswith(".")]  # .checkpoints, .locks, .logs
+        paths += [Path(folder) / name for name in files if name.endswith(".json")]
+    for path in sorted(paths):
+        try:
+            data = read_json(path)
+        except FileNotFoundError:  # removed by another runner meanwhile
             continue
-        data = read_json(path)
-        if isinstance(data, dict) and "schema_version" in data and "stages" in data:
-            yield path, data
+        if not (isinstance(data, dict) and "schema_version" in data and "stages" in data):
+            continue
+        if data["schema_version"] != SCHEMA_VERSION:
+            line = (f"skipped {path}: schema_version {data['schema_version']!r}, this suite reads version "
+                    f"{SCHEMA_VERSION}; rerun that run or convert the file")
+            skipped.append(line) if skipped is not None else warnings.warn(line, stacklevel=2)
+            continue
+        yield path, data

@@ -10,6 +10,8 @@ Mistakes in the command line or the environment print one line and exit with 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
+import json
 import multiprocessing
 import sys
 import time
@@ -19,6 +21,7 @@ from pathlib import Path
 
 import numpy as np
 import torch
+from safetensors import SafetensorError
 from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
@@ -28,14 +31,16 @@ from benchmarks.class_orders import resolve_class_order
 from benchmarks.datasets import TransformedDataset, load_dataset, load_zero_shot_target
 from benchmarks.environment import environment, peak_memory, reset_peak_memory, seed_everything, set_deterministic
 from benchmarks.errors import UserError
-from benchmarks.precision import PRECISIONS
-from benchmarks.results import SCHEMA_VERSION, ResultStore, config_hash, read_json, write_json
+from benchmarks.launchers import LAUNCHERS, check_gpus, launch_local, run_log
+from benchmarks.locking import read_holder
+from benchmarks.precision import PRECISIONS, resolve_precision
+from benchmarks.results import CHECKPOINT_STATE, SCHEMA_VERSION, ResultStore, RunKey, config_hash, iter_results, write_json
+from benchmarks.status import run_state
 from benchmarks.streams import build_stream, split_classes
 from benchmarks.suites import RunSpec, expand, load_suite
 from benchmarks.transforms import TRAIN_AUGMENTATIONS, eval_transform, train_transform
 from strategies.registry import get_strategy
 
-CHECKPOINT_STATE = "state.json"
 
 
 @lru_cache(maxsize=4)
@@ -48,6 +53,46 @@ def _zero_shot_target(name: str, data_root: str):
     return load_zero_shot_target(name, data_root)
 
 
+def dry_run_table(runs: list[RunSpec], store: ResultStore, data_root: str) -> str:
+    """One row per run of the suite: its state in ``store`` and an estimate of what is left to
+    compute, from the ``cost`` of finished runs of the same strategy and dataset (mean train +
+    evaluation seconds a task, times the tasks left)."""
+    per_task: dict[tuple[str, str], list[float]] = {}
+    for _, result in iter_results(store.root, skipped=[]):
+        cost = result.get("cost") or {}
+        if "train_seconds" in cost:
+            seconds = (cost["train_seconds"] + cost.get("eval_seconds", 0.0)) / result["n_tasks"]
+            per_task.setdefault((result["strategy"], result["dataset"]), []).append(seconds)
+    lines = ["| run | state | estimated cost left |", "|---|---|---|"]
+    total, unknown = 0.0, 0
+    for spec in runs:
+        _, _, config = resolve(spec, data_root)
+        state = run_state(store, spec.key, config_hash(config))
+        left = 0 if state.state in ("finished", "running") else spec.n_tasks - state.tasks_done
+        estimate = "-"
+        if left:
+            samples = per_task.get((spec.strategy, spec.dataset))
+            if samples:
+                seconds = left * sum(samples) / len(samples)
+                total += seconds
+                estimate = _duration(seconds)
+            else:
+                unknown += 1
+                estimate = "no finished run of this strategy and dataset yet"
+        detail = f" ({state.detail})" if state.detail else ""
+        lines.append(f"| {spec.key} | {state.state}{detail} | {estimate} |")
+    lines += ["", f"{len(runs)} run(s); estimated {_duration(total)} left"
+                  + (f", plus {unknown} run(s) without an estimate" if unknown else "")]
+    return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    if seconds < 60:
+        return f"{seconds:.0f} s"
+    minutes = round(seconds / 60)
+    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
+
+
 def _load_data(spec: RunSpec, data_root: str):
     options = {k: v for k, v in spec.dataset_options.items() if k != "train_augmentation"}  # not the loader's
     return _dataset(spec.dataset, data_root, tuple(sorted(options.items())))
@@ -57,7 +102,8 @@ def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
     """The strategy class, its config, and the fully resolved run config (hashed for caching).
 
     The train augmentation is the strategy's own default unless the suite's dataset options set
-    ``train_augmentation``, which then wins (the config records the one used)."""
+    ``train_augmentation``, which then wins (the config records the one used). Precision "auto"
+    resolves with the strategy's ``amp`` (fp32 for a method that is fp32 officially)."""
     strategy_cls = get_strategy(spec.strategy)
     options = dict(spec.strategy_options)
     if "train_augmentation" in spec.dataset_options:
@@ -67,7 +113,8 @@ def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
                             f"{list(TRAIN_AUGMENTATIONS)}")
         options["train_augmentation"] = augmentation
     strategy_cfg = strategy_cls.Config.from_dict(options, spec.strategy)
-    config = {**spec.config, "strategy_config": strategy_cfg.to_dict()}
+    precision = resolve_precision(spec.precision, spec.device, strategy_cfg.amp)
+    config = {**spec.config, "precision": precision, "strategy_config": strategy_cfg.to_dict()}
     return strategy_cls, strategy_cfg, config
 
 
@@ -96,7 +143,13 @@ def preflight(runs: list[RunSpec], data_root: str) -> None:
 def _save_checkpoint(directory: Path, task: int, strategy, stages: list, cost: dict, cfg_hash: str) -> None:
     """Tensors go to ``task-NN.safetensors``; ``state.json`` is written last and names that file,
     so a run killed at any moment leaves the previous complete checkpoint in place."""
-    directory.mkdir(parents=True, exist_ok=True)
+    for attempt in range(3):  # another runner may remove an empty parent folder meanwhile
+        try:
+            directory.mkdir(parents=True, exist_ok=True)
+            break
+        except FileNotFoundError:
+            if attempt == 2:
+                raise
     tensors, meta = strategy.checkpoint_state()
     tensor_file = f"task-{task:02d}.safetensors"
     tmp = directory / f".{tensor_file}.tmp"
@@ -110,23 +163,58 @@ def _save_checkpoint(directory: Path, task: int, strategy, stages: list, cost: d
             old.unlink()
 
 
-def _load_checkpoint(directory: Path, cfg_hash: str):
+def _load_checkpoint(directory: Path, cfg_hash: str, key: RunKey | None = None):
+    """The run's last checkpoint (state, tensors), or None to start the run over: none exists, the
+    config changed, or the files are damaged (a full disk, a lost network write), which is said."""
     state_path = directory / CHECKPOINT_STATE
     if not state_path.exists():
         return None
-    state = read_json(state_path)
-    if state.get("config_hash") != cfg_hash:
-        return None  # the config changed: start over
-    return state, load_file(str(directory / state["tensor_file"]))
+    try:
+        state = json.loads(state_path.read_text())
+        if state.get("config_hash") != cfg_hash:
+            return None  # the config changed: start over
+        return state, load_file(str(directory / state["tensor_file"]))
+    except (OSError, ValueError, KeyError, SafetensorError) as err:  # JSONDecodeError is a ValueError
+        warnings.warn(f"{key or directory}: its checkpoint in {directory} is damaged "
+                      f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'unreadable'}); "
+                      "starting the run over", stacklevel=2)
+        return None
 
 
 def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = False,
-            show_progress: bool = True, save_model: bool = False) -> tuple[dict, str]:
-    """Run (or resume, or skip) one run. Returns its result and what happened."""
+            show_progress: bool = True, save_model: bool = False) -> tuple[dict | None, str]:
+    """Run (or resume, or skip) one run under its lock. Returns its result and what happened; the
+    result is None when another process holds the run's lock."""
     strategy_cls, strategy_cfg, config = resolve(spec, data_root)
     cfg_hash = config_hash(config)
     if not force and (done := store.finished(spec.key, cfg_hash)) is not None:
         return done, "cached"
+    lock = store.lock(spec.key)
+    if not lock.acquire():
+        holder = read_holder(lock.path)
+        return None, f"skipped, running elsewhere ({holder.describe() if holder else 'locked'})"
+    try:
+        if not force and (done := store.finished(spec.key, cfg_hash)) is not None:
+            result, status = done, "cached (finished by another process)"
+        else:
+            result, status = _compute(spec, store, data_root, strategy_cls, strategy_cfg, config, cfg_hash,
+                                      force=force, show_progress=show_progress, save_model=save_model)
+    except KeyboardInterrupt:
+        lock.release()
+        raise
+    except BaseException as err:  # a user error says it all; anything else is named
+        message = str(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}"
+        lock.release(error=message.splitlines()[0] if message else type(err).__name__)
+        raise
+    lock.release(finished=True)
+    if lock.took_over is not None:
+        status += f"; took over a stale lock of {lock.took_over.describe()}"
+    return result, status
+
+
+def _compute(spec: RunSpec, store: ResultStore, data_root: str, strategy_cls, strategy_cfg, config: dict,
+             cfg_hash: str, *, force: bool, show_progress: bool, save_model: bool) -> tuple[dict, str]:
+    """Train and evaluate one run, resuming from its checkpoint; store the result."""
 
     data = _load_data(spec, data_root)
     class_order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
@@ -144,7 +232,7 @@ def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = 
     stages: list[dict] = []
     cost = {"train_seconds": 0.0, "eval_seconds": 0.0, "peak_memory_bytes": 0}
     status = "ran"
-    checkpoint = None if force else _load_checkpoint(checkpoint_dir, cfg_hash)
+    checkpoint = None if force else _load_checkpoint(checkpoint_dir, cfg_hash, spec.key)
     if checkpoint is not None:
         state, tensors = checkpoint
         strategy.load_checkpoint_state(tensors, state["strategy"])
@@ -157,7 +245,12 @@ def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = 
     for task in tasks:
         seed_everything(spec.seed, task)
         start = time.perf_counter()
-        strategy.learn(stream.train_stream[task])
+        try:
+            strategy.learn(stream.train_stream[task])
+        except FloatingPointError as err:  # a diverging loss: a recipe problem, not a crash
+            kept = f"the checkpoint after task {task} is kept" if task else "no task had finished"
+            raise UserError(f"{spec.key}: task {task + 1}: {err}; {kept}. Lower the learning rate "
+                            "(or use --precision fp32) and rerun") from None
         cost["train_seconds"] += time.perf_counter() - start
 
         start = time.perf_counter()
@@ -264,6 +357,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--save-models", action="store_true",
                         help="also save each finished run's learned state (safetensors + JSON) next to its result")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument("--launcher", choices=LAUNCHERS, default="inline",
+                        help="inline: runs one after another here (default); local: --workers processes on this "
+                             "machine, sharing the runs through their locks")
+    parser.add_argument("--workers", type=int, default=1, help="local launcher: worker processes (default 1)")
+    parser.add_argument("--gpus", type=_csv(int), help="local launcher: GPU ids, worker i gets gpus[i %% len]")
+    parser.add_argument("--run-logs", action="store_true", help=argparse.SUPPRESS)  # set by the local launcher
+    parser.add_argument("--dry-run", action="store_true",
+                        help="list every run with its state (finished, partial, running, to run) and an estimated "
+                             "cost from finished runs of the same strategy and dataset; run nothing")
     return parser.parse_args(argv)
 
 
@@ -287,17 +389,51 @@ def main(argv: list[str] | None = None) -> int:
             set_deterministic(True)  # before any CUDA work: cuBLAS reads its workspace setting once
         results_dir = Path(args.results_dir or Path("runs") / suite["name"])
         store = ResultStore(results_dir)
+        if args.launcher == "local":  # bad launcher input: one line, before anything runs
+            if args.workers < 1:
+                raise UserError(f"--workers must be at least 1, not {args.workers}")
+            if args.force:
+                raise UserError("--force with --launcher local would recompute each run in every worker; "
+                                "use it with the inline launcher")
+            check_gpus(args.gpus)
+        elif args.workers != 1 or args.gpus:
+            raise UserError("--workers and --gpus belong to --launcher local")
+        if args.dry_run:
+            print(dry_run_table(runs, store, args.data_root))
+            return 0
         preflight(runs, args.data_root)
         print(f"suite {suite['name']}: {len(runs)} run(s) -> {results_dir}", file=sys.stderr)
+        if args.launcher == "local":
+            hashes = {spec.key: config_hash(resolve(spec, args.data_root)[2]) for spec in runs}
+            code, finished = launch_local(sys.argv[1:] if argv is None else list(argv), args.workers, args.gpus,
+                                          runs, store, hashes, args.quiet)
+            if finished:
+                from analysis.tables import write_tables
+
+                print(write_tables(results_dir, finished))
+            if code:
+                print(f"error: {len(runs) - len(finished)} of {len(runs)} run(s) did not finish; see "
+                      f"python -m benchmarks.status --results-dir {results_dir}", file=sys.stderr)
+            return code
+        finished = []
         for spec in tqdm(runs, desc=f"suite {suite['name']}", disable=args.quiet):
-            result, status = execute(spec, store, args.data_root, force=args.force,
-                                     show_progress=not args.quiet, save_model=args.save_models)
+            with run_log(store, spec.key) if args.run_logs else contextlib.nullcontext():
+                result, status = execute(spec, store, args.data_root, force=args.force,
+                                         show_progress=not args.quiet, save_model=args.save_models)
+            if result is None:  # another process holds the run
+                tqdm.write(f"{spec.key}: {status}", file=sys.stderr)
+                continue
+            finished.append(spec.key)
             summary = result["summary"]
             tqdm.write(f"{spec.key}: {status}; Avg {summary['avg_acc']:.2f}  Last {summary['last_acc']:.2f}",
                        file=sys.stderr)
         from analysis.tables import write_tables
 
-        print(write_tables(results_dir, [spec.key for spec in runs]))
+        if finished:
+            print(write_tables(results_dir, finished))
+        else:
+            print("no run finished here: every run is held by another process; rerun later to collect them",
+                  file=sys.stderr)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

@@ -89,6 +89,11 @@ def test_real_suites_mirror_the_paper_protocol():
     assert main[("gr4cil", "imagenet1k")].strategy_options["epochs"] == 10
     assert {r.seed for r in expand(load_suite('main'), device='cpu')} == {0, 1, 2}
     assert {r.n_tasks for r in expand(load_suite("seq"), device="cpu")} == {5, 20}
+    peers = {"adaptervlm", "mg_clip", "moe4cl", "magmax"}  # the rows of the paper's Tables 1 and 2 (left)
+    for name in ("main", "seq"):
+        assert peers <= {r.strategy for r in expand(load_suite(name), device="cpu")}, name
+    ood_rows = {"continual_clip", "moe4cl", "adaptervlm", "gr4cil"}  # Table 2 (right), CODA comes with issue 15
+    assert ood_rows <= {r.strategy for r in expand(load_suite("ood"), device="cpu")}
     zeroshot = expand(load_suite("zeroshot"), device="cpu")
     assert all(r.zero_shot_targets == ("pets", "food101", "imagenet1k") for r in zeroshot)
     ablation = {r.label: r.strategy_options for r in expand(load_suite("ablation"), device="cpu")}

@@ -1,0 +1,118 @@
+"""Where every run of a results folder stands: finished, running, partial, failed or to run.
+
+``python -m benchmarks.status --results-dir DIR`` prints one row per run found in DIR: finished
+(with Avg/Last), running (host, pid or job id, since when), partial (tasks done), failed (the
+error its last attempt recorded). ``benchmarks.run --dry-run`` uses the same states for the runs
+of a suite, adding "to run".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.errors import UserError
+from benchmarks.locking import is_stale, read_holder
+from benchmarks.results import CHECKPOINT_STATE, ResultStore, RunKey, iter_results
+
+STATES = ("finished", "running", "partial", "failed", "to run")
+
+
+@dataclass(frozen=True)
+class RunState:
+    state: str  # one of STATES
+    detail: str = ""
+    tasks_done: int = 0
+
+
+def run_state(store: ResultStore, key: RunKey, cfg_hash: str | None = None) -> RunState:
+    """The state of one run; with ``cfg_hash``, results and checkpoints of another config do not count."""
+    lock = store.lock(key)
+    holder = read_holder(lock.path)
+    checkpoint = _checkpoint(store, key, cfg_hash)
+    done = checkpoint.get("tasks_done", 0)
+    if holder is not None and not is_stale(holder):
+        progress = f", {done}/{key.n_tasks} tasks done" if done else ""
+        return RunState("running", holder.describe() + progress, done)
+    if (result := store.finished(key, cfg_hash)) is not None:
+        summary = result["summary"]
+        return RunState("finished", f"Avg {summary['avg_acc']:.2f}  Last {summary['last_acc']:.2f}", key.n_tasks)
+    if lock.error_path.exists():
+        error = json.loads(lock.error_path.read_text())
+        where = error.get("job_id") or error.get("pid")
+        return RunState("failed", f"{error.get('error', '?')} ({error.get('host', '?')}, {where}"
+                                  f"{f'; {done}/{key.n_tasks} tasks kept' if done else ''})", done)
+    if done:
+        return RunState("partial", f"{done}/{key.n_tasks} tasks done", done)
+    return RunState("to run")
+
+
+def _checkpoint(store: ResultStore, key: RunKey, cfg_hash: str | None) -> dict:
+    path = store.checkpoint_state_path(key)
+    try:
+        state = json.loads(path.read_text())
+    except (FileNotFoundError, ValueError):
+        return {}
+    return state if cfg_hash in (None, state.get("config_hash")) else {}
+
+
+def _key_from(relative: Path) -> RunKey | None:
+    """The run key of ``<dataset>/<label>/T<n>-seed<s>[.suffix]`` (None for other paths)."""
+    if len(relative.parts) != 3:
+        return None
+    dataset, label, name = relative.parts
+    stem = name.split(".")[0]
+    try:
+        tasks, seed = stem.removeprefix("T").split("-seed")
+        return RunKey(label, dataset, int(tasks), int(seed))
+    except ValueError:
+        return None
+
+
+def known_runs(store: ResultStore) -> list[RunKey]:
+    """Every run that has a result, a checkpoint, a lock or an error record in the store."""
+    root = store.root
+    keys = {_key_from(path.relative_to(root)) for path, _ in iter_results(root, skipped=[])}
+    for folder, pattern in ((root / ".checkpoints", f"*/*/*/{CHECKPOINT_STATE}"), (root / ".locks", "*/*/*.lock"),
+                            (root / ".locks", "*/*/*.error")):
+        for path in folder.glob(pattern):  # nothing where the folder does not exist
+            keys.add(_key_from((path.parent if path.name == CHECKPOINT_STATE else path).relative_to(folder)))
+    keys.discard(None)
+    return sorted(keys, key=lambda k: (k.dataset, k.label, k.n_tasks, k.seed))
+
+
+def status_table(store: ResultStore) -> str:
+    keys = known_runs(store)
+    if not keys:
+        raise UserError(f"no runs under {store.root}; give the --results-dir of a suite")
+    lines = ["| run | state | detail |", "|---|---|---|"]
+    counts = dict.fromkeys(STATES, 0)
+    for key in keys:
+        state = run_state(store, key)
+        counts[state.state] += 1
+        lines.append(f"| {key} | {state.state} | {state.detail} |")
+    lines.append("")
+    lines.append(", ".join(f"{n} {state}" for state, n in counts.items() if n))
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.status", description=__doc__.split("\n")[0])
+    parser.add_argument("--results-dir", required=True, help="the results folder of one or more suites")
+    args = parser.parse_args(argv)
+    try:
+        root = Path(args.results_dir)
+        if not root.is_dir():
+            raise UserError(f"results folder {root} does not exist; give the --results-dir of a run")
+        print(status_table(ResultStore(root)))
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,204 @@
+"""Run locks (exclusive, heartbeat, stale takeover), runners sharing a results folder, and the
+views of a sweep: ``benchmarks.status`` and ``benchmarks.run --dry-run``."""
+
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from benchmarks import run, status
+from benchmarks.locking import RunLock, read_holder
+from benchmarks.results import ResultStore, RunKey, iter_results
+from conftest import kill_in_task, three_task_suite
+from strategies.finetune import Finetune
+
+KEY = RunKey("finetune", "synthetic", 3, 0)
+SUITE = three_task_suite("finetune", "epochs = 1\nbatch_size = 40\neval_batch_size = 100\nlora_rank = 2")
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def _write_lock(path: Path, host: str, pid: int, age: float = 0.0) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"host": host, "pid": pid, "job_id": None, "since": time.time() - age, "token": "x"}))
+    os.utime(path, (time.time() - age, time.time() - age))
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_lock_is_exclusive_until_released(tmp_path):
+    first, second = RunLock(tmp_path / "run.lock"), RunLock(tmp_path / "run.lock")
+    assert first.acquire() and not second.acquire()
+    holder = read_holder(first.path)
+    assert holder.host == socket.gethostname() and holder.pid == os.getpid()
+    assert f"pid {os.getpid()}" in holder.describe()
+    first.release()
+    assert not first.path.exists() and second.acquire()
+    second.release()
+
+
+def test_stale_locks_are_taken_over_and_live_ones_are_not(tmp_path):
+    path = tmp_path / "run.lock"
+    _write_lock(path, socket.gethostname(), _dead_pid())  # its process is gone from this host
+    lock = RunLock(path)
+    assert lock.acquire() and lock.took_over is not None
+    lock.release()
+    _write_lock(path, "another-node", 12345, age=10)  # another machine, heartbeat 10 s ago: alive
+    assert not RunLock(path).acquire()
+    _write_lock(path, "another-node", 12345, age=3600)  # no heartbeat for an hour: stale
+    lock = RunLock(path)
+    assert lock.acquire() and lock.took_over.host == "another-node"
+    lock.release()
+
+
+def test_the_heartbeat_refreshes_the_lock(tmp_path):
+    lock = RunLock(tmp_path / "run.lock", heartbeat=0.05)
+    assert lock.acquire()
+    os.utime(lock.path, (0, 0))
+    time.sleep(0.3)
+    assert time.time() - lock.path.stat().st_mtime < 5
+    lock.release()
+
+
+def _run(tmp_path, *extra):
+    suite = tmp_path / "suite.toml"
+    suite.write_text(SUITE)
+    return run.main(["--suite", str(suite), "--results-dir", str(tmp_path / "results"), "--quiet", *extra])
+
+
+def test_a_runner_skips_a_run_another_process_holds(tmp_path, capsys):
+    store = ResultStore(tmp_path / "results")
+    _write_lock(store.lock(KEY).path, "another-node", 4242)
+    assert _run(tmp_path) == 0
+    err = capsys.readouterr().err
+    assert "skipped, running elsewhere (another-node, pid 4242, since" in err
+    assert list(iter_results(store.root)) == []
+    assert status.run_state(store, KEY).state == "running"
+
+
+def test_a_failed_run_releases_its_lock_records_its_error_and_a_success_clears_it(tmp_path, monkeypatch, capsys):
+    real_loss = Finetune.compute_loss
+    monkeypatch.setattr(Finetune, "compute_loss",
+                        lambda self, l, t: real_loss(self, l, t) * (float("nan") if self.task_classes else 1.0))
+    assert _run(tmp_path) == 2
+    store = ResultStore(tmp_path / "results")
+    assert not store.lock(KEY).path.exists()
+    state = status.run_state(store, KEY)
+    assert state.state == "failed" and "loss became nan in epoch 1" in state.detail and "1/3 tasks kept" in state.detail
+    capsys.readouterr()
+    assert status.main(["--results-dir", str(store.root)]) == 0
+    assert "| finetune / synthetic / 3 tasks / seed 0 | failed | finetune / synthetic" in capsys.readouterr().out
+    monkeypatch.setattr(Finetune, "compute_loss", real_loss)
+    assert _run(tmp_path) == 0
+    assert status.run_state(store, KEY).state == "finished" and not store.lock(KEY).error_path.exists()
+
+
+def test_dry_run_lists_states_and_estimates_from_finished_runs(tmp_path, monkeypatch, capsys):
+    assert _run(tmp_path) == 0  # seed 0 finished
+    revive = kill_in_task(monkeypatch, Finetune, task=3)
+    assert _run(tmp_path, "--seeds", "1") == 130  # seed 1: 2 of 3 tasks
+    revive()
+    capsys.readouterr()
+    assert _run(tmp_path, "--seeds", "0,1,2", "--dry-run") == 0
+    out = capsys.readouterr().out
+    rows = {line.split(" | ")[0].strip("| "): line for line in out.splitlines() if line.startswith("| finetune")}
+    assert "| finished (Avg" in rows["finetune / synthetic / 3 tasks / seed 0"]
+    assert "| partial (2/3 tasks done) |" in rows["finetune / synthetic / 3 tasks / seed 1"]
+    assert "| to run |" in rows["finetune / synthetic / 3 tasks / seed 2"]
+    assert "estimated" in out and "without an estimate" not in out
+    assert len(list(iter_results(tmp_path / "results"))) == 1  # nothing ran
+
+
+def test_status_of_an_empty_or_missing_folder_is_one_line(tmp_path, capsys):
+    assert status.main(["--results-dir", str(tmp_path / "missing")]) == 2
+    assert status.main(["--results-dir", str(tmp_path)]) == 2
+    assert all(line.startswith("error: ") for line in capsys.readouterr().err.splitlines())
+
+
+def test_two_runners_started_together_compute_each_run_once(tmp_path):
+    suite = tmp_path / "mini.toml"
+    suite.write_text(SUITE.replace('strategies = ["finetune"]', 'strategies = ["continual_clip", "finetune"]')
+                     .replace("seeds = [0]", "seeds = [0, 1]"))
+    command = [sys.executable, "-m", "benchmarks.run", "--suite", str(suite), "--results-dir",
+               str(tmp_path / "results"), "--quiet"]
+    runners = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(2)]
+    outputs = [runner.communicate(timeout=600) for runner in runners]
+    assert all(runner.returncode == 0 for runner in runners), outputs
+    ran = [line for _, err in outputs for line in err.splitlines() if ": ran;" in line]
+    assert len(ran) == 4 and len(set(line.split(":")[0] for line in ran)) == 4  # each run computed once
+    results = [r for _, r in iter_results(tmp_path / "results")]
+    assert len(results) == 4 and not list((tmp_path / "results" / ".locks").rglob("*.lock"))
+
+
+def _suite_of_four(tmp_path) -> Path:
+    suite = tmp_path / "four.toml"
+    suite.write_text(SUITE.replace('strategies = ["finetune"]', 'strategies = ["continual_clip", "finetune"]')
+                     .replace("seeds = [0]", "seeds = [0, 1]"))
+    return suite
+
+
+def test_local_launcher_with_two_workers_gives_the_inline_results(tmp_path, capsys):
+    suite = _suite_of_four(tmp_path)
+    inline, local = tmp_path / "inline", tmp_path / "local"
+    assert run.main(["--suite", str(suite), "--results-dir", str(inline), "--quiet"]) == 0
+    assert run.main(["--suite", str(suite), "--results-dir", str(local), "--quiet", "--launcher", "local",
+                     "--workers", "2"]) == 0
+    table = capsys.readouterr().out
+    assert table.count("| continual_clip |") == 2 and table.count("| finetune |") == 2  # both runs printed
+    expected = {str(p.relative_to(inline)): r["stages"] for p, r in iter_results(inline)}
+    got = {str(p.relative_to(local)): r["stages"] for p, r in iter_results(local)}
+    assert len(got) == 4 and got == expected
+    logs = sorted(str(p.relative_to(local / ".logs")) for p in (local / ".logs").rglob("*.log"))
+    assert "synthetic/finetune/T3-seed1.log" in logs and "local-worker-1.log" in logs
+
+
+def test_a_killed_local_worker_run_resumes_after_its_last_task(tmp_path, capsys):
+    suite = tmp_path / "suite.toml"
+    suite.write_text(SUITE.replace("epochs = 1", "epochs = 6"))
+    argv = ["--suite", str(suite), "--results-dir", str(tmp_path / "results"), "--quiet"]
+    worker = subprocess.Popen([sys.executable, "-m", "benchmarks.run", *argv], cwd=ROOT,
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    # wait for the first task's checkpoint, then kill the worker outright
+    deadline = time.time() + 300
+    while time.time() < deadline and not list((tmp_path / "results" / ".checkpoints").rglob("state.json")):
+        time.sleep(0.2)
+    worker.kill()
+    worker.wait()
+    state = json.loads(next((tmp_path / "results" / ".checkpoints").rglob("state.json")).read_text())
+    assert 1 <= state["tasks_done"] < 3
+    assert run.main([*argv, "--launcher", "local", "--workers", "1"]) == 0  # takes over the dead worker's lock
+    log = (tmp_path / "results" / ".logs" / "local-worker-0.log").read_text()
+    assert f"resumed after task {state['tasks_done']}" in log and "took over a stale lock" in log
+
+
+@pytest.mark.parametrize("extra, message", [
+    (["--launcher", "local", "--workers", "0"], "--workers must be at least 1"),
+    (["--launcher", "local", "--gpus", "0,1,2,3,4,5,6,7,8"], "names GPUs this machine does not have"),
+    (["--launcher", "local", "--force"], "--force with --launcher local"),
+    (["--workers", "2"], "belong to --launcher local"),
+    (["--launcher", "slurmish"], "invalid choice"),
+])
+def test_bad_launcher_input_is_one_line_and_runs_nothing(tmp_path, capsys, extra, message):
+    suite = _suite_of_four(tmp_path)
+    code = run.main(["--suite", str(suite), "--results-dir", str(tmp_path / "results"), "--quiet", *extra]) \
+        if extra[:2] != ["--launcher", "slurmish"] else _exit_code(["--suite", str(suite), *extra])
+    assert code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+    assert not (tmp_path / "results").exists() or not list(iter_results(tmp_path / "results"))
+
+
+def _exit_code(argv) -> int:
+    try:
+        return run.main(argv)
+    except SystemExit as exit_:
+        return exit_.code
