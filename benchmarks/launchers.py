@@ -25,17 +25,31 @@ from benchmarks.errors import UserError
 from benchmarks.results import ResultStore, RunKey
 from benchmarks.status import run_state
 
-LAUNCHERS = ("inline", "local")
+LAUNCHERS = ("inline", "local", "slurm")
 POLL_SECONDS = 2.0
 
 
 @contextlib.contextmanager
 def run_log(store: ResultStore, key: RunKey) -> Iterator[None]:
-    """Within the block, this process's stderr goes to the run's log (appended), as a worker's does."""
+    """Within the block, this process's stderr (file descriptor 2: Python's and C's writes alike)
+    goes to the run's log, appended. ``sys.stderr`` itself is left in place, so a logging handler
+    made meanwhile still writes to stderr after the block."""
     path = store.root / ".logs" / key.relpath.with_suffix(".log")
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "a") as log, contextlib.redirect_stderr(log):
-        yield
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "a") as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        except Exception as err:  # the run's log ends with why it failed
+            print(f"error: {err}" if isinstance(err, UserError) else f"error: {type(err).__name__}: {err}",
+                  file=sys.stderr)
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
 
 
 def check_gpus(gpus: list[int] | None) -> None:

@@ -9,7 +9,11 @@ from this host, is stale: a runner takes it over by renaming it away (only one r
 same file succeeds) and creating its own.
 
 A run that fails releases its lock and leaves ``<results>/.locks/.../T<n>-seed<s>.error``: what
-failed, where and when (``benchmarks.status`` shows it; a later successful run removes it).
+failed, where and when (``benchmarks.status`` shows it; a later successful run removes it). A run
+submitted to SLURM is marked ``.queued`` (its job id) until it finishes or its job fails.
+
+A SLURM job keeps its id when it is requeued, so a lock held under this process's own job id is
+a previous life of this very job (killed before it could release the lock): it is taken over.
 """
 
 from __future__ import annotations
@@ -95,6 +99,24 @@ class RunLock:
     def error_path(self) -> Path:
         return self.path.with_suffix(".error")
 
+    @property
+    def queued_path(self) -> Path:
+        return self.path.with_suffix(".queued")
+
+    def mark_queued(self, job: str) -> None:
+        """Record that SLURM job ``job`` was given this run."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = self.queued_path.with_name(f".{self.queued_path.name}.{self.token}.tmp")
+        tmp.write_text(json.dumps({"job_id": job, "submitted": time.time()}) + "\n")
+        os.replace(tmp, self.queued_path)
+
+    def read_queued(self) -> dict | None:
+        """The queued record ({"job_id", "submitted"}), or None."""
+        try:
+            return json.loads(self.queued_path.read_text())
+        except (FileNotFoundError, ValueError):
+            return None
+
     def acquire(self) -> bool:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(3):  # a takeover race lost to another runner ends in "held"
@@ -104,7 +126,8 @@ class RunLock:
             holder = read_holder(self.path)
             if holder is None:
                 continue  # released or replaced meanwhile: try again
-            if not is_stale(holder, self.stale_after):
+            ours = holder.job_id is not None and holder.job_id == job_id()  # this job before a requeue
+            if not ours and not is_stale(holder, self.stale_after):
                 return False
             aside = self.path.with_name(f"{self.path.name}.stale-{self.token}")
             try:
@@ -160,5 +183,8 @@ class RunLock:
             os.replace(tmp, self.error_path)
         elif finished:
             self.error_path.unlink(missing_ok=True)
+        queued = self.read_queued()
+        if finished or (error is not None and queued is not None and queued.get("job_id") == job_id()):
+            self.queued_path.unlink(missing_ok=True)  # an interrupted job keeps it: it is requeued
         if self._ours():
             self.path.unlink(missing_ok=True)

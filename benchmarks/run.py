@@ -199,7 +199,7 @@ def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = 
         else:
             result, status = _compute(spec, store, data_root, strategy_cls, strategy_cfg, config, cfg_hash,
                                       force=force, show_progress=show_progress, save_model=save_model)
-    except KeyboardInterrupt:
+    except (KeyboardInterrupt, SystemExit):  # stopped, not failed (SLURM's requeue exits this way)
         lock.release()
         raise
     except BaseException as err:  # a user error says it all; anything else is named
@@ -359,14 +359,82 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     parser.add_argument("--launcher", choices=LAUNCHERS, default="inline",
                         help="inline: runs one after another here (default); local: --workers processes on this "
-                             "machine, sharing the runs through their locks")
+                             "machine, sharing the runs through their locks; slurm: one SLURM job per unfinished "
+                             "run, as a job array (submitit)")
     parser.add_argument("--workers", type=int, default=1, help="local launcher: worker processes (default 1)")
     parser.add_argument("--gpus", type=_csv(int), help="local launcher: GPU ids, worker i gets gpus[i %% len]")
+    slurm = parser.add_argument_group("slurm launcher (override the suite's [launcher] table)")
+    slurm.add_argument("--slurm-partition", help="partition")
+    slurm.add_argument("--slurm-time", type=int, help="time limit of a job, minutes (default 1440); a job that "
+                       "reaches it is requeued and resumes")
+    slurm.add_argument("--slurm-gpus", type=int, help="GPUs per job (default 1)")
+    slurm.add_argument("--slurm-cpus", type=int, help="CPUs per job (default 8)")
+    slurm.add_argument("--slurm-mem-gb", type=float, help="memory per job, GB (default: the partition's)")
+    slurm.add_argument("--slurm-array-parallelism", type=int, help="jobs of the array running at once (default 64)")
+    slurm.add_argument("--slurm-account", help="account to charge")
+    slurm.add_argument("--slurm-qos", help="quality of service")
+    slurm.add_argument("--slurm-constraint", help="node constraint, e.g. a100")
+    slurm.add_argument("--slurm-setup", action="append", metavar="LINE",
+                       help="a shell line run before each job, e.g. 'module load cuda' (repeatable)")
+    parser.add_argument("--no-wait", action="store_true",
+                        help="slurm launcher: exit once submitted; rerun the same command to collect the results "
+                             "(nothing is submitted twice)")
     parser.add_argument("--run-logs", action="store_true", help=argparse.SUPPRESS)  # set by the local launcher
     parser.add_argument("--dry-run", action="store_true",
                         help="list every run with its state (finished, partial, running, to run) and an estimated "
                              "cost from finished runs of the same strategy and dataset; run nothing")
     return parser.parse_args(argv)
+
+
+def _check_launcher_options(args: argparse.Namespace, suite: dict):
+    """Reject options that do not belong to the chosen launcher; the SLURM options, resolved
+    (suite ``[launcher]`` table, then the command line), for ``--launcher slurm``."""
+    slurm_given = {name.removeprefix("slurm_"): value for name, value in vars(args).items()
+                   if name.startswith("slurm_")}
+    if args.launcher != "slurm" and (any(v is not None for v in slurm_given.values()) or args.no_wait):
+        raise UserError("--slurm-* options and --no-wait belong to --launcher slurm")
+    if args.launcher != "local" and (args.workers != 1 or args.gpus):
+        raise UserError("--workers and --gpus belong to --launcher local")
+    if args.launcher == "local":
+        if args.workers < 1:
+            raise UserError(f"--workers must be at least 1, not {args.workers}")
+        check_gpus(args.gpus)
+    if args.launcher != "inline" and args.force:
+        raise UserError(f"--force with --launcher {args.launcher} could recompute a run that another process "
+                        "holds; delete the results to recompute, or use --force with the inline launcher")
+    if args.launcher != "slurm":
+        return None
+    from benchmarks.slurm import SlurmOptions, check_slurm
+
+    options = SlurmOptions.resolve(suite.get("launcher", {}), slurm_given)
+    if not args.dry_run:
+        check_slurm()
+    return options
+
+
+def _slurm_job_argv(args: argparse.Namespace, device: str, store: ResultStore):
+    """A run's command line inside its SLURM job: the inline runner, restricted to that run, with
+    every path absolute (the job may start in another folder) and the device fixed."""
+    suite = Path(args.suite)
+    base = ["--suite", str(suite.resolve()) if suite.suffix == ".toml" and suite.exists() else args.suite,
+            "--results-dir", str(store.root.resolve()), "--data-root", str(Path(args.data_root).resolve()),
+            "--device", device, "--launcher", "inline", "--quiet", "--run-logs"]
+    if args.precision:
+        base += ["--precision", args.precision]
+    if args.deterministic:
+        base.append("--deterministic")
+    if args.weights:
+        base += ["--weights", str(Path(args.weights).resolve()) if Path(args.weights).exists() else args.weights]
+    if args.class_order:
+        base += ["--class-order", args.class_order]
+    if args.save_models:
+        base.append("--save-models")
+
+    def for_run(spec: RunSpec) -> list[str]:
+        return [*base, "--strategies", spec.label, "--datasets", spec.dataset, "--tasks", str(spec.n_tasks),
+                "--seeds", str(spec.seed)]
+
+    return for_run
 
 
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
@@ -381,32 +449,35 @@ def main(argv: list[str] | None = None) -> int:
     multiprocessing.set_forkserver_preload(["benchmarks.run"])
     try:
         suite = load_suite(args.suite)
+        slurm_options = _check_launcher_options(args, suite)  # bad launcher input: one line, before anything runs
+        device = args.device
+        if slurm_options is not None and (device or suite.get("device", "auto")) == "auto":
+            device = "cuda" if slurm_options.gpus else "cpu"  # the jobs' device, not this login node's
         runs = expand(suite, strategies=args.strategies, datasets=args.datasets, tasks=args.tasks,
-                      seeds=args.seeds, device=args.device, class_order=args.class_order,
+                      seeds=args.seeds, device=device, class_order=args.class_order,
                       weights=args.weights, precision=args.precision,
-                      deterministic=args.deterministic or None)
-        if any(spec.deterministic for spec in runs):
+                      deterministic=args.deterministic or None, check_device=slurm_options is None)
+        if any(spec.deterministic for spec in runs) and slurm_options is None:
             set_deterministic(True)  # before any CUDA work: cuBLAS reads its workspace setting once
         results_dir = Path(args.results_dir or Path("runs") / suite["name"])
         store = ResultStore(results_dir)
-        if args.launcher == "local":  # bad launcher input: one line, before anything runs
-            if args.workers < 1:
-                raise UserError(f"--workers must be at least 1, not {args.workers}")
-            if args.force:
-                raise UserError("--force with --launcher local would recompute each run in every worker; "
-                                "use it with the inline launcher")
-            check_gpus(args.gpus)
-        elif args.workers != 1 or args.gpus:
-            raise UserError("--workers and --gpus belong to --launcher local")
         if args.dry_run:
             print(dry_run_table(runs, store, args.data_root))
             return 0
         preflight(runs, args.data_root)
         print(f"suite {suite['name']}: {len(runs)} run(s) -> {results_dir}", file=sys.stderr)
-        if args.launcher == "local":
+        if args.launcher in ("local", "slurm"):
             hashes = {spec.key: config_hash(resolve(spec, args.data_root)[2]) for spec in runs}
-            code, finished = launch_local(sys.argv[1:] if argv is None else list(argv), args.workers, args.gpus,
-                                          runs, store, hashes, args.quiet)
+            if args.launcher == "local":
+                code, finished = launch_local(sys.argv[1:] if argv is None else list(argv), args.workers,
+                                              args.gpus, runs, store, hashes, args.quiet)
+            else:
+                from benchmarks.slurm import launch_slurm
+
+                code, finished = launch_slurm(runs, store, hashes, _slurm_job_argv(args, runs[0].device, store),
+                                              slurm_options, f"cil-{suite['name']}", not args.no_wait, args.quiet)
+                if args.no_wait and len(finished) < len(runs):
+                    return code
             if finished:
                 from analysis.tables import write_tables
 
@@ -420,13 +491,14 @@ def main(argv: list[str] | None = None) -> int:
             with run_log(store, spec.key) if args.run_logs else contextlib.nullcontext():
                 result, status = execute(spec, store, args.data_root, force=args.force,
                                          show_progress=not args.quiet, save_model=args.save_models)
-            if result is None:  # another process holds the run
-                tqdm.write(f"{spec.key}: {status}", file=sys.stderr)
-                continue
-            finished.append(spec.key)
-            summary = result["summary"]
-            tqdm.write(f"{spec.key}: {status}; Avg {summary['avg_acc']:.2f}  Last {summary['last_acc']:.2f}",
-                       file=sys.stderr)
+                if result is not None:
+                    summary = result["summary"]
+                    status += f"; Avg {summary['avg_acc']:.2f}  Last {summary['last_acc']:.2f}"
+                if args.run_logs:  # the run's own log tells its story too
+                    print(f"{spec.key}: {status}", file=sys.stderr)
+            tqdm.write(f"{spec.key}: {status}", file=sys.stderr)
+            if result is not None:  # None: another process holds the run
+                finished.append(spec.key)
         from analysis.tables import write_tables
 
         if finished:

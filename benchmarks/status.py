@@ -1,8 +1,8 @@
-"""Where every run of a results folder stands: finished, running, partial, failed or to run.
+"""Where every run of a results folder stands: finished, running, queued, partial, failed or to run.
 
 ``python -m benchmarks.status --results-dir DIR`` prints one row per run found in DIR: finished
-(with Avg/Last), running (host, pid or job id, since when), partial (tasks done), failed (the
-error its last attempt recorded). ``benchmarks.run --dry-run`` uses the same states for the runs
+(with Avg/Last), running (host, pid or job id, since when), queued (its SLURM job), partial (tasks
+done), failed (the error its last attempt recorded). ``benchmarks.run --dry-run`` uses the same states for the runs
 of a suite, adding "to run".
 """
 
@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -18,7 +19,7 @@ from benchmarks.errors import UserError
 from benchmarks.locking import is_stale, read_holder
 from benchmarks.results import CHECKPOINT_STATE, ResultStore, RunKey, iter_results
 
-STATES = ("finished", "running", "partial", "failed", "to run")
+STATES = ("finished", "running", "queued", "partial", "failed", "to run")
 
 
 @dataclass(frozen=True)
@@ -40,6 +41,10 @@ def run_state(store: ResultStore, key: RunKey, cfg_hash: str | None = None) -> R
     if (result := store.finished(key, cfg_hash)) is not None:
         summary = result["summary"]
         return RunState("finished", f"Avg {summary['avg_acc']:.2f}  Last {summary['last_acc']:.2f}", key.n_tasks)
+    if (queued := lock.read_queued()) is not None:
+        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(queued.get("submitted", 0)))
+        progress = f"; {done}/{key.n_tasks} tasks done" if done else ""
+        return RunState("queued", f"SLURM job {queued.get('job_id')}, submitted {since}{progress}", done)
     if lock.error_path.exists():
         error = json.loads(lock.error_path.read_text())
         where = error.get("job_id") or error.get("pid")
@@ -73,11 +78,11 @@ def _key_from(relative: Path) -> RunKey | None:
 
 
 def known_runs(store: ResultStore) -> list[RunKey]:
-    """Every run that has a result, a checkpoint, a lock or an error record in the store."""
+    """Every run that has a result, a checkpoint, a lock, an error or a queued record in the store."""
     root = store.root
     keys = {_key_from(path.relative_to(root)) for path, _ in iter_results(root, skipped=[])}
     for folder, pattern in ((root / ".checkpoints", f"*/*/*/{CHECKPOINT_STATE}"), (root / ".locks", "*/*/*.lock"),
-                            (root / ".locks", "*/*/*.error")):
+                            (root / ".locks", "*/*/*.error"), (root / ".locks", "*/*/*.queued")):
         for path in folder.glob(pattern):  # nothing where the folder does not exist
             keys.add(_key_from((path.parent if path.name == CHECKPOINT_STATE else path).relative_to(folder)))
     keys.discard(None)

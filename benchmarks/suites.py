@@ -20,6 +20,9 @@ runner executes those. Format (see ``benchmarks/suites/smoke.toml``)::
     [strategy.NAME]         options for one strategy
     [variants.LABEL]        strategy = "NAME" plus options: a labelled row (ablations)
     zero_shot_targets = ["pets", "food101"]   # optional: zero-shot datasets evaluated after the stream
+    [launcher]              SLURM options for --launcher slurm (benchmarks.slurm.SlurmOptions):
+                            partition, time (minutes), gpus, cpus, mem_gb, array_parallelism,
+                            account, qos, constraint, setup (shell lines), max_requeues
 
 Any option value may be a table keyed by dataset name, e.g. ``epochs = {cifar100 = 70,
 imagenet100 = 10}``; the run picks its dataset's entry.
@@ -39,7 +42,7 @@ from benchmarks.results import RunKey, config_hash
 SUITES_DIR = Path(__file__).parent / "suites"
 KNOWN_KEYS = {"description", "datasets", "tasks", "seeds", "strategies", "class_order", "device",
               "precision", "deterministic", "backbone", "dataset", "defaults", "strategy", "variants",
-              "zero_shot_targets"}
+              "zero_shot_targets", "launcher"}
 
 
 @dataclass(frozen=True)
@@ -106,9 +109,11 @@ def _for_dataset(options: dict[str, Any], dataset: str) -> dict[str, Any]:
     return resolved
 
 
-def _resolve_device(device: str) -> str:
+def _resolve_device(device: str, check: bool = True) -> str:
     import torch
 
+    if not check:  # the device of jobs that run elsewhere (SLURM): nothing to check here
+        return device
     if device == "auto":
         return "cuda" if torch.cuda.is_available() else "cpu"
     if device not in {"cpu", "cuda"}:
@@ -122,15 +127,16 @@ def expand(suite: dict[str, Any], *, strategies: list[str] | None = None,
            datasets: list[str] | None = None, tasks: list[int] | None = None,
            seeds: list[int] | None = None, device: str | None = None,
            class_order: str | None = None, weights: str | None = None, precision: str | None = None,
-           deterministic: bool | None = None) -> list[RunSpec]:
-    """All runs of a suite, with the command line's filters and overrides applied."""
+           deterministic: bool | None = None, check_device: bool = True) -> list[RunSpec]:
+    """All runs of a suite, with the command line's filters and overrides applied. With
+    ``check_device`` False, ``device`` (cpu or cuda) is taken as given: the runs execute elsewhere."""
     variants = suite.get("variants", {})
     backbone = {"model": "ViT-B-16-quickgelu", "pretrained": "openai", **suite.get("backbone", {})}
     if weights:
         backbone["pretrained"] = weights
     if str(backbone["pretrained"]).lower() == "none":
         backbone["pretrained"] = None
-    resolved_device = _resolve_device(device or suite.get("device", "auto"))
+    resolved_device = _resolve_device(device or suite.get("device", "auto"), check_device)
     # Checked here; "auto" is resolved per run, where the strategy's config (its ``amp``) is known.
     resolved_precision = precision or suite.get("precision", "auto")
     resolve_precision(resolved_precision, resolved_device)
