@@ -418,7 +418,7 @@ def load_dataset(name: str, data_root: str | Path | None = None, **options: Any)
     except TypeError:
         valid = [p for p in inspect.signature(loader).parameters if p != "data_root"]
         raise UserError(
-            f"dataset '{name}' does not take option(s) {', '.join(sorted(options))}; "
+            f"dataset '{name}' does not take option(s) {', '.join(sorted(set(options) - set(valid)))}; "
             f"valid: {', '.join(valid) or 'none'}"
         ) from None
     return loader(root, **options)

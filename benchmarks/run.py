@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import json
 import multiprocessing
 import sys
@@ -437,6 +438,10 @@ def _slurm_job_argv(args: argparse.Namespace, device: str, store: ResultStore):
     return for_run
 
 
+# A full disk or quota, or a folder the user may not write: the machine's problem, not a bug.
+_STORAGE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS}
+
+
 def _one_line_warning(message, category, filename, lineno, line=None) -> str:
     return f"warning: {message}\n"
 
@@ -508,6 +513,13 @@ def main(argv: list[str] | None = None) -> int:
                   file=sys.stderr)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
+        return 2
+    except OSError as err:
+        if err.errno not in _STORAGE_ERRORS:
+            raise
+        where = f" ({err.filename})" if err.filename else ""
+        print(f"error: cannot write the results{where}: {err.strerror}; free space or fix permissions (or give "
+              "another --results-dir) and rerun: finished tasks are kept", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print("interrupted: rerun the same command to resume from the last finished task", file=sys.stderr)

@@ -92,8 +92,38 @@ def load_suite(name_or_path: str) -> dict[str, Any]:
     unknown = sorted(set(suite) - KNOWN_KEYS)
     if unknown:
         raise UserError(f"suite {path} has unknown key(s) {unknown}; valid keys: {sorted(KNOWN_KEYS)}")
+    _check_suite(suite, path)
     suite["name"] = path.stem
     return suite
+
+
+def _check_suite(suite: dict[str, Any], path: Path) -> None:
+    """The shape of a suite, so that a slip in the file is one line, not a traceback or a silently
+    ignored table."""
+    from benchmarks.datasets import DATASETS
+    from strategies.registry import available
+
+    examples = {"datasets": '["cifar100"]', "strategies": '["gr4cil"]', "tasks": "[10]", "seeds": "[0, 1, 2]"}
+    for key, example in examples.items():
+        if key not in suite:
+            raise UserError(f"suite {path} has no {key}; add e.g. {key} = {example}")
+        values = suite[key]
+        kind = str if key in ("datasets", "strategies") else int
+        if (not isinstance(values, list) or not values
+                or not all(isinstance(v, kind) and not isinstance(v, bool) for v in values)):
+            raise UserError(f"suite {path}: {key} must be a non-empty list of "
+                            f"{'names' if kind is str else 'whole numbers'}, e.g. {key} = {example}; got {values!r}")
+    if any(n < 1 for n in suite["tasks"]) or any(s < 0 for s in suite["seeds"]):
+        raise UserError(f"suite {path}: task counts must be >= 1 and seeds >= 0")
+    backbone_keys = set(suite.get("backbone", {})) - {"model", "pretrained"}
+    if backbone_keys:
+        raise UserError(f"suite {path}: [backbone] has unknown key(s) {sorted(backbone_keys)}; valid: model, pretrained")
+    for table, names, kind in (("strategy", available(), "strategy"), ("dataset", list(DATASETS), "dataset")):
+        for name in suite.get(table, {}):
+            if name not in names and not (table == "strategy" and ":" in name):  # module:Class is checked on import
+                # a typo here would drop the table's options without a word
+                raise UserError(f"suite {path} has [{table}.{name}], but there is no {kind} {name!r}; "
+                                f"valid: {', '.join(sorted(names))}")
 
 
 def _for_dataset(options: dict[str, Any], dataset: str) -> dict[str, Any]:
@@ -144,6 +174,8 @@ def expand(suite: dict[str, Any], *, strategies: list[str] | None = None,
     order = class_order or suite.get("class_order", "seed1993")
     targets = tuple(suite.get("zero_shot_targets", ()))
     runs = []
+    if any(n < 1 for n in tasks or ()) or any(s < 0 for s in seeds or ()):
+        raise UserError("--tasks must be >= 1 and --seeds >= 0")
     for dataset in datasets or suite["datasets"]:
         dataset_options = suite.get("dataset", {}).get(dataset, {})
         for label in strategies or suite["strategies"]:

@@ -158,6 +158,8 @@ class StrategyConfig:
     # Mixed precision under --precision auto: False keeps the method fp32 on CUDA too (its official
     # precision); an explicit --precision fp16 or bf16 still wins.
     amp: bool = True
+    #: the fewest epochs a task may train (0 only for a strategy that never trains)
+    min_epochs: ClassVar[int] = 1
 
     def __post_init__(self):
         choices = {"optimizer": OPTIMIZERS, "schedule": SCHEDULES, "train_augmentation": TRAIN_AUGMENTATIONS,
@@ -169,6 +171,16 @@ class StrategyConfig:
             raise UserError("give warmup_steps >= 0 or warmup_fraction in [0, 1), not both")
         if not 0.0 <= self.min_lr_ratio <= 1.0 or self.grad_clip < 0:
             raise UserError("min_lr_ratio must be in [0, 1] and grad_clip >= 0")
+        # Numbers that torch would reject mid-run, or that would quietly train nothing.
+        at_least = {"batch_size": 1, "eval_batch_size": 1, "lora_rank": 1, "num_workers": 0,
+                    "weight_decay": 0, "momentum": 0, "epochs": self.min_epochs}
+        for name, low in at_least.items():
+            value = getattr(self, name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < low:
+                hint = " (a strategy that trains nothing is continual_clip)" if name == "epochs" else ""
+                raise UserError(f"option {name} = {value!r} must be at least {low}{hint}")
+        if not self.lr > 0:
+            raise UserError(f"option lr = {self.lr!r} must be positive")
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], strategy: str = "") -> "StrategyConfig":

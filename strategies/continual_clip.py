@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 
@@ -18,6 +19,7 @@ from strategies.registry import register
 class ContinualCLIPConfig(StrategyConfig):
     epochs: int = 0
     train_augmentation: str = "none"  # it never trains
+    min_epochs: ClassVar[int] = 0
 
     def __post_init__(self):
         super().__post_init__()

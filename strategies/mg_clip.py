@@ -105,8 +105,8 @@ class MGCLIPConfig(StrategyConfig):
 
     def __post_init__(self):
         epochs = self.epochs
-        if epochs != "auto" and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 0):
-            raise UserError(f"mg_clip option epochs={epochs!r} must be an integer >= 0 or \"auto\"")
+        if epochs != "auto" and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
+            raise UserError(f"mg_clip option epochs={epochs!r} must be an integer >= 1 or \"auto\"")
         super().__post_init__()
 
 

@@ -1,6 +1,7 @@
 """Faults a new user meets: each ends in one line and exit 2 with nothing lost, or the run starts
 again and says so (issue "Sweeps beyond one machine", item 8)."""
 
+import errno
 import json
 
 import pytest
@@ -95,3 +96,53 @@ def test_a_result_of_another_schema_is_skipped_with_a_line_naming_it(tmp_path, c
     assert "no result JSON of this schema" in _one_error_line(capsys)
     with pytest.warns(UserWarning, match="schema_version 99"):
         assert list(iter_results(tmp_path / "results")) == []
+
+
+@pytest.mark.parametrize("change, expected", [
+    (("tasks = [3]", 'tasks = ["3"]'), "tasks must be a non-empty list of whole numbers"),
+    (("tasks = [3]", "tasks = [0]"), "task counts must be >= 1"),
+    (('strategies = ["finetune"]', 'strategies = "finetune"'), "strategies must be a non-empty list of names"),
+    (("seeds = [0]", "seeds = []"), "seeds must be a non-empty list"),
+    (("seeds = [0]", ""), "has no seeds; add e.g. seeds = [0, 1, 2]"),
+    (('pretrained = "synthetic"', 'pretrained = "synthetic"\npretrain = "none"'), "[backbone] has unknown key(s) ['pretrain']"),
+    (("[strategy.finetune]", "[strategy.fintune]"), "there is no strategy 'fintune'"),
+    (("[dataset.synthetic]", "[dataset.synthetc]"), "there is no dataset 'synthetc'"),
+    (("epochs = 1", "epochs = 0"), "epochs = 0 must be at least 1"),
+    (("batch_size = 40", "batch_size = 0"), "batch_size = 0 must be at least 1"),
+    (("epochs = 1", "epochs = 1\nlr = -0.1"), "lr = -0.1 must be positive"),
+    (("n_test_per_class = 4", "n_test_per_class = 0"), "needs n_test_per_class >= 1"),
+    (("n_classes = 15", "n_classes = 15\nn_clases = 3"), "does not take option(s) n_clases; valid"),
+])
+def test_a_slip_in_the_suite_file_is_one_line_and_runs_nothing(tmp_path, capsys, change, expected):
+    """Each was a traceback, or silently ran something else (no training, an ignored table)."""
+    assert change[0] in SUITE
+    assert _run(tmp_path, SUITE.replace(*change)) == 2
+    assert expected in _one_error_line(capsys)
+    assert not list((tmp_path / "results").rglob("*.json"))
+
+
+def test_continual_clip_still_trains_nothing_by_default():
+    from strategies.continual_clip import ContinualCLIP
+
+    assert ContinualCLIP.Config.from_dict({}).epochs == 0
+
+
+def test_a_full_disk_is_one_line_and_the_finished_tasks_are_kept(tmp_path, capsys, monkeypatch):
+    real_save = run.save_file
+    calls = {"n": 0}
+
+    def full_on_second_checkpoint(tensors, path, *args, **kwargs):
+        calls["n"] += 1
+        if calls["n"] == 2:
+            raise OSError(errno.ENOSPC, "No space left on device", path)
+        return real_save(tensors, path, *args, **kwargs)
+
+    monkeypatch.setattr(run, "save_file", full_on_second_checkpoint)
+    assert _run(tmp_path, SUITE) == 2
+    line = _one_error_line(capsys)
+    assert "No space left on device" in line and "finished tasks are kept" in line
+    state = json.loads(next((tmp_path / "results" / ".checkpoints").rglob("state.json")).read_text())
+    assert state["tasks_done"] == 1
+    monkeypatch.setattr(run, "save_file", real_save)
+    assert _run(tmp_path, SUITE) == 0
+    assert "resumed after task 1" in capsys.readouterr().err

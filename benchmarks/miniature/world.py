@@ -299,6 +299,9 @@ def make_splits(
     The same arguments give byte-identical images. The nuisance draws do not depend on the domain,
     so the "photo" and shifted versions of an image show the same object.
     """
+    for name, value in (("n_train_per_class", n_train_per_class), ("n_test_per_class", n_test_per_class)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+            raise UserError(f"the synthetic dataset needs {name} >= 1 (a whole number); got {value!r}")
     class_ids = default_class_ids(n_classes)
     # Separate child streams so train and test never share nuisance draws.
     train_rng, test_rng = (np.random.default_rng(s) for s in np.random.SeedSequence(seed).spawn(2))
