@@ -33,6 +33,9 @@ class SplitAttention(nn.Module):
         self.k_proj = _linear_from(weight[dim : 2 * dim], bias[dim : 2 * dim])
         self.v_proj = _linear_from(weight[2 * dim :], bias[2 * dim :])
         self.out_proj = _linear_from(mha.out_proj.weight.detach(), mha.out_proj.bias.detach())
+        # Prefix keys and values [B or 1, P, width], set per forward by ``visual_prefix``: joined
+        # after k_proj / v_proj, so neither the projection nor LoRA applies to them.
+        self.prefix: tuple[torch.Tensor, torch.Tensor] | None = None
 
     def forward(
         self,
@@ -54,13 +57,18 @@ class SplitAttention(nn.Module):
             proj(x).view(batch, -1, self.num_heads, self.head_dim).transpose(1, 2)
             for proj, x in ((self.q_proj, query), (self.k_proj, key), (self.v_proj, value))
         )
+        mask = self._sdpa_mask(attn_mask, batch, q.dtype)
+        if self.prefix is not None:
+            if is_causal and attn_mask is None:
+                raise NotImplementedError("a key/value prefix with is_causal needs an explicit mask")
+            k, v, mask = self._join_prefix(k, v, mask, batch)
         out = F.scaled_dot_product_attention(
             q,
             k,
             v,
-            attn_mask=self._sdpa_mask(attn_mask, batch, q.dtype),
+            attn_mask=mask,
             dropout_p=self.dropout if self.training else 0.0,
-            is_causal=is_causal and attn_mask is None,
+            is_causal=is_causal and mask is None,
         )
         out = self.out_proj(out.transpose(1, 2).reshape(batch, length, dim))
         return (out if self.batch_first else out.transpose(0, 1)), None
@@ -92,6 +100,26 @@ class SplitAttention(nn.Module):
                                              dropout_p=self.dropout if self.training else 0.0)
         out = self.out_proj(out.transpose(1, 2).reshape(rows, -1, dim))
         return out if query_index is None else out[:, 0]
+
+    def _join_prefix(self, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, batch: int):
+        """Keys and values [B, H, P + S, d] with the prefix first, and the mask with P columns that
+        every query may attend."""
+        prefix_k, prefix_v = self.prefix
+        if prefix_k.shape[0] not in (1, batch):
+            raise ValueError(f"a prefix of {prefix_k.shape[0]} rows for a batch of {batch}: give one row per "
+                             "sample, or one row for all")
+
+        def heads(t: torch.Tensor) -> torch.Tensor:  # autocast: the prefix joins in the query dtype
+            t = t.to(k.dtype).expand(batch, -1, -1)
+            return t.reshape(batch, -1, self.num_heads, self.head_dim).transpose(1, 2)
+
+        k = torch.cat([heads(prefix_k), k], dim=2)
+        v = torch.cat([heads(prefix_v), v], dim=2)
+        if mask is not None:
+            allowed = torch.ones if mask.dtype == torch.bool else torch.zeros  # SDPA: True / 0 = may attend
+            mask = torch.cat([allowed(*mask.shape[:-1], prefix_k.shape[1], dtype=mask.dtype, device=mask.device),
+                              mask], dim=-1)
+        return k, v, mask
 
     def _sdpa_mask(self, mask: torch.Tensor | None, batch: int, dtype: torch.dtype) -> torch.Tensor | None:
         """Translate a MultiheadAttention mask ((L, S) or (N*H, L, S)) to SDPA's convention."""

@@ -18,6 +18,7 @@ from benchmarks.backbone.budgets import efficient_images_per_forward, efficient_
 from benchmarks.backbone.lora import BASE_ADAPTER, LoRAAdapters, Tower
 from benchmarks.backbone.mlp_adapters import MLPAdapters
 from benchmarks.backbone.text import PreparedPrompts, _prefix_sharing_applies, encode_prompts, prepare_prompts
+from benchmarks.backbone.visual_prefix import VisualPrefix
 
 def _fp32_features(features: torch.Tensor, normalize: bool) -> torch.Tensor:
     """Tower outputs in fp32, L2-normalised in fp32 (unit norm to fp32 rounding under any autocast)."""
@@ -26,9 +27,10 @@ def _fp32_features(features: torch.Tensor, normalize: bool) -> torch.Tensor:
 
 
 
-class CLIPBackbone(LoRAAdapters, MLPAdapters, nn.Module):
-    """A frozen open_clip CLIP plus named LoRA adapters on the k/v projections of either tower, and
-    optionally parallel MLP adapters on the blocks of either tower (``mlp_adapters``).
+class CLIPBackbone(LoRAAdapters, MLPAdapters, VisualPrefix, nn.Module):
+    """A frozen open_clip CLIP plus named LoRA adapters on the k/v projections of either tower,
+    optionally parallel MLP adapters on the blocks of either tower (``mlp_adapters``), and prefix
+    keys and values at chosen visual blocks, per forward (``visual_prefix``).
 
     Adapter bookkeeping is explicit: ``set_adapters`` picks the active adapter of each tower,
     ``set_trainable`` picks which adapters get gradients. peft flips ``requires_grad`` whenever
