@@ -45,7 +45,9 @@ def eval_transform(
 # "none": the evaluation transform (no augmentation).
 # "rrc90": RandomResizedCrop(scale (0.9, 1.0), bicubic), open_clip's default train preprocessing
 #   (MOE4CL, MagMax).
-TRAIN_AUGMENTATIONS = ("paper", "paper-scaled", "none", "rrc90")
+# "rrc_flip": RandomResizedCrop (torchvision's default scale (0.08, 1.0)) and a horizontal flip, the
+#   CODA-Prompt codebase's train transform (L2P++, DualPrompt, CODA-Prompt).
+TRAIN_AUGMENTATIONS = ("paper", "paper-scaled", "none", "rrc90", "rrc_flip")
 PAPER_CROP_PADDING = 4
 PAPER_INPUT_SIZE = 224
 
@@ -74,6 +76,9 @@ def train_transform(
         raise ValueError(f"augmentation must be one of {TRAIN_AUGMENTATIONS}, not {augmentation!r}")
     if augmentation == "none":
         return eval_transform(image_size, mean, std)
+    if augmentation == "rrc_flip":
+        return T.Compose([T.Lambda(_to_rgb), T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(),
+                          T.ToTensor(), T.Normalize(mean, std)])
     if augmentation == "rrc90":
         return T.Compose([T.Lambda(_to_rgb), T.RandomResizedCrop(image_size, scale=(0.9, 1.0),
                                                                  interpolation=T.InterpolationMode.BICUBIC),

@@ -51,7 +51,13 @@ from benchmarks.transforms import TRAIN_AUGMENTATIONS
 
 
 OPTIMIZERS = ("adamw", "adam", "sgd")
-SCHEDULES = ("cosine_iter", "cosine_epoch")
+SCHEDULES = ("cosine_iter", "cosine_epoch", "coda_cosine")
+
+
+def coda_cosine_factor(epoch: int, epochs: int) -> float:
+    """The CODA-Prompt codebase's per-epoch factor: cos(99 pi e / (200 (K - 1))), e = 0..K-1, from 1
+    down to about 0.016 at the last epoch (1 throughout for K = 1)."""
+    return 1.0 if epochs <= 1 else math.cos(99 * math.pi * epoch / (200 * (epochs - 1)))
 
 
 def warmup_cosine_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
@@ -499,7 +505,11 @@ class CLIPStrategy(SupervisedTemplate):
             self.optimizer = kind(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
         total = max(1, self.train_epochs * (len(self.dataloader) if cfg.schedule == "cosine_iter" else 1))
         warmup = cfg.warmup_steps or round(cfg.warmup_fraction * total)
-        if not warmup:  # the closed form below agrees; this keeps earlier runs' numbers to the last bit
+        if cfg.schedule == "coda_cosine":  # per epoch, no warm-up, its own end point
+            epochs = self.train_epochs
+            self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
+                                                               lambda epoch: coda_cosine_factor(epoch, epochs))
+        elif not warmup:  # the closed form below agrees; this keeps earlier runs' numbers to the last bit
             self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=total,
                                                                         eta_min=cfg.min_lr_ratio * cfg.lr)
         else:
@@ -581,7 +591,7 @@ class CLIPStrategy(SupervisedTemplate):
         if not math.isfinite(loss):
             raise FloatingPointError(f"{self.name}: training loss became {loss} in epoch {self.clock.train_exp_epochs + 1}")
         self._progress.set_postfix(loss=f"{loss:.3f}")
-        if self.scheduler is not None and self.cfg.schedule == "cosine_epoch":
+        if self.scheduler is not None and self.cfg.schedule in ("cosine_epoch", "coda_cosine"):
             self.scheduler.step()
         if self.on_epoch_end(self.clock.train_exp_epochs, loss):
             self.stop_training()  # Avalanche ends training before the next epoch

@@ -39,6 +39,10 @@ def stream():
     return build_stream(data, N_TASKS, seeded_order(12), train_transform(32), eval_transform(32))
 
 
+# The tiny model has 4 visual blocks and 64-d queries: prompt blocks and components that fit it.
+TINY_MODEL_OPTIONS = {"dualprompt": {"e_layers": [2, 3]}, "coda_prompt": {"prompt_layers": [0, 1, 2, 3], "components": 12}}
+
+
 def _stream_accuracy(metrics: dict) -> float:
     (value,) = [v for k, v in metrics.items() if k.startswith("Top1_Acc_Stream/eval_phase/test_stream")]
     return 100.0 * value
@@ -48,7 +52,8 @@ def _stream_accuracy(metrics: dict) -> float:
 def test_avalanche_train_and_eval_match_the_runner(name, stream, capsys):
     cls = get_strategy(name)
     config = cls.Config.from_dict({"epochs": 0 if name == "continual_clip" else 1, "batch_size": 16,
-                                   "eval_batch_size": 7, "lora_rank": 2, "lr": 0.01, "num_workers": 0}, name)
+                                   "eval_batch_size": 7, "lora_rank": 2, "lr": 0.01, "num_workers": 0,
+                                   **TINY_MODEL_OPTIONS.get(name, {})}, name)
     if hasattr(config, "compensation_epochs"):
         config.compensation_epochs = 1
     plugin = CountCalls()

@@ -348,6 +348,15 @@ def test_rrc90_is_open_clips_random_resized_crop() -> None:
     assert train_transform(32, augmentation="rrc90")(image).shape == (3, 32, 32)
 
 
+def test_rrc_flip_is_the_coda_prompt_codebases_crop_and_flip() -> None:
+    steps = train_transform(32, augmentation="rrc_flip").transforms
+    (crop,) = [t for t in steps if isinstance(t, T.RandomResizedCrop)]
+    assert crop.size == (32, 32) and crop.scale == (0.08, 1.0) and crop.interpolation == T.InterpolationMode.BILINEAR
+    assert any(isinstance(t, T.RandomHorizontalFlip) for t in steps)
+    image = Image.fromarray(np.random.RandomState(3).randint(0, 256, (40, 30, 3), dtype=np.uint8))
+    assert train_transform(32, augmentation="rrc_flip")(image).shape == (3, 32, 32)
+
+
 def test_transformed_dataset_applies_the_transform_and_pickles() -> None:
     images = [Image.new("RGB", (40, 30), (255, 0, 0)), Image.new("L", (10, 10), 128)]
     dataset = TransformedDataset(list(zip(images, [3, 7])), eval_transform(16))

@@ -1,0 +1,147 @@
+"""CODA-Prompt (Smith et al., CVPR 2023): prompts composed from a growing set of components, weighted
+by attention on the query. Paper row "CODA" (BASELINES.md section 11; facts from the paper and the
+CODA-Prompt code, no code reused), on the shared prompt protocol (``strategies.prompting``, D6).
+
+At each prompt block l, component m has a prompt P_m ``[L, width]``, a key K_m and an attention
+vector A_m ``[d]``; the prompt of an image is ``sum_m alpha_m P_m`` with alpha_m = cos(q * A_m, K_m)
+(a plain cosine, no softmax), its first half joining the keys and its second half the values.
+Task t owns the slice [s, f) = [t pt, (t + 1) pt), pt = components / number of tasks: at its
+start the slice is drawn from a normal distribution and Gram-Schmidt-orthonormalised against the
+earlier ones (``gram_schmidt``); during it [0, s) is used but detached, [s, f) learns, and later
+slices are left out. Loss: CE over the current classes; the orthogonality penalty has weight 0 in
+the official runs and is left out. Inference: alpha over the components of every seen task, head
+logits over the seen classes.
+
+The number of tasks is read off the stream: all classes / the first task's classes (the suite's
+tasks are equal splits).
+
+RECIPE (CIFAR-100 10 tasks):
+
+| hyper-parameter | value | source |
+|---|---|---|
+| components / length / blocks | 100 / 8 (4 key + 4 value vectors) / 0-4 | code: experiments/*.sh `--prompt_param 100 8 0.0` |
+| per task, alpha, init | 100 / tasks; cos(q * A, K), no softmax; Gram-Schmidt, a new slice per task | code: models/zoo.py |
+| orthogonality weight | 0 | code: `--prompt_param ... 0.0` |
+| query, head | frozen 512-d embedding; Linear(512, C) with bias | D6 (C3Box key dimension) |
+| optimiser | Adam, lr 1e-3, wd 0, batch 128, CODA cosine per epoch | code: configs, utils/schedulers.py; D6 |
+| epochs | 20 (CIFAR-100), 50 (ImageNet-R), 10 (ImageNet-100, ImageNet-1K) | code: configs; fallback |
+| train augmentation | rrc_flip | code: dataloaders/utils.py |
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from benchmarks.errors import UserError
+from strategies.prompting import PromptConfig, PromptStrategy
+from strategies.registry import register
+
+
+def gram_schmidt(rows: torch.Tensor, start: int, stop: int, generator: torch.Generator | None = None) -> torch.Tensor:
+    """``rows`` ``[M, n]`` with rows [start, stop) redrawn from a standard normal, each made orthogonal
+    to every earlier row (kept as they are) and to unit length. Computed in float64."""
+    out = rows.detach().to(torch.float64).clone()
+    for i in range(start, stop):
+        v = torch.randn(out.shape[1], generator=generator, dtype=torch.float64, device=out.device)
+        for _ in range(2):  # twice: orthogonal to rounding, also against non-orthonormal old rows
+            if i:
+                basis = torch.linalg.qr(out[:i].T).Q  # an orthonormal basis of the earlier rows
+                v = v - basis @ (basis.T @ v)
+        out[i] = v / v.norm()
+    return out.to(rows.dtype)
+
+
+def component_weights(query: torch.Tensor, keys: torch.Tensor, attention: torch.Tensor) -> torch.Tensor:
+    """alpha ``[B, M]``: cos(q * A_m, K_m) for each image and component (eq. of CODA-Prompt)."""
+    attended = query.unsqueeze(1) * attention.unsqueeze(0)  # [B, M, d]
+    return (F.normalize(attended, dim=-1) * F.normalize(keys, dim=-1).unsqueeze(0)).sum(-1)
+
+
+@dataclass
+class CodaConfig(PromptConfig):
+    components: int = 100
+    prompt_length: int = 8  # 4 key + 4 value vectors
+    prompt_layers: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+
+    def __post_init__(self):
+        super().__post_init__()
+        if self.prompt_length < 2 or self.prompt_length % 2:
+            raise UserError(f"coda_prompt option prompt_length={self.prompt_length} must be even (keys + values)")
+        if not self.prompt_layers or len(set(self.prompt_layers)) != len(self.prompt_layers):
+            raise UserError("coda_prompt option prompt_layers must list distinct blocks")
+
+
+class CodaComponents(nn.Module):
+    """Per prompt block: prompts ``[M, L, width]``, keys and attention vectors ``[M, d]``; zero until
+    their task's slice is initialised."""
+
+    def __init__(self, layers: int, components: int, length: int, width: int, key_dim: int) -> None:
+        super().__init__()
+        self.prompts = nn.Parameter(torch.zeros(layers, components, length, width))
+        self.keys = nn.Parameter(torch.zeros(layers, components, key_dim))
+        self.attention = nn.Parameter(torch.zeros(layers, components, key_dim))
+
+
+@register("coda_prompt")
+class CodaPrompt(PromptStrategy):
+    Config = CodaConfig
+    checkpoint_attributes = ("head", "components")
+
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        cfg = self.cfg
+        self.check_layers("prompt_layers", cfg.prompt_layers)
+        if cfg.components > self.backbone.embed_dim:  # keys and attention vectors are orthonormal rows of that size
+            raise UserError(f"coda_prompt option components={cfg.components} exceeds the query dimension "
+                            f"{self.backbone.embed_dim}; at most that many components can be orthonormal")
+        self.components = CodaComponents(len(cfg.prompt_layers), cfg.components, cfg.prompt_length,
+                                         self.visual_width, self.backbone.embed_dim).to(self.device)
+        self.slice = (0, 0)  # [s, f) of the task in training
+
+    def components_per_task(self, first_task_classes: int) -> int:
+        n_tasks = len(self.class_names) // first_task_classes
+        per_task = self.cfg.components // n_tasks
+        if per_task < 1:
+            raise UserError(f"coda_prompt has {self.cfg.components} components for {n_tasks} tasks; "
+                            "give at least one per task")
+        return per_task
+
+    @property
+    def per_task(self) -> int:
+        """Components per task (0 before the first task)."""
+        return self.components_per_task(len(self.task_classes[0])) if self.task_classes else 0
+
+    def setup_task(self, task: int, classes: list[int]) -> None:
+        super().setup_task(task, classes)
+        per_task = self.components_per_task(len(self.task_classes[0]) if self.task_classes else len(classes))
+        start, stop = task * per_task, (task + 1) * per_task
+        self.slice = (start, stop)
+        with torch.no_grad():
+            for parameter in self.components.parameters():
+                for layer in range(parameter.shape[0]):
+                    flat = parameter[layer].view(parameter.shape[1], -1)
+                    flat.copy_(gram_schmidt(flat, start, stop))
+
+    def used(self, parameter: torch.Tensor, train: bool) -> torch.Tensor:
+        """The components in use: [0, f) of the seen tasks at test; at training [0, s) detached and
+        the task's own [s, f) learning."""
+        start, stop = self.slice if train else (0, len(self.task_classes) * self.per_task)
+        return torch.cat([parameter[:, :start].detach(), parameter[:, start:stop]], dim=1)
+
+    def prefixes(self, query: torch.Tensor, train: bool) -> tuple[dict, torch.Tensor]:
+        prompts = self.used(self.components.prompts, train)
+        keys, attention = self.used(self.components.keys, train), self.used(self.components.attention, train)
+        half = self.cfg.prompt_length // 2
+        out = {}
+        for i, layer in enumerate(self.cfg.prompt_layers):
+            alpha = component_weights(query, keys[i], attention[i])  # [B, M]
+            prompt = torch.einsum("bm,mld->bld", alpha, prompts[i])
+            out[layer] = (prompt[:, :half], prompt[:, half:])
+        return out, query.new_zeros(())
+
+    def extra_trainable_parameters(self) -> list:
+        return [*self.components.parameters(), *super().extra_trainable_parameters()]
