@@ -310,12 +310,21 @@ SECTIONS = ("evaluation", "inference", "training_step", "text", "strategies", "m
 DEFAULT_SECTIONS = SECTIONS[:5]  # magmax_memory reads the process's peak memory: run it alone
 
 
-# Each strategy's evaluation limit in visual-tower images, as a multiple of the test images: a frozen
-# tower is needed once; every other strategy has one visual model (or one new branch) per task.
-FROZEN_VISUAL_TOWER = frozenset({"continual_clip"})
-# Training options that keep this count fast; the count does not depend on them.
+# Each strategy's evaluation limit in visual-tower images over T stages, as (once per stream, once
+# per stage) multiples of the test images: a frozen tower is needed once (Continual-CLIP, CLAP;
+# APER's pretrained and adapted branches, both frozen after task 1); a prompt method needs its frozen query
+# once and one prompted forward a stage; every other strategy has one visual model (or one new
+# branch) per stage.
+PROMPT_METHODS = frozenset({"l2p_pp", "dualprompt", "coda_prompt"})
+EVALUATION_LIMIT = {"continual_clip": (1, 0), "clap": (1, 0), "aper_adapter": (2, 0),
+                    **{name: (1, 1) for name in PROMPT_METHODS}}
+# Training options that keep this count fast (the count does not depend on them), and prompt blocks
+# and components that fit the tiny model (4 visual blocks, 64-d queries).
 QUICK_TRAINING = {"continual_clip": {}, "gr4cil": {"epochs": 1, "compensation_epochs": 1},
-                  "mg_clip": {"epochs": 1, "visual_epochs": 1}}
+                  "mg_clip": {"epochs": 1, "visual_epochs": 1},
+                  "dualprompt": {"epochs": 1, "e_layers": [2, 3]},
+                  "coda_prompt": {"epochs": 1, "prompt_layers": [0, 1, 2, 3], "components": 60},
+                  "clap": {"epochs": 1, "samples": 2}}
 
 
 def strategy_evaluation_forwards(n_tasks: int, per_task: int, strategies: list[str] | None = None) -> dict:
@@ -343,7 +352,8 @@ def strategy_evaluation_forwards(n_tasks: int, per_task: int, strategies: list[s
         finally:
             hook.remove()
         n_images = len(stream.test_set)
-        limit = n_images * (1 if name in FROZEN_VISUAL_TOWER else n_tasks)
+        once, per_stage_limit = EVALUATION_LIMIT.get(name, (0, 1))
+        limit = n_images * (once + per_stage_limit * n_tasks)
         out[name] = {"test_images": n_images, "visual_images_per_stage": per_stage,
                      "visual_images": sum(per_stage), "limit": limit, "over_limit": sum(per_stage) / limit}
     return out

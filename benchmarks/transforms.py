@@ -47,7 +47,8 @@ def eval_transform(
 #   (MOE4CL, MagMax).
 # "rrc_flip": RandomResizedCrop (torchvision's default scale (0.08, 1.0)) and a horizontal flip, the
 #   CODA-Prompt codebase's train transform (L2P++, DualPrompt, CODA-Prompt).
-TRAIN_AUGMENTATIONS = ("paper", "paper-scaled", "none", "rrc90", "rrc_flip")
+# "flip": the eval transform plus a horizontal flip (CLAP's train transform).
+TRAIN_AUGMENTATIONS = ("paper", "paper-scaled", "none", "rrc90", "rrc_flip", "flip")
 PAPER_CROP_PADDING = 4
 PAPER_INPUT_SIZE = 224
 
@@ -76,6 +77,9 @@ def train_transform(
         raise ValueError(f"augmentation must be one of {TRAIN_AUGMENTATIONS}, not {augmentation!r}")
     if augmentation == "none":
         return eval_transform(image_size, mean, std)
+    if augmentation == "flip":
+        return T.Compose([T.Lambda(_to_rgb), T.Resize(image_size, interpolation=T.InterpolationMode.BICUBIC),
+                          T.CenterCrop(image_size), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(mean, std)])
     if augmentation == "rrc_flip":
         return T.Compose([T.Lambda(_to_rgb), T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(),
                           T.ToTensor(), T.Normalize(mean, std)])

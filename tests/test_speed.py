@@ -59,12 +59,15 @@ def test_interleaved_rounds_rotate_the_order():
 
 def test_strategy_evaluation_forwards_meet_their_limits():
     results = speed.main(["--tasks", "2", "--classes-per-task", "3", "--only", "strategies",
-                          "--strategies", "continual_clip,gr4cil,adaptervlm,magmax"])["strategies"]
+                          "--strategies", "continual_clip,gr4cil,adaptervlm,magmax,l2p_pp,aper_adapter,clap"])["strategies"]
     n_images = 2 * 3 * 2  # 6 classes, 2 test images each
     assert results["continual_clip"]["visual_images_per_stage"] == [n_images, 0]  # the frozen tower, once
     for name in ("gr4cil", "adaptervlm"):  # frozen branches cached: only the new branch runs
         assert results[name]["visual_images_per_stage"] == [n_images, n_images]
     assert results["magmax"]["visual_images_per_stage"] == [n_images, n_images]  # the merged model, once a stage
+    assert results["l2p_pp"]["visual_images_per_stage"] == [2 * n_images, n_images]  # the query once, then prompted
+    assert results["aper_adapter"]["visual_images_per_stage"] == [2 * n_images, 0]  # both branches frozen after task 1
+    assert results["clap"]["visual_images_per_stage"] == [n_images, 0]  # the frozen tower, once
     assert all(r["over_limit"] == 1.0 for r in results.values())
 
 

@@ -1,0 +1,108 @@
+"""CLAP (BASELINES.md section 13), replay-free: the language-aware initialisation, frozen past
+encoders, scores against the formula, batch-size independence with the per-image VGA context, the
+parameter count, and runs that repeat, save/load and resume exactly."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from benchmarks.backbone import BackboneSpec, create_clip
+from benchmarks.streams import build_stream
+from benchmarks.transforms import eval_transform
+from conftest import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
+from strategies.clap import CLAP, language_aware_init, task_mask
+
+SUITE = three_task_suite("clap", "epochs = 2\nbatch_size = 20\neval_batch_size = 100\nlr = 0.01\nsamples = 4\n"
+                                 "vga_feedforward = 128", augmentation="flip")
+
+
+def _strategy_and_stream(tmp_path):
+    path = tmp_path / "suite.toml"
+    path.write_text(SUITE)
+    strategy, _, data = strategy_from_suite(path)
+    backbone = strategy.backbone
+    transform = eval_transform(backbone.image_size, backbone.mean, backbone.std)
+    return strategy, build_stream(data, 3, list(range(15)), transform, transform)
+
+
+def test_language_aware_init_is_t_transpose_t_over_c():
+    generator = torch.Generator().manual_seed(0)
+    templates = F.normalize(torch.randn(3, 5, 8, generator=generator), dim=-1)  # [C, M, d]
+    w_mu, w_sigma = language_aware_init(templates)
+    mean = F.normalize(templates.mean(1), dim=-1)
+    expected_mu = sum(torch.outer(mean[c], mean[c]) for c in range(3)) / 3
+    variance = ((templates - templates.mean(1, keepdim=True)) ** 2).mean(1)
+    expected_sigma = sum(torch.outer(variance[c], variance[c]) for c in range(3)) / 3
+    torch.testing.assert_close(w_mu, expected_mu, atol=1e-6, rtol=0)
+    torch.testing.assert_close(w_sigma, expected_sigma, atol=1e-6, rtol=0)
+
+
+def test_each_class_attends_to_its_own_task_only():
+    mask = task_mask([2, 1], "cpu")
+    assert mask.tolist() == [[False, False, True], [False, False, True], [True, True, False]]
+
+
+def test_encoders_start_language_aware_and_past_ones_never_change(tmp_path):
+    strategy, stream = _strategy_and_stream(tmp_path)
+    strategy.learn(stream.train_stream[0])
+    first = {k: v.detach().clone() for k, v in strategy.encoders[0].state_dict().items()}
+    strategy.learn(stream.train_stream[1])
+    assert all(torch.equal(v, first[k]) for k, v in strategy.encoders[0].state_dict().items())
+    strategy.setup_task(2, stream.tasks[2])  # a new pair, before its training
+    w_mu, _ = language_aware_init(strategy.class_templates(stream.tasks[2]))
+    torch.testing.assert_close(strategy.encoders[2].mu.weight, w_mu, atol=1e-6, rtol=0)
+
+
+def test_scores_follow_the_formula_and_do_not_depend_on_the_batch(tmp_path):
+    strategy, stream = _strategy_and_stream(tmp_path)
+    strategy.learn(stream.train_stream[0])
+    strategy.learn(stream.train_stream[1])
+    images = torch.stack([stream.test_set[i][0] for i in range(7)])
+    scores = strategy.scores(images)
+    one_by_one = torch.cat([strategy.scores(images[i:i + 1]) for i in range(7)])
+    torch.testing.assert_close(one_by_one, scores, atol=1e-5, rtol=1e-5)  # batch size 1 vs 7
+    with torch.no_grad():  # s <v, t + VGA + mu + sigma eps>, averaged over the R samples
+        v = strategy.backbone.encode_image(images, normalize=True)
+        classes = [c for t in strategy.task_classes for c in t]
+        text = strategy.class_text(classes)
+        queries = text.unsqueeze(0).expand(7, -1, -1)
+        adapted = queries + strategy.vga(queries, v.unsqueeze(1), tgt_mask=task_mask([5, 5], "cpu"))
+        noise = torch.cat(strategy.evaluation_noise(), dim=2)
+        mus, sigmas = zip(*(strategy.encoders[i](adapted[:, 5 * i:5 * i + 5]) for i in range(2)))
+        z = torch.cat(mus, 1) + torch.cat(sigmas, 1) * noise
+        expected = strategy.backbone.logit_scale * torch.einsum("bd,rbcd->rbc", v, adapted + z).mean(0)
+    torch.testing.assert_close(scores, expected, atol=1e-4, rtol=1e-5)
+
+
+def test_trainable_parameters_match_baselines_md():
+    torch.manual_seed(0)
+    vit = CLAP(backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)), class_names=[str(c) for c in range(100)],
+               config=CLAP.Config(prompt_ensemble=""), show_progress=False)
+    assert vit.trainable_parameter_count() == 4_204_032  # the VGA
+    for task in range(10):
+        vit.setup_task(task, list(range(10 * task, 10 * task + 10)))
+    assert vit.trainable_parameter_count() == 9_457_152  # + 10 encoder pairs of 525,312
+
+
+@pytest.fixture(scope="module")
+def clap_run(tmp_path_factory):
+    return run_one_run_suite(tmp_path_factory.mktemp("clap"), SUITE, "--save-models")
+
+
+def test_a_run_learns_repeats_saves_and_resumes_exactly(clap_run, tmp_path, monkeypatch):
+    from benchmarks import run
+    from benchmarks.results import iter_results
+
+    suite, results, reference = clap_run
+    assert reference["summary"]["last_acc"] > 100 / 15 * 2
+    assert run.main(["--suite", str(suite), "--results-dir", str(tmp_path / "again"), "--quiet"]) == 0
+    (repeat,) = [r for _, r in iter_results(tmp_path / "again")]
+    assert repeat["stages"] == reference["stages"]
+    first, _, _ = strategy_from_suite(suite)
+    second, _, _ = strategy_from_suite(suite)
+    for strategy in (first, second):
+        strategy.load_model(results / "synthetic" / "clap" / "T3-seed0.model")
+    images = torch.randn(5, 3, 32, 32)
+    assert len(first.encoders) == 3 and torch.equal(first.scores(images), second.scores(images))
+    resumed = killed_and_resumed(monkeypatch, CLAP, suite, tmp_path / "resumed", task=2)
+    assert resumed["stages"] == reference["stages"]
