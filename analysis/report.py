@@ -8,6 +8,7 @@ Writes, under the output folder::
     figures/<name>.png, .pdf         one per figure (see ``analysis.figures.FIGURES``)
     figures/acc_matrix/<run>.png, .pdf
     report.md                        all tables, links to the figures, and what was skipped
+    REPRODUCIBILITY.md               one row per strategy (``analysis.reproducibility``)
 
 A table or figure whose inputs are missing is skipped with a one-line note on stderr. By default
 every table also shows the paper's numbers ("[paper]" rows) and the difference ("Δ" rows). The
@@ -89,6 +90,9 @@ def build_report(results_dir: str | Path, out_dir: str | Path, with_paper: bool 
         except MissingInputs as reason:
             items.append(ReportItem(name, "figure", skipped=str(reason)))
     atomic_write_text(out_dir / "report.md", _index(items, markdown, inputs.notes, out_dir))
+    from analysis.reproducibility import write_reproducibility
+
+    items.append(ReportItem("reproducibility", "table", [write_reproducibility(results_dir, out_dir / "REPRODUCIBILITY.md")]))
     return items
 
 

@@ -413,3 +413,35 @@ def test_cost_figure_has_every_method_that_ran_under_its_paper_label(report):
     labels = {r["label"] for role in ("main", "ablation") for r in report["runs"][role] if r["dataset"] == "cifar100"}
     assert set(frame["label"]) == {paper_tables.row_label(label) for label in labels}
     assert {"GR4CIL", "Continual-CLIP", "my_new_method"} <= set(frame["label"])
+
+
+def test_reproducibility_has_one_row_per_strategy_and_fills_real_data_from_results(tmp_path):
+    from analysis.reproducibility import reproducibility_markdown
+    from strategies.registry import available
+
+    empty = reproducibility_markdown(tmp_path / "none")
+    rows = [line for line in empty.splitlines() if line.startswith("| `")]
+    assert sorted(line.split("`")[1] for line in rows) == sorted(available())
+    assert all(line.rstrip().endswith("| not yet run |") for line in rows)
+    for paper_row in ("L2P++", "DualPrompt", "CODA", "Aper-Adapter", "CLAP", "AdapterVLM", "MG-CLIP", "MOE4CL",
+                      "MagMax", "Continual-CLIP", "GR4CIL"):
+        assert f"| {paper_row} |" in empty
+    assert "CIFAR-100 81.90 / 73.08" in empty  # L2P++'s Table 1 cell
+    rng = np.random.default_rng(0)
+    runs = [_result("l2p_pp", "cifar100", 10, seed, rng) for seed in (0, 1)]
+    for run in runs:
+        _write(tmp_path / "results", run)
+    _write(tmp_path / "results", _result("l2p_pp", "synthetic", 10, 0, rng))
+    filled = reproducibility_markdown(tmp_path / "results")
+    (row,) = [line for line in filled.splitlines() if line.startswith("| `l2p_pp`")]
+    avg = np.mean([r["summary"]["avg_acc"] for r in runs])
+    last = np.mean([r["summary"]["last_acc"] for r in runs])
+    assert f"CIFAR-100 {avg:.2f} / {last:.2f} (2 seeds)" in row and "miniature" in row
+
+
+def test_the_committed_reproducibility_file_is_the_generated_one():
+    from analysis.reproducibility import reproducibility_markdown
+
+    root = Path(__file__).resolve().parents[1]
+    assert (root / "REPRODUCIBILITY.md").read_text() == reproducibility_markdown(root / "results"), \
+        "regenerate it: python -m analysis.reproducibility"
