@@ -48,7 +48,9 @@ def eval_transform(
 # "rrc_flip": RandomResizedCrop (torchvision's default scale (0.08, 1.0)) and a horizontal flip, the
 #   CODA-Prompt codebase's train transform (L2P++, DualPrompt, CODA-Prompt).
 # "flip": the eval transform plus a horizontal flip (CLAP's train transform).
-TRAIN_AUGMENTATIONS = ("paper", "paper-scaled", "none", "rrc90", "rrc_flip", "flip")
+# "rrc05_flip": RandomResizedCrop (scale (0.05, 1.0), ratio (3/4, 4/3)) and a flip, the RevisitingCIL
+#   ViT augmentation (an option of APER-Adapter).
+TRAIN_AUGMENTATIONS = ("paper", "paper-scaled", "none", "rrc90", "rrc_flip", "flip", "rrc05_flip")
 PAPER_CROP_PADDING = 4
 PAPER_INPUT_SIZE = 224
 
@@ -80,9 +82,10 @@ def train_transform(
     if augmentation == "flip":
         return T.Compose([T.Lambda(_to_rgb), T.Resize(image_size, interpolation=T.InterpolationMode.BICUBIC),
                           T.CenterCrop(image_size), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(mean, std)])
-    if augmentation == "rrc_flip":
-        return T.Compose([T.Lambda(_to_rgb), T.RandomResizedCrop(image_size), T.RandomHorizontalFlip(),
-                          T.ToTensor(), T.Normalize(mean, std)])
+    if augmentation in ("rrc_flip", "rrc05_flip"):
+        scale = (0.05, 1.0) if augmentation == "rrc05_flip" else (0.08, 1.0)
+        return T.Compose([T.Lambda(_to_rgb), T.RandomResizedCrop(image_size, scale=scale, ratio=(3 / 4, 4 / 3)),
+                          T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(mean, std)])
     if augmentation == "rrc90":
         return T.Compose([T.Lambda(_to_rgb), T.RandomResizedCrop(image_size, scale=(0.9, 1.0),
                                                                  interpolation=T.InterpolationMode.BICUBIC),

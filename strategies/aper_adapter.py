@@ -48,7 +48,7 @@ class AperConfig(StrategyConfig):
     optimizer: str = "sgd"
     momentum: float = 0.9
     schedule: str = "cosine_epoch"
-    train_augmentation: str = "none"
+    train_augmentation: str = "none"  # "rrc05_flip": the RevisitingCIL ViT augmentation
     bottleneck: int = 64
     adapter_dropout: float = 0.1
     adapter_scale: float = 0.1

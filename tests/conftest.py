@@ -126,3 +126,37 @@ def strategy_from_suite(suite, **options):
     strategy = strategy_cls(backbone=create_clip(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"])),
                             class_names=data.class_names, config=config, show_progress=False)
     return strategy, spec, data
+
+
+def strategy_and_stream(root, text: str, n_tasks: int = 3):
+    """A fresh strategy for the first run of suite ``text`` (written under ``root``) and its stream
+    in the suite's class order 0..C-1, both splits under the eval transform."""
+    from benchmarks.streams import build_stream
+    from benchmarks.transforms import eval_transform
+
+    path = root / "strategy-suite.toml"
+    path.write_text(text)
+    strategy, _, data = strategy_from_suite(path)
+    backbone = strategy.backbone
+    transform = eval_transform(backbone.image_size, backbone.mean, backbone.std)
+    return strategy, build_stream(data, n_tasks, list(range(len(data.class_names))), transform, transform)
+
+
+def check_save_load_and_resume(run, strategy_cls, tmp_path, monkeypatch):
+    """For a finished ``run_one_run_suite(..., "--save-models")``: two strategies loaded from the
+    saved model score alike, and a run killed at task 2 resumes to the same stages. Returns one of
+    the loaded strategies."""
+    import torch
+
+    suite, results, reference = run
+    first, _, _ = strategy_from_suite(suite)
+    second, _, _ = strategy_from_suite(suite)
+    saved = results / reference["dataset"] / reference["label"] / f"T{reference['n_tasks']}-seed{reference['seed']}.model"
+    for strategy in (first, second):
+        strategy.load_model(saved)
+    images = torch.randn(5, 3, 32, 32)
+    assert len(first.seen_classes) == len(reference["class_order"])
+    assert torch.equal(first.scores(images), second.scores(images))
+    resumed = killed_and_resumed(monkeypatch, strategy_cls, suite, tmp_path / "resumed", task=2)
+    assert resumed["stages"] == reference["stages"]
+    return first

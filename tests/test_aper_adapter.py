@@ -8,26 +8,15 @@ import torch.nn.functional as F
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.backbone.mlp_adapters import mlp_adapter_parameter_count
-from benchmarks.streams import build_stream
-from benchmarks.transforms import eval_transform
-from conftest import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
+from conftest import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, three_task_suite
 from strategies.aper_adapter import AperAdapter
 
 SUITE = three_task_suite("aper_adapter", "epochs = 3\nbatch_size = 20\neval_batch_size = 100\nlr = 0.05",
                          augmentation="none")
 
 
-def _strategy_and_stream(tmp_path):
-    path = tmp_path / "suite.toml"
-    path.write_text(SUITE)
-    strategy, _, data = strategy_from_suite(path)
-    backbone = strategy.backbone
-    transform = eval_transform(backbone.image_size, backbone.mean, backbone.std)
-    return strategy, build_stream(data, 3, list(range(15)), transform, transform)
-
-
 def test_the_adapted_tower_equals_the_pretrained_one_at_initialisation(tmp_path):
-    strategy, stream = _strategy_and_stream(tmp_path)
+    strategy, stream = strategy_and_stream(tmp_path, SUITE)
     images = torch.stack([stream.test_set[i][0] for i in range(4)])
     phi = strategy.phi(images)
     d = strategy.backbone.embed_dim
@@ -35,7 +24,7 @@ def test_the_adapted_tower_equals_the_pretrained_one_at_initialisation(tmp_path)
 
 
 def test_adapters_train_on_task_one_only_and_prototypes_are_class_means(tmp_path):
-    strategy, stream = _strategy_and_stream(tmp_path)
+    strategy, stream = strategy_and_stream(tmp_path, SUITE)
     initial = [p.detach().clone() for p in strategy.backbone.mlp_adapter_parameters()]
     strategy.learn(stream.train_stream[0])
     after_first = [p.detach().clone() for p in strategy.backbone.mlp_adapter_parameters()]
@@ -75,14 +64,6 @@ def aper_run(tmp_path_factory):
 
 
 def test_a_run_learns_and_saves_and_resumes_exactly(aper_run, tmp_path, monkeypatch):
-    suite, results, reference = aper_run
-    assert reference["summary"]["last_acc"] > 100 / 15 * 2
-    first, _, _ = strategy_from_suite(suite)
-    second, _, _ = strategy_from_suite(suite)
-    for strategy in (first, second):
-        strategy.load_model(results / "synthetic" / "aper_adapter" / "T3-seed0.model")
-    images = torch.randn(5, 3, 32, 32)
-    assert first.prototypes.shape == (15, 128)
-    assert torch.equal(first.scores(images), second.scores(images))
-    resumed = killed_and_resumed(monkeypatch, AperAdapter, suite, tmp_path, task=2)
-    assert resumed["stages"] == reference["stages"]
+    assert aper_run[2]["summary"]["last_acc"] > 100 / 15 * 2
+    loaded = check_save_load_and_resume(aper_run, AperAdapter, tmp_path, monkeypatch)
+    assert loaded.prototypes.shape == (15, 128)

@@ -7,22 +7,11 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.backbone import BackboneSpec, create_clip
-from benchmarks.streams import build_stream
-from benchmarks.transforms import eval_transform
-from conftest import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
+from conftest import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, three_task_suite
 from strategies.clap import CLAP, language_aware_init, task_mask
 
 SUITE = three_task_suite("clap", "epochs = 2\nbatch_size = 20\neval_batch_size = 100\nlr = 0.01\nsamples = 4\n"
                                  "vga_feedforward = 128", augmentation="flip")
-
-
-def _strategy_and_stream(tmp_path):
-    path = tmp_path / "suite.toml"
-    path.write_text(SUITE)
-    strategy, _, data = strategy_from_suite(path)
-    backbone = strategy.backbone
-    transform = eval_transform(backbone.image_size, backbone.mean, backbone.std)
-    return strategy, build_stream(data, 3, list(range(15)), transform, transform)
 
 
 def test_language_aware_init_is_t_transpose_t_over_c():
@@ -43,7 +32,7 @@ def test_each_class_attends_to_its_own_task_only():
 
 
 def test_encoders_start_language_aware_and_past_ones_never_change(tmp_path):
-    strategy, stream = _strategy_and_stream(tmp_path)
+    strategy, stream = strategy_and_stream(tmp_path, SUITE)
     strategy.learn(stream.train_stream[0])
     first = {k: v.detach().clone() for k, v in strategy.encoders[0].state_dict().items()}
     strategy.learn(stream.train_stream[1])
@@ -54,7 +43,7 @@ def test_encoders_start_language_aware_and_past_ones_never_change(tmp_path):
 
 
 def test_scores_follow_the_formula_and_do_not_depend_on_the_batch(tmp_path):
-    strategy, stream = _strategy_and_stream(tmp_path)
+    strategy, stream = strategy_and_stream(tmp_path, SUITE)
     strategy.learn(stream.train_stream[0])
     strategy.learn(stream.train_stream[1])
     images = torch.stack([stream.test_set[i][0] for i in range(7)])
@@ -98,11 +87,5 @@ def test_a_run_learns_repeats_saves_and_resumes_exactly(clap_run, tmp_path, monk
     assert run.main(["--suite", str(suite), "--results-dir", str(tmp_path / "again"), "--quiet"]) == 0
     (repeat,) = [r for _, r in iter_results(tmp_path / "again")]
     assert repeat["stages"] == reference["stages"]
-    first, _, _ = strategy_from_suite(suite)
-    second, _, _ = strategy_from_suite(suite)
-    for strategy in (first, second):
-        strategy.load_model(results / "synthetic" / "clap" / "T3-seed0.model")
-    images = torch.randn(5, 3, 32, 32)
-    assert len(first.encoders) == 3 and torch.equal(first.scores(images), second.scores(images))
-    resumed = killed_and_resumed(monkeypatch, CLAP, suite, tmp_path / "resumed", task=2)
-    assert resumed["stages"] == reference["stages"]
+    loaded = check_save_load_and_resume(clap_run, CLAP, tmp_path, monkeypatch)
+    assert len(loaded.encoders) == 3

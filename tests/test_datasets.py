@@ -355,6 +355,8 @@ def test_rrc_flip_is_the_coda_prompt_codebases_crop_and_flip() -> None:
     assert any(isinstance(t, T.RandomHorizontalFlip) for t in steps)
     image = Image.fromarray(np.random.RandomState(3).randint(0, 256, (40, 30, 3), dtype=np.uint8))
     assert train_transform(32, augmentation="rrc_flip")(image).shape == (3, 32, 32)
+    (wide,) = [t for t in train_transform(32, augmentation="rrc05_flip").transforms if isinstance(t, T.RandomResizedCrop)]
+    assert wide.scale == (0.05, 1.0) and wide.ratio == (3 / 4, 4 / 3)  # APER's RevisitingCIL option
 
 
 def test_transformed_dataset_applies_the_transform_and_pickles() -> None:

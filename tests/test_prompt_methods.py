@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from benchmarks.backbone import BackboneSpec, create_clip
-from conftest import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
+from conftest import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, strategy_from_suite, three_task_suite
 from strategies.base import coda_cosine_factor
 from strategies.l2p_pp import L2PPlusPlus
 from strategies.prompting import cosine_matrix, key_loss, prefix_from_prompts, select_prompts
@@ -83,13 +83,7 @@ def test_a_run_learns_with_the_backbone_frozen(l2p_run):
 
 
 def test_past_head_rows_do_not_change_and_selection_is_per_image(tmp_path):
-    strategy, spec, data = strategy_from_suite(_suite_file(tmp_path))
-    from benchmarks.streams import build_stream
-    from benchmarks.transforms import eval_transform
-
-    backbone = strategy.backbone
-    transform = eval_transform(backbone.image_size, backbone.mean, backbone.std)
-    stream = build_stream(data, 3, list(range(15)), transform, transform)
+    strategy, stream = strategy_and_stream(tmp_path, SUITE)
     strategy.cfg.epochs = 1
     strategy.learn(stream.train_stream[0])
     first = [c for c in strategy.seen_classes]
@@ -104,27 +98,8 @@ def test_past_head_rows_do_not_change_and_selection_is_per_image(tmp_path):
     assert torch.equal(strategy.last_selection, expected)
 
 
-def _suite_file(tmp_path):
-    path = tmp_path / "suite.toml"
-    path.write_text(SUITE)
-    return path
-
-
-def test_save_load_gives_identical_scores(l2p_run):
-    suite, results, _ = l2p_run
-    first, _, _ = strategy_from_suite(suite)
-    second, _, _ = strategy_from_suite(suite)
-    for strategy in (first, second):
-        strategy.load_model(results / "synthetic" / "l2p_pp" / "T3-seed0.model")
-    images = torch.randn(5, 3, 32, 32)
-    assert len(first.seen_classes) == 15
-    assert torch.equal(first.scores(images), second.scores(images))
-
-
-def test_killed_run_resumes_with_identical_results(l2p_run, tmp_path, monkeypatch):
-    suite, _, reference = l2p_run
-    resumed = killed_and_resumed(monkeypatch, L2PPlusPlus, suite, tmp_path, task=2)
-    assert resumed["stages"] == reference["stages"]
+def test_save_load_and_resume_are_exact(l2p_run, tmp_path, monkeypatch):
+    check_save_load_and_resume(l2p_run, L2PPlusPlus, tmp_path, monkeypatch)
 
 
 # ---------------------------------------------------------------- DualPrompt
@@ -144,14 +119,7 @@ def test_dualprompt_trainable_parameters_match_baselines_md():
 
 
 def test_dualprompt_trains_only_the_tasks_own_prompt_and_key(tmp_path):
-    path = tmp_path / "dual.toml"
-    path.write_text(DUAL)
-    strategy, spec, data = strategy_from_suite(path)
-    from benchmarks.streams import build_stream
-    from benchmarks.transforms import eval_transform
-
-    transform = eval_transform(strategy.backbone.image_size, strategy.backbone.mean, strategy.backbone.std)
-    stream = build_stream(data, 3, list(range(15)), transform, transform)
+    strategy, stream = strategy_and_stream(tmp_path, DUAL)
     strategy.cfg.epochs = 1
     before = strategy.prompts.e.detach().clone(), strategy.prompts.keys.detach().clone()
     strategy.learn(stream.train_stream[0])
@@ -204,16 +172,8 @@ def dual_run(tmp_path_factory):
 def test_dualprompt_learns_and_saves_and_resumes_exactly(dual_run, tmp_path, monkeypatch):
     from strategies.dualprompt import DualPrompt
 
-    suite, results, reference = dual_run
-    assert reference["summary"]["last_acc"] > 100 / 15 * 2
-    first, _, _ = strategy_from_suite(suite)
-    second, _, _ = strategy_from_suite(suite)
-    for strategy in (first, second):
-        strategy.load_model(results / "synthetic" / "dualprompt" / "T3-seed0.model")
-    images = torch.randn(5, 3, 32, 32)
-    assert torch.equal(first.scores(images), second.scores(images))
-    resumed = killed_and_resumed(monkeypatch, DualPrompt, suite, tmp_path, task=2)
-    assert resumed["stages"] == reference["stages"]
+    assert dual_run[2]["summary"]["last_acc"] > 100 / 15 * 2
+    check_save_load_and_resume(dual_run, DualPrompt, tmp_path, monkeypatch)
 
 
 def test_prompt_blocks_beyond_the_model_are_one_line(tmp_path):
@@ -267,14 +227,7 @@ def test_coda_trainable_parameters_match_baselines_md():
 
 
 def test_coda_slices_new_components_per_task_and_never_changes_old_ones(tmp_path):
-    path = tmp_path / "coda.toml"
-    path.write_text(CODA)
-    strategy, _, data = strategy_from_suite(path)
-    from benchmarks.streams import build_stream
-    from benchmarks.transforms import eval_transform
-
-    transform = eval_transform(strategy.backbone.image_size, strategy.backbone.mean, strategy.backbone.std)
-    stream = build_stream(data, 3, list(range(15)), transform, transform)
+    strategy, stream = strategy_and_stream(tmp_path, CODA)
     strategy.cfg.epochs = 1
     strategy.learn(stream.train_stream[0])
     assert strategy.per_task == 4
@@ -309,11 +262,4 @@ def test_coda_learns_repeats_and_resumes_exactly(coda_run, tmp_path, monkeypatch
     assert run.main(["--suite", str(suite), "--results-dir", str(again), "--quiet"]) == 0
     (repeat,) = [r for _, r in iter_results(again)]
     assert repeat["stages"] == reference["stages"]  # two CPU runs with the same seed
-    first, _, _ = strategy_from_suite(suite)
-    second, _, _ = strategy_from_suite(suite)
-    for strategy in (first, second):
-        strategy.load_model(results / "synthetic" / "coda_prompt" / "T3-seed0.model")
-    images = torch.randn(5, 3, 32, 32)
-    assert first.per_task == 4 and torch.equal(first.scores(images), second.scores(images))
-    resumed = killed_and_resumed(monkeypatch, CodaPrompt, suite, tmp_path / "resumed", task=2)
-    assert resumed["stages"] == reference["stages"]
+    assert check_save_load_and_resume(coda_run, CodaPrompt, tmp_path, monkeypatch).per_task == 4

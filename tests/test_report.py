@@ -445,3 +445,17 @@ def test_the_committed_reproducibility_file_is_the_generated_one():
     root = Path(__file__).resolve().parents[1]
     assert (root / "REPRODUCIBILITY.md").read_text() == reproducibility_markdown(root / "results"), \
         "regenerate it: python -m analysis.reproducibility"
+
+
+def test_table_one_has_every_row_of_the_papers_table_one_when_every_strategy_ran(tmp_path):
+    from strategies.registry import available
+
+    rng = np.random.default_rng(1)
+    for name in available():
+        for dataset in ("cifar100", "imagenet_r", "imagenet100", "imagenet1k"):
+            _write(tmp_path / "results", _result(name, dataset, 10, 0, rng))
+    build_report(tmp_path / "results", tmp_path / "out", only=["table1_main"])
+    _, rows = _md_rows({"out": tmp_path / "out"}, "table1_main")
+    paper = load_paper_reference()
+    for paper_row in dict.fromkeys(paper[paper["table"] == "table1_main"]["row"]):
+        assert f"{paper_row} [paper]" in rows and f"{paper_row.removesuffix(' (Ours)')} Δ" in rows, paper_row
