@@ -15,6 +15,7 @@ import argparse
 import sys
 from collections import defaultdict
 from pathlib import Path
+from statistics import fmean
 
 from analysis.paper_tables import DATASET_NAMES, PAPER_DATASETS, PAPER_METHOD_NAMES, load_paper_reference, row_label
 from benchmarks.errors import UserError
@@ -40,8 +41,9 @@ PROVENANCE = {
 MINIATURE = "synthetic"
 
 
-def _mean(values: list[float]) -> float:
-    return sum(values) / len(values)
+def _avg_last(runs: list[dict]) -> str:
+    """"Avg / Last", each the mean over ``runs``."""
+    return " / ".join(f"{fmean(r['summary'][metric] for r in runs):.2f}" for metric in ("avg_acc", "last_acc"))
 
 
 def _paper_numbers(paper, label: str) -> str:
@@ -86,15 +88,12 @@ def reproducibility_markdown(results_dir: str | Path) -> str:
         miniature = results.get((name, MINIATURE), [])
         offline = f"tests: {tests}"
         if miniature:
-            offline += (f"; miniature {_mean([r['summary']['avg_acc'] for r in miniature]):.2f} / "
-                        f"{_mean([r['summary']['last_acc'] for r in miniature]):.2f}")
+            offline += f"; miniature {_avg_last(miniature)}"
         real = []
         for dataset in PAPER_DATASETS:
             runs = [r for r in results.get((name, dataset), []) if r["n_tasks"] == 10]
             if runs:
-                real.append(f"{DATASET_NAMES[dataset]} {_mean([r['summary']['avg_acc'] for r in runs]):.2f} / "
-                            f"{_mean([r['summary']['last_acc'] for r in runs]):.2f} ({len(runs)} seed"
-                            f"{'s' if len(runs) > 1 else ''})")
+                real.append(f"{DATASET_NAMES[dataset]} {_avg_last(runs)} ({len(runs)} seed{'s' if len(runs) > 1 else ''})")
         lines.append(f"| `{name}` | {row_label(name)} | {source} | {offline} | {_paper_numbers(paper, name)} | "
                      f"{'; '.join(real) or 'not yet run'} |")
     lines.append("")

@@ -174,7 +174,7 @@ def launch_slurm(runs: list, store: ResultStore, hashes: dict[RunKey, str], job_
 
     watched = {**held, **submitted}
     if not wait:
-        finished = [spec.key for spec in runs if run_state(store, spec.key, hashes[spec.key]).state == "finished"]
+        finished = [key for key, state in states.items() if state.state == "finished"]  # read before submitting
         if len(finished) < len(runs):
             print(f"not waiting: {len(finished)} of {len(runs)} run(s) finished. Watch them with python -m "
                   f"benchmarks.status --results-dir {store.root}; rerun this command to collect the results",

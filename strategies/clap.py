@@ -37,6 +37,7 @@ RECIPE (CIFAR-100 10 tasks):
 | schedule | linear warm-up over 30 % of the steps, cosine to lr x 1e-3, per iteration | code: classifier/utils.py |
 | batch / epochs | 32 / 5 | code: README, defaults |
 | train augmentation | flip | code: dataset/incremental_dataloader.py |
+| precision | trainables fp32 under autocast (official: cast to CLIP's fp16) | decision |
 | replay | none | D5 |
 """
 

@@ -117,7 +117,7 @@ class CodaPrompt(PromptStrategy):
 
     def setup_task(self, task: int, classes: list[int]) -> None:
         super().setup_task(task, classes)
-        per_task = self.components_per_task(len(self.task_classes[0]) if self.task_classes else len(classes))
+        per_task = self.per_task or self.components_per_task(len(classes))  # the first task sets the split
         start, stop = task * per_task, (task + 1) * per_task
         self.slice = (start, stop)
         with torch.no_grad():

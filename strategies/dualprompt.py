@@ -143,7 +143,3 @@ class DualPrompt(PromptStrategy):
 
     def extra_trainable_parameters(self) -> list:
         return [*self.prompts.parameters(), *super().extra_trainable_parameters()]
-
-    def trainable_parameter_count(self) -> int:
-        """G, one E-prompt and key (set) per task of the pool, and the head."""
-        return sum(p.numel() for p in self.extra_trainable_parameters())

@@ -169,4 +169,5 @@ class PromptStrategy(CLIPStrategy):
         return list(self.head.parameters())
 
     def trainable_parameter_count(self) -> int:
+        """Everything the method learns outside the frozen backbone (pool or prompts, keys, head)."""
         return sum(p.numel() for p in self.extra_trainable_parameters())
