@@ -3,7 +3,10 @@
 ``python -m benchmarks.loading [--workers 0,2] [--model tiny-clip-32] [--epochs 2] [--device cpu]``
 measures, for each worker count, on the first task of the smoke stream (synthetic, 10 tasks):
 
-* ``loader``: images/s of the training loader alone (decode, augment, collate, pin);
+* ``loader``: images/s of the suite's training loader alone (decode, augment, collate, pin), whose
+  shuffle and augmentation draws are seeded per sample (``benchmarks.loaders``);
+* ``plain loader``: the same with a plain torch ``DataLoader`` (global generator), timed in the same
+  run, alternating pass by pass; ``seeding_cost`` is plain / seeded images per second;
 * ``training``: images/s of ``strategy.learn`` (sequential fine-tuning, one visual and one text
   LoRA) on that task: loading and training steps together, as a run does them.
 
@@ -71,14 +74,18 @@ def measure(model: str, workers: int, epochs: int, batch_size: int, n_train_per_
                           train_transform(backbone.image_size, backbone.mean, backbone.std, "paper"),
                           eval_transform(backbone.image_size, backbone.mean, backbone.std))
     experience = stream.train_stream[0]
-    loader = torch.utils.data.DataLoader(experience.dataset.train(), batch_size=batch_size, shuffle=True,
-                                         **strategy.loader_options())
-    start = time.perf_counter()
-    for _ in range(epochs):
-        for images, *_ in loader:
-            images.to(device, non_blocking=True)
-    loader_seconds = time.perf_counter() - start
-    del loader  # its workers end with it
+    dataset = experience.dataset.train()
+    loaders = {"seeded": strategy.data_loader(dataset, batch_size, shuffle=True, passes=epochs, purpose="train"),
+               "plain": torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=True,
+                                                    **strategy.loader_options())}
+    seconds = dict.fromkeys(loaders, 0.0)
+    for epoch in range(epochs):  # alternate, each pass in a rotated order, so drift hits both alike
+        for kind in list(loaders)[epoch % 2:] + list(loaders)[:epoch % 2]:
+            start = time.perf_counter()
+            for images, *_ in loaders[kind]:
+                images.to(device, non_blocking=True)
+            seconds[kind] += time.perf_counter() - start
+    del loaders  # their workers end with them
 
     start = time.perf_counter()
     strategy.learn(experience)
@@ -87,7 +94,9 @@ def measure(model: str, workers: int, epochs: int, batch_size: int, n_train_per_
     training_seconds = time.perf_counter() - start
     images = epochs * len(experience.dataset)
     return {"workers": workers, "loader_workers": loader_workers(probe.loader),
-            "images": images, "loader_images_per_second": images / loader_seconds,
+            "images": images, "loader_images_per_second": images / seconds["seeded"],
+            "plain_loader_images_per_second": images / seconds["plain"],
+            "seeding_cost": seconds["seeded"] / seconds["plain"],
             "training_images_per_second": images / training_seconds}
 
 

@@ -226,7 +226,7 @@ def _compute(spec: RunSpec, store: ResultStore, data_root: str, strategy_cls, st
                           train_transform(backbone.image_size, backbone.mean, backbone.std, strategy_cfg.train_augmentation),
                           eval_transform(backbone.image_size, backbone.mean, backbone.std))
     strategy = strategy_cls(backbone=backbone, class_names=stream.class_names, config=strategy_cfg,
-                            device=spec.device, precision=spec.precision, show_progress=show_progress)
+                            device=spec.device, precision=spec.precision, show_progress=show_progress, seed=spec.seed)
     targets = np.asarray(stream.test_targets)
 
     checkpoint_dir = store.checkpoint_dir(spec.key)

@@ -162,9 +162,8 @@ class AdapterVLM(CLIPStrategy):
             backbone = self.backbone
             ood = self.adapted_dataset.replace_current_transform_group(patch_shuffled_train_transform(
                 backbone.image_size, backbone.mean, backbone.std, self.cfg.train_augmentation, self.cfg.patch_grid))
-            order = torch.Generator().manual_seed(int(torch.randint(2**31 - 1, ())))
-            self._ood_loader = torch.utils.data.DataLoader(ood, batch_size=self.cfg.batch_size, shuffle=True,
-                                                           generator=order, **self.loader_options())
+            self._ood_loader = self.data_loader(ood, batch_size=self.cfg.batch_size, shuffle=True,
+                                                passes=self.train_epochs, purpose="pseudo-ood")
             self._ood_batches = iter(self._ood_loader)
         try:
             images = next(self._ood_batches)[0]

@@ -19,7 +19,7 @@ own ``strategy.eval`` sees the same scores, one column per class id (``scores_by
 its accuracy metrics equal the runner's. The base class
 owns the optimiser (AdamW with a per-iteration cosine schedule), the precision (the backbone's
 towers run under autocast and return fp32 features, so scores and losses are fp32; fp16 scales
-the loss), the data loaders (workers, pinned memory), the progress bar, LoRA bookkeeping, and
+the loss), the data loaders (workers, pinned memory, draws seeded per sample), the progress bar, LoRA bookkeeping, and
 checkpoint state (safetensors tensors + JSON metadata, the loss scaler included).
 """
 
@@ -45,6 +45,7 @@ from tqdm.auto import tqdm
 
 from benchmarks.backbone import CLIPBackbone, PreparedPrompts
 from benchmarks.errors import UserError
+from benchmarks.loaders import seeded_loader
 from benchmarks.precision import loss_scaler, resolve_precision
 from benchmarks.prompts import PROMPT_ENSEMBLES, templates
 from benchmarks.transforms import TRAIN_AUGMENTATIONS
@@ -70,6 +71,14 @@ def warmup_cosine_factor(step: int, total: int, warmup: int, min_ratio: float) -
 
 
 StateValue = torch.Tensor | list | dict | torch.nn.Module | None
+
+LOADER_KWARGS = ("num_workers", "persistent_workers", "pin_memory", "collate_fn", "multiprocessing_context")
+
+
+def _loader_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
+    """The loader options among the keyword arguments of ``strategy.train`` / ``eval`` (Avalanche
+    passes every one of them on; ``pin_memory=None`` means its default, off)."""
+    return {k: v for k, v in kwargs.items() if k in LOADER_KWARGS and v is not None}
 
 
 def pack_state(value: StateValue) -> tuple[str, dict[str, torch.Tensor]]:
@@ -220,11 +229,14 @@ class CLIPStrategy(SupervisedTemplate):
 
     def __init__(self, *, backbone: CLIPBackbone, class_names: list[str], config: StrategyConfig,
                  device: str | torch.device = "cpu", precision: str = "auto", show_progress: bool = True,
-                 **avalanche_kwargs):
+                 seed: int | None = None, **avalanche_kwargs):
         """``precision``: fp32, fp16 (autocast and a loss scaler) or bf16; "auto" is fp16 on CUDA and
-        fp32 elsewhere, or fp32 everywhere for a config with ``amp = False``. ``avalanche_kwargs``
-        (``plugins``, ``evaluator``, ...) go to ``SupervisedTemplate``."""
+        fp32 elsewhere, or fp32 everywhere for a config with ``amp = False``. ``seed``: the run seed
+        that every loader's shuffle and augmentation draws derive from (``benchmarks.loaders``); by
+        default torch's initial seed, so ``torch.manual_seed(s)`` before building the strategy sets
+        it. ``avalanche_kwargs`` (``plugins``, ``evaluator``, ...) go to ``SupervisedTemplate``."""
         device = torch.device(device)
+        self.seed = int(torch.initial_seed() if seed is None else seed)
         self.backbone = backbone.to(device)
         self.precision = resolve_precision(precision, device, config.amp)
         self.backbone.set_precision(self.precision)
@@ -374,13 +386,23 @@ class CLIPStrategy(SupervisedTemplate):
         workers = self.cfg.num_workers
         return {"num_workers": workers, "persistent_workers": workers > 0, "pin_memory": self.device.type == "cuda"}
 
+    def loader_key(self, purpose: str) -> tuple[int, int, str]:
+        """What a loader's draws derive from: (run seed, task index, purpose)."""
+        return self.seed, len(self.task_classes), purpose
+
     def data_loader(self, dataset, batch_size: int | None = None, shuffle: bool = False,
-                    passes: int = 1) -> DataLoader:
+                    passes: int = 1, purpose: str = "eval") -> DataLoader:
         """A loader over ``dataset`` with ``loader_options``, for the strategy's own passes
-        (evaluation, prototypes, second stages); with several ``passes`` its workers stay alive."""
+        (evaluation, prototypes, second stages); with several ``passes`` its workers stay alive.
+
+        Its shuffle and every augmentation draw depend only on (run seed, task, ``purpose``, pass,
+        sample index), never on the worker count (``benchmarks.loaders``): give each loader that
+        augments or shuffles a purpose of its own, so its draws differ from other loaders'.
+        """
         options = self.loader_options()
         options["persistent_workers"] = options["persistent_workers"] and passes > 1
-        return DataLoader(dataset, batch_size=batch_size or self.cfg.eval_batch_size, shuffle=shuffle, **options)
+        return seeded_loader(dataset, self.loader_key(purpose), batch_size or self.cfg.eval_batch_size,
+                             shuffle=shuffle, **options)
 
     @torch.no_grad()
     def score_dataset(self, dataset, cache_key: str | None = None) -> torch.Tensor:
@@ -483,13 +505,18 @@ class CLIPStrategy(SupervisedTemplate):
         self.model = self.model_adaptation()
         self.make_optimizer()
 
-    def make_train_dataloader(self, **kwargs):
-        # Avalanche's defaults are 0 workers; the config's workers apply unless the caller says otherwise.
-        super().make_train_dataloader(**{**self.loader_options(), **kwargs})
+    # Avalanche's defaults are 0 workers; the config's workers apply unless the caller says otherwise.
+    # Both loaders are seeded ones (``data_loader``), so Avalanche's own ``train`` and ``eval`` give
+    # the same numbers whatever the worker count.
+    def make_train_dataloader(self, shuffle: bool = True, drop_last: bool = False, **kwargs):
+        options = {**self.loader_options(), **_loader_kwargs(kwargs)}
+        self.dataloader = seeded_loader(self.adapted_dataset, self.loader_key("train"), self.train_mb_size,
+                                        shuffle=shuffle, drop_last=drop_last, **options)
 
-    def make_eval_dataloader(self, **kwargs):
-        options = {**self.loader_options(), "persistent_workers": False}
-        super().make_eval_dataloader(**{**options, **kwargs})
+    def make_eval_dataloader(self, shuffle: bool = False, **kwargs):
+        options = {**self.loader_options(), "persistent_workers": False, **_loader_kwargs(kwargs)}
+        self.dataloader = seeded_loader(self.adapted_dataset, self.loader_key("avalanche-eval"), self.eval_mb_size,
+                                        shuffle=shuffle, **options)
 
     def make_optimizer(self, **kwargs):
         params = [p for p in self.backbone.parameters() if p.requires_grad]

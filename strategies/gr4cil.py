@@ -339,7 +339,7 @@ class GR4CIL(CLIPStrategy):
         optimizer = torch.optim.Adam([weight], lr=self.cfg.compensation_lr)
         self.backbone.set_adapters(visual=adapter, text="text")
         loader = self.data_loader(self.adapted_dataset.train(), batch_size=self.cfg.batch_size, shuffle=True,
-                                  passes=self.cfg.compensation_epochs)
+                                  passes=self.cfg.compensation_epochs, purpose="compensation")
         for _ in range(self.cfg.compensation_epochs):
             for images, targets, *_ in loader:
                 with torch.no_grad():

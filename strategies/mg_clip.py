@@ -145,7 +145,7 @@ class MGCLIP(CLIPStrategy):
         total = self.cfg.probe_epochs
         untrained, negatives = self._mean_non_target_logit(), []
         loader = self.data_loader(self.adapted_dataset.train(), batch_size=self.cfg.batch_size, shuffle=True,
-                                  passes=total)
+                                  passes=total, purpose="probe")
         for epoch in range(total):
             for group in optimizer.param_groups:
                 group["lr"] = self.cfg.lr * warmup_cosine_factor(epoch, total, 0, self.cfg.min_lr_ratio)
@@ -185,7 +185,7 @@ class MGCLIP(CLIPStrategy):
         rows = torch.nn.Parameter(init.to(self.device))
         optimizer = torch.optim.Adam([rows], lr=self.cfg.visual_lr)
         loader = self.data_loader(self.adapted_dataset.train(), batch_size=self.cfg.visual_batch_size, shuffle=True,
-                                  passes=self.cfg.visual_epochs)
+                                  passes=self.cfg.visual_epochs, purpose="visual-classifier")
         total = self.cfg.visual_epochs * len(loader)
         step = 0
         for _ in range(self.cfg.visual_epochs):

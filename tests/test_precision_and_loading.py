@@ -238,21 +238,36 @@ threshold_holdout = 0.25
 """
 
 
-@pytest.mark.slow
-@pytest.mark.parametrize("method", ["forkserver", "spawn"])
-def test_training_and_zero_shot_run_with_workers_under_every_start_method(tmp_path, method):
-    """Nothing that crosses to a worker may be a lambda or a local function (Python 3.14 makes
-    forkserver Linux's default; macOS uses spawn)."""
-    suite = tmp_path / "workers.toml"
-    suite.write_text(WORKER_SUITE)
+def _run_with_start_method(root, method: str, workers: int):
+    suite = root / f"workers-{method}-{workers}.toml"
+    suite.write_text(WORKER_SUITE.replace("num_workers = 2", f"num_workers = {workers}"))
     code = ("import multiprocessing, sys; multiprocessing.set_start_method(sys.argv[1]); "
             "from benchmarks import run; sys.exit(run.main(sys.argv[2:]))")
+    results = root / f"r-{method}-{workers}"
     proc = subprocess.run([sys.executable, "-c", code, method, "--suite", str(suite), "--results-dir",
-                           str(tmp_path / "r"), "--quiet"], capture_output=True, text=True, timeout=600)
+                           str(results), "--quiet"], capture_output=True, text=True, timeout=600)
     assert proc.returncode == 0, proc.stderr[-3000:]
-    result = _result(tmp_path / "r", "gr4cil")
+    return results
+
+
+@pytest.fixture(scope="module")
+def without_workers(tmp_path_factory):
+    return _run_with_start_method(tmp_path_factory.mktemp("no-workers"), "fork", 0)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_training_and_zero_shot_run_with_workers_under_every_start_method(tmp_path, method, without_workers):
+    """Nothing that crosses to a worker may be a lambda or a local function (Python 3.14 makes
+    forkserver Linux's default; macOS uses spawn); and the numbers are those of a run with no
+    workers (``benchmarks.loaders``)."""
+    from test_seeded_loading import numbers_of_runs
+
+    results = _run_with_start_method(tmp_path, method, 2)
+    result = _result(results, "gr4cil")
     assert result["config"]["strategy_config"]["num_workers"] == 2
     assert result["zero_shot"]["synthetic"]["n_test"] == 100 * 20  # the target's whole test split
+    assert numbers_of_runs(results) == numbers_of_runs(without_workers)
 
 
 # --------------------------------------------------------------------------- text
