@@ -69,9 +69,14 @@ REQUIRED_KEYS = ("schema_version", "strategy", "label", "dataset", "n_tasks", "s
                  "class_order", "tasks", "stages", "summary", "env", "cost")
 
 
+#: config entries that record, not determine: left out of the hash
+UNHASHED_CONFIG_KEYS = ("option_sources",)
+
+
 def config_hash(config: dict) -> str:
-    """A stable hash of a resolved config (key order does not matter)."""
-    blob = json.dumps(config, sort_keys=True, separators=(",", ":"))
+    """A stable hash of a resolved config (key order does not matter; ``UNHASHED_CONFIG_KEYS`` left out)."""
+    blob = json.dumps({k: v for k, v in config.items() if k not in UNHASHED_CONFIG_KEYS},
+                      sort_keys=True, separators=(",", ":"))
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 

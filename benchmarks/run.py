@@ -14,6 +14,7 @@ import contextlib
 import errno
 import json
 import multiprocessing
+import re
 import sys
 import time
 import warnings
@@ -39,7 +40,7 @@ from benchmarks.results import CHECKPOINT_STATE, SCHEMA_VERSION, ResultStore, Ru
 from benchmarks.status import run_state
 from benchmarks.streams import build_stream, split_classes
 from benchmarks.suites import RunSpec, expand, load_suite
-from benchmarks.transforms import TRAIN_AUGMENTATIONS, eval_transform, train_transform
+from benchmarks.transforms import eval_transform, train_transform
 from strategies.registry import get_strategy
 
 
@@ -102,20 +103,21 @@ def _load_data(spec: RunSpec, data_root: str):
 def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
     """The strategy class, its config, and the fully resolved run config (hashed for caching).
 
-    The train augmentation is the strategy's own default unless the suite's dataset options set
-    ``train_augmentation``, which then wins (the config records the one used). Precision "auto"
-    resolves with the strategy's ``amp`` (fp32 for a method that is fp32 officially)."""
+    Options come from the suite's tables, most specific first (``benchmarks.suites``), then the
+    strategy's defaults; ``config.option_sources`` records where each field's value came from
+    (not hashed: it names a cause, not a value). Precision "auto" resolves with the strategy's
+    ``amp`` (fp32 for a method that is fp32 officially)."""
     strategy_cls = get_strategy(spec.strategy)
-    options = dict(spec.strategy_options)
-    if "train_augmentation" in spec.dataset_options:
-        augmentation = spec.dataset_options["train_augmentation"]
-        if augmentation not in TRAIN_AUGMENTATIONS:
-            raise UserError(f"dataset option train_augmentation={augmentation!r} is not one of "
-                            f"{list(TRAIN_AUGMENTATIONS)}")
-        options["train_augmentation"] = augmentation
-    strategy_cfg = strategy_cls.Config.from_dict(options, spec.strategy)
+    try:
+        strategy_cfg = strategy_cls.Config.from_dict(dict(spec.strategy_options), spec.strategy)
+    except UserError as err:
+        named = {k for k in spec.option_sources if re.search(rf"\b{k}\s*=|'{k}'", str(err))}
+        where = sorted({f"[{spec.option_sources[k]}]" for k in named})
+        raise UserError(f"{err} (set in {', '.join(where)})" if where else str(err)) from None
     precision = resolve_precision(spec.precision, spec.device, strategy_cfg.amp)
-    config = {**spec.config, "precision": precision, "strategy_config": strategy_cfg.to_dict()}
+    sources = {name: spec.option_sources.get(name, "default") for name in strategy_cfg.to_dict()}
+    config = {**spec.config, "precision": precision, "strategy_config": strategy_cfg.to_dict(),
+              "option_sources": sources}
     return strategy_cls, strategy_cfg, config
 
 

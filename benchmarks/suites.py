@@ -26,6 +26,11 @@ runner executes those. Format (see ``benchmarks/suites/smoke.toml``)::
 
 Any option value may be a table keyed by dataset name, e.g. ``epochs = {cifar100 = 70,
 imagenet100 = 10}``; the run picks its dataset's entry.
+
+A strategy option set in more than one place resolves from the most specific table to the most
+general: ``[variants.LABEL]``, then ``[strategy.NAME]``, then ``[defaults]``, then
+``[dataset.NAME]`` (only ``train_augmentation`` is both a dataset and a strategy option), then the
+strategy's own default. Each result's ``config.option_sources`` says where each value came from.
 """
 
 from __future__ import annotations
@@ -57,12 +62,13 @@ class RunSpec:
     class_order: str
     backbone: dict[str, Any]
     dataset_options: dict[str, Any]
-    strategy_options: dict[str, Any]
+    strategy_options: dict[str, Any]  # every option the suite sets for the run, resolved (strategy_options())
     device: str
     config: dict[str, Any] = field(compare=False)
     zero_shot_targets: tuple[str, ...] = ()
     precision: str = "fp32"  # resolved: fp32 | fp16 | bf16
     deterministic: bool = False
+    option_sources: dict[str, str] = field(default_factory=dict, compare=False)  # option -> suite table
 
     @property
     def key(self) -> RunKey:
@@ -126,6 +132,28 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
                                 f"valid: {', '.join(sorted(names))}")
 
 
+#: strategy options a ``[dataset.NAME]`` table may set for every strategy run on that dataset
+DATASET_LEVEL_OPTIONS = ("train_augmentation",)
+
+
+def strategy_options(suite: dict[str, Any], label: str, dataset: str) -> tuple[dict[str, Any], dict[str, str]]:
+    """The suite's options for run ``label`` on ``dataset``, and the table each came from, most
+    general first so that the most specific wins (module docstring); the strategy's own defaults
+    fill in the rest later."""
+    variant = suite.get("variants", {}).get(label, {})
+    strategy = variant.get("strategy", label)
+    dataset_table = suite.get("dataset", {}).get(dataset, {})
+    layers = [(f"dataset.{dataset}", {k: v for k, v in dataset_table.items() if k in DATASET_LEVEL_OPTIONS}),
+              ("defaults", suite.get("defaults", {})),
+              (f"strategy.{strategy}", suite.get("strategy", {}).get(strategy, {})),
+              (f"variants.{label}", {k: v for k, v in variant.items() if k != "strategy"})]
+    options, sources = {}, {}
+    for source, table in layers:
+        for key, value in _for_dataset(table, dataset).items():
+            options[key], sources[key] = value, source
+    return options, sources
+
+
 def _for_dataset(options: dict[str, Any], dataset: str) -> dict[str, Any]:
     """Pick per-dataset entries: ``{"epochs": {"cifar100": 70}}`` -> ``{"epochs": 70}``."""
     resolved = {}
@@ -179,21 +207,22 @@ def expand(suite: dict[str, Any], *, strategies: list[str] | None = None,
     for dataset in datasets or suite["datasets"]:
         dataset_options = suite.get("dataset", {}).get(dataset, {})
         for label in strategies or suite["strategies"]:
-            variant = variants.get(label, {})
-            strategy = variant.get("strategy", label)
-            options = {**suite.get("defaults", {}), **suite.get("strategy", {}).get(strategy, {}),
-                       **{k: v for k, v in variant.items() if k != "strategy"}}
-            options = _for_dataset(options, dataset)
+            strategy = variants.get(label, {}).get("strategy", label)
+            options, sources = strategy_options(suite, label, dataset)
+            # The hashed config keeps the suite's own tables as written (dataset options stay with the
+            # dataset), so a run's identity does not change with how its options were layered.
+            suite_level = {k: v for k, v in options.items()
+                           if not (k in DATASET_LEVEL_OPTIONS and sources[k].startswith("dataset."))}
             for n_tasks in tasks or suite["tasks"]:
                 for seed in seeds or suite["seeds"]:
                     config = {"strategy": strategy, "label": label, "dataset": dataset,
                               "dataset_options": dataset_options, "n_tasks": n_tasks, "seed": seed,
                               "class_order": order, "backbone": backbone,
-                              "strategy_options": options, "device": resolved_device,
+                              "strategy_options": suite_level, "device": resolved_device,
                               "precision": resolved_precision, "deterministic": deterministic}
                     if targets:
                         config["zero_shot_targets"] = list(targets)
                     runs.append(RunSpec(label, strategy, dataset, n_tasks, seed, order, backbone,
                                         dataset_options, options, resolved_device, config, targets,
-                                        resolved_precision, deterministic))
+                                        resolved_precision, deterministic, sources))
     return runs

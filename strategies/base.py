@@ -160,7 +160,7 @@ class StrategyConfig:
     prompt_ensemble: str = ""  # "" (prompt_template alone), "cifar" (18) or "imagenet" (80 templates)
     num_workers: int = 0
     # The method's own train augmentation (benchmarks.transforms.TRAIN_AUGMENTATIONS); a suite's
-    # dataset option train_augmentation, where set, wins.
+    # tables override it, the most specific first (benchmarks.suites).
     train_augmentation: str = "paper"
     # Optimiser and schedule (read by the base ``make_optimizer``; BASELINES.md section 2.3).
     optimizer: str = "adamw"  # "adamw" | "adam" | "sgd"
