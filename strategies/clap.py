@@ -8,15 +8,18 @@ Paper row "CLAP" (BASELINES.md section 13; facts from the paper and its code, no
   feature (``vga_context = "image"``) or the whole batch's (``"batch"``, the official quirk, D4).
   adapted_c = t_c + VGA_c.
 * Task i's encoder: mu_i = Linear(d, d), sigma_i = softplus(Linear(d, d)) * 0.999 + 0.001, on
-  adapted_c of its classes; its weights start language-aware, W_mu = T^T T / C and W_sigma =
-  V^T V / C (T: the template-mean features of the task's C classes, V: their per-class template
-  variance; ``language_aware_init``). After its task an encoder never changes.
+  adapted_c of its classes; its weights start language-aware, W_mu = E^T E / d and W_sigma =
+  V^T V / d over every class seen so far, the task's included (E: each class's mean of its
+  normalised template features, not renormalised; V: their unbiased per-class variance over the
+  templates; d the embedding width; ``language_aware_init``). After its task an encoder never
+  changes.
 * logit_c = s <v, t_c + VGA_c + z_c>, z_c ~ N(mu_c, sigma_c), R samples; v the normalised frozen
   image feature, the sum not renormalised. ``scores``: the mean over the R samples.
 * Loss at task t, on the R x B logits over all seen classes, global targets: CE + ``kl_weight`` *
   KL(q_t || N(0, I)) (the current encoder; mean over images and classes, sum over dimensions) +
-  ``lasp_weight`` * LASP: for each of the current classes, a CE over the current classes that asks
-  each of its template features to be nearest (cosine, times s) to its own sampled z.
+  ``lasp_weight`` * LASP: S = the mean over samples and templates of F_k z^T, a C x C matrix of raw
+  dot products between the current classes' template features and their sampled z (no logit
+  scale, no normalisation); LASP = CE(S, 0..C-1), once per step (``lasp_loss``).
 
 Deviations: evaluation draws the R noise vectors once per stage (seeded by the stage), shared by
 every image, so a score does not depend on the evaluation batch or order (the official code draws
@@ -33,7 +36,7 @@ RECIPE (CIFAR-100 10 tasks):
 | encoders | per task, mu and sigma Linear(512, 512), sigma = softplus * 0.999 + 0.001; language-aware init | code: continual_clip_variational.py |
 | samples R | 20 | code: `--forward-times 20` |
 | loss | CE over the seen classes + 0.001 KL + 15 LASP | code: README command |
-| optimiser | SGD, momentum 0, wd 0, lr 1.6e-3 (1e-3 x batch / 20) | code: main_incremental_submit.py |
+| optimiser | SGD, momentum 0, wd 0, lr = 1e-3 x batch / 20 (1.6e-3 at batch 32; `lr = 0` applies the rule) | code: main_incremental_submit.py |
 | schedule | linear warm-up over 30 % of the steps, cosine to lr x 1e-3, per iteration | code: classifier/utils.py |
 | batch / epochs | 32 / 5 | code: README, defaults |
 | train augmentation | flip | code: dataset/incremental_dataloader.py |
@@ -58,7 +61,7 @@ from strategies.registry import register
 class CLAPConfig(StrategyConfig):
     epochs: int = 5
     batch_size: int = 32
-    lr: float = 1.6e-3
+    lr: float = 0.0  # 0: the official rule, 1e-3 x batch_size / 20 (1.6e-3 at batch 32)
     weight_decay: float = 0.0
     optimizer: str = "sgd"
     momentum: float = 0.0
@@ -76,6 +79,8 @@ class CLAPConfig(StrategyConfig):
     vga_dropout: float = 0.1
 
     def __post_init__(self):
+        if self.lr == 0.0:
+            self.lr = 1e-3 * self.batch_size / 20
         super().__post_init__()
         if self.vga_context not in ("image", "batch"):
             raise UserError(f"clap option vga_context={self.vga_context!r} is not one of ['image', 'batch']")
@@ -96,13 +101,23 @@ class DistributionEncoder(nn.Module):
 
 
 def language_aware_init(template_features: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
-    """(W_mu, W_sigma) = (T^T T / C, V^T V / C) from the task's template features ``[C, M, d]``:
-    T the renormalised template mean of each class, V the per-class variance over the templates."""
-    classes = template_features.shape[0]
-    mean = F.normalize(template_features.mean(dim=1), dim=-1)
-    variance = template_features.var(dim=1, unbiased=False) if template_features.shape[1] > 1 \
+    """(W_mu, W_sigma) = (E^T E / d, V^T V / d) from the normalised template features ``[C, M, d]``
+    of every class seen so far: E the mean over templates of each class (not renormalised), V the
+    unbiased variance over templates (zero for a single template), d the embedding width."""
+    dim = template_features.shape[-1]
+    mean = template_features.mean(dim=1)
+    variance = template_features.var(dim=1, unbiased=True) if template_features.shape[1] > 1 \
         else torch.zeros_like(mean)
-    return mean.T @ mean / classes, variance.T @ variance / classes
+    return mean.T @ mean / dim, variance.T @ variance / dim
+
+
+def lasp_loss(templates: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
+    """LASP: CE(S, 0..C-1) with S = mean over samples r and templates k of F_k z_r^T, raw dot
+    products. ``templates``: ``[C, M, d]``, the current classes' normalised template features;
+    ``z``: ``[..., C, d]``, their sampled residuals (the mean runs over every leading dimension:
+    the R samples, and the images when the VGA context is per image)."""
+    similarity = templates.mean(dim=1) @ z.reshape(-1, *z.shape[-2:]).mean(dim=0).T  # linear in both means
+    return F.cross_entropy(similarity, torch.arange(len(templates), device=z.device))
 
 
 def task_mask(task_sizes: list[int], device) -> torch.Tensor:
@@ -182,21 +197,13 @@ class CLAP(CLIPStrategy):
             last, start = (mu, sigma, z), stop
         return torch.cat(columns, dim=2), last
 
-    def lasp_loss(self, classes: list[int], z: torch.Tensor) -> torch.Tensor:
-        """CE over the current classes: each template feature of class c should be nearest to c's z."""
-        templates = self.class_templates(classes)
-        similarity = self.backbone.logit_scale * torch.einsum(
-            "cmd,rbkd->rbcmk", templates, F.normalize(z, dim=-1))  # [R, B, C, M, C]
-        targets = torch.arange(len(classes), device=z.device).view(1, 1, -1, 1).expand(*similarity.shape[:-1])
-        return F.cross_entropy(similarity.reshape(-1, len(classes)), targets.reshape(-1))
-
     # ---------------------------------------------------------------- hooks
     def setup_task(self, task: int, classes: list[int]) -> None:
         self.backbone.set_adapters(visual=None, text=None)
         self.encoders.requires_grad_(False)  # earlier tasks' encoders are done
         encoder = DistributionEncoder(self.backbone.embed_dim).to(self.device)
         with torch.no_grad():
-            w_mu, w_sigma = language_aware_init(self.class_templates(classes))
+            w_mu, w_sigma = language_aware_init(self.class_templates(self.seen_classes + classes))
             encoder.mu.weight.copy_(w_mu)
             encoder.sigma.weight.copy_(w_sigma)
         self.encoders.append(encoder)
@@ -208,7 +215,7 @@ class CLAP(CLIPStrategy):
             image = self.backbone.encode_image(images, normalize=True)
         logits, (mu, sigma, z) = self.sample_logits(image, [*self.task_classes, self.current_classes], None)
         return CLAPOutput(logits.reshape(-1, logits.shape[-1]), kl_to_standard_normal(mu, sigma),
-                          self.lasp_loss(self.current_classes, z))
+                          lasp_loss(self.class_templates(self.current_classes), z))
 
     def compute_loss(self, output: CLAPOutput, local_targets: torch.Tensor) -> torch.Tensor:
         targets = (local_targets + len(self.seen_classes)).repeat(self.cfg.samples)  # global, per sample

@@ -2,28 +2,46 @@
 encoders, scores against the formula, batch-size independence with the per-image VGA context, the
 parameter count, and runs that repeat, save/load and resume exactly."""
 
+import math
+
 import pytest
 import torch
 import torch.nn.functional as F
 
 from benchmarks.backbone import BackboneSpec, create_clip
 from conftest import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, three_task_suite
-from strategies.clap import CLAP, language_aware_init, task_mask
+from strategies.clap import CLAP, language_aware_init, lasp_loss, task_mask
 
 SUITE = three_task_suite("clap", "epochs = 2\nbatch_size = 20\neval_batch_size = 100\nlr = 0.01\nsamples = 4\n"
                                  "vga_feedforward = 128", augmentation="flip")
 
 
-def test_language_aware_init_is_t_transpose_t_over_c():
-    generator = torch.Generator().manual_seed(0)
-    templates = F.normalize(torch.randn(3, 5, 8, generator=generator), dim=-1)  # [C, M, d]
+def test_language_aware_init_by_hand():
+    """BASELINES.md section 13: W_mu = E^T E / d, W_sigma = V^T V / d, E the template means (not
+    renormalised), V the unbiased variance over templates, d the width (here 2)."""
+    templates = torch.tensor([[[1.0, 0.0], [0.0, 1.0]],    # class 0: E = (0.5, 0.5), V = (0.5, 0.5)
+                              [[1.0, 0.0], [1.0, 0.0]]])   # class 1: E = (1, 0), V = (0, 0)
     w_mu, w_sigma = language_aware_init(templates)
-    mean = F.normalize(templates.mean(1), dim=-1)
-    expected_mu = sum(torch.outer(mean[c], mean[c]) for c in range(3)) / 3
-    variance = ((templates - templates.mean(1, keepdim=True)) ** 2).mean(1)
-    expected_sigma = sum(torch.outer(variance[c], variance[c]) for c in range(3)) / 3
-    torch.testing.assert_close(w_mu, expected_mu, atol=1e-6, rtol=0)
-    torch.testing.assert_close(w_sigma, expected_sigma, atol=1e-6, rtol=0)
+    torch.testing.assert_close(w_mu, torch.tensor([[0.625, 0.125], [0.125, 0.125]]), atol=1e-7, rtol=0)
+    torch.testing.assert_close(w_sigma, torch.tensor([[0.125, 0.125], [0.125, 0.125]]), atol=1e-7, rtol=0)
+    _, single = language_aware_init(templates[:, :1])  # one template: no variance
+    assert torch.equal(single, torch.zeros(2, 2))
+
+
+def test_lasp_is_one_cross_entropy_of_raw_dot_products_by_hand():
+    features = torch.eye(2).unsqueeze(1)  # [C=2, M=1, d=2]
+    z = torch.tensor([[[2.0, 0.0], [0.0, 0.0]], [[0.0, 0.0], [0.0, 2.0]]])  # R = 2 samples: mean z = I
+    assert lasp_loss(features, z).item() == pytest.approx(math.log(1 + math.exp(-1)), abs=1e-6)  # S = I
+    # no logit scale and no normalisation: z three times longer gives S = 3 I
+    assert lasp_loss(features, 3 * z).item() == pytest.approx(math.log(1 + math.exp(-3)), abs=1e-6)
+    # the mean runs over every leading dimension (samples, and images with a per-image context)
+    assert lasp_loss(features, z.unsqueeze(1).expand(2, 5, 2, 2)).item() == pytest.approx(lasp_loss(features, z).item())
+
+
+def test_the_learning_rate_follows_the_batch():
+    assert CLAP.Config().lr == pytest.approx(1.6e-3)  # batch 32
+    assert CLAP.Config(batch_size=64).lr == pytest.approx(3.2e-3)
+    assert CLAP.Config(batch_size=64, lr=0.01).lr == 0.01  # a suite's explicit value wins
 
 
 def test_each_class_attends_to_its_own_task_only():
@@ -37,8 +55,8 @@ def test_encoders_start_language_aware_and_past_ones_never_change(tmp_path):
     first = {k: v.detach().clone() for k, v in strategy.encoders[0].state_dict().items()}
     strategy.learn(stream.train_stream[1])
     assert all(torch.equal(v, first[k]) for k, v in strategy.encoders[0].state_dict().items())
-    strategy.setup_task(2, stream.tasks[2])  # a new pair, before its training
-    w_mu, _ = language_aware_init(strategy.class_templates(stream.tasks[2]))
+    strategy.setup_task(2, stream.tasks[2])  # a new pair, before its training: over every class seen so far
+    w_mu, _ = language_aware_init(strategy.class_templates(stream.tasks[0] + stream.tasks[1] + stream.tasks[2]))
     torch.testing.assert_close(strategy.encoders[2].mu.weight, w_mu, atol=1e-6, rtol=0)
 
 
