@@ -124,15 +124,39 @@ def test_shipped_checkpoint_is_a_faithful_miniature() -> None:
     assert stats.matched_cosine < min(stats.image_image_cosine, stats.text_text_cosine)
 
 
-@pytest.mark.slow
-def test_miniature_report_measures_the_smoke_cil_data(capsys):
-    """``python -m benchmarks.miniature_report --no-joint``: the smoke's faded domain against photo,
-    with the zero-shot and modality-gap targets met (exit 0)."""
+@pytest.fixture(scope="module")
+def report_without_joint():
+    """``python -m benchmarks.miniature_report --no-joint --quiet``: its exit code and output."""
+    import contextlib
+    import io
+
     from benchmarks.miniature_report import main as report_main
 
-    assert report_main(["--no-joint", "--quiet"]) == 0
-    out = capsys.readouterr().out
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        code = report_main(["--no-joint", "--quiet"])
+    return code, out.getvalue()
+
+
+@pytest.mark.slow
+def test_miniature_report_measures_the_smoke_cil_data(report_without_joint):
+    """The smoke's faded domain against photo, with the zero-shot and modality-gap targets met and
+    the cue-balance targets measured."""
+    code, out = report_without_joint
+    assert code in (0, 1)
+    for target in ("NCM minus zero-shot in [-8, +4] points", "linear probe minus NCM >= 10 points",
+                   "I-C < I-T on frozen features, head at its initialisation"):
+        assert f"target: {target}: " in out
     assert "domain faded, 100 classes, 5000 train / 2000 test images" in out
     assert "target: zero-shot in [40%, 65%]: met" in out
     assert "target: modality gap (matched below both within-modality cosines): met" in out
     assert "joint" not in out.split("target: modality gap")[1]
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 21, item 1: the shipped world misses the cue balance (NCM 21.8 points "
+                   "above zero-shot, the probe 5.3 above NCM, I-C 0.780 above I-T 0.616); a new world and "
+                   "checkpoint turn this into a pass")
+def test_the_miniature_meets_every_target(report_without_joint):
+    code, out = report_without_joint
+    assert "MISSED" not in out and code == 0, out
