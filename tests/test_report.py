@@ -459,3 +459,21 @@ def test_table_one_has_every_row_of_the_papers_table_one_when_every_strategy_ran
     paper = load_paper_reference()
     for paper_row in dict.fromkeys(paper[paper["table"] == "table1_main"]["row"]):
         assert f"{paper_row} [paper]" in rows and f"{paper_row.removesuffix(' (Ours)')} Δ" in rows, paper_row
+
+
+def test_ranking_agreement_by_hand_and_its_bootstrap_over_seeds():
+    from analysis.reproducibility import ranking_agreement
+
+    paper = {"a": 80.0, "b": 70.0, "c": 60.0, "d": 50.0}
+    same = ranking_agreement({k: [v / 2] for k, v in paper.items()}, paper)
+    assert same == (1.0, 1.0, 1.0, 4)  # one seed a row: the interval is the point
+    reverse = ranking_agreement({k: [-v] for k, v in paper.items()}, paper)
+    assert reverse[0] == -1.0
+    # one swapped pair of four rows: 5 concordant, 1 discordant pair, tau = (5 - 1) / 6
+    swapped = ranking_agreement({"a": [80.0], "b": [70.0], "c": [50.0], "d": [60.0]}, paper)
+    assert swapped[0] == pytest.approx(4 / 6)
+    # seeds that straddle the swap: the interval covers both orders and holds the point
+    noisy = ranking_agreement({"a": [80.0, 81.0], "b": [70.0, 69.0], "c": [59.0, 52.0], "d": [56.0, 58.0]}, paper,
+                              draws=500)
+    assert noisy[1] <= 4 / 6 + 1e-12 and noisy[2] == 1.0 and noisy[1] <= noisy[0] <= noisy[2]
+    assert ranking_agreement({"a": [1.0], "b": [2.0]}, paper) is None  # two rows rank nothing
