@@ -1,0 +1,82 @@
+"""No silent no-op: on the smoke-baselines recipe, every registered strategy that trains anything
+moves every tensor it trains in task 1, and its training loss falls (by 10 %, or below 1.0).
+
+Parametrised over the registry, so a new strategy file is covered without an edit here."""
+
+import pytest
+import torch
+from avalanche.core import SupervisedPlugin
+
+from benchmarks import run
+from benchmarks.backbone import BackboneSpec, create_clip
+from benchmarks.streams import build_stream
+from benchmarks.suites import expand, load_suite
+from benchmarks.transforms import eval_transform, train_transform
+from strategies.registry import available, get_strategy
+
+pytestmark = pytest.mark.slow
+
+# Known misses, each with its measured numbers; strict, so a fix shows up as an unexpected pass.
+KNOWN_MISSES = {
+    "aper_adapter": "the smoke-baselines recipe gives its task-1 adapters 80 SGD steps (officially 1,000 or more): "
+                    "its loss falls about 7 %, 2.304 to 2.143 (issue 21, item 2: every method on a tenth of its official steps)",
+}
+
+
+class TrainingRecord(SupervisedPlugin):
+    """What the optimiser trains at the start of the task, and the mean loss of every epoch."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.initial: dict[int, torch.Tensor] = {}
+        self.tensors: list[torch.Tensor] = []
+        self.epoch_losses: list[float] = []
+        self._losses: list[float] = []
+
+    def before_training_epoch(self, strategy, *args, **kwargs) -> None:
+        if not self.tensors:  # the optimiser of this task exists now (make_optimizer ran)
+            self.tensors = [p for group in strategy.optimizer.param_groups for p in group["params"]]
+            self.initial = {id(p): p.detach().clone() for p in self.tensors}
+        self._losses = []
+
+    def after_training_iteration(self, strategy, *args, **kwargs) -> None:
+        self._losses.append(float(strategy.loss.detach()))
+
+    def after_training_epoch(self, strategy, *args, **kwargs) -> None:
+        self.epoch_losses.append(sum(self._losses) / len(self._losses))
+        self.last_epoch_steps = list(self._losses)
+
+    def start_and_end_loss(self) -> tuple[float, float]:
+        """Mean loss of the first and the last epoch; with one epoch, of its first and last quarter of steps."""
+        if len(self.epoch_losses) > 1:
+            return self.epoch_losses[0], self.epoch_losses[-1]
+        steps = self.last_epoch_steps
+        quarter = max(1, len(steps) // 4)
+        return sum(steps[:quarter]) / quarter, sum(steps[-quarter:]) / quarter
+
+
+def _trains_something(name: str) -> bool:
+    return get_strategy(name).Config.min_epochs > 0
+
+
+@pytest.mark.parametrize("name", [n for n in available() if _trains_something(n)])
+def test_every_trained_tensor_moves_and_the_loss_falls_in_task_1(name, request):
+    if name in KNOWN_MISSES:
+        request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[name]))
+    (spec,) = expand(load_suite("smoke-baselines"), strategies=[name], device="cpu")
+    strategy_cls, config, _ = run.resolve(spec, "data")
+    data = run._load_data(spec, "data")
+    torch.manual_seed(0)
+    backbone = create_clip(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"]))
+    record = TrainingRecord()
+    strategy = strategy_cls(backbone=backbone, class_names=data.class_names, config=config, show_progress=False,
+                            seed=0, plugins=[record])
+    stream = build_stream(data, spec.n_tasks, run.resolve_class_order(spec.class_order, data.n_classes, spec.dataset),
+                          train_transform(backbone.image_size, backbone.mean, backbone.std, config.train_augmentation),
+                          eval_transform(backbone.image_size, backbone.mean, backbone.std))
+    strategy.learn(stream.train_stream[0])
+    assert record.tensors, f"{name} trained nothing in task 1"
+    still = [tuple(p.shape) for p in record.tensors if torch.equal(p.detach(), record.initial[id(p)])]
+    assert not still, f"{name}: {len(still)} of {len(record.tensors)} trained tensors never moved: {still[:5]}"
+    first, last = record.start_and_end_loss()
+    assert last <= 0.9 * first or last < 1.0, f"{name}: loss {first:.3f} -> {last:.3f} over {record.epoch_losses}"
