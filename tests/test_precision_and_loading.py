@@ -208,6 +208,8 @@ def test_loading_benchmark_reports_images_per_second_for_each_worker_count(tmp_p
     assert [row["loader_workers"] for row in results["rows"]] == [0, 2]
     for row in results["rows"]:
         assert row["images"] == 40 and row["loader_images_per_second"] > 0 and row["training_images_per_second"] > 0
+        assert row["seeding_cost"] == pytest.approx(row["plain_loader_images_per_second"]
+                                                    / row["loader_images_per_second"])
     assert results["rows"][0]["training_speedup"] == 1.0
 
 
