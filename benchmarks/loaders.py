@@ -63,14 +63,14 @@ class SeededSampler(Sampler[tuple[int, int]]):
         # Counted on the first draw, not on ``iter()``: a DataLoader may make an iterator it never uses.
         epoch = self.passes
         self.passes += 1
-        seeds = seed_words((*self.key, epoch, "augment"), self.n).tolist()
+        seeds = seed_words((*self.key, epoch, "augment"), self.n)  # an array: 8 bytes a sample
         if self.shuffle:
             order = torch.Generator().manual_seed(derive_seed(*self.key, epoch, "order"))
             indices = torch.randperm(self.n, generator=order).tolist()
         else:
             indices = range(self.n)
         for index in indices:
-            yield seeds[index], index
+            yield int(seeds[index]), index
 
 
 def _global_states() -> tuple:

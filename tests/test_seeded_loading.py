@@ -12,7 +12,8 @@ import torch
 from benchmarks.datasets import load_dataset
 from benchmarks.loaders import SeededSampler, SeededSamples, derive_seed, seed_words, seeded_loader
 from benchmarks.streams import build_stream
-from benchmarks.transforms import TRAIN_AUGMENTATIONS, PatchShuffle, eval_transform, train_transform
+from benchmarks.transforms import (TRAIN_AUGMENTATIONS, eval_transform, patch_shuffled_train_transform,
+                                   train_transform)
 from conftest import kill_in_task
 
 
@@ -103,18 +104,14 @@ def test_the_global_generators_are_untouched_by_building_and_exhausting_a_loader
     assert torch.equal(after[0], after[1])
 
 
-def test_patch_shuffles_and_eval_passes_are_the_same_in_workers(faded_images):
+def test_adaptervlms_patch_shuffled_augmentation_is_the_same_in_workers(faded_images):
     stream = build_stream(faded_images, 1, list(range(10)), eval_transform(32), eval_transform(32))
-    shuffled = stream.train_stream[0].dataset.replace_current_transform_group(_shuffle_then_eval())
-    main = _passes(seeded_loader(shuffled, (0, 0, "pseudo-ood"), 8, shuffle=True), 1)
-    workers = _passes(seeded_loader(shuffled, (0, 0, "pseudo-ood"), 8, shuffle=True, num_workers=2), 1)
-    assert all(torch.equal(a, b) for a, b in zip(main[0], workers[0]))
-
-
-def _shuffle_then_eval():
-    from torchvision import transforms as T
-
-    return T.Compose([PatchShuffle(4), eval_transform(32)])
+    shuffled = stream.train_stream[0].dataset.replace_current_transform_group(
+        patch_shuffled_train_transform(32, augmentation="paper-scaled", grid=4))
+    main = _passes(seeded_loader(shuffled, (0, 0, "pseudo-ood"), 8, shuffle=True), 2)
+    workers = _passes(seeded_loader(shuffled, (0, 0, "pseudo-ood"), 8, shuffle=True, num_workers=2), 2)
+    assert all(torch.equal(a, b) for pa, pb in zip(main, workers) for a, b in zip(pa, pb))
+    assert not torch.equal(torch.cat(main[0]), torch.cat(main[1]))  # the augmentation after the shuffle draws anew
 
 
 class _NumpyJitter:
