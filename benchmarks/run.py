@@ -39,7 +39,7 @@ from benchmarks.precision import PRECISIONS, resolve_precision
 from benchmarks.results import CHECKPOINT_STATE, SCHEMA_VERSION, ResultStore, RunKey, config_hash, iter_results, write_json
 from benchmarks.status import run_state
 from benchmarks.streams import build_stream, split_classes
-from benchmarks.suites import RunSpec, expand, load_suite
+from benchmarks.suites import RunSpec, dataset_loader_options, expand, load_suite
 from benchmarks.transforms import eval_transform, train_transform
 from strategies.registry import get_strategy
 
@@ -96,7 +96,7 @@ def _duration(seconds: float) -> str:
 
 
 def _load_data(spec: RunSpec, data_root: str):
-    options = {k: v for k, v in spec.dataset_options.items() if k != "train_augmentation"}  # not the loader's
+    options = dataset_loader_options(spec.dataset_options)
     return _dataset(spec.dataset, data_root, tuple(sorted(options.items())))
 
 

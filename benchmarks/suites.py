@@ -136,6 +136,11 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
 DATASET_LEVEL_OPTIONS = ("train_augmentation",)
 
 
+def dataset_loader_options(dataset_options: dict[str, Any]) -> dict[str, Any]:
+    """A ``[dataset.NAME]`` table without the strategy options it may hold: what the loader takes."""
+    return {k: v for k, v in dataset_options.items() if k not in DATASET_LEVEL_OPTIONS}
+
+
 def strategy_options(suite: dict[str, Any], label: str, dataset: str) -> tuple[dict[str, Any], dict[str, str]]:
     """The suite's options for run ``label`` on ``dataset``, and the table each came from, most
     general first so that the most specific wins (module docstring); the strategy's own defaults

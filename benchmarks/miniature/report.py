@@ -43,7 +43,7 @@ from benchmarks.errors import UserError
 from benchmarks.miniature.captions import PRETRAIN_HELD_OUT, ZERO_SHOT_PROMPT
 from benchmarks.miniature.world import default_class_ids
 from benchmarks.results import ResultStore
-from benchmarks.suites import RunSpec, expand, load_suite
+from benchmarks.suites import RunSpec, dataset_loader_options, expand, load_suite
 from benchmarks.streams import split_classes
 from benchmarks.transforms import eval_transform
 from strategies.gr4cil import class_prototypes, compensation_head, orthogonal_projector, text_subspace_basis
@@ -170,8 +170,7 @@ def joint_run(suite: dict, weights: str | None = None) -> RunSpec:
 
 def cil_data(spec: RunSpec) -> ClassificationData:
     """The CIL data of ``spec`` (its synthetic dataset options, without the train augmentation)."""
-    options = {k: v for k, v in spec.dataset_options.items() if k != "train_augmentation"}
-    return load_synthetic(**options)
+    return load_synthetic(**dataset_loader_options(spec.dataset_options))
 
 
 def joint_finetune_accuracy(spec: RunSpec, results_dir: Path, show_progress: bool = True) -> float:
