@@ -32,6 +32,7 @@ from benchmarks.backbone.loading import (
     BackboneSpec,
     check_weights,
     create_clip,
+    weights_digest,
 )
 from benchmarks.backbone.lora import BASE_ADAPTER, Tower
 from benchmarks.backbone.text import (
@@ -48,5 +49,5 @@ __all__ = [
     "SYNTHETIC_WEIGHTS", "TEXT_BACKWARD_BUDGET", "TINY_MODEL", "BackboneSpec", "CLIPBackbone", "PreparedPrompts",
     "PromptBucket", "SplitAttention", "Tower", "check_weights", "create_clip", "efficient_images_per_forward",
     "efficient_prompts_per_backward", "encode_clip_text", "encode_prompts", "prepare_prompts",
-    "shared_prefix_length", "split_attention_", "use_compact_text",
+    "shared_prefix_length", "split_attention_", "use_compact_text", "weights_digest",
 ]

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import contextlib
 import difflib
+import functools
+import hashlib
 import logging
 import os
 import warnings
@@ -166,6 +168,25 @@ def check_weights(spec: BackboneSpec) -> Path | None:
     """Fail fast with a one-line error if the model name or its weights cannot be found offline."""
     _check_model_config(spec.model)
     return _resolve_weights(spec)[0]
+
+
+def weights_digest(spec: BackboneSpec) -> str | None:
+    """SHA-256 (first 16 hex digits) of the shipped synthetic checkpoint; None for any other weights.
+
+    The tag "synthetic" names a file that is re-pretrained whenever the miniature's world changes,
+    so its digest joins the hashed run config: results of an older checkpoint are never reused.
+    Real weights are fixed by their open_clip tag or by the path a user gives.
+    """
+    if not (spec.model == TINY_MODEL and spec.pretrained == SYNTHETIC_TAG and SYNTHETIC_WEIGHTS.is_file()):
+        return None
+    stat = SYNTHETIC_WEIGHTS.stat()
+    return _file_digest(str(SYNTHETIC_WEIGHTS), stat.st_size, stat.st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=8)
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:  # size and mtime key the cache
+    with open(path, "rb") as handle:
+        return hashlib.file_digest(handle, "sha256").hexdigest()[:16]
 
 
 def _is_torchscript_archive(path: Path) -> bool:
