@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import dataclasses
 import errno
 import json
 import multiprocessing
@@ -28,7 +29,7 @@ from safetensors.torch import load_file, save_file
 from tqdm.auto import tqdm
 
 from analysis.metrics import stage_metrics, summarize
-from benchmarks.backbone import BackboneSpec, check_weights, create_clip
+from benchmarks.backbone import BackboneSpec, check_weights, create_clip, weights_digest
 from benchmarks.class_orders import resolve_class_order
 from benchmarks.datasets import TransformedDataset, load_dataset, load_zero_shot_target
 from benchmarks.environment import environment, peak_memory, reset_peak_memory, seed_everything, set_deterministic
@@ -116,8 +117,15 @@ def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
         raise UserError(f"{err} (set in {', '.join(where)})" if where else str(err)) from None
     precision = resolve_precision(spec.precision, spec.device, strategy_cfg.amp)
     sources = {name: spec.option_sources.get(name, "default") for name in strategy_cfg.to_dict()}
+    if spec.epoch_scale != 1.0 and isinstance(strategy_cfg.epochs, int) and strategy_cfg.epochs > 0:
+        scaled = max(1, round(strategy_cfg.epochs * spec.epoch_scale))
+        strategy_cfg = dataclasses.replace(strategy_cfg, epochs=scaled)
+        sources["epochs"] += f" x epoch_scale {spec.epoch_scale:g}"
     config = {**spec.config, "precision": precision, "strategy_config": strategy_cfg.to_dict(),
               "option_sources": sources}
+    digest = weights_digest(_backbone_spec(spec))
+    if digest:
+        config["backbone"] = {**config["backbone"], "weights_sha256": digest}
     return strategy_cls, strategy_cfg, config
 
 

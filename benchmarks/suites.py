@@ -13,6 +13,7 @@ runner executes those. Format (see ``benchmarks/suites/smoke.toml``)::
     device      = "auto"                                      # auto | cpu | cuda
     precision   = "auto"             # auto (fp16 on CUDA, fp32 on CPU) | fp32 | fp16 | bf16
     deterministic = false            # deterministic CUDA kernels (bit-identical GPU reruns)
+    epoch_scale = 1.0                # every strategy's epochs times this, rounded, at least 1
 
     [backbone]              model = "ViT-B-16-quickgelu", pretrained = "openai" ("none": random)
     [dataset.NAME]          options of one dataset loader
@@ -47,7 +48,7 @@ from benchmarks.results import RunKey, config_hash
 SUITES_DIR = Path(__file__).parent / "suites"
 KNOWN_KEYS = {"description", "datasets", "tasks", "seeds", "strategies", "class_order", "device",
               "precision", "deterministic", "backbone", "dataset", "defaults", "strategy", "variants",
-              "zero_shot_targets", "launcher"}
+              "zero_shot_targets", "launcher", "epoch_scale"}
 
 
 @dataclass(frozen=True)
@@ -69,6 +70,7 @@ class RunSpec:
     precision: str = "fp32"  # resolved: fp32 | fp16 | bf16
     deterministic: bool = False
     option_sources: dict[str, str] = field(default_factory=dict, compare=False)  # option -> suite table
+    epoch_scale: float = 1.0  # the suite's common factor on every strategy's epochs
 
     @property
     def key(self) -> RunKey:
@@ -121,6 +123,9 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
                             f"{'names' if kind is str else 'whole numbers'}, e.g. {key} = {example}; got {values!r}")
     if any(n < 1 for n in suite["tasks"]) or any(s < 0 for s in suite["seeds"]):
         raise UserError(f"suite {path}: task counts must be >= 1 and seeds >= 0")
+    scale = suite.get("epoch_scale", 1.0)
+    if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 1:
+        raise UserError(f"suite {path}: epoch_scale must be a number in (0, 1], e.g. epoch_scale = 0.125; got {scale!r}")
     backbone_keys = set(suite.get("backbone", {})) - {"model", "pretrained"}
     if backbone_keys:
         raise UserError(f"suite {path}: [backbone] has unknown key(s) {sorted(backbone_keys)}; valid: model, pretrained")
@@ -206,6 +211,7 @@ def expand(suite: dict[str, Any], *, strategies: list[str] | None = None,
     deterministic = bool(suite.get("deterministic", False) if deterministic is None else deterministic)
     order = class_order or suite.get("class_order", "seed1993")
     targets = tuple(suite.get("zero_shot_targets", ()))
+    epoch_scale = float(suite.get("epoch_scale", 1.0))
     runs = []
     if any(n < 1 for n in tasks or ()) or any(s < 0 for s in seeds or ()):
         raise UserError("--tasks must be >= 1 and --seeds >= 0")
@@ -227,7 +233,9 @@ def expand(suite: dict[str, Any], *, strategies: list[str] | None = None,
                               "precision": resolved_precision, "deterministic": deterministic}
                     if targets:
                         config["zero_shot_targets"] = list(targets)
+                    if epoch_scale != 1.0:  # absent at 1, so that other suites' hashes stay as they were
+                        config["epoch_scale"] = epoch_scale
                     runs.append(RunSpec(label, strategy, dataset, n_tasks, seed, order, backbone,
                                         dataset_options, options, resolved_device, config, targets,
-                                        resolved_precision, deterministic, sources))
+                                        resolved_precision, deterministic, sources, epoch_scale))
     return runs

@@ -1,0 +1,113 @@
+"""smoke-baselines runs every strategy on its official CIFAR-100 recipe (issue 21, item 2).
+
+Every resolved hyper-parameter of a smoke-baselines run equals that of the same strategy's CIFAR-100
+run of the main suite, except where one of the suite file's three rules, the same for every method,
+adapts it to the miniature. A new strategy in both suites is covered without edits.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from benchmarks.run import resolve
+from benchmarks.suites import expand, load_suite
+
+SIZE_FIELDS = {"lora_rank", "lora_alpha", "e_layers", "g_layers", "prompt_layers", "components"}  # rule 3
+NOT_RECIPE = {"eval_batch_size", "num_workers"}  # how a run is evaluated and loaded, not how it trains
+STEP_FIELDS = {"warmup_steps"}  # rule 1: a tenth of the official steps
+SCALED_AUGMENTATION = {"paper": "paper-scaled"}  # rule 2
+
+
+def _resolved(suite_name: str, dataset: str) -> dict[str, dict]:
+    """Each strategy's resolved config in a 10-task run of ``suite_name`` on ``dataset``."""
+    suite = load_suite(suite_name)
+    specs = expand(suite, datasets=[dataset], tasks=[10], seeds=[0])
+    return {spec.strategy: resolve(spec, data_root=".")[2]["strategy_config"] for spec in specs}
+
+
+@pytest.fixture(scope="module")
+def recipes() -> tuple[dict[str, dict], dict[str, dict]]:
+    return _resolved("main", "cifar100"), _resolved("smoke-baselines", "synthetic")
+
+
+def test_smoke_baselines_runs_the_main_suites_strategies(recipes):
+    official, miniature = recipes
+    assert set(miniature) == set(official)
+
+
+@pytest.mark.parametrize("strategy", sorted(load_suite("smoke-baselines")["strategies"]))
+def test_every_recipe_field_is_official_or_converted_by_a_named_rule(recipes, strategy):
+    official, miniature = recipes[0][strategy], recipes[1][strategy]
+    assert set(official) == set(miniature)
+    for field, value in official.items():
+        got = miniature[field]
+        if field in SIZE_FIELDS | NOT_RECIPE:
+            continue
+        if field in STEP_FIELDS:
+            assert got == round(value / 10), (strategy, field, got, value)
+        elif field == "train_augmentation":
+            assert got == SCALED_AUGMENTATION.get(value, value), (strategy, got, value)
+        else:
+            assert got == value, f"{strategy}.{field}: smoke-baselines {got!r}, CIFAR-100 recipe {value!r}"
+
+
+def test_the_smoke_runs_smoke_baselines_recipes_with_one_common_epoch_factor():
+    """The smoke's only departure from smoke-baselines is the suite's epoch_scale, alike for all."""
+    scale = load_suite("smoke")["epoch_scale"]
+    baselines, smoke = _resolved("smoke-baselines", "synthetic"), _resolved("smoke", "synthetic")
+    for strategy, config in smoke.items():
+        full = baselines[strategy]
+        expected_epochs = max(1, round(full["epochs"] * scale)) if full["epochs"] else 0
+        assert config == {**full, "epochs": expected_epochs}, strategy
+
+
+def _write_suite(tmp_path, scale) -> str:
+    path = tmp_path / "scaled.toml"
+    path.write_text(f'''datasets = ["synthetic"]
+tasks = [10]
+seeds = [0]
+strategies = ["continual_clip", "finetune", "gr4cil"]
+epoch_scale = {scale}
+[backbone]
+model = "tiny-clip-32"
+pretrained = "synthetic"
+[strategy.finetune]
+epochs = 12
+[strategy.gr4cil]
+epochs = 70
+''')
+    return str(path)
+
+
+def test_epoch_scale_rounds_keeps_at_least_one_epoch_and_names_itself(tmp_path):
+    specs = {spec.strategy: spec for spec in expand(load_suite(_write_suite(tmp_path, 0.05)), device="cpu")}
+    resolved = {name: resolve(spec, data_root=".") for name, spec in specs.items()}
+    epochs = {name: r[1].epochs for name, r in resolved.items()}
+    assert epochs == {"continual_clip": 0, "finetune": 1, "gr4cil": 4}  # 0 stays; 0.6 -> 1; 3.5 -> 4
+    assert resolved["gr4cil"][2]["option_sources"]["epochs"] == "strategy.gr4cil x epoch_scale 0.05"
+    assert resolved["gr4cil"][2]["epoch_scale"] == 0.05  # in the hashed config
+
+
+@pytest.mark.parametrize("scale", ["0", "1.5", '"half"', "true"])
+def test_an_epoch_scale_outside_0_1_is_a_one_line_user_error(tmp_path, scale):
+    from benchmarks.errors import UserError
+
+    with pytest.raises(UserError, match="epoch_scale must be a number in"):
+        load_suite(_write_suite(tmp_path, scale))
+
+
+def test_the_shipped_checkpoints_digest_joins_the_hashed_config(tmp_path):
+    """A re-pretrained synthetic checkpoint changes every run's hash, so no older result is reused."""
+    import hashlib
+
+    from benchmarks.backbone import SYNTHETIC_WEIGHTS
+
+    (spec,) = expand(load_suite("smoke"), strategies=["gr4cil"], device="cpu")
+    config = resolve(spec, data_root=".")[2]
+    expected = hashlib.sha256(SYNTHETIC_WEIGHTS.read_bytes()).hexdigest()[:16]
+    assert config["backbone"] == {**spec.backbone, "weights_sha256": expected}
+    # weights given as a file are named by their path, as before
+    weights = tmp_path / "w.safetensors"
+    weights.write_bytes(SYNTHETIC_WEIGHTS.read_bytes())
+    (by_path,) = expand(load_suite("smoke"), strategies=["gr4cil"], device="cpu", weights=str(weights))
+    assert resolve(by_path, data_root=".")[2]["backbone"] == {"model": "tiny-clip-32", "pretrained": str(weights)}
