@@ -61,7 +61,16 @@ def test_captions_mention_only_the_true_attributes(pairs) -> None:
         ("background", C.BACKGROUND_PHRASES),
     )
     mentioned = {name: 0 for name, _ in tables}
+    mentioned["distractor"] = 0
     for row, text in enumerate(texts):
+        if attributes.distractor[row]:
+            # The distractor's clause names its own colour and shape; the rest describes the object.
+            colour = C.COLOUR_WORDS[int(attributes.distractor_colour[row])][0]
+            shape = C.SHAPE_WORDS[int(attributes.distractor_shape[row])][0]
+            links = "|".join(C.DISTRACTOR_LINKS)
+            text, found = re.subn(rf" (?:{links}) an? {re.escape(colour)} {re.escape(shape)}(?![\w-])", "", text)
+            mentioned["distractor"] += found
+        assert not _mentions(text, C.DISTRACTOR_LINKS[:1]), text  # no clause left, and none without a distractor
         for name, table in tables:
             value = int(getattr(attributes, name)[row])
             assert not _mentions(text, _others(table, value)), (text, name)
@@ -70,6 +79,8 @@ def test_captions_mention_only_the_true_attributes(pairs) -> None:
     assert mentioned["colour"] > 0.8 * len(texts)
     for name in ("pattern", "size", "background"):  # partial descriptions are common
         assert 0.2 * len(texts) < mentioned[name] < 0.95 * len(texts), name
+    with_distractor = int(attributes.distractor.sum())
+    assert 0.3 * with_distractor < mentioned["distractor"] < 0.95 * with_distractor
 
 
 def test_held_out_combinations_never_reach_pretraining(pairs) -> None:
@@ -108,7 +119,7 @@ def test_short_pretraining_run_is_reproducible_and_loadable(tmp_path) -> None:
     backbone = create_clip(BackboneSpec(TINY_MODEL, str(out)))
     with torch.no_grad():
         features = backbone.encode_text(backbone.tokenize(["a photo of a red striped triangle."]))
-    assert features.shape == (1, 64) and torch.isfinite(features).all()
+    assert features.shape == (1, backbone.model.text_projection.shape[1]) and torch.isfinite(features).all()
 
 
 def test_shipped_checkpoint_is_a_faithful_miniature() -> None:
@@ -154,9 +165,16 @@ def test_miniature_report_measures_the_smoke_cil_data(report_without_joint):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 21, item 1: the shipped world misses the cue balance (NCM 21.8 points "
-                   "above zero-shot, the probe 5.3 above NCM, I-C 0.780 above I-T 0.616); a new world and "
-                   "checkpoint turn this into a pass")
+def test_image_features_lie_more_in_the_compensation_space_than_in_the_text_span(report_without_joint):
+    """Table 3 (right) on the frozen features, the head at its initialisation: I-C below I-T, as on
+    every dataset of the paper (the 256-d embedding leaves room outside the prompts' span)."""
+    _, out = report_without_joint
+    assert "target: I-C < I-T on frozen features, head at its initialisation: met" in out, out
+
+
+@pytest.mark.slow
+@pytest.mark.xfail(strict=True, reason="issue 21, item 1: the world still misses the cue balance (NCM 14.7 points "
+                   "above zero-shot, the probe 2.9 above NCM; README 'The offline miniature' lists what was tried)")
 def test_the_miniature_meets_every_target(report_without_joint):
     code, out = report_without_joint
     assert "MISSED" not in out and code == 0, out

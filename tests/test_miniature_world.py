@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from PIL import Image
@@ -67,8 +69,25 @@ def test_nuisances_vary_and_white_avoids_light_backgrounds() -> None:
     white = S.encode_class(S.COLOUR_NAMES.index("white"), 0, 0)
     attrs = S.sample_attributes([white] * 500 + [0] * 500, rng)
     assert not np.any(attrs.background[:500] == S.BACKGROUND_NAMES.index("light"))
-    for field in (attrs.size, attrs.dx, attrs.dy, attrs.background[500:]):
+    for field in (attrs.size, attrs.dx, attrs.dy, attrs.background[500:], attrs.distractor,
+                  attrs.distractor_colour, attrs.distractor_shape, attrs.distractor_corner):
         assert len(np.unique(field)) > 1
+    assert 0.5 < attrs.distractor.mean() < 0.7  # P_DISTRACTOR = 0.6
+
+
+def test_a_distractor_changes_only_its_own_corner() -> None:
+    attrs = S.sample_attributes([0] * 200, np.random.default_rng(3))
+    rows = np.flatnonzero(attrs.distractor)[:20]
+    shown = attrs.subset(rows)
+    hidden = dataclasses.replace(shown, distractor=np.zeros(len(rows), dtype=bool))
+    diff = np.any(S.render(shown) != S.render(hidden), axis=-1)
+    for image, corner in zip(diff, shown.distractor_corner, strict=True):
+        ys, xs = np.nonzero(image)
+        assert len(ys) > 10  # something was painted
+        top, left = corner < 2, corner % 2 == 0
+        half = S.IMAGE_SIZE // 2
+        assert (ys < half).all() if top else (ys >= half).all()
+        assert (xs < half).all() if left else (xs >= half).all()
 
 
 def test_default_size_is_100_train_and_20_test_images_per_class() -> None:

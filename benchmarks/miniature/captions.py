@@ -61,6 +61,8 @@ BACKGROUND_PHRASES: tuple[tuple[str, ...], ...] = (
     ("on a light background", "on a pale background", "against a bright backdrop"),
     ("on a tinted background", "on a coloured background", "against a muted backdrop"),
 )
+# Joins the distractor to the object: "a red triangle next to a blue circle".
+DISTRACTOR_LINKS: tuple[str, ...] = ("next to", "and", "beside", "alongside")
 # "{frame}" receives a noun phrase with its article, e.g. "a small red triangle on a dark background".
 FRAMES: tuple[str, ...] = (
     "a photo of {}.",
@@ -86,7 +88,8 @@ _P_PATTERN_FIRST = 0.3  # given both adjectives: "striped red" instead of "red s
 _P_SIZE = 0.4
 _P_BACKGROUND = 0.35
 _P_POSITION = 0.15
-_N_DRAWS = 14  # uniform draws per caption, consumed in a fixed order
+_P_DISTRACTOR_MENTION = 0.5  # given a distractor: "... next to a blue circle"
+_N_DRAWS = 16  # uniform draws per caption, consumed in a fixed order
 
 # Fraction of the downstream classes whose combination pretraining never shows.
 HELD_OUT_FRACTION = 0.5
@@ -155,6 +158,9 @@ def caption(attributes: S.ImageAttributes, row: int, u: np.ndarray) -> str:
         words.append(_choice(BACKGROUND_PHRASES[int(attributes.background[row])], u[11]))
     if u[12] < _P_POSITION:
         words.append(_position_phrase(int(attributes.dx[row]), int(attributes.dy[row])))
+    if attributes.distractor[row] and u[14] < _P_DISTRACTOR_MENTION:
+        other = f"{COLOUR_WORDS[int(attributes.distractor_colour[row])][0]} {SHAPE_WORDS[int(attributes.distractor_shape[row])][0]}"
+        words.append(f"{_choice(DISTRACTOR_LINKS, u[15])} {_with_article(other)}")
     return _choice(FRAMES, u[13]).format(_with_article(" ".join(words)))
 
 

@@ -2,7 +2,8 @@
 
 Each 32x32 RGB image shows one object. Its class is a (colour, pattern, shape) combination with a
 readable name such as "red striped triangle"; size, position, background, colour jitter, pattern
-phase and pixel noise are nuisance factors drawn per image. Generation has three steps, kept
+phase, pixel noise and a distractor (a small second object in a corner, in ``P_DISTRACTOR`` of the
+images) are nuisance factors drawn per image. Generation has three steps, kept
 apart so that captions can later be written from the same table:
 
 1. ``sample_attributes(class_ids, rng)`` draws an ``ImageAttributes`` table (int arrays);
@@ -59,6 +60,9 @@ DEFAULT_N_CLASSES = 100
 _SIZE_RADIUS = np.array([6.5, 9.0, 11.5], dtype=np.float32)
 _MAX_SHIFT = 3  # pixels; keeps even a large object inside the frame
 _NOISE_AMPLITUDE = 10.0  # uint8 levels
+P_DISTRACTOR = 0.6  # images with a second object, drawn over the first where they overlap
+_DISTRACTOR_RADIUS = 4.5
+_DISTRACTOR_INSET = 5.5  # pixels from the frame's edges to the distractor's centre
 _SUBSET_SEED = 0  # picks the default class subset; checked to cover every attribute value
 _RENDER_CHUNK = 2048  # images per vectorised block, bounds peak memory
 
@@ -79,6 +83,10 @@ class ImageAttributes:
     colour_jitter: np.ndarray  # (N, 3) offset added to the object colour
     pattern_phase: np.ndarray  # (N, 2) pattern offset, pixels
     noise_seed: np.ndarray  # seed of the per-pixel noise
+    distractor: np.ndarray  # bool: a second, small object in a corner
+    distractor_colour: np.ndarray  # index into COLOUR_NAMES
+    distractor_shape: np.ndarray  # index into SHAPE_NAMES
+    distractor_corner: np.ndarray  # 0 top-left, 1 top-right, 2 bottom-left, 3 bottom-right
 
     def __len__(self) -> int:
         return len(self.class_id)
@@ -146,6 +154,10 @@ def sample_attributes(class_ids: np.ndarray | list[int], rng: np.random.Generato
         colour_jitter=rng.integers(-15, 16, (n, 3)).astype(np.int16),
         pattern_phase=rng.integers(0, 6, (n, 2)),
         noise_seed=rng.integers(0, 2**32, n, dtype=np.uint32),
+        distractor=rng.random(n) < P_DISTRACTOR,
+        distractor_colour=rng.integers(0, len(COLOUR_NAMES), n),
+        distractor_shape=rng.integers(0, len(SHAPE_NAMES), n),
+        distractor_corner=rng.integers(0, 4, n),
     )
 
 
@@ -208,8 +220,30 @@ def _render_chunk(a: ImageAttributes) -> np.ndarray:
     secondary = _secondary_colour(primary)
     object_rgb = np.where(primary_area[..., None], primary[:, None, None, :], secondary[:, None, None, :])
     image = np.where(inside[..., None], object_rgb, a.background_rgb[:, None, None, :].astype(np.float32))
+    image = _draw_distractors(image, a, pixels)
     image += _pixel_noise(a.noise_seed)
     return np.clip(np.rint(image), 0, 255).astype(np.uint8)
+
+
+def _draw_distractors(image: np.ndarray, a: ImageAttributes, pixels: np.ndarray) -> np.ndarray:
+    """Paint each image's distractor, a solid small shape in its corner, over ``image`` (float RGB)."""
+    rows = np.flatnonzero(a.distractor)
+    if not len(rows):
+        return image
+    far = IMAGE_SIZE - 1 - _DISTRACTOR_INSET
+    cx = np.where(a.distractor_corner[rows] % 2 == 1, far, _DISTRACTOR_INSET)
+    cy = np.where(a.distractor_corner[rows] >= 2, far, _DISTRACTOR_INSET)
+    u = (pixels[None, None, :] - cx[:, None, None]) / _DISTRACTOR_RADIUS
+    v = (pixels[None, :, None] - cy[:, None, None]) / _DISTRACTOR_RADIUS
+    u, v = np.broadcast_arrays(u, v)
+    inside = np.zeros((len(rows), IMAGE_SIZE, IMAGE_SIZE), dtype=bool)
+    for shape_index in range(len(SHAPE_NAMES)):
+        sel = np.flatnonzero(a.distractor_shape[rows] == shape_index)
+        if len(sel):
+            inside[sel] = _shape_mask(SHAPE_NAMES[shape_index], u[sel], v[sel])
+    colour = _COLOUR_RGB[a.distractor_colour[rows]].astype(np.float32)
+    image[rows] = np.where(inside[..., None], colour[:, None, None, :], image[rows])
+    return image
 
 
 def _shape_mask(shape: str, u: np.ndarray, v: np.ndarray) -> np.ndarray:
