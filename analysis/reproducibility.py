@@ -153,7 +153,36 @@ def reproducibility_markdown(results_dir: str | Path) -> str:
         lines.append(f"| `{name}` | {row_label(name)} | {source} | {offline} | {_paper_numbers(paper, name)} | "
                      f"{'; '.join(real) or 'not yet run'} |")
     lines += ["", _ranking_line(results, paper), ""]
+    stale = _stale_miniature_results(results)
+    if stale:
+        lines += [stale, ""]
     return "\n".join(lines)
+
+
+def _stale_miniature_results(results: dict[tuple[str, str], list[dict]]) -> str:
+    """A warning when stored miniature results no longer match the shipped checkpoint or the
+    ``smoke-baselines`` suite as it now reads ("" when all match)."""
+    from benchmarks.backbone import BackboneSpec, weights_digest
+    from benchmarks.suites import expand, load_suite
+
+    suite = load_suite("smoke-baselines")
+    current = {(spec.strategy, spec.n_tasks): spec.config for spec in expand(suite, seeds=suite["seeds"][:1])}
+    stored = [r for (_, dataset), runs in results.items() if dataset == MINIATURE for r in runs]
+    stale = []
+    for result in stored:
+        config, stored_config = current.get((result["strategy"], result["n_tasks"])), result["config"]
+        backbone = stored_config.get("backbone") or {}
+        digest = weights_digest(BackboneSpec(backbone["model"], backbone["pretrained"])) if backbone else None
+        if (config is None or not backbone or backbone.get("weights_sha256") != digest
+                or stored_config.get("strategy_options") != config["strategy_options"]
+                or stored_config.get("epoch_scale", 1.0) != config.get("epoch_scale", 1.0)):
+            stale.append(result)
+    if not stale:
+        return ""
+    return (f"**Stale:** {len(stale)} of the {len(stored)} miniature results were computed with another checkpoint "
+            "of the tiny CLIP or another recipe than `smoke-baselines` now gives; their numbers describe that "
+            "earlier world. `python -m benchmarks.run --suite smoke-baselines --results-dir results/smoke-baselines` "
+            "recomputes them.")
 
 
 def write_reproducibility(results_dir: str | Path, out: str | Path) -> Path:

@@ -439,6 +439,25 @@ def test_reproducibility_has_one_row_per_strategy_and_fills_real_data_from_resul
     assert f"CIFAR-100 {avg:.2f} / {last:.2f} (2 seeds)" in row and "miniature" in row
 
 
+def test_reproducibility_flags_miniature_results_of_another_checkpoint_or_recipe(tmp_path):
+    from analysis.reproducibility import reproducibility_markdown
+    from benchmarks.backbone import BackboneSpec, weights_digest
+    from benchmarks.suites import expand, load_suite
+
+    (spec,) = expand(load_suite("smoke-baselines"), strategies=["gr4cil"], seeds=[0])
+    digest = weights_digest(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"]))
+    assert digest and len(digest) == 16
+    result = _result("gr4cil", "synthetic", 10, 0, np.random.default_rng(0))
+    result["config"] = {**spec.config, "backbone": {**spec.backbone, "weights_sha256": digest}}
+    _write(tmp_path / "current", result)
+    assert "Stale" not in reproducibility_markdown(tmp_path / "current")
+
+    for name, change in (("checkpoint", {"backbone": {**spec.backbone, "weights_sha256": "0" * 16}}),
+                         ("recipe", {"strategy_options": {**spec.config["strategy_options"], "epochs": 12}})):
+        _write(tmp_path / name, {**result, "config": {**result["config"], **change}})
+        assert "**Stale:** 1 of the 1 miniature results" in reproducibility_markdown(tmp_path / name), name
+
+
 def test_the_committed_reproducibility_file_is_the_generated_one():
     from analysis.reproducibility import reproducibility_markdown
 
