@@ -17,10 +17,7 @@ from strategies.registry import available, get_strategy
 pytestmark = pytest.mark.slow
 
 # Known misses, each with its measured numbers; strict, so a fix shows up as an unexpected pass.
-KNOWN_MISSES = {
-    "aper_adapter": "the smoke-baselines recipe gives its task-1 adapters 80 SGD steps (officially 1,000 or more): "
-                    "its loss falls about 7 %, 2.304 to 2.143 (issue 21, item 2: every method on a tenth of its official steps)",
-}
+KNOWN_MISSES: dict[str, str] = {}  # none since the official recipes (issue 21): Aper-Adapter's batch 48 learns
 
 
 class TrainingRecord(SupervisedPlugin):

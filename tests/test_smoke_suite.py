@@ -40,13 +40,21 @@ def test_finetune_forgets_task_1_by_at_least_30_points(smoke_results):
     assert at_the_end <= right_after - 30.0, (right_after, at_the_end)
 
 
-def test_gr4cil_beats_zero_shot_clip_and_finetuning_by_5_points(smoke_results):
+def test_gr4cil_beats_zero_shot_clip_by_5_points(smoke_results):
     """The paper's comparison (Table 1, CIFAR-100: GR4CIL 83.22 Last, Continual-CLIP 66.68): on the
     shifted CIL domain adapting pays, and GR4CIL keeps what it adapted. 5 points are 100 of the
     2000 test images."""
     _, runs = smoke_results
     last = {label: runs[label]["summary"]["last_acc"] for label in runs}
     assert last["gr4cil"] >= last["continual_clip"] + 5.0, last
+
+
+@pytest.mark.xfail(strict=True, reason="known miss of issue 21: in world 2 with the official recipes scaled by the "
+                   "smoke's epoch_scale, GR4CIL ends 4.05 points above fine-tuning (54.50 against 50.45), not 5; "
+                   "reported, not tuned (README 'The offline miniature')")
+def test_gr4cil_beats_finetuning_by_5_points(smoke_results):
+    _, runs = smoke_results
+    last = {label: runs[label]["summary"]["last_acc"] for label in runs}
     assert last["gr4cil"] >= last["finetune"] + 5.0, last
 
 
@@ -114,8 +122,6 @@ def test_joint_text_compensation_space_is_closest_to_the_image_space(smoke_resul
     assert distance["I-TC"] < min(distance["I-T"], distance["I-C"]), distance
 
 
-@pytest.mark.xfail(strict=True, reason="known miss of issue 12: the tiny CLIP's image features lie mostly in the "
-                   "text span (README 'The offline miniature', what you cannot conclude)")
 def test_compensation_space_is_closer_to_the_image_space_than_the_text_space(smoke_results):
     """Table 3 (right): I-C < I-T on every dataset of the paper."""
     _, runs = smoke_results
