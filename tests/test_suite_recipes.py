@@ -111,3 +111,9 @@ def test_the_shipped_checkpoints_digest_joins_the_hashed_config(tmp_path):
     weights.write_bytes(SYNTHETIC_WEIGHTS.read_bytes())
     (by_path,) = expand(load_suite("smoke"), strategies=["gr4cil"], device="cpu", weights=str(weights))
     assert resolve(by_path, data_root=".")[2]["backbone"] == {"model": "tiny-clip-32", "pretrained": str(weights)}
+
+
+def test_the_ablation_suites_full_gr4cil_row_is_the_smokes_run():
+    (full,) = expand(load_suite("smoke-ablation"), strategies=["gr4cil"], device="cpu")
+    (smoke,) = expand(load_suite("smoke"), strategies=["gr4cil"], device="cpu")
+    assert full.config_hash == smoke.config_hash
