@@ -319,7 +319,7 @@ PROMPT_METHODS = frozenset({"l2p_pp", "dualprompt", "coda_prompt"})
 EVALUATION_LIMIT = {"continual_clip": (1, 0), "clap": (1, 0), "aper_adapter": (2, 0),
                     **{name: (1, 1) for name in PROMPT_METHODS}}
 # Training options that keep this count fast (the count does not depend on them), and prompt blocks
-# and components that fit the tiny model (4 visual blocks, 64-d queries).
+# that fit the tiny model (4 visual blocks), and fewer CODA components than its default.
 QUICK_TRAINING = {"continual_clip": {}, "gr4cil": {"epochs": 1, "compensation_epochs": 1},
                   "mg_clip": {"epochs": 1, "visual_epochs": 1},
                   "dualprompt": {"epochs": 1, "e_layers": [2, 3]},

@@ -79,7 +79,7 @@ def test_run_routes_at_least_as_well_as_it_classifies(adaptervlm_run):
     _, _, result = adaptervlm_run
     assert result["strategy"] == "adaptervlm" and len(result["stages"]) == 3
     assert all(s["routing_acc"] >= s["acc"] for s in result["stages"])
-    d = 64
+    d = 256  # the joint embedding of tiny-clip-32
     lora = 4 * 2 * (4 * 64 + 64 * 4)  # text: 4 blocks x (k, v) x (A: 4 x 64, B: 64 x 4)
     lora += 3 * 4 * 2 * (4 * 128 + 128 * 4)  # three visual LoRAs on width 128
     assert result["cost"]["trainable_params"] == lora + 15 * d

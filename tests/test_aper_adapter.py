@@ -66,4 +66,4 @@ def aper_run(tmp_path_factory):
 def test_a_run_learns_and_saves_and_resumes_exactly(aper_run, tmp_path, monkeypatch):
     assert aper_run[2]["summary"]["last_acc"] > 100 / 15 * 2
     loaded = check_save_load_and_resume(aper_run, AperAdapter, tmp_path, monkeypatch)
-    assert loaded.prototypes.shape == (15, 128)
+    assert loaded.prototypes.shape == (15, 2 * 256)  # [pretrained, adapted] 256-d features

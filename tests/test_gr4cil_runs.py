@@ -90,7 +90,7 @@ def test_trainable_parameters_are_counted_as_in_the_appendix(gr4cil_run):
     lora = sum(v for k, v in sizes.items() if k.startswith("lora/"))
     adapters = {k.split("/")[1] for k in keys if k.startswith("lora/")}
     assert adapters == {"text", "visual_1", "visual_2", "visual_3", "visual_4"}
-    d = 64  # embed_dim of tiny-clip-32
+    d = 256  # embed_dim of tiny-clip-32
     heads_and_prototypes = 4 * (2 * d * 5)  # per task: W_hat (d x 5) + prototypes (5 x d)
     anchors = 20 * d
     assert result["cost"]["trainable_params"] == lora + heads_and_prototypes + anchors
@@ -155,7 +155,7 @@ def test_chunked_text_backward_gives_the_same_gradients_as_the_direct_one():
         for p in strategy.backbone.lora_parameters("text") + strategy.backbone.lora_parameters("visual_1"):
             torch.nn.init.normal_(p, std=0.1)  # non-zero B so every LoRA parameter gets a gradient
         strategy.seen_classes, strategy.current_classes = list(range(8)), list(range(8, 12))
-        strategy.anchors = torch.nn.functional.normalize(torch.randn(8, 64, generator=torch.Generator().manual_seed(1)), dim=1)
+        strategy.anchors = torch.nn.functional.normalize(torch.randn(8, backbone.embed_dim, generator=torch.Generator().manual_seed(1)), dim=1)
         images = torch.randn(6, 3, 32, 32, generator=torch.Generator().manual_seed(2))
         logits = strategy.compute_logits(images)
         strategy.loss = strategy.compute_loss(logits, torch.tensor([0, 1, 2, 3, 0, 1]))
