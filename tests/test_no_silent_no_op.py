@@ -17,7 +17,12 @@ from strategies.registry import available, get_strategy
 pytestmark = pytest.mark.slow
 
 # Known misses, each with its measured numbers; strict, so a fix shows up as an unexpected pass.
-KNOWN_MISSES: dict[str, str] = {}  # none since the official recipes (issue 21): Aper-Adapter's batch 48 learns
+KNOWN_MISSES = {
+    "l2p_pp": "official batch 128 and 20 epochs give 80 steps a task; the loss is dominated by the key loss, summed "
+              "over 128 images x top-5 of (1 - cos) against 256-d keys, which falls slowly: 628.1 to 588.2 (-6.4 %)",
+    "dualprompt": "official batch 128 and 20 epochs give 80 steps a task; the summed key loss over 128 images "
+                  "dominates and falls slowly: 126.8 to 117.7 (-7.2 %)",
+}  # Aper-Adapter's miss (80 steps) went with its official batch of 48 (issue 21)
 
 
 class TrainingRecord(SupervisedPlugin):
