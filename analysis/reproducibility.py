@@ -166,17 +166,15 @@ def _stale_miniature_results(results: dict[tuple[str, str], list[dict]]) -> str:
     from benchmarks.suites import expand, load_suite
 
     suite = load_suite("smoke-baselines")
-    current = {(spec.strategy, spec.n_tasks): spec.config for spec in expand(suite, seeds=suite["seeds"][:1])}
+    current = {}
+    for spec in expand(suite, seeds=suite["seeds"][:1]):
+        digest = weights_digest(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"]))
+        backbone = {**spec.backbone, "weights_sha256": digest} if digest else spec.backbone  # as run.resolve
+        current[(spec.strategy, spec.n_tasks)] = {**spec.config, "backbone": backbone}
     stored = [r for (_, dataset), runs in results.items() if dataset == MINIATURE for r in runs]
-    stale = []
-    for result in stored:
-        config, stored_config = current.get((result["strategy"], result["n_tasks"])), result["config"]
-        backbone = stored_config.get("backbone") or {}
-        digest = weights_digest(BackboneSpec(backbone["model"], backbone["pretrained"])) if backbone else None
-        if (config is None or not backbone or backbone.get("weights_sha256") != digest
-                or stored_config.get("strategy_options") != config["strategy_options"]
-                or stored_config.get("epoch_scale", 1.0) != config.get("epoch_scale", 1.0)):
-            stale.append(result)
+    compared = ("backbone", "strategy_options", "epoch_scale")
+    stale = [r for r in stored if (expected := current.get((r["strategy"], r["n_tasks"]))) is None
+             or any(r["config"].get(key) != expected.get(key) for key in compared)]
     if not stale:
         return ""
     return (f"**Stale:** {len(stale)} of the {len(stored)} miniature results were computed with another checkpoint "

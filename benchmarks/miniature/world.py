@@ -202,11 +202,7 @@ def _render_chunk(a: ImageAttributes) -> np.ndarray:
     v = (pixels[None, :, None] - centre - a.dy[:, None, None]) / radius
     u, v = np.broadcast_arrays(u, v)
 
-    inside = np.zeros((n, IMAGE_SIZE, IMAGE_SIZE), dtype=bool)
-    for shape_index in range(len(SHAPE_NAMES)):
-        rows = np.flatnonzero(a.shape == shape_index)
-        if len(rows):
-            inside[rows] = _shape_mask(SHAPE_NAMES[shape_index], u[rows], v[rows])
+    inside = _shape_masks(a.shape, u, v)
 
     primary_area = np.ones_like(inside)
     x = pixels.astype(np.int64)[None, None, :] + a.pattern_phase[:, 0, None, None]
@@ -236,14 +232,20 @@ def _draw_distractors(image: np.ndarray, a: ImageAttributes, pixels: np.ndarray)
     u = (pixels[None, None, :] - cx[:, None, None]) / _DISTRACTOR_RADIUS
     v = (pixels[None, :, None] - cy[:, None, None]) / _DISTRACTOR_RADIUS
     u, v = np.broadcast_arrays(u, v)
-    inside = np.zeros((len(rows), IMAGE_SIZE, IMAGE_SIZE), dtype=bool)
-    for shape_index in range(len(SHAPE_NAMES)):
-        sel = np.flatnonzero(a.distractor_shape[rows] == shape_index)
-        if len(sel):
-            inside[sel] = _shape_mask(SHAPE_NAMES[shape_index], u[sel], v[sel])
+    inside = _shape_masks(a.distractor_shape[rows], u, v)
     colour = _COLOUR_RGB[a.distractor_colour[rows]].astype(np.float32)
     image[rows] = np.where(inside[..., None], colour[:, None, None, :], image[rows])
     return image
+
+
+def _shape_masks(shapes: np.ndarray, u: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """Per image ``i``, the pixels inside shape ``SHAPE_NAMES[shapes[i]]`` at coordinates ``u[i], v[i]``."""
+    inside = np.zeros(u.shape, dtype=bool)
+    for shape_index in range(len(SHAPE_NAMES)):
+        rows = np.flatnonzero(shapes == shape_index)
+        if len(rows):
+            inside[rows] = _shape_mask(SHAPE_NAMES[shape_index], u[rows], v[rows])
+    return inside
 
 
 def _shape_mask(shape: str, u: np.ndarray, v: np.ndarray) -> np.ndarray:
