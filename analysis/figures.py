@@ -11,6 +11,7 @@ figures stay readable in greyscale.
 from __future__ import annotations
 
 import re
+import textwrap
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -176,6 +177,15 @@ def fig5_confidence_margin(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     return _save(fig, out_dir, "fig5_confidence_margin")
 
 
+#: what each ``cost.peak_memory_kind`` measures, as the axis of Fig. 6 names it
+MEMORY_KINDS = {
+    "cuda_allocated": "CUDA allocator peak of the run",
+    "cpu_run_peak_rss": "resident-set peak of the run",
+    "cpu_process_peak_rss": "process resident-set peak (earlier runs in the process included)",
+    "cpu_max_rss": "process resident-set peak (earlier runs in the process included)",  # schema 1's name
+}
+
+
 def cost_frame(inputs: ReportInputs) -> tuple[str, pd.DataFrame]:
     """Fig. 6's data: the 10-task dataset that most labels ran (the paper's datasets first on ties)
     and one row per run on it: D9 row label, trainable parameters (millions), peak memory (bytes)
@@ -198,13 +208,13 @@ def fig6_cost(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     labels = sorted(frame["label"].unique())
     unit, scale = ("GiB", 2**30) if frame["memory"].max() >= 2**30 else ("MiB", 2**20)
     frame["memory"] /= scale
-    kinds = ", ".join(sorted(frame["kind"].unique()))
+    kinds = "; ".join(sorted({MEMORY_KINDS.get(kind, kind) for kind in frame["kind"].unique()}))
     with _style():
         fig = Figure(figsize=FIGSIZES["fig6_cost"], layout="constrained")
         axes = fig.subplots(1, 2)
         palette = sns.color_palette("Greys", len(labels) + 1)[1:]
         for ax, column, ylabel in ((axes[0], "params", "Trainable parameters (millions)"),
-                                   (axes[1], "memory", f"Peak memory ({unit}; {kinds})")):
+                                   (axes[1], "memory", f"Peak memory ({unit})\n" + textwrap.fill(kinds, 45))):
             stats = frame.groupby("label")[column].agg(mean="mean", std=population_std)
             for i, label in enumerate(labels):
                 ax.bar(i, stats.loc[label, "mean"], yerr=stats.loc[label, "std"], capsize=3, color=palette[i],

@@ -80,15 +80,55 @@ def set_deterministic(enabled: bool) -> None:
     torch.backends.cudnn.benchmark = False
 
 
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+_STATUS = Path("/proc/self/status")
+
+
+def _reset_cpu_high_water_mark() -> bool:
+    """Reset the kernel's resident-set high-water mark (``VmHWM``) to the current RSS (Linux)."""
+    try:
+        _CLEAR_REFS.write_text("5")
+        return True
+    except OSError:  # not Linux, or /proc not writable here
+        return False
+
+
+def _cpu_high_water_mark() -> int | None:
+    """``VmHWM`` of this process in bytes (Linux), or None."""
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024  # reported in kB
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
+_cpu_reset_done = False
+
+
 def reset_peak_memory(device: str) -> None:
+    """Start a run's peak-memory measurement: the CUDA allocator's peak, or on Linux the
+    process's resident high-water mark (``/proc/self/clear_refs`` with 5), so that a run measures
+    its own peak and not that of an earlier run in the same process."""
+    global _cpu_reset_done
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
+    else:
+        _cpu_reset_done = _reset_cpu_high_water_mark()
 
 
 def peak_memory(device: str) -> tuple[int, str]:
-    """Peak memory in bytes and what it measures: the CUDA allocator's peak since the last
-    ``reset_peak_memory``, or on a CPU the process's max RSS (a process peak: it also covers
-    whatever ran before in the same process)."""
+    """Peak memory in bytes since the last ``reset_peak_memory``, and what it measures:
+
+    - ``cuda_allocated``: the CUDA allocator's peak;
+    - ``cpu_run_peak_rss``: this process's resident high-water mark, reset when the run started
+      (Linux; the data-loading worker processes are not included);
+    - ``cpu_process_peak_rss``: where no reset is possible, the process's max RSS since it started,
+      which also covers whatever ran before in the same process.
+    """
     if device == "cuda":
         return int(torch.cuda.max_memory_allocated()), "cuda_allocated"
-    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, "cpu_max_rss"
+    if _cpu_reset_done and (high_water := _cpu_high_water_mark()) is not None:
+        return high_water, "cpu_run_peak_rss"
+    return int(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss) * 1024, "cpu_process_peak_rss"

@@ -3,6 +3,7 @@
 Layout under a results directory::
 
     <dataset>/<label>/T<n_tasks>-seed<seed>.json     finished runs (schema below)
+    <dataset>/<label>/T<n_tasks>-seed<seed>.predictions.safetensors   their per-image predictions
     .checkpoints/<dataset>/<label>/T<n_tasks>-seed<seed>/   state of an unfinished run
     .locks/<dataset>/<label>/T<n_tasks>-seed<seed>.lock     held while a process computes the run
     .locks/<dataset>/<label>/T<n_tasks>-seed<seed>.error    why its last attempt failed
@@ -11,9 +12,9 @@ A run is identified by its *label* (the strategy name, or a variant name from th
 number of tasks and seed. Its resolved config is hashed; a finished file whose hash matches is
 never recomputed unless the user asks (``--force``).
 
-Schema (``schema_version`` 1)::
+Schema (``schema_version`` 2; version 1 lacks ``predictions`` and still loads everywhere)::
 
-    schema_version  int     bumped on any incompatible change
+    schema_version  int     bumped on any change of the layout
     strategy        str     registry name of the strategy
     label           str     row name in tables (strategy or suite variant)
     dataset         str
@@ -36,13 +37,22 @@ Schema (``schema_version`` 1)::
         auroc, fpr95     float|null  % seen-vs-future detection by max softmax; null at stage T
         diagnostics      dict     strategy-specific, documented by the strategy
     summary         dict    avg_acc, last_acc, avg_auroc, last_auroc
+    predictions     dict    the sidecar beside the JSON (version 2): file (its name), sha256 (of
+                            its bytes), n_stages, n_images, dtype. The safetensors file holds
+                              predictions  [n_stages, n_images]  the predicted class id of every
+                                           test image (seen and future classes) after each task;
+                              targets      [n_images]  the true class ids;
+                              image_ids    [n_images]  each image's index in the test split;
+                            uint16 where class ids fit (uint32 otherwise), uint32 image ids.
     diagnostics     dict    strategy-specific run-level diagnostics
     env             dict    python, packages, device, git_commit, git_dirty, hostname, started_at
     cost            dict    train_seconds, eval_seconds, trainable_params,
                             peak_memory_bytes: the largest over the run, across resumes;
-                            peak_memory_kind: "cuda_allocated" (the CUDA allocator's peak) or
-                              "cpu_max_rss" (a process peak: the process's max resident set,
-                              which also covers whatever ran before in the same process),
+                            peak_memory_kind: "cuda_allocated" (the CUDA allocator's peak),
+                              "cpu_run_peak_rss" (the run's own resident-set peak: Linux's VmHWM,
+                              reset when the run starts) or "cpu_process_peak_rss" (where no reset
+                              is possible: the process's max resident set, which also covers
+                              whatever ran before in the same process; "cpu_max_rss" in version 1),
                             amp_skipped_steps: fp16 steps the loss scaler skipped (0 otherwise)
 """
 
@@ -58,12 +68,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Iterator
 
+import numpy as np
+
 from benchmarks.errors import UserError
 
 if TYPE_CHECKING:
     from benchmarks.locking import RunLock
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)  # version 1: no predictions sidecar
+PREDICTIONS_SUFFIX = ".predictions.safetensors"
 CHECKPOINT_STATE = "state.json"  # the JSON half of a checkpoint, written after its tensors
 REQUIRED_KEYS = ("schema_version", "strategy", "label", "dataset", "n_tasks", "seed", "config",
                  "class_order", "tasks", "stages", "summary", "env", "cost")
@@ -158,7 +172,7 @@ class ResultStore:
         if not path.exists():
             return None
         result = read_json(path)
-        if result.get("schema_version") != SCHEMA_VERSION or cfg_hash not in (None, result.get("config_hash")):
+        if result.get("schema_version") not in READABLE_SCHEMA_VERSIONS or cfg_hash not in (None, result.get("config_hash")):
             return None
         return result
 
@@ -174,11 +188,15 @@ class ResultStore:
             except OSError:
                 break
 
-    def save(self, key: RunKey, result: dict) -> Path:
+    def save(self, key: RunKey, result: dict, predictions: "Predictions | None" = None) -> Path:
+        """Store a finished run: its predictions sidecar first, then the JSON that names it and
+        its digest, so that a JSON on disk always finds the sidecar it was written with."""
         missing = [k for k in REQUIRED_KEYS if k not in result]
         if missing:
             raise ValueError(f"result is missing keys {missing}")
         path = self.result_path(key)
+        if predictions is not None:
+            result = {**result, "predictions": save_predictions(predictions_path(path), predictions)}
         write_json(path, result)
         return path
 
@@ -201,9 +219,93 @@ def iter_results(root: str | Path, skipped: list[str] | None = None) -> Iterator
             continue
         if not (isinstance(data, dict) and "schema_version" in data and "stages" in data):
             continue
-        if data["schema_version"] != SCHEMA_VERSION:
-            line = (f"skipped {path}: schema_version {data['schema_version']!r}, this suite reads version "
-                    f"{SCHEMA_VERSION}; rerun that run or convert the file")
+        if data["schema_version"] not in READABLE_SCHEMA_VERSIONS:
+            line = (f"skipped {path}: schema_version {data['schema_version']!r}, this suite reads versions "
+                    f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}; rerun that run or convert the file")
             skipped.append(line) if skipped is not None else warnings.warn(line, stacklevel=2)
             continue
         yield path, data
+
+
+@dataclass(frozen=True)
+class Predictions:
+    """Every test image's predicted class after each task, with the true classes (the sidecar)."""
+
+    predictions: np.ndarray  # [n_stages, n_images] class ids
+    targets: np.ndarray  # [n_images]
+    image_ids: np.ndarray  # [n_images] index in the test split
+
+    def correct(self) -> np.ndarray:
+        """``[n_stages, n_images]`` booleans: predicted class == true class."""
+        return self.predictions == self.targets[None, :]
+
+
+def predictions_path(result_path: Path) -> Path:
+    """``T10-seed0.json`` -> ``T10-seed0.predictions.safetensors``."""
+    return Path(result_path).with_suffix(PREDICTIONS_SUFFIX)
+
+
+def _class_dtype(*arrays: np.ndarray) -> np.dtype:
+    top = max((int(a.max()) for a in arrays if a.size), default=0)
+    return np.dtype(np.uint16) if top <= np.iinfo(np.uint16).max else np.dtype(np.uint32)
+
+
+def save_predictions(path: Path, predictions: Predictions) -> dict:
+    """Write the sidecar atomically (a temporary file, then a rename); return its JSON entry."""
+    from safetensors.numpy import save
+
+    dtype = _class_dtype(predictions.predictions, predictions.targets)
+    blob = save({"predictions": np.ascontiguousarray(predictions.predictions, dtype=dtype),
+                 "targets": np.ascontiguousarray(predictions.targets, dtype=dtype),
+                 "image_ids": np.ascontiguousarray(predictions.image_ids, dtype=np.uint32)})
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(blob)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+    n_stages, n_images = predictions.predictions.shape
+    return {"file": path.name, "sha256": hashlib.sha256(blob).hexdigest(), "n_stages": int(n_stages),
+            "n_images": int(n_images), "dtype": dtype.name}
+
+
+def load_predictions(result_path: Path, result: dict, problems: list[str] | None = None) -> Predictions | None:
+    """The sidecar of a stored result, checked against the digest its JSON holds; or None.
+
+    None without a word for a version-1 result (it has none). For a missing or damaged sidecar, a
+    one-line reason goes to ``problems`` where given, else a warning: the result's means stay
+    usable, only the per-image analyses lose that run.
+    """
+    from safetensors.numpy import load
+
+    entry = result.get("predictions")
+    if not entry:
+        return None
+    path = Path(result_path).parent / entry["file"]
+
+    def problem(why: str) -> None:
+        line = f"{path}: {why}; the run's means are used, its per-image analyses are not (rerun it with --force)"
+        problems.append(line) if problems is not None else warnings.warn(line, stacklevel=3)
+
+    try:
+        blob = path.read_bytes()
+    except OSError:
+        return problem("predictions sidecar missing")
+    if hashlib.sha256(blob).hexdigest() != entry["sha256"]:
+        return problem("predictions sidecar damaged (its SHA-256 differs from the one in the result)")
+    try:
+        tensors = load(blob)
+        found = Predictions(tensors["predictions"].astype(np.int64), tensors["targets"].astype(np.int64),
+                            tensors["image_ids"].astype(np.int64))
+    except Exception as err:  # safetensors raises its own error types  # noqa: BLE001
+        return problem(f"predictions sidecar unreadable ({type(err).__name__})")
+    expected = (len(result["stages"]), entry["n_images"])
+    if found.predictions.shape != expected or found.targets.shape != expected[1:]:
+        return problem(f"predictions sidecar has shape {found.predictions.shape}, expected {expected}")
+    return found

@@ -37,7 +37,8 @@ from benchmarks.errors import UserError
 from benchmarks.launchers import LAUNCHERS, check_gpus, launch_local, run_log
 from benchmarks.locking import read_holder
 from benchmarks.precision import PRECISIONS, resolve_precision
-from benchmarks.results import CHECKPOINT_STATE, SCHEMA_VERSION, ResultStore, RunKey, config_hash, iter_results, write_json
+from benchmarks.results import (CHECKPOINT_STATE, SCHEMA_VERSION, Predictions, ResultStore, RunKey, config_hash,
+                                iter_results, write_json)
 from benchmarks.status import run_state
 from benchmarks.streams import build_stream, split_classes
 from benchmarks.suites import RunSpec, dataset_loader_options, expand, load_suite
@@ -151,9 +152,14 @@ def preflight(runs: list[RunSpec], data_root: str) -> None:
         check_weights(backbone)
 
 
-def _save_checkpoint(directory: Path, task: int, strategy, stages: list, cost: dict, cfg_hash: str) -> None:
-    """Tensors go to ``task-NN.safetensors``; ``state.json`` is written last and names that file,
-    so a run killed at any moment leaves the previous complete checkpoint in place."""
+PREDICTIONS_KEY = "runner/predictions"  # the per-image predictions so far, inside a checkpoint's tensors
+
+
+def _save_checkpoint(directory: Path, task: int, strategy, stages: list, cost: dict, cfg_hash: str,
+                     predictions: list[np.ndarray]) -> None:
+    """Tensors (the strategy's and the predictions so far) go to ``task-NN.safetensors``;
+    ``state.json`` is written last and names that file, so a run killed at any moment leaves the
+    previous complete checkpoint in place."""
     for attempt in range(3):  # another runner may remove an empty parent folder meanwhile
         try:
             directory.mkdir(parents=True, exist_ok=True)
@@ -162,6 +168,7 @@ def _save_checkpoint(directory: Path, task: int, strategy, stages: list, cost: d
             if attempt == 2:
                 raise
     tensors, meta = strategy.checkpoint_state()
+    tensors = {**tensors, PREDICTIONS_KEY: torch.from_numpy(np.stack(predictions).astype(np.int32))}
     tensor_file = f"task-{task:02d}.safetensors"
     tmp = directory / f".{tensor_file}.tmp"
     save_file(tensors, str(tmp))
@@ -243,9 +250,13 @@ def _compute(spec: RunSpec, store: ResultStore, data_root: str, strategy_cls, st
     stages: list[dict] = []
     cost = {"train_seconds": 0.0, "eval_seconds": 0.0, "peak_memory_bytes": 0}
     status = "ran"
+    predictions: list[np.ndarray] = []  # per stage: the predicted class of every test image
     checkpoint = None if force else _load_checkpoint(checkpoint_dir, cfg_hash, spec.key)
+    if checkpoint is not None and PREDICTIONS_KEY not in checkpoint[1]:
+        checkpoint = None  # written before predictions were stored: start over to have them
     if checkpoint is not None:
         state, tensors = checkpoint
+        predictions = list(tensors.pop(PREDICTIONS_KEY).numpy().astype(np.int64))
         strategy.load_checkpoint_state(tensors, state["strategy"])
         stages, cost = state["stages"], state["cost"]
         status = f"resumed after task {state['tasks_done']}"
@@ -266,6 +277,7 @@ def _compute(spec: RunSpec, store: ResultStore, data_root: str, strategy_cls, st
 
         start = time.perf_counter()
         scores = strategy.score_dataset(stream.test_set, cache_key="test").numpy()
+        predictions.append(np.asarray(strategy.seen_classes)[scores.argmax(axis=1)])
         stage = {"task": task + 1, **stage_metrics(scores, strategy.seen_classes, targets,
                                                    stream.task_of_class, task + 1)}
         with torch.no_grad():
@@ -274,7 +286,7 @@ def _compute(spec: RunSpec, store: ResultStore, data_root: str, strategy_cls, st
         cost["peak_memory_bytes"] = max(cost["peak_memory_bytes"], peak_memory(spec.device)[0])  # across resumes
         stages.append(stage)
         tasks.set_postfix(acc=f"{stage['acc']:.1f}")
-        _save_checkpoint(checkpoint_dir, task + 1, strategy, stages, cost, cfg_hash)
+        _save_checkpoint(checkpoint_dir, task + 1, strategy, stages, cost, cfg_hash, predictions)
 
     zero_shot = {target: _zero_shot(strategy, target, data_root) for target in spec.zero_shot_targets}
     memory, memory_kind = peak_memory(spec.device)
@@ -295,7 +307,7 @@ def _compute(spec: RunSpec, store: ResultStore, data_root: str, strategy_cls, st
     if save_model:  # next to the result: T<n>-seed<s>.model.safetensors + .model.json
         strategy.save_model(store.result_path(spec.key).with_suffix(".model"),
                             extra={"run": str(spec.key), "config_hash": cfg_hash})
-    store.save(spec.key, result)
+    store.save(spec.key, result, Predictions(np.stack(predictions), targets, np.arange(len(targets))))
     store.clear_checkpoint(spec.key)
     return result, status
 

@@ -1,0 +1,147 @@
+"""The per-image predictions stored beside every result (schema version 2)."""
+
+import json
+
+import numpy as np
+import pytest
+
+from conftest import killed_and_resumed, run_one_run_suite
+from benchmarks.results import (PREDICTIONS_SUFFIX, Predictions, ResultStore, RunKey, iter_results,
+                                load_predictions, predictions_path, save_predictions)
+
+FINETUNE_5_TASKS = """
+datasets = ["synthetic"]
+tasks = [5]
+seeds = [0]
+strategies = ["finetune"]
+device = "cpu"
+[backbone]
+model = "tiny-clip-32"
+pretrained = "synthetic"
+[dataset.synthetic]
+n_train_per_class = 6
+n_test_per_class = 3
+[defaults]
+batch_size = 32
+lora_rank = 4
+lora_alpha = 4.0
+[strategy.finetune]
+epochs = 1
+"""
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory):
+    root = tmp_path_factory.mktemp("sidecar")
+    suite, results, result = run_one_run_suite(root, FINETUNE_5_TASKS)
+    (path,) = [p for p, _ in iter_results(results)]
+    return suite, path, result
+
+
+def _stage_accuracy(pred: np.ndarray, targets: np.ndarray, seen: set[int]) -> float:
+    mask = np.isin(targets, list(seen))
+    return 100.0 * float(np.mean(pred[mask] == targets[mask]))
+
+
+def test_the_sidecar_reproduces_every_stage_accuracy(finished):
+    _, path, result = finished
+    assert result["schema_version"] == 2
+    entry = result["predictions"]
+    assert entry["file"] == path.name.replace(".json", PREDICTIONS_SUFFIX)
+    assert (entry["n_stages"], entry["n_images"], entry["dtype"]) == (5, 300, "uint16")
+    predictions = load_predictions(path, result, problems := [])
+    assert problems == []
+    assert predictions.predictions.shape == (5, 300)
+    np.testing.assert_array_equal(predictions.image_ids, np.arange(300))
+    assert sorted(np.bincount(predictions.targets)) == [3] * 100  # every class's 3 test images
+    seen: set[int] = set()
+    for stage, classes in zip(result["stages"], result["tasks"]):
+        seen |= set(classes)
+        pred = predictions.predictions[stage["task"] - 1]
+        assert set(np.unique(pred)) <= seen  # a prediction is always a seen class
+        assert _stage_accuracy(pred, predictions.targets, seen) == pytest.approx(stage["acc"], abs=1e-9)
+        for task, task_acc in enumerate(stage["acc_per_task"]):
+            assert _stage_accuracy(pred, predictions.targets, set(result["tasks"][task])) == pytest.approx(task_acc)
+
+
+def test_a_resumed_run_stores_the_same_predictions(finished, tmp_path, monkeypatch):
+    from strategies.finetune import Finetune
+
+    suite, path, result = finished
+    resumed = killed_and_resumed(monkeypatch, Finetune, suite, tmp_path / "resumed", task=3)
+    (resumed_path,) = [p for p, _ in iter_results(tmp_path / "resumed")]
+    np.testing.assert_array_equal(load_predictions(resumed_path, resumed).predictions,
+                                  load_predictions(path, result).predictions)
+    assert resumed["predictions"]["sha256"] == result["predictions"]["sha256"]
+
+
+def _copy(finished, tmp_path):
+    _, path, result = finished
+    target = tmp_path / path.name
+    target.write_text(path.read_text())
+    predictions_path(target).write_bytes(predictions_path(path).read_bytes())
+    return target, json.loads(target.read_text())
+
+
+def test_a_missing_sidecar_is_one_line_and_the_means_stay(finished, tmp_path):
+    path, result = _copy(finished, tmp_path)
+    predictions_path(path).unlink()
+    with pytest.warns(UserWarning, match="predictions sidecar missing; the run's means are used") as caught:
+        assert load_predictions(path, result) is None
+    assert len(caught) == 1 and "\n" not in str(caught[0].message)
+    assert [r["summary"] for _, r in iter_results(tmp_path)] == [result["summary"]]
+
+
+def test_a_damaged_sidecar_is_caught_by_its_digest(finished, tmp_path):
+    path, result = _copy(finished, tmp_path)
+    blob = bytearray(predictions_path(path).read_bytes())
+    blob[-1] ^= 0xFF  # one flipped byte in the predictions
+    predictions_path(path).write_bytes(bytes(blob))
+    assert load_predictions(path, result, problems := []) is None
+    assert len(problems) == 1 and "damaged" in problems[0]
+
+
+def test_a_version_1_result_loads_without_predictions_and_without_a_word(finished, tmp_path):
+    path, result = _copy(finished, tmp_path)
+    old = {k: v for k, v in result.items() if k != "predictions"} | {"schema_version": 1}
+    path.write_text(json.dumps(old))
+    assert load_predictions(path, old, problems := []) is None and problems == []
+    assert [r["schema_version"] for _, r in iter_results(tmp_path)] == [1]
+    store = ResultStore(tmp_path)
+    key = RunKey(result["label"], result["dataset"], result["n_tasks"], result["seed"])
+    (tmp_path / key.relpath.parent).mkdir(parents=True)
+    store.result_path(key).write_text(json.dumps(old))
+    assert store.finished(key, old["config_hash"]) == old  # never recomputed for want of a sidecar
+
+
+def test_the_sidecar_is_compact_and_widens_only_when_class_ids_need_it(tmp_path):
+    stages, images = 10, 50_000  # ImageNet-1K's validation split, 10 stages
+    rng = np.random.default_rng(0)
+    narrow = Predictions(rng.integers(0, 1000, (stages, images)), rng.integers(0, 1000, images), np.arange(images))
+    entry = save_predictions(tmp_path / "a" / "imagenet.predictions.safetensors", narrow)
+    size = (tmp_path / "a" / "imagenet.predictions.safetensors").stat().st_size
+    assert entry["dtype"] == "uint16" and size < (stages + 1) * images * 2 + images * 4 + 1024  # about 1.3 MB
+    wide = Predictions(np.full((1, 3), 70_000), np.array([0, 1, 70_000]), np.arange(3))
+    assert save_predictions(tmp_path / "b.predictions.safetensors", wide)["dtype"] == "uint32"
+    assert list(tmp_path.glob("**/*.tmp")) == []  # written by rename: no temporary file left
+
+
+def test_a_run_measures_its_own_peak_memory_not_that_of_earlier_runs_in_the_process(monkeypatch, tmp_path):
+    import resource
+    from pathlib import Path
+
+    from benchmarks import environment
+
+    if not Path("/proc/self/clear_refs").exists():
+        pytest.skip("Linux only: /proc/self/clear_refs")
+    earlier_run = np.ones(400 * 2**20 // 8)  # 400 MiB resident, then freed
+    del earlier_run
+    process_peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+    environment.reset_peak_memory("cpu")
+    memory, kind = environment.peak_memory("cpu")
+    assert kind == "cpu_run_peak_rss" and memory < process_peak - 300 * 2**20
+    monkeypatch.setattr(environment, "_CLEAR_REFS", tmp_path / "missing" / "clear_refs")  # no reset possible
+    environment.reset_peak_memory("cpu")
+    memory, kind = environment.peak_memory("cpu")
+    assert kind == "cpu_process_peak_rss"
+    assert memory == resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
