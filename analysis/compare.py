@@ -1,0 +1,378 @@
+"""Compare strategies against a baseline (GR4CIL by default), paired and with intervals.
+
+``python -m analysis.compare --results-dir DIR [--baseline gr4cil] [--strategies a,b]
+[--metric last|avg] [--out DIR]``
+
+For each dataset and task count, and each strategy against the baseline:
+
+- mean ± std over seeds of both, with n;
+- the paired difference (strategy minus baseline) over the seeds both ran, with a 95 % interval
+  from a bootstrap over seeds and test images (``analysis.statistics``), both strategies scored
+  on the same resampled images;
+- a verdict: "better", "worse" or "no detectable difference at 95 %";
+- the smallest difference that the seeds and images at hand detect with 80 % power.
+
+Results stored without per-image predictions (schema version 1, or a sidecar missing or damaged)
+still count: their comparison resamples seeds only, and says so. The command refuses, with one
+line and exit status 2, runs that differ in protocol (class order, data, backbone, weights, task
+count, precision or test set), and pairs that share no seed (their unpaired means are shown).
+
+Writes ``compare-<metric>.md``, ``.csv`` and ``.tex``, and per strategy a figure
+``compare-<label>-<metric>.png``/``.pdf`` (accuracy per stage with 95 % bands, and a forest plot of
+the differences), into ``--out`` (default: ``DIR/compare``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections import defaultdict
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.formatting import MISSING, latex_table, markdown_table, mean_std_cell, population_std, signed_cell
+from analysis.statistics import (CONFIDENCE, POWER, Interval, bootstrap_stage_means, interval, metric_of_stages,
+                                 stage_scores)
+from benchmarks.errors import UserError
+from benchmarks.results import atomic_write_text, iter_results, load_predictions
+
+METRICS = {"last": ("last_acc", "Last accuracy"), "avg": ("avg_acc", "Avg accuracy")}
+DRAWS = 2000
+METHOD = ("paired bootstrap over seeds and test images (both strategies on the same resampled images), "
+          f"{CONFIDENCE:.0%} percentile interval; detectable: {POWER:.0%} power at {CONFIDENCE:.0%}").replace("%", " %")
+
+
+class ProtocolMismatch(UserError):
+    """Two runs that differ in what a comparison must hold fixed."""
+
+
+@dataclass
+class Run:
+    """One stored run, with its per-image predictions where it has them."""
+
+    result: dict
+    correct: np.ndarray | None = None  # [T, N] booleans
+    targets: np.ndarray | None = None  # [N]
+    image_ids: np.ndarray | None = None  # [N]
+
+    @property
+    def stage_accuracy(self) -> np.ndarray:
+        return np.array([stage["acc"] for stage in self.result["stages"]])
+
+
+def protocol(run: Run) -> dict:
+    """What must be equal for two runs to be compared, by the name a refusal gives it."""
+    result, config = run.result, run.result["config"]
+    backbone = dict(config.get("backbone", {}))
+    weights = (backbone.pop("pretrained", None), backbone.pop("weights_sha256", None), backbone.pop("weights", None))
+    test_set = (run.image_ids.tolist(), run.targets.tolist()) if run.targets is not None else None
+    return {"class order": list(result["class_order"]),
+            "data": (config.get("dataset"), config.get("dataset_options")),
+            "backbone": backbone, "weights": weights, "task count": result["n_tasks"],
+            "precision": config.get("precision"),
+            "test set": (test_set, [stage["n_test_per_task"] for stage in result["stages"]][-1:])}
+
+
+def protocol_difference(a: Run, b: Run) -> str | None:
+    """The first protocol field in which two runs differ, or None. A test set is compared image by
+    image where both runs stored predictions, else by its counts per task."""
+    pa, pb = protocol(a), protocol(b)
+    for name in pa:
+        left, right = pa[name], pb[name]
+        if name == "test set" and (left[0] is None or right[0] is None):
+            left, right = left[1], right[1]
+        if left != right:
+            return name
+    return None
+
+
+def counted_images(result: dict, targets: np.ndarray) -> np.ndarray:
+    """``[T, N]``: whether each test image's class has been seen at each stage."""
+    seen: set[int] = set()
+    rows = []
+    for classes in result["tasks"][:len(result["stages"])]:
+        seen |= set(classes)
+        rows.append(np.isin(targets, sorted(seen)))
+    return np.array(rows)
+
+
+@dataclass
+class Comparison:
+    """One strategy against the baseline on one dataset and task count."""
+
+    dataset: str
+    n_tasks: int
+    label: str
+    baseline: str
+    metric: str
+    values: dict[int, float]  # the strategy's metric per seed
+    baseline_values: dict[int, float]
+    paired_seeds: list[int]
+    difference: Interval | None = None
+    stage_bands: dict[str, np.ndarray] = field(default_factory=dict)  # label -> [3, T] mean, low, high
+    notes: list[str] = field(default_factory=list)
+
+    @property
+    def verdict(self) -> str:
+        if not self.paired_seeds:
+            return "unpaired"
+        return self.difference.verdict if self.difference is not None else "no interval"
+
+
+def _values(runs: dict[int, Run], metric: str) -> dict[int, float]:
+    key = METRICS[metric][0]
+    return {seed: run.result["summary"][key] for seed, run in sorted(runs.items())}
+
+
+def _stage_band(runs: list[Run], draws: int) -> np.ndarray:
+    """``[3, T]``: mean over seeds of the stage accuracy and its 95 % interval (seeds and images)."""
+    mean = np.mean([run.stage_accuracy for run in runs], axis=0)
+    if all(run.correct is not None for run in runs):
+        values = np.stack([run.correct for run in runs]).astype(float)
+        counted = counted_images(runs[0].result, runs[0].targets)
+        replicates = bootstrap_stage_means(values, counted, draws)
+    else:
+        replicates = bootstrap_stage_means(np.stack([run.stage_accuracy for run in runs])[:, :, None] / 100.0,
+                                           np.ones((len(mean), 1), bool), draws, resample_images=False)
+    alpha = 1 - CONFIDENCE
+    return np.vstack([mean, *np.quantile(replicates, [alpha / 2, 1 - alpha / 2], axis=0)])
+
+
+def compare_pair(dataset: str, n_tasks: int, label: str, baseline: str, runs: dict[int, Run],
+                 baseline_runs: dict[int, Run], metric: str, draws: int = DRAWS) -> Comparison:
+    """Compare ``label`` with ``baseline`` on one dataset and task count (``runs``: seed -> Run).
+
+    Raises ``ProtocolMismatch`` when any two of the runs differ in protocol.
+    """
+    reference = next(iter(baseline_runs.values()))
+    for who, group in ((baseline, baseline_runs), (label, runs)):
+        for seed, run in group.items():
+            if (field_name := protocol_difference(reference, run)) is not None:
+                raise ProtocolMismatch(
+                    f"{label} and {baseline} differ in {field_name} on {dataset} / {n_tasks} tasks "
+                    f"({who}, seed {seed}, against {baseline}, seed {next(iter(baseline_runs))}); "
+                    f"a comparison needs the same protocol: rerun one of them under the other's")
+    paired = sorted(set(runs) & set(baseline_runs))
+    comparison = Comparison(dataset, n_tasks, label, baseline, metric, _values(runs, metric),
+                            _values(baseline_runs, metric), paired)
+    for name, group in ((label, runs), (baseline, baseline_runs)):
+        comparison.stage_bands[name] = _stage_band(list(group.values()), draws)
+    if not paired:
+        return comparison
+    estimate = float(np.mean([comparison.values[s] - comparison.baseline_values[s] for s in paired]))
+    pairs = [(runs[s], baseline_runs[s]) for s in paired]
+    if all(a.correct is not None and b.correct is not None for a, b in pairs):
+        values = np.stack([a.correct.astype(float) - b.correct for a, b in pairs])
+        replicates = bootstrap_stage_means(values, counted_images(pairs[0][0].result, pairs[0][0].targets), draws)
+        if len(paired) == 1:
+            comparison.notes.append("one paired seed: the interval covers the test images, not the seeds")
+    elif len(paired) > 1:
+        stage_differences = np.stack([a.stage_accuracy - b.stage_accuracy for a, b in pairs])[:, :, None] / 100.0
+        replicates = bootstrap_stage_means(stage_differences, np.ones((stage_differences.shape[1], 1), bool),
+                                           draws, resample_images=False)
+        comparison.notes.append("seeds resampled, test images not: some runs have no predictions "
+                                "(schema version 1, or a sidecar missing)")
+    else:
+        comparison.notes.append("no interval: one paired seed and no stored predictions")
+        return comparison
+    comparison.difference = interval(estimate, metric_of_stages(replicates, metric))
+    return comparison
+
+
+def load_runs(results_dir: str | Path, problems: list[str]) -> dict[tuple[str, int, str], dict[int, Run]]:
+    """(dataset, n_tasks, label) -> seed -> Run, for every stored result under ``results_dir``."""
+    runs: dict[tuple[str, int, str], dict[int, Run]] = defaultdict(dict)
+    for path, result in iter_results(results_dir, skipped=problems):
+        run = Run(result)
+        predictions = load_predictions(path, result, problems)
+        if predictions is not None:
+            run.correct, run.targets, run.image_ids = (predictions.correct(), predictions.targets,
+                                                      predictions.image_ids)
+        runs[(result["dataset"], result["n_tasks"], result["label"])][result["seed"]] = run
+    return runs
+
+
+def compare_all(results_dir: str | Path, baseline: str = "gr4cil", strategies: list[str] | None = None,
+                metric: str = "last", draws: int = DRAWS,
+                problems: list[str] | None = None) -> list[Comparison]:
+    """Every (dataset, task count, strategy) against ``baseline``, where both have runs."""
+    if metric not in METRICS:
+        raise UserError(f"--metric {metric!r} is not one of {', '.join(METRICS)}")
+    problems = [] if problems is None else problems
+    runs = load_runs(results_dir, problems)
+    if not runs:
+        raise UserError(f"no result JSON found under {results_dir}; run python -m benchmarks.run first "
+                        "or point --results-dir at a folder of results")
+    labels = sorted({label for _, _, label in runs})
+    for name in [baseline, *(strategies or [])]:
+        if name not in labels:
+            raise UserError(f"no runs of {name!r} under {results_dir}; it holds {', '.join(labels)}")
+    wanted = strategies or [label for label in labels if label != baseline]
+    comparisons = []
+    for (dataset, n_tasks, label), group in sorted(runs.items()):
+        if label in wanted and label != baseline and (dataset, n_tasks, baseline) in runs:
+            comparisons.append(compare_pair(dataset, n_tasks, label, baseline, group,
+                                            runs[(dataset, n_tasks, baseline)], metric, draws))
+    if not comparisons:
+        raise UserError(f"{', '.join(wanted)} and {baseline} share no dataset and task count under {results_dir}")
+    return comparisons
+
+
+def _mean_cell(values: dict[int, float]) -> str:
+    numbers = list(values.values())
+    if not numbers:
+        return MISSING
+    if len(numbers) == 1:
+        return f"{numbers[0]:.2f} (n = 1)"
+    return f"{mean_std_cell(float(np.mean(numbers)), population_std(numbers))} (n = {len(numbers)})"
+
+
+def comparison_frame(comparisons: list[Comparison]) -> pd.DataFrame:
+    """One row per comparison, display strings (for Markdown and LaTeX)."""
+    rows = []
+    for c in comparisons:
+        d = c.difference
+        rows.append({
+            "method": c.label, "dataset": c.dataset, "tasks": str(c.n_tasks),
+            "mean ± std": _mean_cell(c.values), f"{c.baseline} mean ± std": _mean_cell(c.baseline_values),
+            "paired seeds": ", ".join(map(str, c.paired_seeds)) or "none (unpaired)",
+            "difference": signed_cell(d.estimate) if d else MISSING,
+            "95 % interval": f"[{d.low:+.2f}, {d.high:+.2f}]" if d else MISSING,
+            "verdict": c.verdict,
+            "detectable (80 % power)": f"{d.detectable:.2f}" if d else MISSING,
+        })
+    return pd.DataFrame(rows).set_index("method")
+
+
+def numbers_frame(comparisons: list[Comparison]) -> pd.DataFrame:
+    """One row per comparison, numbers (for CSV)."""
+    rows = []
+    for c in comparisons:
+        d = c.difference
+        mine, theirs = list(c.values.values()), list(c.baseline_values.values())
+        rows.append({"method": c.label, "baseline": c.baseline, "dataset": c.dataset, "n_tasks": c.n_tasks,
+                     "metric": c.metric, "n": len(mine), "mean": np.mean(mine), "std": population_std(mine),
+                     "baseline_n": len(theirs), "baseline_mean": np.mean(theirs),
+                     "baseline_std": population_std(theirs), "paired_seeds": " ".join(map(str, c.paired_seeds)),
+                     "difference": d.estimate if d else math.nan, "low": d.low if d else math.nan,
+                     "high": d.high if d else math.nan, "standard_error": d.standard_error if d else math.nan,
+                     "detectable": d.detectable if d else math.nan, "verdict": c.verdict,
+                     "notes": "; ".join(c.notes)})
+    return pd.DataFrame(rows)
+
+
+def render_markdown(comparisons: list[Comparison], problems: list[str] = ()) -> str:
+    metric_name = METRICS[comparisons[0].metric][1]
+    baseline = comparisons[0].baseline
+    lines = [f"# {metric_name} (%) against {baseline}", "",
+             markdown_table(comparison_frame(comparisons), index_name="method"),
+             f"Difference: method minus {baseline}, mean over the paired seeds. Interval: {METHOD}.", ""]
+    notes = [f"{c.label} on {c.dataset} / {c.n_tasks} tasks: {note}" for c in comparisons for note in c.notes]
+    if notes or problems:
+        lines += ["Notes:", "", *(f"- {line}" for line in [*notes, *problems]), ""]
+    return "\n".join(lines)
+
+
+def draw_figure(comparisons: list[Comparison], label: str, out_dir: Path) -> list[Path]:
+    """Accuracy per stage with 95 % bands for ``label`` and the baseline (one panel per dataset
+    and task count), and a forest plot of the paired differences."""
+    from matplotlib.figure import Figure
+    from matplotlib.ticker import MaxNLocator
+
+    from analysis.figures import _save, _style
+
+    mine = [c for c in comparisons if c.label == label]
+    baseline, metric = mine[0].baseline, mine[0].metric
+    with _style():
+        fig = Figure(figsize=(3.4 * (len(mine) + 1), 3.4), layout="constrained")
+        axes = fig.subplots(1, len(mine) + 1, squeeze=False)[0]
+        for ax, c in zip(axes, mine):
+            for name, style in ((c.label, "-o"), (baseline, "--s")):
+                mean, low, high = c.stage_bands[name]
+                stages = np.arange(1, len(mean) + 1)
+                ax.plot(stages, mean, style, label=name, markersize=3)
+                ax.fill_between(stages, low, high, alpha=0.25)
+            ax.set_title(f"{c.dataset}, {c.n_tasks} tasks")
+            ax.set_xlabel("Stage (tasks learned)")
+            ax.set_ylabel("Accuracy (%)")
+            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+            ax.legend(fontsize="small")
+        forest = axes[-1]
+        for row, c in enumerate(mine):
+            if c.difference is not None:
+                d = c.difference
+                forest.errorbar(d.estimate, row, xerr=[[d.estimate - d.low], [d.high - d.estimate]], fmt="o",
+                                color="black", capsize=3)
+        forest.axvline(0.0, color="grey", linewidth=1)
+        forest.set_yticks(range(len(mine)), [f"{c.dataset}, T={c.n_tasks}" for c in mine])
+        forest.set_ylim(-0.7, len(mine) - 0.3)
+        forest.set_xlabel(f"{METRICS[metric][1]}: {label} − {baseline} (pts)")
+        forest.set_title(f"Paired difference, {CONFIDENCE:.0%} interval".replace("%", " %"))
+    return _save(fig, out_dir, f"compare-{label}-{metric}")
+
+
+def write_comparison(comparisons: list[Comparison], out_dir: str | Path, problems: list[str] = ()) -> list[Path]:
+    """Markdown, CSV and LaTeX tables and one figure per strategy, under ``out_dir``."""
+    out_dir = Path(out_dir)
+    metric = comparisons[0].metric
+    paths = [out_dir / f"compare-{metric}.{ext}" for ext in ("md", "csv", "tex")]
+    atomic_write_text(paths[0], render_markdown(comparisons, problems))
+    atomic_write_text(paths[1], numbers_frame(comparisons).to_csv(index=False))
+    atomic_write_text(paths[2], latex_table(comparison_frame(comparisons), index_name="method"))
+    for label in dict.fromkeys(c.label for c in comparisons):
+        paths += draw_figure(comparisons, label, out_dir)
+    return paths
+
+
+def unpaired_refusal(comparisons: list[Comparison]) -> str | None:
+    """The one-line refusal for the first comparison whose runs share no seed, or None."""
+    for c in comparisons:
+        if not c.paired_seeds:
+            return (f"{c.label} and {c.baseline} share no seed on {c.dataset} / {c.n_tasks} tasks "
+                    f"({c.label}: {', '.join(map(str, c.values))}; {c.baseline}: "
+                    f"{', '.join(map(str, c.baseline_values))}); a paired comparison needs the same seeds: "
+                    f"run both with --seeds")
+    return None
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m analysis.compare", description=__doc__.split("\n")[0])
+    parser.add_argument("--results-dir", required=True, help="folder of result JSON (searched recursively)")
+    parser.add_argument("--baseline", default="gr4cil", help="label to compare against (default: gr4cil)")
+    parser.add_argument("--strategies", help="comma-separated labels (default: every other label)")
+    parser.add_argument("--metric", default="last", choices=list(METRICS), help="default: last")
+    parser.add_argument("--out", help="folder for the tables and figures (default: RESULTS_DIR/compare)")
+    parser.add_argument("--draws", type=int, default=DRAWS, help=f"bootstrap replicates (default {DRAWS})")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    problems: list[str] = []
+    try:
+        if args.draws < 100:
+            raise UserError(f"--draws {args.draws} is too few for a 95 % interval; use at least 100")
+        comparisons = compare_all(args.results_dir, args.baseline,
+                                  args.strategies.split(",") if args.strategies else None, args.metric,
+                                  args.draws, problems)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    for line in problems:
+        print(f"warning: {line}", file=sys.stderr)
+    print(render_markdown(comparisons), end="")
+    paths = write_comparison(comparisons, Path(args.out) if args.out else Path(args.results_dir) / "compare",
+                             problems)
+    print(f"wrote {len(paths)} files to {paths[0].parent}", file=sys.stderr)
+    if (refusal := unpaired_refusal(comparisons)) is not None:
+        print(f"error: {refusal}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,117 @@
+"""Paired bootstrap intervals for accuracy over seeds and test images.
+
+Pure functions, arrays in and arrays out. A run contributes, for each stage t and test image i,
+a value ``v[t, i]`` (1/0 "correct", or for a paired difference ``correct_A - correct_B`` on the
+same image) and whether the image counts at that stage (``counted[t, i]``: its class has been
+seen). A run's stage score is ``100 * sum_i v[t, i] counted[t, i] / sum_i counted[t, i]``: the
+stage accuracy, or the difference of two stage accuracies.
+
+The bootstrap resamples both sources of variation in a replication of the experiment: seeds
+(training randomness) and test images, each with replacement. Every seed is scored on the same
+test split, so images are crossed with seeds, not nested in them: a replicate draws its seeds,
+then one resample of the images that all its seeds share. (Resampling the images again within
+each seed would treat one shared test set as n independent ones and shrink the image part of the
+variance n-fold.) Scoring both strategies on the same image resample keeps the pairing.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from statistics import NormalDist
+
+import numpy as np
+
+CONFIDENCE = 0.95
+POWER = 0.80  # of the smallest detectable difference
+_CHUNK_ELEMENTS = 2**24  # bootstrap weights held at once (draws x images), about 128 MB as float64
+
+
+def stage_scores(values: np.ndarray, counted: np.ndarray, weights: np.ndarray | None = None) -> np.ndarray:
+    """``100 * sum(w v counted) / sum(w counted)`` per stage: ``[T]``, or ``[D, T]`` for weights
+    ``[D, N]`` (one row of image counts per bootstrap draw). A stage with nothing counted is NaN."""
+    masked = np.where(counted, values, 0.0).astype(float)
+    counted = counted.astype(float)
+    if weights is None:
+        weights = np.ones(values.shape[1])
+    with np.errstate(invalid="ignore", divide="ignore"):
+        return 100.0 * (weights @ masked.T) / (weights @ counted.T)
+
+
+def _image_draws(n_images: int, n_draws: int, rng: np.random.Generator) -> np.ndarray:
+    """``[n_draws, n_images]`` counts: how often each image appears in a resample of the images."""
+    picks = rng.integers(0, n_images, size=(n_draws, n_images))
+    offsets = (np.arange(n_draws)[:, None] * n_images + picks).ravel()
+    return np.bincount(offsets, minlength=n_draws * n_images).reshape(n_draws, n_images).astype(float)
+
+
+def bootstrap_stage_means(values: np.ndarray, counted: np.ndarray, draws: int = 2000, seed: int = 0,
+                          resample_images: bool = True) -> np.ndarray:
+    """``[draws, T]`` bootstrap replicates of the mean over seeds of the stage scores.
+
+    Args:
+        values: ``[S, T, N]`` per seed, stage and test image (the same N images for every seed).
+        counted: ``[S, T, N]`` or ``[T, N]`` booleans, whether an image counts at a stage.
+        draws: bootstrap replicates.
+        seed: of the resampling, so that an interval is the same on every call.
+        resample_images: False resamples seeds only (for results stored without predictions:
+            pass each run's stage scores as ``values [S, T, 1]`` with ``counted`` all true).
+    """
+    values = np.asarray(values, dtype=float)
+    n_seeds, n_stages, n_images = values.shape
+    counted = np.broadcast_to(np.asarray(counted, dtype=bool), values.shape)
+    rng = np.random.default_rng(seed)
+    seed_weights = np.zeros((draws, n_seeds))  # each replicate's drawn seeds, as weights summing to 1
+    np.add.at(seed_weights, (np.repeat(np.arange(draws), n_seeds), rng.integers(0, n_seeds, draws * n_seeds)),
+              1.0 / n_seeds)
+    masked = np.where(counted, values, 0.0)
+    out = np.empty((draws, n_stages))
+    chunk = max(1, _CHUNK_ELEMENTS // n_images) if resample_images else draws
+    for start in range(0, draws, chunk):
+        rows = slice(start, min(draws, start + chunk))
+        weights = _image_draws(n_images, rows.stop - start, rng) if resample_images else np.ones((1, n_images))
+        with np.errstate(invalid="ignore", divide="ignore"):
+            per_seed = np.stack([(weights @ masked[s].T) / (weights @ counted[s].T) for s in range(n_seeds)], 1)
+        out[rows] = 100.0 * np.einsum("ds,dst->dt", seed_weights[rows], per_seed)
+    return out
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A point estimate with its percentile interval and the bootstrap's standard error."""
+
+    estimate: float
+    low: float
+    high: float
+    standard_error: float
+
+    @property
+    def verdict(self) -> str:
+        """"better" when the interval lies above 0, "worse" below, else no detectable difference."""
+        if self.low > 0:
+            return "better"
+        if self.high < 0:
+            return "worse"
+        return f"no detectable difference at {CONFIDENCE:.0%}".replace("%", " %")
+
+    @property
+    def detectable(self) -> float:
+        """The smallest true difference that this design detects with ``POWER`` at ``CONFIDENCE``
+        (two-sided): ``(z_(1 - alpha/2) + z_power) * standard_error``."""
+        normal = NormalDist()
+        return (normal.inv_cdf(0.5 + CONFIDENCE / 2) + normal.inv_cdf(POWER)) * self.standard_error
+
+
+def interval(estimate: float, replicates: np.ndarray) -> Interval:
+    """The percentile interval at ``CONFIDENCE`` of 1-d ``replicates`` around ``estimate``."""
+    alpha = 1 - CONFIDENCE
+    low, high = np.quantile(replicates, [alpha / 2, 1 - alpha / 2])
+    return Interval(float(estimate), float(low), float(high), float(np.std(replicates, ddof=1)))
+
+
+def metric_of_stages(stage_values: np.ndarray, metric: str) -> np.ndarray:
+    """Last (the final stage) or Avg (the mean over stages) of ``[..., T]`` stage scores."""
+    if metric == "last":
+        return stage_values[..., -1]
+    if metric == "avg":
+        return stage_values.mean(axis=-1)
+    raise ValueError(f"metric must be 'last' or 'avg', not {metric!r}")
