@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.formatting import MISSING, latex_table, markdown_table, mean_std_cell, population_std, signed_cell
+from analysis.formatting import MISSING, latex_escape, latex_table, markdown_table, mean_std_cell, population_std, signed_cell
 from analysis.statistics import (CONFIDENCE, POWER, Interval, bootstrap_stage_means, interval, metric_of_stages,
                                  stage_scores)
 from benchmarks.errors import UserError
@@ -112,7 +112,8 @@ class Comparison:
     values: dict[int, float]  # the strategy's metric per seed
     baseline_values: dict[int, float]
     paired_seeds: list[int]
-    difference: Interval | None = None
+    estimate: float | None = None  # mean over the paired seeds of (strategy - baseline)
+    difference: Interval | None = None  # the estimate with its interval, where one can be had
     stage_bands: dict[str, np.ndarray] = field(default_factory=dict)  # label -> [3, T] mean, low, high
     notes: list[str] = field(default_factory=list)
 
@@ -164,6 +165,7 @@ def compare_pair(dataset: str, n_tasks: int, label: str, baseline: str, runs: di
     if not paired:
         return comparison
     estimate = float(np.mean([comparison.values[s] - comparison.baseline_values[s] for s in paired]))
+    comparison.estimate = estimate
     pairs = [(runs[s], baseline_runs[s]) for s in paired]
     if all(a.correct is not None and b.correct is not None for a, b in pairs):
         values = np.stack([a.correct.astype(float) - b.correct for a, b in pairs])
@@ -184,15 +186,28 @@ def compare_pair(dataset: str, n_tasks: int, label: str, baseline: str, runs: di
 
 
 def load_runs(results_dir: str | Path, problems: list[str]) -> dict[tuple[str, int, str], dict[int, Run]]:
-    """(dataset, n_tasks, label) -> seed -> Run, for every stored result under ``results_dir``."""
+    """(dataset, n_tasks, label) -> seed -> Run, for every stored result under ``results_dir``.
+
+    Where several results share a run's key (a zero-shot run beside a main one, say), the one
+    without ``zero_shot`` is used, then the first by path, as the report's tables do; a line says so.
+    """
+    found = sorted(iter_results(results_dir, skipped=problems), key=lambda item: ("zero_shot" in item[1], item[0]))
     runs: dict[tuple[str, int, str], dict[int, Run]] = defaultdict(dict)
-    for path, result in iter_results(results_dir, skipped=problems):
+    used: dict[tuple, tuple[Path, str]] = {}
+    for path, result in found:
+        key = (result["dataset"], result["n_tasks"], result["label"], result["seed"])
+        if key in used:
+            if used[key][1] != result.get("config_hash"):
+                problems.append(f"{path}: another result for {key[2]} / {key[0]} / T={key[1]} / seed {key[3]} "
+                                f"(another config); the comparison uses {used[key][0]}")
+            continue
+        used[key] = (path, result.get("config_hash"))
         run = Run(result)
         predictions = load_predictions(path, result, problems)
         if predictions is not None:
             run.correct, run.targets, run.image_ids = (predictions.correct(), predictions.targets,
                                                       predictions.image_ids)
-        runs[(result["dataset"], result["n_tasks"], result["label"])][result["seed"]] = run
+        runs[key[:3]][key[3]] = run
     return runs
 
 
@@ -240,7 +255,7 @@ def comparison_frame(comparisons: list[Comparison]) -> pd.DataFrame:
             "method": c.label, "dataset": c.dataset, "tasks": str(c.n_tasks),
             "mean ± std": _mean_cell(c.values), f"{c.baseline} mean ± std": _mean_cell(c.baseline_values),
             "paired seeds": ", ".join(map(str, c.paired_seeds)) or "none (unpaired)",
-            "difference": signed_cell(d.estimate) if d else MISSING,
+            "difference": signed_cell(c.estimate) if c.estimate is not None else MISSING,
             "95 % interval": f"[{d.low:+.2f}, {d.high:+.2f}]" if d else MISSING,
             "verdict": c.verdict,
             "detectable (80 % power)": f"{d.detectable:.2f}" if d else MISSING,
@@ -258,7 +273,7 @@ def numbers_frame(comparisons: list[Comparison]) -> pd.DataFrame:
                      "metric": c.metric, "n": len(mine), "mean": np.mean(mine), "std": population_std(mine),
                      "baseline_n": len(theirs), "baseline_mean": np.mean(theirs),
                      "baseline_std": population_std(theirs), "paired_seeds": " ".join(map(str, c.paired_seeds)),
-                     "difference": d.estimate if d else math.nan, "low": d.low if d else math.nan,
+                     "difference": c.estimate if c.estimate is not None else math.nan, "low": d.low if d else math.nan,
                      "high": d.high if d else math.nan, "standard_error": d.standard_error if d else math.nan,
                      "detectable": d.detectable if d else math.nan, "verdict": c.verdict,
                      "notes": "; ".join(c.notes)})
@@ -275,6 +290,16 @@ def render_markdown(comparisons: list[Comparison], problems: list[str] = ()) -> 
     if notes or problems:
         lines += ["Notes:", "", *(f"- {line}" for line in [*notes, *problems]), ""]
     return "\n".join(lines)
+
+
+def render_latex(comparisons: list[Comparison], name: str) -> str:
+    """A booktabs table with a caption that names the baseline, the metric and the method."""
+    c = comparisons[0]
+    caption = latex_escape(f"{METRICS[c.metric][1]} (%) against {c.baseline}: difference = method minus "
+                           f"{c.baseline}, mean over the paired seeds. Interval: {METHOD}.")
+    body = latex_table(comparison_frame(comparisons), index_name="method")
+    return (f"\\begin{{table}}[t]\n\\centering\n\\small\n\\caption{{{caption}}}\n\\label{{tab:{name}}}\n"
+            f"{body}\\end{{table}}\n")
 
 
 def draw_figure(comparisons: list[Comparison], label: str, out_dir: Path) -> list[Path]:
@@ -315,14 +340,16 @@ def draw_figure(comparisons: list[Comparison], label: str, out_dir: Path) -> lis
     return _save(fig, out_dir, f"compare-{label}-{metric}")
 
 
-def write_comparison(comparisons: list[Comparison], out_dir: str | Path, problems: list[str] = ()) -> list[Path]:
-    """Markdown, CSV and LaTeX tables and one figure per strategy, under ``out_dir``."""
+def write_comparison(comparisons: list[Comparison], out_dir: str | Path, problems: list[str] = (),
+                     table_dir: str | Path | None = None, stem: str = "compare") -> list[Path]:
+    """``<stem>-<metric>.md``, ``.csv`` and ``.tex`` under ``table_dir`` (default ``out_dir``), and
+    one figure per strategy under ``out_dir``."""
     out_dir = Path(out_dir)
     metric = comparisons[0].metric
-    paths = [out_dir / f"compare-{metric}.{ext}" for ext in ("md", "csv", "tex")]
+    paths = [Path(table_dir or out_dir) / f"{stem}-{metric}.{ext}" for ext in ("md", "csv", "tex")]
     atomic_write_text(paths[0], render_markdown(comparisons, problems))
     atomic_write_text(paths[1], numbers_frame(comparisons).to_csv(index=False))
-    atomic_write_text(paths[2], latex_table(comparison_frame(comparisons), index_name="method"))
+    atomic_write_text(paths[2], render_latex(comparisons, f"{stem}-{metric}"))
     for label in dict.fromkeys(c.label for c in comparisons):
         paths += draw_figure(comparisons, label, out_dir)
     return paths

@@ -25,14 +25,17 @@ _LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$",
 
 
 def population_std(values) -> float:
-    """Std over seeds with ddof=0, so a single seed shows ± 0.00 instead of NaN."""
+    """Std over seeds with ddof=0 (0 for a single seed, which ``mean_std_cell`` shows as n = 1)."""
     return float(np.std(np.asarray(values, dtype=float)))
 
 
-def mean_std_cell(mean: float, std: float | None, decimals: int = 2) -> str:
-    """``"mean ± std"``; ``"mean"`` when there is no std; ``MISSING`` when there is no mean."""
+def mean_std_cell(mean: float, std: float | None, decimals: int = 2, n: int | None = None) -> str:
+    """``"mean ± std"``; ``"mean (n = 1)"`` for one seed (a std of one value says nothing);
+    ``"mean"`` when there is no std; ``MISSING`` when there is no mean."""
     if mean is None or math.isnan(mean):
         return MISSING
+    if n == 1:
+        return f"{mean:.{decimals}f} (n = 1)"
     if std is None or math.isnan(std):
         return f"{mean:.{decimals}f}"
     return f"{mean:.{decimals}f} ± {std:.{decimals}f}"

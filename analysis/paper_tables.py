@@ -233,6 +233,7 @@ class ReportTable:
         stats = self.stats()
         mean = stats["mean"].unstack(["group", "metric"]).reindex(index=self.rows, columns=self.columns)
         std = stats["std"].unstack(["group", "metric"]).reindex(index=self.rows, columns=self.columns)
+        count = stats["n"].unstack(["group", "metric"]).reindex(index=self.rows, columns=self.columns)
         marks = pd.DataFrame("", index=self.rows, columns=self.columns, dtype=object)
         for column in self.columns:
             marks[column] = rank_marks(mean[column], not self.lower_is_better(column), self.decimals)
@@ -241,8 +242,8 @@ class ReportTable:
         blank = [""] * len(self.columns)
         matched = set()
         for row in self.rows:
-            out.append((row_label(row), "reproduced", [mean_std_cell(mean.at[row, c], std.at[row, c], self.decimals)
-                                            for c in self.columns], list(marks.loc[row])))
+            out.append((row_label(row), "reproduced", [mean_std_cell(mean.at[row, c], std.at[row, c], self.decimals,
+                                                          count.at[row, c]) for c in self.columns], list(marks.loc[row])))
             name = match_paper_row(row, list(paper_rows))
             if name is None:
                 continue

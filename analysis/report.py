@@ -5,6 +5,9 @@
 Writes, under the output folder::
 
     tables/<name>.md, .csv, .tex     one per paper table (see ``analysis.paper_tables.TABLES``)
+    tables/against_gr4cil-<metric>.md, .csv, .tex   every strategy against GR4CIL, paired, with
+                                     intervals and verdicts (``analysis.compare``)
+    figures/against_gr4cil/          one ``analysis.compare`` figure per strategy
     figures/<name>.png, .pdf         one per figure (see ``analysis.figures.FIGURES``)
     figures/acc_matrix/<run>.png, .pdf
     report.md                        all tables, links to the figures, and what was skipped
@@ -56,11 +59,11 @@ def build_report(results_dir: str | Path, out_dir: str | Path, with_paper: bool 
     ``log`` receives one line per note about the inputs (e.g. runs that share a key); ``only``
     restricts the report to the named tables and figures.
     """
-    wanted = set(only) if only is not None else set(TABLES) | set(figures.FIGURES)
-    unknown = wanted - set(TABLES) - set(figures.FIGURES)
+    names = [*TABLES, AGAINST_GR4CIL, *figures.FIGURES]
+    wanted = set(only) if only is not None else set(names)
+    unknown = wanted - set(names)
     if unknown:
-        raise UserError(f"unknown table or figure {sorted(unknown)}; choose from "
-                        f"{', '.join([*TABLES, *figures.FIGURES])}")
+        raise UserError(f"unknown table or figure {sorted(unknown)}; choose from {', '.join(names)}")
     inputs = load_inputs(results_dir)
     for note in inputs.notes if log else []:
         log(f"note: {note}")
@@ -82,6 +85,10 @@ def build_report(results_dir: str | Path, out_dir: str | Path, with_paper: bool 
             atomic_write_text(path, text)
         markdown.append(texts[0])
         items.append(ReportItem(name, "table", paths))
+    if AGAINST_GR4CIL in wanted:
+        item, texts = _against_gr4cil(results_dir, out_dir)
+        items.append(item)
+        markdown += texts
     for name, draw in figures.FIGURES.items():
         if name not in wanted:
             continue
@@ -94,6 +101,26 @@ def build_report(results_dir: str | Path, out_dir: str | Path, with_paper: bool 
 
     items.append(ReportItem("reproducibility", "table", [write_reproducibility(results_dir, out_dir / "REPRODUCIBILITY.md")]))
     return items
+
+
+AGAINST_GR4CIL = "against_gr4cil"
+
+
+def _against_gr4cil(results_dir: str | Path, out_dir: Path) -> tuple[ReportItem, list[str]]:
+    """Every strategy against GR4CIL (``analysis.compare``), for Last and Avg accuracy."""
+    from analysis import compare
+
+    paths, texts = [], []
+    for metric in compare.METRICS:
+        problems: list[str] = []
+        try:
+            comparisons = compare.compare_all(results_dir, "gr4cil", metric=metric, problems=problems)
+        except UserError as reason:  # no GR4CIL run, nothing to pair, or another protocol
+            return ReportItem(AGAINST_GR4CIL, "table", skipped=str(reason)), []
+        paths += compare.write_comparison(comparisons, out_dir / "figures" / AGAINST_GR4CIL, problems,
+                                          table_dir=out_dir / "tables", stem=AGAINST_GR4CIL)
+        texts.append(compare.render_markdown(comparisons, problems))
+    return ReportItem(AGAINST_GR4CIL, "table", paths), texts
 
 
 def _index(items: list[ReportItem], tables_markdown: list[str], notes: list[str], out_dir: Path) -> str:

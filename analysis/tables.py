@@ -1,6 +1,6 @@
 """Avg/Last accuracy tables from result JSON: ``python -m analysis.tables --results-dir DIR``.
 
-Cells are mean ± std over seeds (population std, ddof=0; a single seed shows ± 0.00). Rows are
+Cells are mean ± std over seeds (population std, ddof=0; a single seed shows "(n = 1)"). Rows are
 strategies (or variant labels), columns are datasets (with the task count when several appear).
 The Markdown goes to stdout; ``table.md``, ``table.csv`` and ``table.tex`` are written next to
 the results.
@@ -48,7 +48,7 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
         column = f"{dataset} (T={n_tasks})" if several_t else dataset
         for metric, name in (("avg_acc", "Avg"), ("last_acc", "Last")):
             cells.setdefault(label, {})[(column, name)] = \
-                mean_std_cell(row[(metric, 'mean')], row[(metric, 'std')])
+                mean_std_cell(row[(metric, 'mean')], row[(metric, 'std')], n=row[(metric, 'count')])
     table = pd.DataFrame.from_dict(cells, orient="index").fillna("–")  # a run that does not exist
     table.columns = pd.MultiIndex.from_tuples(table.columns, names=["dataset", "metric"])
     table.index.name = "method"

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import matplotlib.image as mpimg
 import numpy as np
+import pandas as pd
 import pytest
 
 from analysis import figures, paper_tables
@@ -149,6 +150,8 @@ def _csv(report, name):
 
 
 def _cell(values, decimals=2):
+    if len(values) == 1:
+        return f"{values[0]:.{decimals}f} (n = 1)"
     return f"{np.mean(values):.{decimals}f} ± {np.std(values):.{decimals}f}"
 
 
@@ -172,6 +175,20 @@ def test_every_table_and_figure_is_written(report):
     assert (report["out"] / "report.md").read_text().count("[paper]") > 10
     # The zero-shot runs share keys with main runs: the note says which file the tables use.
     assert len(report["notes"]) == 2 and all("\n" not in n for n in report["notes"])
+
+
+def test_against_gr4cil_pairs_every_strategy_with_gr4cil_on_its_shared_seeds(report):
+    table = pd.read_csv(report["out"] / "tables" / "against_gr4cil-last.csv")
+    main = report["runs"]["main"]
+    last = {(r["label"], r["dataset"], r["seed"]): r["summary"]["last_acc"] for r in main}
+    for row in table[table["method"].isin(["continual_clip", "my_new_method"])].itertuples():
+        seeds = [int(s) for s in str(row.paired_seeds).split()]
+        expected = np.mean([last[(row.method, row.dataset, s)] - last[("gr4cil", row.dataset, s)] for s in seeds])
+        assert seeds == [0] and row.difference == pytest.approx(expected)
+        assert row.verdict == "no interval"  # one seed and no stored predictions: nothing to resample
+    assert set(table["method"]) >= {"continual_clip", "my_new_method", "full", "v01"}
+    text = (report["out"] / "report.md").read_text()
+    assert "# Last accuracy (%) against gr4cil" in text and "# Avg accuracy (%) against gr4cil" in text
 
 
 def test_table1_cells_are_mean_and_std_over_seeds(report):
@@ -314,7 +331,7 @@ def test_bold_and_italic_mark_best_and_second_best(report, name, lower_is_better
     reproduced = {row: cells for row, cells in rows.items() if kinds[row] == "reproduced"}
     for j in range(len(header) - 1):
         values = {row: cells[j] for row, cells in reproduced.items() if cells[j] != "–"}
-        means = {row: float(v.strip("*").split(" ± ")[0]) for row, v in values.items()}
+        means = {row: float(v.strip("*").split(" ± ")[0].split(" (n = ")[0]) for row, v in values.items()}
         ranked = sorted(set(means.values()), reverse=not lower_is_better)
         for row, value in values.items():
             if means[row] == ranked[0]:
@@ -361,7 +378,8 @@ def test_missing_inputs_are_one_line_skips(tmp_path, capsys):
     skipped = {line.split(":")[0].removeprefix("skipped ") for line in err}
     assert skipped == {"table2_seq", "table3_zeroshot", "table3_subspace", "table4_ablation", "table5_compensation",
                        "table_anchor", "table_adjacent_subspace", "table_tau", "table_beta_gamma",
-                       "fig2_gap_training", "fig3_gap_final", "fig5_confidence_margin", "fig7_routing"}
+                       "fig2_gap_training", "fig3_gap_final", "fig5_confidence_margin", "fig7_routing",
+                       "against_gr4cil"}  # no GR4CIL run to compare with
     cells, kinds = _csv({"out": tmp_path / "out"}, "table1_main")
     assert kinds["my_new_method"] == "reproduced" and kinds["Continual-CLIP"] == "reproduced"
     assert (tmp_path / "out/figures/fig_accuracy_curves.png").exists()

@@ -136,7 +136,7 @@ def test_report_builds_from_the_smoke_run(smoke_results, tmp_path):
             (tmp_path / "report" / "tables" / "table1_main.md").read_text().splitlines() if line.startswith("| ")}
     for label, result in runs.items():  # every cell is its run's summary
         cells = [c.strip("* ") for c in rows[row_label(label)].split("|")[2:4]]  # the D9 row label
-        assert cells == [f"{result['summary'][m]:.2f} ± 0.00" for m in ("avg_acc", "last_acc")], label
+        assert cells == [f"{result['summary'][m]:.2f} (n = 1)" for m in ("avg_acc", "last_acc")], label
     for name in ("table1_main", "table2_ood", "table3_subspace", "table_anchor", "fig2_gap_training",
                  "fig3_gap_final", "fig5_confidence_margin", "fig6_cost", "fig7_routing", "acc_matrix"):
         assert items[name].written, (name, items[name].skipped)
