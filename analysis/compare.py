@@ -18,7 +18,8 @@ line and exit status 2, runs that differ in protocol (class order, data, backbon
 count, precision or test set), and pairs that share no seed (their unpaired means are shown).
 
 Writes ``compare-<metric>.md``, ``.csv`` and ``.tex``, and per strategy a figure
-``compare-<label>-<metric>.png``/``.pdf`` (accuracy per stage with 95 % bands, and a forest plot of
+``compare-<label>-<metric>.png``/``.pdf`` (characters other than letters, digits, ``.``, ``_``
+and ``-`` in the label become ``_``) (accuracy per stage with 95 % bands, and a forest plot of
 the differences), into ``--out`` (default: ``DIR/compare``).
 """
 
@@ -26,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -337,7 +339,7 @@ def draw_figure(comparisons: list[Comparison], label: str, out_dir: Path) -> lis
         forest.set_ylim(-0.7, len(mine) - 0.3)
         forest.set_xlabel(f"{METRICS[metric][1]}: {label} − {baseline} (pts)")
         forest.set_title(f"Paired difference, {CONFIDENCE:.0%} interval".replace("%", " %"))
-    return _save(fig, out_dir, f"compare-{label}-{metric}")
+    return _save(fig, out_dir, f"compare-{re.sub(r'[^A-Za-z0-9._-]', '_', label)}-{metric}")  # a safe file name
 
 
 def write_comparison(comparisons: list[Comparison], out_dir: str | Path, problems: list[str] = (),
