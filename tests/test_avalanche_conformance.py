@@ -2,6 +2,8 @@
 metrics and logger, trained with ``strategy.train`` task by task, evaluated with ``strategy.eval``,
 and Avalanche's accuracy is the runner's (scores over all seen classes, no task id)."""
 
+from pathlib import Path
+
 import numpy as np
 import pytest
 from avalanche.evaluation.metrics import accuracy_metrics, loss_metrics
@@ -17,6 +19,7 @@ from benchmarks.transforms import eval_transform, train_transform
 from strategies.registry import available, get_strategy
 
 N_TASKS = 3
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "my_strategy"  # docs/adding-a-strategy.md
 
 
 class CountCalls(SupervisedPlugin):
@@ -48,8 +51,9 @@ def _stream_accuracy(metrics: dict) -> float:
     return 100.0 * value
 
 
-@pytest.mark.parametrize("name", available())
-def test_avalanche_train_and_eval_match_the_runner(name, stream, capsys):
+@pytest.mark.parametrize("name", [*available(), "my_strategy.strategy:MyStrategy"])
+def test_avalanche_train_and_eval_match_the_runner(name, stream, capsys, monkeypatch):
+    monkeypatch.syspath_prepend(str(EXAMPLE))  # the example from outside the repository, installed nowhere
     cls = get_strategy(name)
     config = cls.Config.from_dict({"epochs": 0 if name == "continual_clip" else 1, "batch_size": 16,
                                    "eval_batch_size": 7, "lora_rank": 2, "lr": 0.01, "num_workers": 0,
