@@ -94,11 +94,20 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def _readable_like_any_new_file(fd: int) -> None:
+    """``mkstemp`` makes files only their owner may read; give the file the mode that ``open``
+    would (0666 less the umask), so that a group sharing a results folder can read it."""
+    umask = os.umask(0)
+    os.umask(umask)
+    os.fchmod(fd, 0o666 & ~umask)
+
+
 def atomic_write_text(path: Path, text: str) -> None:
     """Write ``text`` to ``path`` so that readers see the old file or the new one, never half."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        _readable_like_any_new_file(fd)
         with os.fdopen(fd, "w") as handle:
             handle.write(text)
             handle.flush()
@@ -262,6 +271,7 @@ def save_predictions(path: Path, predictions: Predictions) -> dict:
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
+        _readable_like_any_new_file(fd)
         with os.fdopen(fd, "wb") as handle:
             handle.write(blob)
             handle.flush()

@@ -1,6 +1,7 @@
 """The per-image predictions stored beside every result (schema version 2)."""
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
@@ -46,6 +47,8 @@ def _stage_accuracy(pred: np.ndarray, targets: np.ndarray, seen: set[int]) -> fl
 def test_the_sidecar_reproduces_every_stage_accuracy(finished):
     _, path, result = finished
     assert result["schema_version"] == 2
+    if Path("/proc/self/clear_refs").exists():  # Linux: the run's own peak, not the test process's
+        assert result["cost"]["peak_memory_kind"] == "cpu_run_peak_rss"
     entry = result["predictions"]
     assert entry["file"] == path.name.replace(".json", PREDICTIONS_SUFFIX)
     assert (entry["n_stages"], entry["n_images"], entry["dtype"]) == (5, 300, "uint16")
@@ -145,3 +148,13 @@ def test_a_run_measures_its_own_peak_memory_not_that_of_earlier_runs_in_the_proc
     memory, kind = environment.peak_memory("cpu")
     assert kind == "cpu_process_peak_rss"
     assert memory == resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+
+
+def test_results_and_sidecars_get_the_mode_of_any_new_file(finished):
+    import os
+
+    _, path, _ = finished
+    umask = os.umask(0)
+    os.umask(umask)
+    for written in (path, predictions_path(path)):  # not mkstemp's owner-only 0600
+        assert written.stat().st_mode & 0o777 == 0o666 & ~umask
