@@ -102,20 +102,26 @@ def _readable_like_any_new_file(fd: int) -> None:
     os.fchmod(fd, 0o666 & ~umask)
 
 
-def atomic_write_text(path: Path, text: str) -> None:
-    """Write ``text`` to ``path`` so that readers see the old file or the new one, never half."""
+def atomic_write_bytes(path: Path, blob: bytes) -> None:
+    """Write ``blob`` to ``path`` so that readers see the old file or the new one, never half."""
+    path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         _readable_like_any_new_file(fd)
-        with os.fdopen(fd, "w") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(blob)
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    """``atomic_write_bytes`` of ``text`` in UTF-8."""
+    atomic_write_bytes(path, text.encode())
 
 
 def write_json(path: Path, data: Any) -> None:
@@ -268,18 +274,7 @@ def save_predictions(path: Path, predictions: Predictions) -> dict:
                  "targets": np.ascontiguousarray(predictions.targets, dtype=dtype),
                  "image_ids": np.ascontiguousarray(predictions.image_ids, dtype=np.uint32)})
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        _readable_like_any_new_file(fd)
-        with os.fdopen(fd, "wb") as handle:
-            handle.write(blob)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
+    atomic_write_bytes(path, blob)
     n_stages, n_images = predictions.predictions.shape
     return {"file": path.name, "sha256": hashlib.sha256(blob).hexdigest(), "n_stages": int(n_stages),
             "n_images": int(n_images), "dtype": dtype.name}
