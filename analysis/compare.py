@@ -37,9 +37,8 @@ import numpy as np
 import pandas as pd
 
 from analysis.formatting import MISSING, latex_escape, latex_table, markdown_table, mean_std_cell, population_std, signed_cell
-from analysis.statistics import (CONFIDENCE, POWER, Interval, bootstrap_stage_means, interval, metric_of_stages,
-                                 stage_scores)
-from benchmarks.errors import UserError
+from analysis.statistics import (CONFIDENCE, POWER, Interval, bootstrap_stage_means, interval, metric_of_stages)
+from benchmarks.errors import UserError, one_line_user_errors
 from benchmarks.results import atomic_write_text, iter_results, load_predictions
 
 METRICS = {"last": ("last_acc", "Last accuracy"), "avg": ("avg_acc", "Avg accuracy")}
@@ -379,18 +378,15 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+@one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     problems: list[str] = []
-    try:
-        if args.draws < 100:
-            raise UserError(f"--draws {args.draws} is too few for a 95 % interval; use at least 100")
-        comparisons = compare_all(args.results_dir, args.baseline,
-                                  args.strategies.split(",") if args.strategies else None, args.metric,
-                                  args.draws, problems)
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    if args.draws < 100:
+        raise UserError(f"--draws {args.draws} is too few for a 95 % interval; use at least 100")
+    comparisons = compare_all(args.results_dir, args.baseline,
+                              args.strategies.split(",") if args.strategies else None, args.metric,
+                              args.draws, problems)
     for line in problems:
         print(f"warning: {line}", file=sys.stderr)
     print(render_markdown(comparisons), end="")

@@ -28,7 +28,7 @@ from typing import Callable, Iterable
 
 from analysis import figures
 from analysis.paper_tables import TABLES, MissingInputs, load_inputs, load_paper_reference
-from benchmarks.errors import UserError
+from benchmarks.errors import UserError, one_line_user_errors
 from benchmarks.results import atomic_write_text
 
 
@@ -142,6 +142,7 @@ def _index(items: list[ReportItem], tables_markdown: list[str], notes: list[str]
     return "\n".join(lines)
 
 
+@one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n")[0])
     parser.add_argument("--results-dir", required=True, help="folder of result JSON (searched recursively)")
@@ -149,13 +150,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--no-paper", action="store_true", help="leave out the paper's numbers and differences")
     parser.add_argument("--only", help="comma-separated names of the tables/figures to make (default: all)")
     args = parser.parse_args(argv)
-    try:
-        items = build_report(args.results_dir, args.out, with_paper=not args.no_paper,
-                             log=lambda line: print(line, file=sys.stderr),
-                             only=args.only.split(",") if args.only else None)
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    items = build_report(args.results_dir, args.out, with_paper=not args.no_paper,
+                         log=lambda line: print(line, file=sys.stderr),
+                         only=args.only.split(",") if args.only else None)
     for item in items:
         print(item, file=sys.stdout if item.written else sys.stderr)
     print(f"report: {Path(args.out) / 'report.md'}")

@@ -15,7 +15,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.formatting import latex_table, markdown_table, mean_std_cell, population_std
-from benchmarks.errors import UserError
+from benchmarks.errors import UserError, one_line_user_errors
 from benchmarks.results import RunKey, atomic_write_text, iter_results
 
 
@@ -79,15 +79,12 @@ def write_tables(results_dir: str | Path, keys: list[RunKey] | None = None) -> s
     return markdown
 
 
+@one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.tables", description=__doc__.split("\n")[0])
     parser.add_argument("--results-dir", required=True, help="folder of result JSON (searched recursively)")
     args = parser.parse_args(argv)
-    try:
-        print(write_tables(args.results_dir), end="")
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    print(write_tables(args.results_dir), end="")
     return 0
 
 

@@ -5,6 +5,12 @@ raises ``UserError``. The runner prints its message as one line and exits with c
 traceback. The message states the cause and the fix.
 """
 
+from __future__ import annotations
+
+import functools
+import sys
+from typing import Callable
+
 
 class UserError(Exception):
     """A problem in the user's input or environment, reported without a traceback."""
@@ -16,3 +22,18 @@ class DataNotFoundError(UserError):
 
 class WeightsNotFoundError(UserError):
     """Pretrained CLIP weights are neither in the cache nor at the given path."""
+
+
+def one_line_user_errors(main: Callable[..., int]) -> Callable[..., int]:
+    """Wrap a command's ``main``: a ``UserError`` prints ``error: <message>`` on stderr and the
+    command returns 2, with no traceback."""
+
+    @functools.wraps(main)
+    def command(*args, **kwargs) -> int:
+        try:
+            return main(*args, **kwargs)
+        except UserError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+
+    return command

@@ -124,6 +124,13 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+def write_tensors(path: Path, tensors: dict) -> None:
+    """Save torch ``tensors`` as one safetensors file, atomically (``atomic_write_bytes``)."""
+    from safetensors.torch import save
+
+    atomic_write_bytes(path, save(tensors))
+
+
 def write_json(path: Path, data: Any) -> None:
     atomic_write_text(Path(path), json.dumps(data, indent=1, allow_nan=False) + "\n")
 

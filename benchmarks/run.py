@@ -25,7 +25,7 @@ from pathlib import Path
 import numpy as np
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from analysis.metrics import stage_metrics, summarize
@@ -33,12 +33,12 @@ from benchmarks.backbone import BackboneSpec, check_weights, create_clip, weight
 from benchmarks.class_orders import resolve_class_order
 from benchmarks.datasets import TransformedDataset, load_dataset, load_zero_shot_target
 from benchmarks.environment import environment, peak_memory, reset_peak_memory, seed_everything, set_deterministic
-from benchmarks.errors import UserError
+from benchmarks.errors import UserError, one_line_user_errors
 from benchmarks.launchers import LAUNCHERS, check_gpus, launch_local, run_log
 from benchmarks.locking import read_holder
 from benchmarks.precision import PRECISIONS, resolve_precision
 from benchmarks.results import (CHECKPOINT_STATE, SCHEMA_VERSION, Predictions, ResultStore, RunKey, config_hash,
-                                iter_results, write_json)
+                                iter_results, write_json, write_tensors)
 from benchmarks.status import run_state
 from benchmarks.streams import build_stream, split_classes
 from benchmarks.suites import RunSpec, dataset_loader_options, expand, load_suite
@@ -170,9 +170,7 @@ def _save_checkpoint(directory: Path, task: int, strategy, stages: list, cost: d
     tensors, meta = strategy.checkpoint_state()
     tensors = {**tensors, PREDICTIONS_KEY: torch.from_numpy(np.stack(predictions).astype(np.int32))}
     tensor_file = f"task-{task:02d}.safetensors"
-    tmp = directory / f".{tensor_file}.tmp"
-    save_file(tensors, str(tmp))
-    tmp.replace(directory / tensor_file)
+    write_tensors(directory / tensor_file, tensors)
     write_json(directory / CHECKPOINT_STATE, {"config_hash": cfg_hash, "tasks_done": task,
                                               "tensor_file": tensor_file, "strategy": meta,
                                               "stages": stages, "cost": cost})
@@ -468,6 +466,7 @@ def _one_line_warning(message, category, filename, lineno, line=None) -> str:
     return f"warning: {message}\n"
 
 
+@one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     warnings.formatwarning = _one_line_warning  # a notice for the user, not a source location
@@ -533,9 +532,6 @@ def main(argv: list[str] | None = None) -> int:
         else:
             print("no run finished here: every run is held by another process; rerun later to collect them",
                   file=sys.stderr)
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
     except OSError as err:
         if err.errno not in _STORAGE_ERRORS:
             raise

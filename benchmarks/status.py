@@ -15,7 +15,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.errors import UserError
+from benchmarks.errors import UserError, one_line_user_errors
 from benchmarks.locking import is_stale, read_holder
 from benchmarks.results import CHECKPOINT_STATE, ResultStore, RunKey, iter_results
 
@@ -104,18 +104,15 @@ def status_table(store: ResultStore) -> str:
     return "\n".join(lines)
 
 
+@one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.status", description=__doc__.split("\n")[0])
     parser.add_argument("--results-dir", required=True, help="the results folder of one or more suites")
     args = parser.parse_args(argv)
-    try:
-        root = Path(args.results_dir)
-        if not root.is_dir():
-            raise UserError(f"results folder {root} does not exist; give the --results-dir of a run")
-        print(status_table(ResultStore(root)))
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
+    root = Path(args.results_dir)
+    if not root.is_dir():
+        raise UserError(f"results folder {root} does not exist; give the --results-dir of a run")
+    print(status_table(ResultStore(root)))
     return 0
 
 

@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.class_orders import DEFAULT_CLASS_ORDER
 from benchmarks.errors import UserError
 from benchmarks.precision import resolve_precision
 from benchmarks.results import RunKey, config_hash
@@ -209,7 +210,7 @@ def expand(suite: dict[str, Any], *, strategies: list[str] | None = None,
     resolved_precision = precision or suite.get("precision", "auto")
     resolve_precision(resolved_precision, resolved_device)
     deterministic = bool(suite.get("deterministic", False) if deterministic is None else deterministic)
-    order = class_order or suite.get("class_order", "seed1993")
+    order = class_order or suite.get("class_order", DEFAULT_CLASS_ORDER)
     targets = tuple(suite.get("zero_shot_targets", ()))
     epoch_scale = float(suite.get("epoch_scale", 1.0))
     runs = []

@@ -465,16 +465,11 @@ class CLIPStrategy(SupervisedTemplate):
         The tensor keys are documented by ``checkpoint_state``; they can be read without this
         suite via ``safetensors.safe_open``. Both files are written atomically.
         """
-        from safetensors.torch import save_file
-
-        from benchmarks.results import write_json
+        from benchmarks.results import write_json, write_tensors
 
         path = Path(path)
-        path.parent.mkdir(parents=True, exist_ok=True)
         tensors, meta = self.checkpoint_state()
-        tmp = path.with_name(f".{path.name}.safetensors.tmp")
-        save_file(tensors, str(tmp))
-        tmp.replace(path.with_name(path.name + ".safetensors"))
+        write_tensors(path.with_name(path.name + ".safetensors"), tensors)
         write_json(path.with_name(path.name + ".json"), {"strategy": self.name, "config": self.cfg.to_dict(),
                                                "class_names": self.class_names, "state": meta, **(extra or {})})
 

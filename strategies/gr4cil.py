@@ -45,9 +45,10 @@ from strategies.registry import register
 
 
 # ============================================================================ the equations
-def clip_loss(image: torch.Tensor, text: torch.Tensor, targets: torch.Tensor, logit_scale: float) -> torch.Tensor:
-    """``L_clip`` (eq. 3): cross-entropy over the current task's classes on ``logit_scale * <v, t_c>``."""
-    return F.cross_entropy(logit_scale * image @ text.T, targets)
+def clip_loss(logits: torch.Tensor, targets: torch.Tensor) -> torch.Tensor:
+    """``L_clip`` (eq. 3): cross-entropy over the current task's classes, ``logits`` being
+    ``logit_scale * <v, t_c>`` for normalised image and text features (``compute_logits``)."""
+    return F.cross_entropy(logits, targets)
 
 
 def anchor_loss(text: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
@@ -257,7 +258,7 @@ class GR4CIL(CLIPStrategy):
         return self.backbone.logit_scale * cosine
 
     def compute_loss(self, logits: torch.Tensor, local_targets: torch.Tensor) -> torch.Tensor:
-        loss = F.cross_entropy(logits, local_targets)  # L_clip, eq. 3 (logits from compute_logits)
+        loss = clip_loss(logits, local_targets)
         n_prev = len(self.seen_classes)
         text_prev, text_new = self._step_text[:n_prev], self._step_text[n_prev:]
         if self.cfg.use_anchor_loss and n_prev:

@@ -6,7 +6,6 @@ import math
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from benchmarks.backbone import BackboneSpec, create_clip
 from conftest import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, three_task_suite

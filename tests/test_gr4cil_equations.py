@@ -41,7 +41,8 @@ def test_clip_loss_eq3_is_scaled_cross_entropy_over_task_classes():
     text = torch.tensor([[1.0, 0.0], [0.0, 1.0], [-1.0, 0.0]])
     logits = 10.0 * torch.tensor([math.sqrt(0.5), math.sqrt(0.5), -math.sqrt(0.5)])
     expected = -(logits[1] - torch.logsumexp(logits, 0))
-    assert clip_loss(image, text, torch.tensor([1]), 10.0).item() == pytest.approx(expected.item(), rel=1e-6)
+    # compute_logits gives logit_scale * <v, t_c>; eq. 3 is the cross-entropy on it
+    assert clip_loss(10.0 * image @ text.T, torch.tensor([1])).item() == pytest.approx(expected.item(), rel=1e-6)
 
 
 @pytest.fixture

@@ -137,11 +137,11 @@ def test_shipped_checkpoint_is_a_faithful_miniature() -> None:
 
 @pytest.fixture(scope="module")
 def report_without_joint():
-    """``python -m benchmarks.miniature_report --no-joint --quiet``: its exit code and output."""
+    """``python -m benchmarks.miniature.report --no-joint --quiet``: its exit code and output."""
     import contextlib
     import io
 
-    from benchmarks.miniature_report import main as report_main
+    from benchmarks.miniature.report import main as report_main
 
     out = io.StringIO()
     with contextlib.redirect_stdout(out):

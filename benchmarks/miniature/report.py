@@ -26,7 +26,6 @@ like CLIP on CIFAR-100:
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass, replace
@@ -42,7 +41,7 @@ from analysis.subspace import directional_distance, energy_basis, joint_basis, o
 from benchmarks.backbone import BackboneSpec, CLIPBackbone, create_clip
 from benchmarks.class_orders import resolve_class_order
 from benchmarks.datasets import ClassificationData, load_synthetic
-from benchmarks.errors import UserError
+from benchmarks.errors import UserError, one_line_user_errors
 from benchmarks.miniature.captions import PRETRAIN_HELD_OUT, ZERO_SHOT_PROMPT
 from benchmarks.miniature.world import default_class_ids
 from benchmarks.results import ResultStore
@@ -189,6 +188,7 @@ def _verdict(met: bool) -> str:
     return "met" if met else "MISSED"
 
 
+@one_line_user_errors
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m benchmarks.miniature.report", description=__doc__.split("\n")[0])
     parser.add_argument("--suite", default="smoke-baselines",
@@ -199,11 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--no-joint", action="store_true", help="skip joint LoRA fine-tuning (about 17 minutes on 2 cores until cached)")
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
-    try:
-        return _report(args)
-    except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
-        return 2
+    return _report(args)
 
 
 def _report(args: argparse.Namespace) -> int:

@@ -194,7 +194,6 @@ def render(attributes: ImageAttributes) -> np.ndarray:
 
 
 def _render_chunk(a: ImageAttributes) -> np.ndarray:
-    n = len(a)
     pixels = np.arange(IMAGE_SIZE, dtype=np.float32)
     centre = IMAGE_SIZE / 2 - 0.5
     radius = _SIZE_RADIUS[a.size][:, None, None]
