@@ -78,10 +78,10 @@ def protocol(run: Run) -> dict:
             "test set": (test_set, [stage["n_test_per_task"] for stage in result["stages"]][-1:])}
 
 
-def protocol_difference(a: Run, b: Run) -> str | None:
-    """The first protocol field in which two runs differ, or None. A test set is compared image by
-    image where both runs stored predictions, else by its counts per task."""
-    pa, pb = protocol(a), protocol(b)
+def protocol_difference(pa: dict, b: Run) -> str | None:
+    """The first field in which run ``b`` differs from protocol ``pa``, or None. A test set is
+    compared image by image where both runs stored predictions, else by its counts per task."""
+    pb = protocol(b)
     for name in pa:
         left, right = pa[name], pb[name]
         if name == "test set" and (left[0] is None or right[0] is None):
@@ -145,12 +145,14 @@ def _stage_band(runs: list[Run], draws: int) -> np.ndarray:
 
 
 def compare_pair(dataset: str, n_tasks: int, label: str, baseline: str, runs: dict[int, Run],
-                 baseline_runs: dict[int, Run], metric: str, draws: int = DRAWS) -> Comparison:
+                 baseline_runs: dict[int, Run], metric: str, draws: int = DRAWS,
+                 baseline_band: np.ndarray | None = None) -> Comparison:
     """Compare ``label`` with ``baseline`` on one dataset and task count (``runs``: seed -> Run).
+    ``baseline_band``: the baseline's ``_stage_band``, where the caller already has it.
 
     Raises ``ProtocolMismatch`` when any two of the runs differ in protocol.
     """
-    reference = next(iter(baseline_runs.values()))
+    reference = protocol(next(iter(baseline_runs.values())))
     for who, group in ((baseline, baseline_runs), (label, runs)):
         for seed, run in group.items():
             if (field_name := protocol_difference(reference, run)) is not None:
@@ -161,8 +163,9 @@ def compare_pair(dataset: str, n_tasks: int, label: str, baseline: str, runs: di
     paired = sorted(set(runs) & set(baseline_runs))
     comparison = Comparison(dataset, n_tasks, label, baseline, metric, _values(runs, metric),
                             _values(baseline_runs, metric), paired)
-    for name, group in ((label, runs), (baseline, baseline_runs)):
-        comparison.stage_bands[name] = _stage_band(list(group.values()), draws)
+    comparison.stage_bands[label] = _stage_band(list(runs.values()), draws)
+    comparison.stage_bands[baseline] = (baseline_band if baseline_band is not None
+                                        else _stage_band(list(baseline_runs.values()), draws))
     if not paired:
         return comparison
     estimate = float(np.mean([comparison.values[s] - comparison.baseline_values[s] for s in paired]))
@@ -213,13 +216,14 @@ def load_runs(results_dir: str | Path, problems: list[str]) -> dict[tuple[str, i
 
 
 def compare_all(results_dir: str | Path, baseline: str = "gr4cil", strategies: list[str] | None = None,
-                metric: str = "last", draws: int = DRAWS,
-                problems: list[str] | None = None) -> list[Comparison]:
-    """Every (dataset, task count, strategy) against ``baseline``, where both have runs."""
+                metric: str = "last", draws: int = DRAWS, problems: list[str] | None = None,
+                runs: dict[tuple[str, int, str], dict[int, Run]] | None = None) -> list[Comparison]:
+    """Every (dataset, task count, strategy) against ``baseline``, where both have runs.
+    ``runs``: what ``load_runs`` gave for ``results_dir``, to read the results only once."""
     if metric not in METRICS:
         raise UserError(f"--metric {metric!r} is not one of {', '.join(METRICS)}")
     problems = [] if problems is None else problems
-    runs = load_runs(results_dir, problems)
+    runs = load_runs(results_dir, problems) if runs is None else runs
     if not runs:
         raise UserError(f"no result JSON found under {results_dir}; run python -m benchmarks.run first "
                         "or point --results-dir at a folder of results")
@@ -228,23 +232,25 @@ def compare_all(results_dir: str | Path, baseline: str = "gr4cil", strategies: l
         if name not in labels:
             raise UserError(f"no runs of {name!r} under {results_dir}; it holds {', '.join(labels)}")
     wanted = strategies or [label for label in labels if label != baseline]
-    comparisons = []
+    comparisons, baseline_bands = [], {}
     for (dataset, n_tasks, label), group in sorted(runs.items()):
         if label in wanted and label != baseline and (dataset, n_tasks, baseline) in runs:
-            comparisons.append(compare_pair(dataset, n_tasks, label, baseline, group,
-                                            runs[(dataset, n_tasks, baseline)], metric, draws))
+            baseline_runs = runs[(dataset, n_tasks, baseline)]
+            comparisons.append(compare_pair(dataset, n_tasks, label, baseline, group, baseline_runs, metric,
+                                            draws, baseline_bands.get((dataset, n_tasks))))
+            baseline_bands[(dataset, n_tasks)] = comparisons[-1].stage_bands[baseline]
     if not comparisons:
         raise UserError(f"{', '.join(wanted)} and {baseline} share no dataset and task count under {results_dir}")
     return comparisons
 
 
 def _mean_cell(values: dict[int, float]) -> str:
+    """``mean ± std (n = k)``, or ``mean (n = 1)``."""
     numbers = list(values.values())
     if not numbers:
         return MISSING
-    if len(numbers) == 1:
-        return f"{numbers[0]:.2f} (n = 1)"
-    return f"{mean_std_cell(float(np.mean(numbers)), population_std(numbers))} (n = {len(numbers)})"
+    cell = mean_std_cell(float(np.mean(numbers)), population_std(numbers), n=len(numbers))
+    return cell if len(numbers) == 1 else f"{cell} (n = {len(numbers)})"
 
 
 def comparison_frame(comparisons: list[Comparison]) -> pd.DataFrame:

@@ -56,6 +56,11 @@ def ood_metrics(id_scores: np.ndarray, ood_scores: np.ndarray) -> tuple[float, f
     return float(100.0 * auroc), float(100.0 * fpr95)
 
 
+def predicted_classes(scores: np.ndarray, seen_classes: list[int]) -> np.ndarray:
+    """The class id of each row's highest score (``scores`` columns in the order of ``seen_classes``)."""
+    return np.asarray(seen_classes)[scores.argmax(axis=1)]
+
+
 def stage_metrics(scores: np.ndarray, seen_classes: list[int], targets: np.ndarray,
                   task_of_class: dict[int, int], n_tasks_seen: int) -> dict:
     """All per-stage metrics of SPEC section 1.
@@ -70,7 +75,7 @@ def stage_metrics(scores: np.ndarray, seen_classes: list[int], targets: np.ndarr
     """
     seen = set(seen_classes)
     is_id = np.array([int(c) in seen for c in targets])
-    pred = np.asarray(seen_classes)[scores.argmax(axis=1)]
+    pred = predicted_classes(scores, seen_classes)
     pred_id, target_id = pred[is_id], targets[is_id]
     acc_per_task, n_test_per_task = accuracy_per_task(pred_id, target_id, task_of_class, n_tasks_seen)
     stage = {

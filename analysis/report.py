@@ -110,11 +110,11 @@ def _against_gr4cil(results_dir: str | Path, out_dir: Path) -> tuple[ReportItem,
     """Every strategy against GR4CIL (``analysis.compare``), for Last and Avg accuracy."""
     from analysis import compare
 
-    paths, texts = [], []
+    paths, texts, problems = [], [], []
+    runs = compare.load_runs(results_dir, problems)  # read once for both metrics
     for metric in compare.METRICS:
-        problems: list[str] = []
         try:
-            comparisons = compare.compare_all(results_dir, "gr4cil", metric=metric, problems=problems)
+            comparisons = compare.compare_all(results_dir, "gr4cil", metric=metric, problems=problems, runs=runs)
         except UserError as reason:  # no GR4CIL run, nothing to pair, or another protocol
             return ReportItem(AGAINST_GR4CIL, "table", skipped=str(reason)), []
         paths += compare.write_comparison(comparisons, out_dir / "figures" / AGAINST_GR4CIL, problems,

@@ -162,15 +162,12 @@ def reproducibility_markdown(results_dir: str | Path) -> str:
 def _stale_miniature_results(results: dict[tuple[str, str], list[dict]]) -> str:
     """A warning when stored miniature results no longer match the shipped checkpoint or the
     ``smoke-baselines`` suite as it now reads ("" when all match)."""
-    from benchmarks.backbone import BackboneSpec, weights_digest
+    from benchmarks.backbone import recorded_backbone
     from benchmarks.suites import expand, load_suite
 
     suite = load_suite("smoke-baselines")
-    current = {}
-    for spec in expand(suite, seeds=suite["seeds"][:1]):
-        digest = weights_digest(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"]))
-        backbone = {**spec.backbone, "weights_sha256": digest} if digest else spec.backbone  # as run.resolve
-        current[(spec.strategy, spec.n_tasks)] = {**spec.config, "backbone": backbone}
+    current = {(spec.strategy, spec.n_tasks): {**spec.config, "backbone": recorded_backbone(spec.config["backbone"])}
+               for spec in expand(suite, seeds=suite["seeds"][:1])}
     stored = [r for (_, dataset), runs in results.items() if dataset == MINIATURE for r in runs]
     compared = ("backbone", "strategy_options", "epoch_scale")
     stale = [r for r in stored if (expected := current.get((r["strategy"], r["n_tasks"]))) is None

@@ -63,15 +63,13 @@ def bootstrap_stage_means(values: np.ndarray, counted: np.ndarray, draws: int = 
     seed_weights = np.zeros((draws, n_seeds))  # each replicate's drawn seeds, as weights summing to 1
     np.add.at(seed_weights, (np.repeat(np.arange(draws), n_seeds), rng.integers(0, n_seeds, draws * n_seeds)),
               1.0 / n_seeds)
-    masked = np.where(counted, values, 0.0)
     out = np.empty((draws, n_stages))
     chunk = max(1, _CHUNK_ELEMENTS // n_images) if resample_images else draws
     for start in range(0, draws, chunk):
         rows = slice(start, min(draws, start + chunk))
         weights = _image_draws(n_images, rows.stop - start, rng) if resample_images else np.ones((1, n_images))
-        with np.errstate(invalid="ignore", divide="ignore"):
-            per_seed = np.stack([(weights @ masked[s].T) / (weights @ counted[s].T) for s in range(n_seeds)], 1)
-        out[rows] = 100.0 * np.einsum("ds,dst->dt", seed_weights[rows], per_seed)
+        per_seed = np.stack([stage_scores(values[s], counted[s], weights) for s in range(n_seeds)], 1)
+        out[rows] = np.einsum("ds,dst->dt", seed_weights[rows], per_seed)
     return out
 
 

@@ -28,8 +28,8 @@ from safetensors import SafetensorError
 from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
-from analysis.metrics import stage_metrics, summarize
-from benchmarks.backbone import BackboneSpec, check_weights, create_clip, weights_digest
+from analysis.metrics import predicted_classes, stage_metrics, summarize
+from benchmarks.backbone import BackboneSpec, check_weights, create_clip, recorded_backbone
 from benchmarks.class_orders import resolve_class_order
 from benchmarks.datasets import TransformedDataset, load_dataset, load_zero_shot_target
 from benchmarks.environment import environment, peak_memory, reset_peak_memory, seed_everything, set_deterministic
@@ -122,11 +122,8 @@ def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
         scaled = max(1, round(strategy_cfg.epochs * spec.epoch_scale))
         strategy_cfg = dataclasses.replace(strategy_cfg, epochs=scaled)
         sources["epochs"] += f" x epoch_scale {spec.epoch_scale:g}"
-    config = {**spec.config, "precision": precision, "strategy_config": strategy_cfg.to_dict(),
-              "option_sources": sources}
-    digest = weights_digest(_backbone_spec(spec))
-    if digest:
-        config["backbone"] = {**config["backbone"], "weights_sha256": digest}
+    config = {**spec.config, "backbone": recorded_backbone(spec.config["backbone"]), "precision": precision,
+              "strategy_config": strategy_cfg.to_dict(), "option_sources": sources}
     return strategy_cls, strategy_cfg, config
 
 
@@ -275,7 +272,7 @@ def _compute(spec: RunSpec, store: ResultStore, data_root: str, strategy_cls, st
 
         start = time.perf_counter()
         scores = strategy.score_dataset(stream.test_set, cache_key="test").numpy()
-        predictions.append(np.asarray(strategy.seen_classes)[scores.argmax(axis=1)])
+        predictions.append(predicted_classes(scores, strategy.seen_classes))
         stage = {"task": task + 1, **stage_metrics(scores, strategy.seen_classes, targets,
                                                    stream.task_of_class, task + 1)}
         with torch.no_grad():

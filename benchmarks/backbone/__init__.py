@@ -32,6 +32,7 @@ from benchmarks.backbone.loading import (
     BackboneSpec,
     check_weights,
     create_clip,
+    recorded_backbone,
     weights_digest,
 )
 from benchmarks.backbone.lora import BASE_ADAPTER, Tower
@@ -49,5 +50,5 @@ __all__ = [
     "SYNTHETIC_WEIGHTS", "TEXT_BACKWARD_BUDGET", "TINY_MODEL", "BackboneSpec", "CLIPBackbone", "PreparedPrompts",
     "PromptBucket", "SplitAttention", "Tower", "check_weights", "create_clip", "efficient_images_per_forward",
     "efficient_prompts_per_backward", "encode_clip_text", "encode_prompts", "prepare_prompts",
-    "shared_prefix_length", "split_attention_", "use_compact_text", "weights_digest",
+    "shared_prefix_length", "split_attention_", "use_compact_text", "recorded_backbone", "weights_digest",
 ]

@@ -183,6 +183,13 @@ def weights_digest(spec: BackboneSpec) -> str | None:
     return _file_digest(str(SYNTHETIC_WEIGHTS), stat.st_size, stat.st_mtime_ns)
 
 
+def recorded_backbone(backbone: dict) -> dict:
+    """A run config's ``backbone`` entry (``model``, ``pretrained``, ...) as results record it:
+    with ``weights_sha256`` where the weights are the shipped synthetic checkpoint."""
+    digest = weights_digest(BackboneSpec(backbone["model"], backbone["pretrained"]))
+    return {**backbone, "weights_sha256": digest} if digest else dict(backbone)
+
+
 @functools.lru_cache(maxsize=8)
 def _file_digest(path: str, size: int, mtime_ns: int) -> str:  # size and mtime key the cache
     with open(path, "rb") as handle:

@@ -6,6 +6,20 @@
   features (eval transform), through the adapted tower.
 - Scores: the cosine similarity of an image to the prototypes of every seen class. No task id.
 
+RECIPE (an example, not a published method: every value is this file's own choice; the rest is
+``StrategyConfig``'s default):
+
+| hyper-parameter | value | source |
+|---|---|---|
+| adapter | LoRA on the image tower, rank 8, alpha 16 (scale 2) | this example |
+| tuned on | task 1 only, then frozen | this example |
+| loss | cross-entropy on CLIP's text classifier over the task's classes, CLIP's logit scale | this example |
+| optimiser / lr / wd | AdamW / 5e-3 / 0.1 | this example (lr); StrategyConfig (optimiser, wd) |
+| batch / epochs / schedule | 64 / 5 / cosine per iteration | StrategyConfig (batch, schedule); this example (epochs) |
+| train augmentation | "paper": the dataset's (resolved by the suite) | StrategyConfig |
+| prototypes | normalised class mean of adapted features, eval transform | this example |
+| scoring | cosine to every seen prototype | this example |
+
 Run it beside GR4CIL, from the suite's checkout::
 
     PYTHONPATH=examples/my_strategy python -m benchmarks.run --suite smoke \\
