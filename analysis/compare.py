@@ -38,8 +38,9 @@ import pandas as pd
 
 from analysis.formatting import MISSING, latex_escape, latex_table, markdown_table, mean_std_cell, population_std, signed_cell
 from analysis.statistics import (CONFIDENCE, POWER, Interval, bootstrap_stage_means, interval, metric_of_stages)
-from benchmarks.errors import UserError, one_line_user_errors
-from benchmarks.results import atomic_write_text, iter_results, load_predictions
+from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.core.atomic_io import atomic_write_text
+from benchmarks.runner.results import iter_results, load_predictions
 
 METRICS = {"last": ("last_acc", "Last accuracy"), "avg": ("avg_acc", "Avg accuracy")}
 DRAWS = 2000

@@ -41,8 +41,8 @@ import pandas as pd
 
 from analysis.formatting import (latex_escape, latex_table, markdown_table, mean_std_cell, population_std,
                                  rank_marks, signed_cell)
-from benchmarks.errors import UserError
-from benchmarks.results import iter_results
+from benchmarks.core.errors import UserError
+from benchmarks.runner.results import iter_results
 
 REFERENCE_FILE = Path(__file__).resolve().parents[1] / "results" / "reference" / "paper_tables.csv"
 

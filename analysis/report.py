@@ -28,8 +28,8 @@ from typing import Callable, Iterable
 
 from analysis import figures
 from analysis.paper_tables import TABLES, MissingInputs, load_inputs, load_paper_reference
-from benchmarks.errors import UserError, one_line_user_errors
-from benchmarks.results import atomic_write_text
+from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.core.atomic_io import atomic_write_text
 
 
 @dataclass

@@ -20,8 +20,9 @@ from statistics import fmean, stdev
 import numpy as np
 
 from analysis.paper_tables import DATASET_NAMES, PAPER_DATASETS, PAPER_METHOD_NAMES, load_paper_reference, row_label
-from benchmarks.errors import UserError
-from benchmarks.results import atomic_write_text, iter_results
+from benchmarks.core.errors import UserError
+from benchmarks.core.atomic_io import atomic_write_text
+from benchmarks.runner.results import iter_results
 
 # strategy -> (where its recipe comes from, the tests that check it)
 PROVENANCE = {
@@ -163,7 +164,7 @@ def _stale_miniature_results(results: dict[tuple[str, str], list[dict]]) -> str:
     """A warning when stored miniature results no longer match the shipped checkpoint or the
     ``smoke-baselines`` suite as it now reads ("" when all match)."""
     from benchmarks.backbone import recorded_backbone
-    from benchmarks.suites import expand, load_suite
+    from benchmarks.runner.suites import expand, load_suite
 
     suite = load_suite("smoke-baselines")
     current = {(spec.strategy, spec.n_tasks): {**spec.config, "backbone": recorded_backbone(spec.config["backbone"])}

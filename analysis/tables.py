@@ -15,8 +15,9 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.formatting import latex_table, markdown_table, mean_std_cell, population_std
-from benchmarks.errors import UserError, one_line_user_errors
-from benchmarks.results import RunKey, atomic_write_text, iter_results
+from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.core.atomic_io import atomic_write_text
+from benchmarks.runner.results import RunKey, iter_results
 
 
 def load_runs(results_dir: str | Path, keys: list[RunKey] | None = None) -> pd.DataFrame:

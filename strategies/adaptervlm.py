@@ -57,8 +57,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.errors import UserError
-from benchmarks.transforms import patch_shuffled_train_transform
+from benchmarks.core.errors import UserError
+from benchmarks.data.transforms import patch_shuffled_train_transform
 from strategies.base import CLIPStrategy, StrategyConfig
 from strategies.gr4cil import anchor_loss, separation_loss
 from strategies.registry import register

@@ -44,11 +44,11 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from benchmarks.backbone import CLIPBackbone, PreparedPrompts
-from benchmarks.errors import UserError
-from benchmarks.loaders import seeded_loader
-from benchmarks.precision import loss_scaler, resolve_precision
-from benchmarks.prompts import PROMPT_ENSEMBLES, templates
-from benchmarks.transforms import TRAIN_AUGMENTATIONS
+from benchmarks.core.errors import UserError
+from benchmarks.data.loaders import seeded_loader
+from benchmarks.core.precision import loss_scaler, resolve_precision
+from benchmarks.data.prompts import PROMPT_ENSEMBLES, templates
+from benchmarks.data.transforms import TRAIN_AUGMENTATIONS
 
 
 OPTIMIZERS = ("adamw", "adam", "sgd")
@@ -159,8 +159,8 @@ class StrategyConfig:
     prompt_template: str = "a photo of a {}."
     prompt_ensemble: str = ""  # "" (prompt_template alone), "cifar" (18) or "imagenet" (80 templates)
     num_workers: int = 0
-    # The method's own train augmentation (benchmarks.transforms.TRAIN_AUGMENTATIONS); a suite's
-    # tables override it, the most specific first (benchmarks.suites).
+    # The method's own train augmentation (benchmarks.data.transforms.TRAIN_AUGMENTATIONS); a suite's
+    # tables override it, the most specific first (benchmarks.runner.suites).
     train_augmentation: str = "paper"
     # Optimiser and schedule (read by the base ``make_optimizer``; BASELINES.md section 2.3).
     optimizer: str = "adamw"  # "adamw" | "adam" | "sgd"
@@ -232,7 +232,7 @@ class CLIPStrategy(SupervisedTemplate):
                  seed: int | None = None, **avalanche_kwargs):
         """``precision``: fp32, fp16 (autocast and a loss scaler) or bf16; "auto" is fp16 on CUDA and
         fp32 elsewhere, or fp32 everywhere for a config with ``amp = False``. ``seed``: the run seed
-        that every loader's shuffle and augmentation draws derive from (``benchmarks.loaders``); by
+        that every loader's shuffle and augmentation draws derive from (``benchmarks.data.loaders``); by
         default torch's initial seed, so ``torch.manual_seed(s)`` before building the strategy sets
         it. ``avalanche_kwargs`` (``plugins``, ``evaluator``, ...) go to ``SupervisedTemplate``."""
         device = torch.device(device)
@@ -396,7 +396,7 @@ class CLIPStrategy(SupervisedTemplate):
         (evaluation, prototypes, second stages); with several ``passes`` its workers stay alive.
 
         Its shuffle and every augmentation draw depend only on (run seed, task, ``purpose``, pass,
-        sample index), never on the worker count (``benchmarks.loaders``): give each loader that
+        sample index), never on the worker count (``benchmarks.data.loaders``): give each loader that
         augments or shuffles a purpose of its own, so its draws differ from other loaders'.
         """
         options = self.loader_options()
@@ -465,7 +465,7 @@ class CLIPStrategy(SupervisedTemplate):
         The tensor keys are documented by ``checkpoint_state``; they can be read without this
         suite via ``safetensors.safe_open``. Both files are written atomically.
         """
-        from benchmarks.results import write_json, write_tensors
+        from benchmarks.core.atomic_io import write_json, write_tensors
 
         path = Path(path)
         tensors, meta = self.checkpoint_state()
@@ -477,7 +477,7 @@ class CLIPStrategy(SupervisedTemplate):
         """Restore what ``save_model`` wrote (tensors are read with safetensors, never pickle)."""
         from safetensors.torch import load_file
 
-        from benchmarks.results import read_json
+        from benchmarks.core.atomic_io import read_json
 
         path = Path(path)
         meta = read_json(path.with_name(path.name + ".json"))

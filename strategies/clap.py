@@ -52,7 +52,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.errors import UserError
+from benchmarks.core.errors import UserError
 from strategies.base import CLIPStrategy, StrategyConfig
 from strategies.registry import register
 

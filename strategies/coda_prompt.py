@@ -36,7 +36,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.errors import UserError
+from benchmarks.core.errors import UserError
 from strategies.prompting import PromptConfig, PromptStrategy
 from strategies.registry import register
 

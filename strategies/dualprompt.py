@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import torch
 from torch import nn
 
-from benchmarks.errors import UserError
+from benchmarks.core.errors import UserError
 from strategies.prompting import PromptConfig, PromptStrategy, cosine_matrix
 from strategies.registry import register
 

@@ -38,8 +38,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from analysis.subspace import directional_distance, energy_basis, joint_basis, orthonormal_basis, symmetric_distance
-from benchmarks.errors import UserError
+from benchmarks.core.subspace import directional_distance, energy_basis, joint_basis, orthonormal_basis, symmetric_distance
+from benchmarks.core.errors import UserError
 from strategies.base import CLIPStrategy, StrategyConfig
 from strategies.registry import register
 

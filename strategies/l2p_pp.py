@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 import torch
 
-from benchmarks.errors import UserError
+from benchmarks.core.errors import UserError
 from strategies.prompting import (KEY_LOSSES, PromptConfig, PromptPool, PromptStrategy, cosine_matrix, key_loss,
                                   prefix_from_prompts, select_prompts)
 from strategies.registry import register

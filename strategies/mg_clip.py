@@ -48,7 +48,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 
-from benchmarks.errors import UserError
+from benchmarks.core.errors import UserError
 from strategies.base import CLIPStrategy, StrategyConfig, warmup_cosine_factor
 from strategies.registry import register
 

@@ -21,7 +21,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.errors import UserError
+from benchmarks.core.errors import UserError
 from strategies.base import CLIPStrategy, StrategyConfig
 
 KEY_LOSSES = ("own_topk", "all_pairs")

@@ -9,7 +9,7 @@ from __future__ import annotations
 import importlib
 import pkgutil
 
-from benchmarks.errors import UserError
+from benchmarks.core.errors import UserError
 
 _REGISTRY: dict[str, type] = {}
 _DISCOVERED = False

@@ -64,7 +64,7 @@ def run_one_run_suite(root, text: str, *extra: str):
     """Write suite ``text`` under ``root`` and run it (its one run) with the runner; return the suite
     path, the results folder and the result."""
     from benchmarks import run
-    from benchmarks.results import iter_results
+    from benchmarks.runner.results import iter_results
 
     suite = root / "suite.toml"
     suite.write_text(text)
@@ -78,7 +78,7 @@ def killed_and_resumed(monkeypatch, strategy_cls, suite, results_dir, task: int)
     """Run ``suite`` into ``results_dir``, killed when ``strategy_cls`` starts task ``task``, then
     again to the end (it resumes from the checkpoint); return the resumed result."""
     from benchmarks import run
-    from benchmarks.results import iter_results
+    from benchmarks.runner.results import iter_results
 
     revive = kill_in_task(monkeypatch, strategy_cls, task=task)
     argv = ["--suite", str(suite), "--results-dir", str(results_dir), "--quiet"]
@@ -116,13 +116,14 @@ def strategy_from_suite(suite, **options):
     """A fresh strategy as the runner builds it for the first run of ``suite`` (tiny CLIP, shipped
     weights), with config fields ``options`` changed; also the run's spec and its data."""
     from benchmarks import run
+    from benchmarks.runner import execute
     from benchmarks.backbone import BackboneSpec, create_clip
 
     spec = run.expand(run.load_suite(str(suite)))[0]
     strategy_cls, config, _ = run.resolve(spec, "data")
     for key, value in options.items():
         setattr(config, key, value)
-    data = run._load_data(spec, "data")
+    data = execute._load_data(spec, "data")
     strategy = strategy_cls(backbone=create_clip(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"])),
                             class_names=data.class_names, config=config, show_progress=False)
     return strategy, spec, data
@@ -131,8 +132,8 @@ def strategy_from_suite(suite, **options):
 def strategy_and_stream(root, text: str, n_tasks: int = 3):
     """A fresh strategy for the first run of suite ``text`` (written under ``root``) and its stream
     in the suite's class order 0..C-1, both splits under the eval transform."""
-    from benchmarks.streams import build_stream
-    from benchmarks.transforms import eval_transform
+    from benchmarks.data.streams import build_stream
+    from benchmarks.data.transforms import eval_transform
 
     path = root / "strategy-suite.toml"
     path.write_text(text)

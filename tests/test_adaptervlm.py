@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from benchmarks.backbone import BackboneSpec, create_clip
-from benchmarks.transforms import PatchShuffle, eval_transform
+from benchmarks.data.transforms import PatchShuffle, eval_transform
 from conftest import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 from strategies.adaptervlm import AdapterVLM, distance_loss, prototype, task_scores
 
@@ -88,9 +88,9 @@ def test_run_routes_at_least_as_well_as_it_classifies(adaptervlm_run):
 def test_frozen_branch_keeps_its_scores_and_a_new_branch_starts_as_a_copy(adaptervlm_run):
     suite, _, _ = adaptervlm_run
     strategy, spec, data = _strategy(suite, beta=0.0)
-    from benchmarks.class_orders import resolve_class_order
-    from benchmarks.streams import build_stream
-    from benchmarks.transforms import train_transform
+    from benchmarks.data.class_orders import resolve_class_order
+    from benchmarks.data.streams import build_stream
+    from benchmarks.data.transforms import train_transform
     stream = build_stream(data, 3, resolve_class_order(spec.class_order, 15, "synthetic"),
                           train_transform(32, augmentation="paper-scaled"), eval_transform(32))
     torch.manual_seed(0)

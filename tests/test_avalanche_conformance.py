@@ -10,12 +10,12 @@ from avalanche.evaluation.metrics import accuracy_metrics, loss_metrics
 from avalanche.logging import InteractiveLogger
 from avalanche.training.plugins import EvaluationPlugin, SupervisedPlugin
 
-from analysis.metrics import stage_metrics
+from benchmarks.core.metrics import stage_metrics
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-from benchmarks.class_orders import seeded_order
-from benchmarks.datasets import load_dataset
-from benchmarks.streams import build_stream
-from benchmarks.transforms import eval_transform, train_transform
+from benchmarks.data.class_orders import seeded_order
+from benchmarks.data.datasets import load_dataset
+from benchmarks.data.streams import build_stream
+from benchmarks.data.transforms import eval_transform, train_transform
 from strategies.registry import available, get_strategy
 
 N_TASKS = 3

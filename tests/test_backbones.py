@@ -24,7 +24,7 @@ from benchmarks.backbone import (
     shared_prefix_length,
     split_attention_,
 )
-from benchmarks.errors import UserError, WeightsNotFoundError
+from benchmarks.core.errors import UserError, WeightsNotFoundError
 
 PROMPTS = ["a photo of a cat.", "a photo of a very large and rather fluffy orange dog.", "x"]
 # Prompts of one template: they share "<sot> a photo of a", which the text encoder runs only once.

@@ -7,7 +7,7 @@ import pandas as pd
 import pytest
 
 from analysis import compare
-from benchmarks.results import Predictions, ResultStore, RunKey, predictions_path
+from benchmarks.runner.results import Predictions, ResultStore, RunKey, predictions_path
 
 TASKS = [[0, 1], [2, 3]]  # two tasks of two classes
 TARGETS = np.array([0, 0, 1, 1, 2, 2, 3, 3, 0, 2])  # ten test images
@@ -114,7 +114,7 @@ def test_another_test_set_is_refused(tmp_path, capsys):
     store_run(tmp_path, "mine", 0, PERFECT)
     store_run(tmp_path, "gr4cil", 0, PERFECT)
     path = tmp_path / "toy" / "mine" / "T2-seed0.json"
-    from benchmarks.results import save_predictions
+    from benchmarks.runner.results import save_predictions
     result = json.loads(path.read_text())
     result["predictions"] = save_predictions(predictions_path(path),
                                              Predictions(PERFECT, TARGETS, np.arange(10) + 100))  # other images

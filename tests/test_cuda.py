@@ -1,13 +1,13 @@
 """Checks that need a GPU (skipped without one; the README's speed and reproducibility figures for
-CUDA come from running this file, ``benchmarks.speed`` and ``benchmarks.loading`` on one)."""
+CUDA come from running this file, ``benchmarks.tools.speed`` and ``benchmarks.tools.loader_speed`` on one)."""
 
 import pytest
 import torch
 
 from benchmarks import run
 from benchmarks.backbone import BackboneSpec, create_clip
-from benchmarks.environment import set_deterministic
-from benchmarks.results import iter_results
+from benchmarks.core.environment import set_deterministic
+from benchmarks.runner.results import iter_results
 from conftest import MINI_SUITE, kill_in_task
 from strategies.finetune import Finetune
 from strategies.gr4cil import GR4CIL

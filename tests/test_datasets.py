@@ -14,8 +14,8 @@ from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES
 from PIL import Image
 from torchvision import transforms as T
 
-from benchmarks import datasets as datasets_module
-from benchmarks.datasets import (
+from benchmarks.data import datasets as datasets_module
+from benchmarks.data.datasets import (
     DATASETS,
     TransformedDataset,
     clean_class_name,
@@ -24,8 +24,8 @@ from benchmarks.datasets import (
     load_zero_shot_target,
     stratified_split,
 )
-from benchmarks.errors import DataNotFoundError, UserError
-from benchmarks.transforms import CLIP_MEAN, CLIP_STD, crop_padding, eval_transform, train_transform
+from benchmarks.core.errors import DataNotFoundError, UserError
+from benchmarks.data.transforms import CLIP_MEAN, CLIP_STD, crop_padding, eval_transform, train_transform
 
 GOLDFISH, TENCH, SHARK = "n01443537", "n01440764", "n01484850"
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from analysis.subspace import directional_distance, energy_basis, joint_basis, orthonormal_basis, symmetric_distance
+from benchmarks.core.subspace import directional_distance, energy_basis, joint_basis, orthonormal_basis, symmetric_distance
 from strategies.gr4cil import (_confidence_and_margin, anchor_loss, class_prototypes, clip_loss, compensation_head,
                                compensation_logits, compensation_loss, fused_zero_shot_logits, fusion_weights,
                                msp_threshold, orthogonal_projector, prototype_score, separation_loss, task_msp,

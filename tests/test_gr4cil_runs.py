@@ -9,8 +9,9 @@ import torch
 from safetensors import safe_open
 
 from benchmarks import run
+from benchmarks.runner import execute
 from benchmarks.backbone import BackboneSpec, create_clip
-from benchmarks.errors import UserError
+from benchmarks.core.errors import UserError
 from conftest import killed_and_resumed, run_one_run_suite
 from strategies.gr4cil import GR4CIL
 
@@ -112,14 +113,14 @@ def test_saved_model_keys_are_documented_and_loading_restores_the_scores(gr4cil_
     assert meta["strategy"] == "gr4cil" and len(meta["class_names"]) == 20
 
     spec = run.expand(run.load_suite(str(suite)))[0]
-    data = run._load_data(spec, "data")
+    data = execute._load_data(spec, "data")
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec("tiny-clip-32", None))
     strategy = GR4CIL(backbone=backbone, class_names=data.class_names,
                       config=GR4CIL.Config.from_dict(spec.strategy_options), show_progress=False)
     strategy.load_model(stem)
     assert strategy.seen_classes == [c for task in result["tasks"] for c in sorted(task)]
-    from benchmarks.transforms import eval_transform
+    from benchmarks.data.transforms import eval_transform
     transform = eval_transform(32)
     images = torch.stack([transform(data.test[i][0]) for i in range(8)])
     strategy.backbone.set_adapters(visual=None, text="text")

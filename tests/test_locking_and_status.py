@@ -1,5 +1,5 @@
 """Run locks (exclusive, heartbeat, stale takeover), runners sharing a results folder, and the
-views of a sweep: ``benchmarks.status`` and ``benchmarks.run --dry-run``."""
+views of a sweep: ``benchmarks.runner.status`` and ``benchmarks.run --dry-run``."""
 
 import json
 import os
@@ -11,9 +11,10 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import run, status
-from benchmarks.locking import RunLock, read_holder
-from benchmarks.results import ResultStore, RunKey, iter_results
+from benchmarks import run
+from benchmarks.runner import status
+from benchmarks.runner.locking import RunLock, read_holder
+from benchmarks.runner.results import ResultStore, RunKey, iter_results
 from conftest import kill_in_task, three_task_suite
 from strategies.finetune import Finetune
 

@@ -6,9 +6,9 @@ import torch
 
 from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.backbone.full_tuning import difference, max_magnitude, visual_state
-from benchmarks.class_orders import resolve_class_order
-from benchmarks.streams import build_stream
-from benchmarks.transforms import eval_transform
+from benchmarks.data.class_orders import resolve_class_order
+from benchmarks.data.streams import build_stream
+from benchmarks.data.transforms import eval_transform
 from conftest import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 from strategies.magmax import MagMax, merged
 

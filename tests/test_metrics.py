@@ -3,7 +3,7 @@
 import numpy as np
 import pytest
 
-from analysis.metrics import (accuracy, ood_metrics, routing_accuracy, softmax, stage_metrics,
+from benchmarks.core.metrics import (accuracy, ood_metrics, routing_accuracy, softmax, stage_metrics,
                               summarize)
 
 

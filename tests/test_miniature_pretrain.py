@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.datasets import load_synthetic
-from benchmarks.miniature import captions as C
-from benchmarks.miniature import world as S
+from benchmarks.data.datasets import load_synthetic
+from benchmarks.data.synthetic import captions as C
+from benchmarks.data.synthetic import world as S
 from benchmarks.backbone import SYNTHETIC_WEIGHTS, TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.miniature.report import evaluate_zero_shot
 from benchmarks.miniature.pretrain import images_to_tensor, main
-from benchmarks.transforms import eval_transform
+from benchmarks.data.transforms import eval_transform
 
 
 @functools.cache

@@ -8,10 +8,10 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmarks.datasets import load_dataset, load_synthetic
-from benchmarks.errors import UserError
-from benchmarks.miniature import domains
-from benchmarks.miniature import world as S
+from benchmarks.data.datasets import load_dataset, load_synthetic
+from benchmarks.core.errors import UserError
+from benchmarks.data.synthetic import domains
+from benchmarks.data.synthetic import world as S
 
 
 @pytest.fixture(scope="module")

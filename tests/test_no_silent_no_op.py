@@ -8,10 +8,11 @@ import torch
 from avalanche.core import SupervisedPlugin
 
 from benchmarks import run
+from benchmarks.runner import execute
 from benchmarks.backbone import BackboneSpec, create_clip
-from benchmarks.streams import build_stream
-from benchmarks.suites import expand, load_suite
-from benchmarks.transforms import eval_transform, train_transform
+from benchmarks.data.streams import build_stream
+from benchmarks.runner.suites import expand, load_suite
+from benchmarks.data.transforms import eval_transform, train_transform
 from strategies.registry import available, get_strategy
 
 pytestmark = pytest.mark.slow
@@ -67,13 +68,13 @@ def test_every_trained_tensor_moves_and_the_loss_falls_in_task_1(name, request):
         request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[name]))
     (spec,) = expand(load_suite("smoke-baselines"), strategies=[name], seeds=[0], device="cpu")
     strategy_cls, config, _ = run.resolve(spec, "data")
-    data = run._load_data(spec, "data")
+    data = execute._load_data(spec, "data")
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"]))
     record = TrainingRecord()
     strategy = strategy_cls(backbone=backbone, class_names=data.class_names, config=config, show_progress=False,
                             seed=0, plugins=[record])
-    stream = build_stream(data, spec.n_tasks, run.resolve_class_order(spec.class_order, data.n_classes, spec.dataset),
+    stream = build_stream(data, spec.n_tasks, execute.resolve_class_order(spec.class_order, data.n_classes, spec.dataset),
                           train_transform(backbone.image_size, backbone.mean, backbone.std, config.train_augmentation),
                           eval_transform(backbone.image_size, backbone.mean, backbone.std))
     strategy.learn(stream.train_stream[0])

@@ -4,8 +4,8 @@ default; each run's config records the value and where it came from."""
 
 import pytest
 
-from benchmarks.run import resolve
-from benchmarks.suites import expand, load_suite
+from benchmarks.runner.execute import resolve
+from benchmarks.runner.suites import expand, load_suite
 
 BASE = """
 datasets = ["synthetic"]
@@ -70,7 +70,7 @@ def test_a_variant_beats_its_strategys_table(tmp_path):
 
 def test_the_sources_do_not_change_a_runs_identity(tmp_path):
     """Where a value came from is a record, not a cause: the same resolved values hash alike."""
-    from benchmarks.results import config_hash
+    from benchmarks.runner.results import config_hash
 
     path = tmp_path / "a.toml"
     path.write_text(BASE + '[defaults]\nbatch_size = 16\n')
@@ -79,7 +79,7 @@ def test_the_sources_do_not_change_a_runs_identity(tmp_path):
 
 
 def test_a_bad_value_names_where_it_was_set(tmp_path):
-    from benchmarks.errors import UserError
+    from benchmarks.core.errors import UserError
 
     path = tmp_path / "bad.toml"
     path.write_text(BASE + '[dataset.synthetic]\ntrain_augmentation = "jitter"\n')

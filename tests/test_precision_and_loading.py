@@ -10,15 +10,16 @@ import pytest
 import torch
 
 from benchmarks import run
+from benchmarks.runner import execute
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip, use_compact_text
-from benchmarks.datasets import load_dataset
-from benchmarks.environment import set_deterministic
-from benchmarks.errors import UserError
-from benchmarks.loading import LoaderProbe, loader_workers
-from benchmarks.precision import INITIAL_LOSS_SCALE, resolve_precision
-from benchmarks.results import iter_results
-from benchmarks.streams import build_stream
-from benchmarks.transforms import eval_transform
+from benchmarks.data.datasets import load_dataset
+from benchmarks.core.environment import set_deterministic
+from benchmarks.core.errors import UserError
+from benchmarks.tools.loader_speed import LoaderProbe, loader_workers
+from benchmarks.core.precision import INITIAL_LOSS_SCALE, resolve_precision
+from benchmarks.runner.results import iter_results
+from benchmarks.data.streams import build_stream
+from benchmarks.data.transforms import eval_transform
 from conftest import MINI_SUITE, kill_in_task
 from strategies import base as strategy_base
 from strategies.continual_clip import ContinualCLIP
@@ -148,10 +149,10 @@ def test_killed_fp16_run_resumes_with_its_loss_scaler_and_identical_metrics(mini
 
 def test_peak_memory_is_carried_across_a_resume(mini_suite, tmp_path, monkeypatch):
     revive = kill_in_task(monkeypatch, Finetune, task=3)
-    monkeypatch.setattr(run, "peak_memory", lambda device: (7 * 2**30, "cpu_max_rss"))  # before the kill
+    monkeypatch.setattr(execute, "peak_memory", lambda device: (7 * 2**30, "cpu_max_rss"))  # before the kill
     assert _run(mini_suite, tmp_path, "--strategies", "finetune") == 130
     revive()
-    monkeypatch.setattr(run, "peak_memory", lambda device: (2**20, "cpu_max_rss"))  # the resumed process
+    monkeypatch.setattr(execute, "peak_memory", lambda device: (2**20, "cpu_max_rss"))  # the resumed process
     assert _run(mini_suite, tmp_path, "--strategies", "finetune") == 0
     assert _result(tmp_path, "finetune")["cost"]["peak_memory_bytes"] == 7 * 2**30
 
@@ -199,7 +200,7 @@ def test_avalanche_builds_the_training_loader_with_the_configured_workers(tiny_s
 
 
 def test_loading_benchmark_reports_images_per_second_for_each_worker_count(tmp_path):
-    from benchmarks import loading
+    from benchmarks.tools import loader_speed as loading
 
     out = tmp_path / "loading.json"
     results = loading.main(["--workers", "0,2", "--epochs", "1", "--train-per-class", "4", "--batch-size", "8",
@@ -262,7 +263,7 @@ def without_workers(tmp_path_factory):
 def test_training_and_zero_shot_run_with_workers_under_every_start_method(tmp_path, method, without_workers):
     """Nothing that crosses to a worker may be a lambda or a local function (Python 3.14 makes
     forkserver Linux's default; macOS uses spawn); and the numbers are those of a run with no
-    workers (``benchmarks.loaders``)."""
+    workers (``benchmarks.data.loaders``)."""
     from test_seeded_loading import numbers_of_runs
 
     results = _run_with_start_method(tmp_path, method, 2)

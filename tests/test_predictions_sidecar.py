@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from conftest import killed_and_resumed, run_one_run_suite
-from benchmarks.results import (PREDICTIONS_SUFFIX, Predictions, ResultStore, RunKey, iter_results,
+from benchmarks.runner.results import (PREDICTIONS_SUFFIX, Predictions, ResultStore, RunKey, iter_results,
                                 load_predictions, predictions_path, save_predictions)
 
 FINETUNE_5_TASKS = """
@@ -133,7 +133,7 @@ def test_a_run_measures_its_own_peak_memory_not_that_of_earlier_runs_in_the_proc
     import resource
     from pathlib import Path
 
-    from benchmarks import environment
+    from benchmarks.core import environment
 
     if not Path("/proc/self/clear_refs").exists():
         pytest.skip("Linux only: /proc/self/clear_refs")

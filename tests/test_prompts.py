@@ -5,8 +5,8 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-from benchmarks.errors import UserError
-from benchmarks.prompts import CIFAR_TEMPLATES, imagenet_templates, templates
+from benchmarks.core.errors import UserError
+from benchmarks.data.prompts import CIFAR_TEMPLATES, imagenet_templates, templates
 from strategies.finetune import Finetune
 
 NAMES = ["red striped triangle", "blue dotted ring", "white solid cross"]

@@ -460,7 +460,7 @@ def test_reproducibility_has_one_row_per_strategy_and_fills_real_data_from_resul
 def test_reproducibility_flags_miniature_results_of_another_checkpoint_or_recipe(tmp_path):
     from analysis.reproducibility import reproducibility_markdown
     from benchmarks.backbone import BackboneSpec, weights_digest
-    from benchmarks.suites import expand, load_suite
+    from benchmarks.runner.suites import expand, load_suite
 
     (spec,) = expand(load_suite("smoke-baselines"), strategies=["gr4cil"], seeds=[0])
     digest = weights_digest(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"]))

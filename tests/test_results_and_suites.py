@@ -5,10 +5,10 @@ import os
 
 import pytest
 
-from benchmarks.errors import UserError
-from benchmarks.results import (REQUIRED_KEYS, ResultStore, RunKey, atomic_write_text, config_hash,
-                                iter_results, read_json)
-from benchmarks.suites import available_suites, expand, load_suite
+from benchmarks.core.errors import UserError
+from benchmarks.core.atomic_io import atomic_write_text, read_json
+from benchmarks.runner.results import REQUIRED_KEYS, ResultStore, RunKey, config_hash, iter_results
+from benchmarks.runner.suites import available_suites, expand, load_suite
 
 
 def test_config_hash_ignores_key_order_but_not_values():
@@ -59,7 +59,7 @@ def test_iter_results_skips_checkpoints_and_foreign_json(tmp_path):
 
 
 def test_every_shipped_suite_resolves_to_valid_strategy_configs():
-    from benchmarks.run import resolve
+    from benchmarks.runner.execute import resolve
 
     expected = {"smoke", "smoke-ablation", "smoke-baselines", "main", "seq", "ood", "zeroshot", "ablation", "params"}
     assert expected <= set(available_suites())

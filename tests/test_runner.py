@@ -11,9 +11,9 @@ import torch
 from safetensors.torch import save_file
 
 from benchmarks import run
-from benchmarks.datasets import load_dataset
-from benchmarks.results import REQUIRED_KEYS, iter_results
-from benchmarks.transforms import eval_transform
+from benchmarks.data.datasets import load_dataset
+from benchmarks.runner.results import REQUIRED_KEYS, iter_results
+from benchmarks.data.transforms import eval_transform
 from conftest import MINI_SUITE, kill_in_task
 from strategies.finetune import Finetune
 
@@ -145,7 +145,7 @@ def test_cli_errors_have_no_traceback_in_a_real_process(tmp_path):
 
 
 def test_train_augmentation_is_the_strategys_unless_the_suite_sets_it(mini_suite):
-    from benchmarks.suites import expand, load_suite
+    from benchmarks.runner.suites import expand, load_suite
 
     suite = load_suite(mini_suite)
     chosen = {spec.strategy: run.resolve(spec, "data")[1].train_augmentation for spec in expand(suite)}

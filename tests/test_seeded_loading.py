@@ -1,4 +1,4 @@
-"""The same numbers whatever the worker count and start method (``benchmarks.loaders``)."""
+"""The same numbers whatever the worker count and start method (``benchmarks.data.loaders``)."""
 
 import json
 import subprocess
@@ -9,10 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.datasets import load_dataset
-from benchmarks.loaders import SeededSampler, SeededSamples, derive_seed, seed_words, seeded_loader
-from benchmarks.streams import build_stream
-from benchmarks.transforms import (TRAIN_AUGMENTATIONS, eval_transform, patch_shuffled_train_transform,
+from benchmarks.data.datasets import load_dataset
+from benchmarks.data.loaders import SeededSampler, SeededSamples, derive_seed, seed_words, seeded_loader
+from benchmarks.data.streams import build_stream
+from benchmarks.data.transforms import (TRAIN_AUGMENTATIONS, eval_transform, patch_shuffled_train_transform,
                                    train_transform)
 from conftest import kill_in_task
 
@@ -43,7 +43,7 @@ def test_seeds_are_stable_and_depend_on_every_part():
     assert len({derive_seed(0, 1, "train"), derive_seed(1, 1, "train"), derive_seed(0, 2, "train"),
                 derive_seed(0, 1, "eval")}) == 4
     # strings go through CRC-32, never Python's salted hash: the same value in a fresh interpreter
-    code = "from benchmarks.loaders import derive_seed; print(derive_seed(3, 'compensation', -1))"
+    code = "from benchmarks.data.loaders import derive_seed; print(derive_seed(3, 'compensation', -1))"
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert int(fresh.stdout) == derive_seed(3, "compensation", -1)
 
@@ -164,7 +164,7 @@ RUN_IN_FRESH_PROCESS = ("import multiprocessing, sys, torch; multiprocessing.set
 
 def numbers_of_runs(results_dir) -> dict:
     """What a run found, per strategy: every stage, the summary, the diagnostics (no config, env, cost)."""
-    from benchmarks.results import iter_results
+    from benchmarks.runner.results import iter_results
 
     return {r["strategy"]: json.dumps({k: r.get(k) for k in ("stages", "summary", "diagnostics", "zero_shot")},
                                       sort_keys=True)

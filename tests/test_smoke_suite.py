@@ -9,8 +9,8 @@ from analysis.report import build_report
 from benchmarks import run
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.miniature.report import ZERO_SHOT_TARGET, cil_data, evaluate_zero_shot, joint_run
-from benchmarks.results import iter_results
-from benchmarks.suites import load_suite
+from benchmarks.runner.results import iter_results
+from benchmarks.runner.suites import load_suite
 
 pytestmark = pytest.mark.slow
 

@@ -1,8 +1,8 @@
-"""``python -m benchmarks.speed`` on a small problem: the counts it reports are exact, whatever the timings."""
+"""``python -m benchmarks.tools.speed`` on a small problem: the counts it reports are exact, whatever the timings."""
 
 import json
 
-from benchmarks import speed
+from benchmarks.tools import speed
 
 
 def test_speed_counts_branch_forwards_and_writes_its_report(tmp_path):

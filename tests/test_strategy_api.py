@@ -8,12 +8,12 @@ import torch
 from avalanche.training.plugins import SupervisedPlugin
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-from benchmarks.class_orders import seeded_order
-from benchmarks.datasets import load_dataset
-from benchmarks.errors import UserError
-from benchmarks.precision import resolve_precision
-from benchmarks.streams import build_stream
-from benchmarks.transforms import eval_transform
+from benchmarks.data.class_orders import seeded_order
+from benchmarks.data.datasets import load_dataset
+from benchmarks.core.errors import UserError
+from benchmarks.core.precision import resolve_precision
+from benchmarks.data.streams import build_stream
+from benchmarks.data.transforms import eval_transform
 from strategies.base import StrategyConfig, pack_state, unpack_state, warmup_cosine_factor
 from strategies.finetune import Finetune
 from strategies.registry import get_strategy

@@ -15,11 +15,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-from benchmarks.class_orders import seeded_order
-from benchmarks.datasets import load_dataset
-from benchmarks.environment import seed_everything
-from benchmarks.streams import build_stream
-from benchmarks.transforms import eval_transform, train_transform
+from benchmarks.data.class_orders import seeded_order
+from benchmarks.data.datasets import load_dataset
+from benchmarks.core.environment import seed_everything
+from benchmarks.data.streams import build_stream
+from benchmarks.data.transforms import eval_transform, train_transform
 from strategies.registry import get_strategy
 
 GOLDEN = Path(__file__).parent / "golden" / "strategy_scores.safetensors"

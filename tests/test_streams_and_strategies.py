@@ -4,11 +4,11 @@ import pytest
 import torch
 
 from benchmarks.backbone import BackboneSpec, create_clip
-from benchmarks.class_orders import seeded_order
-from benchmarks.datasets import load_dataset
-from benchmarks.errors import UserError
-from benchmarks.streams import build_stream, split_classes
-from benchmarks.transforms import eval_transform, train_transform
+from benchmarks.data.class_orders import seeded_order
+from benchmarks.data.datasets import load_dataset
+from benchmarks.core.errors import UserError
+from benchmarks.data.streams import build_stream, split_classes
+from benchmarks.data.transforms import eval_transform, train_transform
 from strategies.base import CLIPStrategy, StrategyConfig
 from strategies.registry import available, get_strategy
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import pytest
 
-from benchmarks.run import resolve
-from benchmarks.suites import expand, load_suite
+from benchmarks.runner.execute import resolve
+from benchmarks.runner.suites import expand, load_suite
 
 SIZE_FIELDS = {"lora_rank", "lora_alpha", "e_layers", "g_layers", "prompt_layers", "components"}  # rule 3
 NOT_RECIPE = {"eval_batch_size", "num_workers"}  # how a run is evaluated and loaded, not how it trains
@@ -90,7 +90,7 @@ def test_epoch_scale_rounds_keeps_at_least_one_epoch_and_names_itself(tmp_path):
 
 @pytest.mark.parametrize("scale", ["0", "1.5", '"half"', "true"])
 def test_an_epoch_scale_outside_0_1_is_a_one_line_user_error(tmp_path, scale):
-    from benchmarks.errors import UserError
+    from benchmarks.core.errors import UserError
 
     with pytest.raises(UserError, match="epoch_scale must be a number in"):
         load_suite(_write_suite(tmp_path, scale))

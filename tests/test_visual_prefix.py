@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from benchmarks.backbone import BackboneSpec, create_clip
-from benchmarks.errors import UserError
+from benchmarks.core.errors import UserError
 
 
 @pytest.fixture(scope="module")

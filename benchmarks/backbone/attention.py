@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.errors import UserError
+from benchmarks.core.errors import UserError
 
 
 

@@ -17,7 +17,7 @@ TEXT_BACKWARD_BUDGET = {"cpu": 2**21, "cuda": 2**25}
 # When a device encodes prompts compactly: in length buckets, with the prefix every prompt shares run
 # once (both exact). Each bucket and the prefix path add kernel launches and dispatch; they pay only
 # when the padded text work, prompts x longest prompt x width^2 (the layers' multiply-adds), is
-# large. Measured on 2 CPU cores (benchmarks.speed): a tiny-CLIP stage-1 step with 100 prompts
+# large. Measured on 2 CPU cores (benchmarks.tools.speed): a tiny-CLIP stage-1 step with 100 prompts
 # (2^23) took 0.09-0.12 s compact against 0.057 s as one batch; forward and backward, 1000 prompts
 # take 0.51x (tiny, 2^26.5) and 100 prompts 0.93x (ViT-B/16, 2^29) of one batch, and a ViT-B/16
 # step with 100 prompts took 0.98x of a bare step compact against 1.23x as one batch. An H100 is

@@ -13,7 +13,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks import precision as amp
+from benchmarks.core import precision as amp
 from benchmarks.backbone.budgets import efficient_images_per_forward, efficient_prompts_per_backward, use_compact_text
 from benchmarks.backbone.lora import BASE_ADAPTER, LoRAAdapters, Tower
 from benchmarks.backbone.mlp_adapters import MLPAdapters

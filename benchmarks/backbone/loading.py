@@ -24,7 +24,7 @@ from open_clip.transformer import VisionTransformer
 
 from benchmarks.backbone.attention import split_attention_
 from benchmarks.backbone.clip import CLIPBackbone
-from benchmarks.errors import UserError, WeightsNotFoundError
+from benchmarks.core.errors import UserError, WeightsNotFoundError
 
 DEFAULT_MODEL = "ViT-B-16-quickgelu"
 TINY_MODEL = "tiny-clip-32"

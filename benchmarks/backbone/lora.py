@@ -15,7 +15,7 @@ from peft import LoraConfig, inject_adapter_in_model
 from peft.tuners.lora import LoraLayer
 from torch import nn
 
-from benchmarks.errors import UserError
+from benchmarks.core.errors import UserError
 
 LORA_INITS = ("kaiming", "xavier")  # initialisations of LoRA's A (B is always 0)
 BASE_ADAPTER = "__base__"  # peft's name for "no adapter" in a mixed-adapter batch

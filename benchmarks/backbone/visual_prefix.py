@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 import torch
 
 from benchmarks.backbone.attention import SplitAttention
-from benchmarks.errors import UserError
+from benchmarks.core.errors import UserError
 
 
 class VisualPrefix:

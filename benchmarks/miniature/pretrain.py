@@ -2,7 +2,7 @@
 
     python -m benchmarks.miniature.pretrain [--steps N] [--batch-size B] [--seed S] [--out PATH] [--log-every K]
 
-Every batch is freshly generated (``benchmarks.miniature.captions``) in the "photo" domain, so nothing is read from disk. The
+Every batch is freshly generated (``benchmarks.data.synthetic.captions``) in the "photo" domain, so nothing is read from disk. The
 defaults reproduce the shipped checkpoint ``benchmarks/assets/tiny-clip-32-synthetic.safetensors``
 (fp16) and its JSON sidecar; the same arguments give the same loss trajectory on every run.
 """
@@ -27,8 +27,8 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from benchmarks.backbone import SYNTHETIC_WEIGHTS, TINY_MODEL, encode_clip_text
-from benchmarks.miniature.captions import pretraining_rng, sample_pretraining_pairs
-from benchmarks.transforms import CLIP_MEAN, CLIP_STD
+from benchmarks.data.synthetic.captions import pretraining_rng, sample_pretraining_pairs
+from benchmarks.data.transforms import CLIP_MEAN, CLIP_STD
 
 DEFAULT_OUT = SYNTHETIC_WEIGHTS
 MAX_LOGIT_SCALE = math.log(100.0)  # CLIP's clamp on the learnt temperature

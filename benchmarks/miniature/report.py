@@ -37,17 +37,17 @@ import torch.nn.functional as F
 from sklearn.linear_model import LogisticRegression
 from torch.utils.data import Dataset
 
-from analysis.subspace import directional_distance, energy_basis, joint_basis, orthonormal_basis
+from benchmarks.core.subspace import directional_distance, energy_basis, joint_basis, orthonormal_basis
 from benchmarks.backbone import BackboneSpec, CLIPBackbone, create_clip
-from benchmarks.class_orders import resolve_class_order
-from benchmarks.datasets import ClassificationData, load_synthetic
-from benchmarks.errors import UserError, one_line_user_errors
-from benchmarks.miniature.captions import PRETRAIN_HELD_OUT, ZERO_SHOT_PROMPT
-from benchmarks.miniature.world import default_class_ids
-from benchmarks.results import ResultStore
-from benchmarks.suites import RunSpec, dataset_loader_options, expand, load_suite
-from benchmarks.streams import split_classes
-from benchmarks.transforms import eval_transform
+from benchmarks.data.class_orders import resolve_class_order
+from benchmarks.data.datasets import ClassificationData, load_synthetic
+from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.data.synthetic.captions import PRETRAIN_HELD_OUT, ZERO_SHOT_PROMPT
+from benchmarks.data.synthetic.world import default_class_ids
+from benchmarks.runner.results import ResultStore
+from benchmarks.runner.suites import RunSpec, dataset_loader_options, expand, load_suite
+from benchmarks.data.streams import split_classes
+from benchmarks.data.transforms import eval_transform
 from strategies.gr4cil import class_prototypes, compensation_head, orthogonal_projector, text_subspace_basis
 
 ZERO_SHOT_TARGET = (40.0, 65.0)  # % on the CIL data; CIFAR-100's is 66-68
@@ -178,7 +178,7 @@ def cil_data(spec: RunSpec) -> ClassificationData:
 def joint_finetune_accuracy(spec: RunSpec, results_dir: Path, show_progress: bool = True) -> tuple[float, int]:
     """Accuracy (%) of ``spec`` (a one-task run) as the suite runner computes it, cached in
     ``results_dir``, and the epochs it trained (after the suite's ``epoch_scale``)."""
-    from benchmarks.run import execute  # the runner pulls in Avalanche; only this measurement needs it
+    from benchmarks.runner.execute import execute  # the runner pulls in Avalanche; only this measurement needs it
 
     result, _ = execute(spec, ResultStore(results_dir), data_root=".", show_progress=show_progress)
     return result["stages"][-1]["acc"], result["config"]["strategy_config"]["epochs"]

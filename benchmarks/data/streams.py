@@ -13,7 +13,7 @@ from avalanche.benchmarks.scenarios.supervised import class_incremental_benchmar
 from avalanche.benchmarks.utils import DataAttribute
 from avalanche.benchmarks.utils.classification_dataset import ClassificationDataset
 
-from benchmarks.errors import UserError
+from benchmarks.core.errors import UserError
 
 
 @dataclass
@@ -60,7 +60,7 @@ def build_stream(data, n_tasks: int, class_order: list[int],
     """Build an Avalanche class-incremental benchmark from a ``ClassificationData``.
 
     Args:
-        data: a ``benchmarks.datasets.ClassificationData`` (raw PIL images, integer targets).
+        data: a ``benchmarks.data.datasets.ClassificationData`` (raw PIL images, integer targets).
         n_tasks: number of equal tasks.
         class_order: a permutation of the dataset's class ids.
         train_transform, eval_transform: image transforms for the two Avalanche groups.

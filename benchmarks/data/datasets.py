@@ -32,8 +32,8 @@ from torch.utils.data import Dataset
 from torchvision.datasets import CIFAR100, Food101, OxfordIIITPet
 from torchvision.datasets.folder import IMG_EXTENSIONS, default_loader, find_classes, make_dataset
 
-from benchmarks.errors import DataNotFoundError, UserError
-from benchmarks.miniature import world
+from benchmarks.core.errors import DataNotFoundError, UserError
+from benchmarks.data.synthetic import world
 
 _ROOT_HINT = "or pass --data-root DIR"
 

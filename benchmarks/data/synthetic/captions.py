@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.miniature import world as S
+from benchmarks.data.synthetic import world as S
 
 # Word choices per attribute value; the first entry is the canonical word (the one in class
 # names) and is drawn with probability _CANONICAL_P, the others share the rest.

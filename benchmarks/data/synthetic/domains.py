@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from benchmarks.errors import UserError
+from benchmarks.core.errors import UserError
 
 DEFAULT_DOMAIN = "photo"
 FADED_CONTRAST = 0.4  # fraction of each pixel's distance from mid-grey that is kept

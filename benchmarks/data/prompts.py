@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from open_clip.zero_shot_metadata import OPENAI_IMAGENET_TEMPLATES
 
-from benchmarks.errors import UserError
+from benchmarks.core.errors import UserError
 
 CIFAR_TEMPLATES: tuple[str, ...] = (
     "a photo of a {}.", "a blurry photo of a {}.", "a black and white photo of a {}.",

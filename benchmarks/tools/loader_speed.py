@@ -1,10 +1,10 @@
 """Training images per second with 0 and N data-loader workers, on the offline world.
 
-``python -m benchmarks.loading [--workers 0,2] [--model tiny-clip-32] [--epochs 2] [--device cpu]``
+``python -m benchmarks.tools.loader_speed [--workers 0,2] [--model tiny-clip-32] [--epochs 2] [--device cpu]``
 measures, for each worker count, on the first task of the smoke stream (synthetic, 10 tasks):
 
 * ``loader``: images/s of the suite's training loader alone (decode, augment, collate, pin), whose
-  shuffle and augmentation draws are seeded per sample (``benchmarks.loaders``);
+  shuffle and augmentation draws are seeded per sample (``benchmarks.data.loaders``);
 * ``plain loader``: the same with a plain torch ``DataLoader`` (global generator), timed in the same
   run, alternating pass by pass; ``seeding_cost`` is plain / seeded images per second;
 * ``training``: images/s of ``strategy.learn`` (sequential fine-tuning, one visual and one text
@@ -27,11 +27,11 @@ import torch
 from avalanche.core import SupervisedPlugin
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-from benchmarks.datasets import load_dataset
-from benchmarks.environment import seed_everything
-from benchmarks.results import write_json
-from benchmarks.streams import build_stream
-from benchmarks.transforms import eval_transform, train_transform
+from benchmarks.data.datasets import load_dataset
+from benchmarks.core.environment import seed_everything
+from benchmarks.core.atomic_io import write_json
+from benchmarks.data.streams import build_stream
+from benchmarks.data.transforms import eval_transform, train_transform
 from strategies.base import StrategyConfig
 from strategies.finetune import Finetune
 
@@ -101,7 +101,7 @@ def measure(model: str, workers: int, epochs: int, batch_size: int, n_train_per_
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.loading", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.tools.loader_speed", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=TINY_MODEL)
     parser.add_argument("--workers", default="0,2", help="comma-separated worker counts (default: 0,2)")
     parser.add_argument("--epochs", type=int, default=2)

@@ -21,7 +21,7 @@ runner executes those. Format (see ``benchmarks/suites/smoke.toml``)::
     [strategy.NAME]         options for one strategy
     [variants.LABEL]        strategy = "NAME" plus options: a labelled row (ablations)
     zero_shot_targets = ["pets", "food101"]   # optional: zero-shot datasets evaluated after the stream
-    [launcher]              SLURM options for --launcher slurm (benchmarks.slurm.SlurmOptions):
+    [launcher]              SLURM options for --launcher slurm (benchmarks.runner.slurm_launcher.SlurmOptions):
                             partition, time (minutes), gpus, cpus, mem_gb, array_parallelism,
                             account, qos, constraint, setup (shell lines), max_requeues
 
@@ -41,12 +41,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.class_orders import DEFAULT_CLASS_ORDER
-from benchmarks.errors import UserError
-from benchmarks.precision import resolve_precision
-from benchmarks.results import RunKey, config_hash
+from benchmarks.data.class_orders import DEFAULT_CLASS_ORDER
+from benchmarks.core.errors import UserError
+from benchmarks.core.precision import resolve_precision
+from benchmarks.runner.results import RunKey, config_hash
 
-SUITES_DIR = Path(__file__).parent / "suites"
+SUITES_DIR = Path(__file__).parents[1] / "suites"
 KNOWN_KEYS = {"description", "datasets", "tasks", "seeds", "strategies", "class_order", "device",
               "precision", "deterministic", "backbone", "dataset", "defaults", "strategy", "variants",
               "zero_shot_targets", "launcher", "epoch_scale"}
@@ -109,7 +109,7 @@ def load_suite(name_or_path: str) -> dict[str, Any]:
 def _check_suite(suite: dict[str, Any], path: Path) -> None:
     """The shape of a suite, so that a slip in the file is one line, not a traceback or a silently
     ignored table."""
-    from benchmarks.datasets import DATASETS
+    from benchmarks.data.datasets import DATASETS
     from strategies.registry import available
 
     examples = {"datasets": '["cifar100"]', "strategies": '["gr4cil"]', "tasks": "[10]", "seeds": "[0, 1, 2]"}

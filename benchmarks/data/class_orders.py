@@ -11,7 +11,7 @@ import re
 
 import numpy as np
 
-from benchmarks.errors import UserError
+from benchmarks.core.errors import UserError
 
 DEFAULT_CLASS_ORDER = "seed1993"
 

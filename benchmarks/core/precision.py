@@ -13,7 +13,7 @@ import contextlib
 
 import torch
 
-from benchmarks.errors import UserError
+from benchmarks.core.errors import UserError
 
 PRECISIONS = ("fp32", "fp16", "bf16")
 AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}

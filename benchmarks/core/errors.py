@@ -37,3 +37,8 @@ def one_line_user_errors(main: Callable[..., int]) -> Callable[..., int]:
             return 2
 
     return command
+
+
+def one_line_warning(message, category, filename, lineno, line=None) -> str:
+    """``warnings.formatwarning`` for the commands: a notice for the user, not a source location."""
+    return f"warning: {message}\n"

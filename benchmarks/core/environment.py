@@ -18,7 +18,7 @@ import torch
 
 PACKAGES = ("torch", "torchvision", "open_clip_torch", "peft", "avalanche-lib", "numpy",
             "scikit-learn", "safetensors", "pandas")
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 def _git(*args: str) -> str | None:

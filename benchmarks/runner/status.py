@@ -1,6 +1,6 @@
 """Where every run of a results folder stands: finished, running, queued, partial, failed or to run.
 
-``python -m benchmarks.status --results-dir DIR`` prints one row per run found in DIR: finished
+``python -m benchmarks.runner.status --results-dir DIR`` prints one row per run found in DIR: finished
 (with Avg/Last), running (host, pid or job id, since when), queued (its SLURM job), partial (tasks
 done), failed (the error its last attempt recorded). ``benchmarks.run --dry-run`` uses the same states for the runs
 of a suite, adding "to run".
@@ -15,9 +15,9 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from benchmarks.errors import UserError, one_line_user_errors
-from benchmarks.locking import is_stale, read_holder
-from benchmarks.results import CHECKPOINT_STATE, ResultStore, RunKey, iter_results
+from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.runner.locking import is_stale, read_holder
+from benchmarks.runner.results import CHECKPOINT_STATE, ResultStore, RunKey, iter_results
 
 STATES = ("finished", "running", "queued", "partial", "failed", "to run")
 
@@ -106,7 +106,7 @@ def status_table(store: ResultStore) -> str:
 
 @one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.status", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.runner.status", description=__doc__.split("\n")[0])
     parser.add_argument("--results-dir", required=True, help="the results folder of one or more suites")
     args = parser.parse_args(argv)
     root = Path(args.results_dir)

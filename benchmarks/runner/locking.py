@@ -9,7 +9,7 @@ from this host, is stale: a runner takes it over by renaming it away (only one r
 same file succeeds) and creating its own.
 
 A run that fails releases its lock and leaves ``<results>/.locks/.../T<n>-seed<s>.error``: what
-failed, where and when (``benchmarks.status`` shows it; a later successful run removes it). A run
+failed, where and when (``benchmarks.runner.status`` shows it; a later successful run removes it). A run
 submitted to SLURM is marked ``.queued`` (its job id) until it finishes or its job fails.
 
 A SLURM job keeps its id when it is requeued, so a lock held under this process's own job id is

@@ -1,6 +1,6 @@
 """Speed and memory of GR4CIL's evaluation, inference and training step, as ratios in one run.
 
-``python -m benchmarks.speed --model tiny-clip-32`` (and ``--model ViT-B-16-quickgelu`` for a
+``python -m benchmarks.tools.speed --model tiny-clip-32`` (and ``--model ViT-B-16-quickgelu`` for a
 randomly initialised ViT-B/16) measures, on whatever device is given:
 
 1. stage-wise evaluation of a T-task stream: branch forwards and time with cached frozen-branch
@@ -49,12 +49,12 @@ from torch.utils.data import TensorDataset
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.backbone.full_tuning import visual_parameters
-from benchmarks.class_orders import seeded_order
-from benchmarks.datasets import imagenet_wnid_names, load_dataset
-from benchmarks.precision import PRECISIONS, resolve_precision
-from benchmarks.results import write_json
-from benchmarks.streams import build_stream
-from benchmarks.transforms import eval_transform
+from benchmarks.data.class_orders import seeded_order
+from benchmarks.data.datasets import imagenet_wnid_names, load_dataset
+from benchmarks.core.precision import PRECISIONS, resolve_precision
+from benchmarks.core.atomic_io import write_json
+from benchmarks.data.streams import build_stream
+from benchmarks.data.transforms import eval_transform
 from strategies.gr4cil import GR4CIL, TaskState
 from strategies.magmax import MagMax
 from strategies.registry import available, get_strategy
@@ -399,7 +399,7 @@ def magmax_training_memory(model: str, batch: int, device: str, precision: str, 
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.speed", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(prog="python -m benchmarks.tools.speed", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default="tiny-clip-32")
     parser.add_argument("--tasks", type=int, default=10)
     parser.add_argument("--classes-per-task", type=int, default=10)

@@ -22,8 +22,8 @@ import numpy as np
 from PIL import Image
 from torch.utils.data import Dataset
 
-from benchmarks.errors import UserError
-from benchmarks.miniature.domains import DEFAULT_DOMAIN, apply_domain
+from benchmarks.core.errors import UserError
+from benchmarks.data.synthetic.domains import DEFAULT_DOMAIN, apply_domain
 
 IMAGE_SIZE = 32
 

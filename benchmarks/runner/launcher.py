@@ -1,0 +1,99 @@
+"""Launchers: where the runs of a suite execute. One interface, three places.
+
+* ``InlineLauncher`` (``--launcher inline``, the default): one run after another in this process.
+* ``LocalLauncher`` (``benchmarks.runner.local_launcher``): worker processes on this machine.
+* ``SlurmLauncher`` (``benchmarks.runner.slurm_launcher``): one SLURM job per run, as a job array.
+
+Each takes the runs (plain-data ``RunSpec``s), the results store and the ``RunOptions``, and
+returns an ``Outcome``; the command line (``benchmarks.run``) prints the results table from it,
+in one place, whichever launcher ran the runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sys
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from tqdm.auto import tqdm
+
+from benchmarks.core.errors import UserError
+from benchmarks.runner.results import ResultStore, RunKey
+from benchmarks.runner.suites import RunSpec
+
+LAUNCHERS = ("inline", "local", "slurm")
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """How the runs of one command execute. Plain data: a SLURM job receives it as it is."""
+
+    data_root: str = "data"
+    force: bool = False  # recompute finished runs
+    quiet: bool = False  # no progress bars
+    save_models: bool = False  # also save each finished run's learned state
+    run_logs: bool = False  # each run's stderr goes to <results-dir>/.logs/<run>.log
+    suite_name: str = ""
+
+
+@dataclass(frozen=True)
+class Outcome:
+    """What a launcher reports: its exit code, the runs finished (now or before), and whether the
+    results table belongs on screen (False: SLURM's ``--no-wait`` returned with runs still out)."""
+
+    code: int
+    finished: list[RunKey] = field(default_factory=list)
+    show_table: bool = True
+
+
+class Launcher(Protocol):
+    def launch(self, runs: list[RunSpec], store: ResultStore, options: RunOptions) -> Outcome: ...
+
+
+@contextlib.contextmanager
+def run_log(store: ResultStore, key: RunKey) -> Iterator[None]:
+    """Within the block, this process's stderr (file descriptor 2: Python's and C's writes alike)
+    goes to the run's log, appended. ``sys.stderr`` itself is left in place, so a logging handler
+    made meanwhile still writes to stderr after the block."""
+    path = store.root / ".logs" / key.relpath.with_suffix(".log")
+    path.parent.mkdir(parents=True, exist_ok=True)
+    sys.stderr.flush()
+    saved = os.dup(2)
+    with open(path, "a") as log:
+        os.dup2(log.fileno(), 2)
+        try:
+            yield
+        except Exception as err:  # the run's log ends with why it failed
+            print(f"error: {err}" if isinstance(err, UserError) else f"error: {type(err).__name__}: {err}",
+                  file=sys.stderr)
+            raise
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+
+
+class InlineLauncher:
+    """Every run, one after another, in this process. A run that another process holds is skipped
+    (that process computes it); the outcome lists the runs finished here or found finished."""
+
+    def launch(self, runs: list[RunSpec], store: ResultStore, options: RunOptions) -> Outcome:
+        from benchmarks.runner.execute import execute  # pulls in torch, Avalanche and the strategies
+
+        finished = []
+        for spec in tqdm(runs, desc=f"suite {options.suite_name}", disable=options.quiet):
+            with run_log(store, spec.key) if options.run_logs else contextlib.nullcontext():
+                result, status = execute(spec, store, options.data_root, force=options.force,
+                                         show_progress=not options.quiet, save_model=options.save_models)
+                if result is not None:
+                    summary = result["summary"]
+                    status += f"; Avg {summary['avg_acc']:.2f}  Last {summary['last_acc']:.2f}"
+                if options.run_logs:  # the run's own log tells its story too
+                    print(f"{spec.key}: {status}", file=sys.stderr)
+            tqdm.write(f"{spec.key}: {status}", file=sys.stderr)
+            if result is not None:  # None: another process holds the run
+                finished.append(spec.key)
+        return Outcome(0, finished)
