@@ -35,7 +35,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
+from benchmarks.data.transforms import TrainAugmentation
 from strategies.base import CLIPStrategy, StrategyConfig
+from strategies.optim import Optimizer, Schedule
 from strategies.registry import register
 
 
@@ -45,10 +47,10 @@ class AperConfig(StrategyConfig):
     batch_size: int = 48
     lr: float = 0.01
     weight_decay: float = 5e-4
-    optimizer: str = "sgd"
+    optimizer: Optimizer = "sgd"
     momentum: float = 0.9
-    schedule: str = "cosine_epoch"
-    train_augmentation: str = "none"  # "rrc05_flip": the RevisitingCIL ViT augmentation
+    schedule: Schedule = "cosine_epoch"
+    train_augmentation: TrainAugmentation = "none"  # "rrc05_flip": the RevisitingCIL ViT augmentation
     bottleneck: int = 64
     adapter_dropout: float = 0.1
     adapter_scale: float = 0.1

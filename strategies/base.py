@@ -16,23 +16,20 @@ A strategy is a subclass that overrides a few named hooks (as in Avalanche):
 
 The runner computes every metric from ``scores``, the same way for every strategy. Avalanche's
 own ``strategy.eval`` sees the same scores, one column per class id (``scores_by_class_id``), so
-its accuracy metrics equal the runner's. The base class
-owns the optimiser (AdamW with a per-iteration cosine schedule), the precision (the backbone's
-towers run under autocast and return fp32 features, so scores and losses are fp32; fp16 scales
-the loss), the data loaders (workers, pinned memory, draws seeded per sample), the progress bar, LoRA bookkeeping, and
-checkpoint state (safetensors tensors + JSON metadata, the loss scaler included).
+its accuracy metrics equal the runner's. The base class owns the precision (the backbone's towers
+run under autocast and return fp32 features, so scores and losses are fp32; fp16 scales the
+loss), the data loaders (workers, pinned memory, draws seeded per sample), the progress bar and
+LoRA bookkeeping. Next to it: the options (``strategies.config``), the optimiser and its schedule
+(``strategies.optim``; AdamW with a per-iteration cosine by default) and the state on disk
+(``strategies.checkpointing``: safetensors tensors and JSON metadata, the loss scaler included).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
-import types
-import typing
 import warnings
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -44,33 +41,17 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from benchmarks.backbone import CLIPBackbone, PreparedPrompts
-from benchmarks.core.errors import UserError
-from benchmarks.data.loaders import seeded_loader
 from benchmarks.core.precision import loss_scaler, resolve_precision
-from benchmarks.data.prompts import PROMPT_ENSEMBLES, templates
-from benchmarks.data.transforms import TRAIN_AUGMENTATIONS
-
-
-OPTIMIZERS = ("adamw", "adam", "sgd")
-SCHEDULES = ("cosine_iter", "cosine_epoch", "coda_cosine")
-
-
-def coda_cosine_factor(epoch: int, epochs: int) -> float:
-    """The CODA-Prompt codebase's per-epoch factor: cos(99 pi e / (200 (K - 1))), e = 0..K-1, from 1
-    down to about 0.016 at the last epoch (1 throughout for K = 1)."""
-    return 1.0 if epochs <= 1 else math.cos(99 * math.pi * epoch / (200 * (epochs - 1)))
-
-
-def warmup_cosine_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
-    """Learning-rate factor at ``step`` (0-based) of ``total``: linear warm-up over ``warmup`` steps
-    ((step + 1) / warmup), then a cosine from 1 down to ``min_ratio`` at step ``total``."""
-    if step < warmup:
-        return (step + 1) / warmup
-    progress = min(1.0, (step - warmup) / max(1, total - warmup))
-    return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
-
-
-StateValue = torch.Tensor | list | dict | torch.nn.Module | None
+from benchmarks.data.loaders import seeded_loader
+from benchmarks.data.prompts import templates
+from strategies.checkpointing import (
+    load_model,
+    load_strategy_state,
+    save_model,
+    strategy_state,
+)
+from strategies.config import StrategyConfig
+from strategies.optim import build_optimizer, build_scheduler
 
 LOADER_KWARGS = ("num_workers", "persistent_workers", "pin_memory", "collate_fn", "multiprocessing_context")
 
@@ -79,141 +60,6 @@ def _loader_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     """The loader options among the keyword arguments of ``strategy.train`` / ``eval`` (Avalanche
     passes every one of them on; ``pin_memory=None`` means its default, off)."""
     return {k: v for k, v in kwargs.items() if k in LOADER_KWARGS and v is not None}
-
-
-def pack_state(value: StateValue) -> tuple[str, dict[str, torch.Tensor]]:
-    """A strategy attribute as ``(kind, {key suffix: CPU tensor})`` for a checkpoint.
-
-    A tensor is saved under "" (key ``state/<name>``), a list under "/<i>", a dict of tensors
-    under "/<key>", a module under "/<state_dict key>"; None saves nothing. ``unpack_state``
-    inverts it.
-    """
-    if value is None:
-        return "none", {}
-    if isinstance(value, torch.Tensor):
-        return "tensor", {"": value.detach().cpu().contiguous()}
-    if isinstance(value, torch.nn.Module):
-        return "module", {f"/{k}": v.detach().cpu().contiguous() for k, v in value.state_dict().items()}
-    if isinstance(value, (list, tuple)):
-        return "list", {f"/{i}": v.detach().cpu().contiguous() for i, v in enumerate(value)}
-    if isinstance(value, dict):
-        return "dict", {f"/{k}": v.detach().cpu().contiguous() for k, v in value.items()}
-    raise TypeError(f"cannot checkpoint a {type(value).__name__}; use tensors, lists or dicts of them, or a module")
-
-
-def unpack_state(kind: str, packed: dict[str, torch.Tensor], current: StateValue = None) -> StateValue:
-    """The value ``pack_state`` saved. A module is loaded into ``current`` (the strategy re-creates
-    its modules before loading, e.g. in ``__init__``) and returned."""
-    if kind == "none":
-        return None
-    if kind == "tensor":
-        return packed[""]
-    items = {k[1:]: v for k, v in packed.items()}
-    if kind == "list":
-        return [items[str(i)] for i in range(len(items))]
-    if kind == "dict":
-        return items
-    if kind == "module":
-        if not isinstance(current, torch.nn.Module):
-            raise ValueError("a checkpointed module needs the strategy to re-create it before loading")
-        current.load_state_dict(items)
-        return current
-    raise ValueError(f"unknown checkpoint state kind {kind!r}")
-
-
-def _has_type(value: Any, hint: Any) -> bool:
-    """Whether a suite value fits a config field's annotation (an int fits a float; a bool is no number)."""
-    if hint is Any:
-        return True
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return any(_has_type(value, option) for option in typing.get_args(hint))
-    if typing.get_origin(hint) is typing.Literal:
-        return value in typing.get_args(hint)
-    origin = typing.get_origin(hint) or hint
-    if origin is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if origin is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    return isinstance(value, origin)
-
-
-def _type_name(hint: Any) -> str:
-    if typing.get_origin(hint) in (typing.Union, types.UnionType):
-        return " or ".join(_type_name(option) for option in typing.get_args(hint))
-    if typing.get_origin(hint) is typing.Literal:
-        return " or ".join(repr(value) for value in typing.get_args(hint))
-    return {float: "a number", int: "an integer", str: "a string", bool: "true or false"}.get(hint, str(hint))
-
-
-@dataclass
-class StrategyConfig:
-    """Hyper-parameters every strategy shares. Subclasses add their own fields."""
-
-    epochs: int = 1
-    batch_size: int = 64
-    eval_batch_size: int = 256
-    lr: float = 0.005
-    weight_decay: float = 0.1
-    lora_rank: int = 24
-    lora_alpha: float = 1.0
-    prompt_template: str = "a photo of a {}."
-    prompt_ensemble: str = ""  # "" (prompt_template alone), "cifar" (18) or "imagenet" (80 templates)
-    num_workers: int = 0
-    # The method's own train augmentation (benchmarks.data.transforms.TRAIN_AUGMENTATIONS); a suite's
-    # tables override it, the most specific first (benchmarks.runner.suites).
-    train_augmentation: str = "paper"
-    # Optimiser and schedule (read by the base ``make_optimizer``; BASELINES.md section 2.3).
-    optimizer: str = "adamw"  # "adamw" | "adam" | "sgd"
-    momentum: float = 0.0  # SGD only
-    schedule: str = "cosine_iter"  # cosine stepped per "iteration" or per "epoch"
-    warmup_steps: int = 0  # linear warm-up, in the schedule's unit (iterations or epochs)
-    warmup_fraction: float = 0.0  # or as a fraction of all scheduled steps of the task
-    min_lr_ratio: float = 0.0  # the cosine ends at min_lr_ratio * lr
-    grad_clip: float = 0.0  # max gradient norm (0: off)
-    # Mixed precision under --precision auto: False keeps the method fp32 on CUDA too (its official
-    # precision); an explicit --precision fp16 or bf16 still wins.
-    amp: bool = True
-    #: the fewest epochs a task may train (0 only for a strategy that never trains)
-    min_epochs: ClassVar[int] = 1
-
-    def __post_init__(self):
-        choices = {"optimizer": OPTIMIZERS, "schedule": SCHEDULES, "train_augmentation": TRAIN_AUGMENTATIONS,
-                   "prompt_ensemble": PROMPT_ENSEMBLES}
-        for name, valid in choices.items():
-            if getattr(self, name) not in valid:
-                raise UserError(f"option {name}={getattr(self, name)!r} is not one of {list(valid)}")
-        if self.warmup_steps < 0 or not 0.0 <= self.warmup_fraction < 1.0 or (self.warmup_steps and self.warmup_fraction):
-            raise UserError("give warmup_steps >= 0 or warmup_fraction in [0, 1), not both")
-        if not 0.0 <= self.min_lr_ratio <= 1.0 or self.grad_clip < 0:
-            raise UserError("min_lr_ratio must be in [0, 1] and grad_clip >= 0")
-        # Numbers that torch would reject mid-run, or that would quietly train nothing.
-        at_least = {"batch_size": 1, "eval_batch_size": 1, "lora_rank": 1, "num_workers": 0,
-                    "weight_decay": 0, "momentum": 0, "epochs": self.min_epochs}
-        for name, low in at_least.items():
-            value = getattr(self, name)
-            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < low:
-                hint = " (a strategy that trains nothing is continual_clip)" if name == "epochs" else ""
-                raise UserError(f"option {name} = {value!r} must be at least {low}{hint}")
-        if not self.lr > 0:
-            raise UserError(f"option lr = {self.lr!r} must be positive")
-
-    @classmethod
-    def from_dict(cls, values: dict[str, Any], strategy: str = "") -> "StrategyConfig":
-        """Build a config from suite values; unknown keys are a user error that lists valid ones."""
-        fields = {f.name: f for f in dataclasses.fields(cls)}
-        unknown = sorted(set(values) - set(fields))
-        if unknown:
-            raise UserError(f"unknown option(s) {unknown} for strategy {strategy or cls.__name__}; "
-                            f"valid options: {sorted(fields)}")
-        hints = typing.get_type_hints(cls)
-        for name, value in values.items():
-            if not _has_type(value, hints[name]):
-                raise UserError(f"option {name} = {value!r} of strategy {strategy or cls.__name__} must be "
-                                f"{_type_name(hints[name])}, not {type(value).__name__}")
-        return cls(**values)
-
-    def to_dict(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
 
 
 class CLIPStrategy(SupervisedTemplate):
@@ -420,68 +266,22 @@ class CLIPStrategy(SupervisedTemplate):
                 out.append(self.scores(images.to(self.device, non_blocking=True)).float().cpu())
         return torch.cat(out)
 
+    # ------------------------------------------------------------------ state on disk (strategies.checkpointing)
     def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """Tensors (for safetensors) and JSON metadata that restore the strategy after a task.
-
-        Keys: ``lora/<adapter>/<key>`` for every LoRA adapter, and ``state/<name>...`` for each
-        attribute in ``checkpoint_attributes`` (``pack_state``).
-        """
-        tensors = {f"lora/{name}/{key}": value.detach().cpu().contiguous()
-                   for name in self.adapters for key, value in self.backbone.lora_state_dict(name).items()}
-        kinds = {}
-        for name in self.checkpoint_attributes:
-            kinds[name], packed = pack_state(getattr(self, name))
-            tensors.update({f"state/{name}{key}": value for key, value in packed.items()})
-        meta = {"seen_classes": self.seen_classes, "task_classes": self.task_classes,
-                "adapters": self.adapters, "loss_scaler": self.scaler.state_dict(),
-                "skipped_steps": self.skipped_steps, "state_kinds": kinds}
-        return tensors, meta
+        """Tensors (for safetensors) and JSON metadata that restore the strategy after a task
+        (keys: ``strategies.checkpointing.strategy_state``)."""
+        return strategy_state(self)
 
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
-        self.seen_classes = list(meta["seen_classes"])
-        self.task_classes = [list(c) for c in meta["task_classes"]]
-        if meta.get("loss_scaler") and self.scaler.is_enabled():  # {} when saved without fp16
-            self.scaler.load_state_dict(meta["loss_scaler"])
-        self.skipped_steps = int(meta.get("skipped_steps", 0))
-        for name, spec in meta["adapters"].items():
-            if name not in self.adapters:
-                self.backbone.add_lora(name, tower=spec["tower"], rank=spec["rank"], alpha=spec["alpha"])
-                self.adapters[name] = dict(spec)
-            prefix = f"lora/{name}/"
-            state = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
-            self.backbone.load_lora_state_dict(name, state)
-        for name, kind in meta.get("state_kinds", {}).items():
-            prefix = f"state/{name}"
-            packed = {k[len(prefix):]: v for k, v in tensors.items() if k == prefix or k.startswith(prefix + "/")}
-            current = getattr(self, name, None)
-            restored = unpack_state(kind, packed, current)
-            if restored is not current:  # a module is loaded in place
-                setattr(self, name, restored)
+        load_strategy_state(self, tensors, meta)
 
     def save_model(self, path: str | Path, extra: dict[str, Any] | None = None) -> None:
-        """Write the learned state as ``PATH.safetensors`` plus ``PATH.json`` (metadata); PATH is
-        taken as a name stem, so ``run.model`` gives ``run.model.safetensors`` and ``run.model.json``.
-
-        The tensor keys are documented by ``checkpoint_state``; they can be read without this
-        suite via ``safetensors.safe_open``. Both files are written atomically.
-        """
-        from benchmarks.core.atomic_io import write_json, write_tensors
-
-        path = Path(path)
-        tensors, meta = self.checkpoint_state()
-        write_tensors(path.with_name(path.name + ".safetensors"), tensors)
-        write_json(path.with_name(path.name + ".json"), {"strategy": self.name, "config": self.cfg.to_dict(),
-                                               "class_names": self.class_names, "state": meta, **(extra or {})})
+        """Write the learned state as ``PATH.safetensors`` plus ``PATH.json`` (``strategies.checkpointing.save_model``)."""
+        save_model(self, path, extra)
 
     def load_model(self, path: str | Path) -> None:
         """Restore what ``save_model`` wrote (tensors are read with safetensors, never pickle)."""
-        from safetensors.torch import load_file
-
-        from benchmarks.core.atomic_io import read_json
-
-        path = Path(path)
-        meta = read_json(path.with_name(path.name + ".json"))
-        self.load_checkpoint_state(load_file(str(path.with_name(path.name + ".safetensors"))), meta["state"])
+        load_model(self, path)
 
     # ------------------------------------------------------------------ Avalanche plumbing
     def model_adaptation(self, model=None):
@@ -519,24 +319,8 @@ class CLIPStrategy(SupervisedTemplate):
         if not params or self.train_epochs == 0:
             self.scheduler = None
             return
-        cfg = self.cfg
-        if cfg.optimizer == "sgd":
-            self.optimizer = torch.optim.SGD(params, lr=cfg.lr, momentum=cfg.momentum, weight_decay=cfg.weight_decay)
-        else:
-            kind = torch.optim.AdamW if cfg.optimizer == "adamw" else torch.optim.Adam
-            self.optimizer = kind(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
-        total = max(1, self.train_epochs * (len(self.dataloader) if cfg.schedule == "cosine_iter" else 1))
-        warmup = cfg.warmup_steps or round(cfg.warmup_fraction * total)
-        if cfg.schedule == "coda_cosine":  # per epoch, no warm-up, its own end point
-            epochs = self.train_epochs
-            self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer,
-                                                               lambda epoch: coda_cosine_factor(epoch, epochs))
-        elif not warmup:  # the closed form below agrees; this keeps earlier runs' numbers to the last bit
-            self.scheduler = torch.optim.lr_scheduler.CosineAnnealingLR(self.optimizer, T_max=total,
-                                                                        eta_min=cfg.min_lr_ratio * cfg.lr)
-        else:
-            self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-                self.optimizer, lambda step: warmup_cosine_factor(step, total, warmup, cfg.min_lr_ratio))
+        self.optimizer = build_optimizer(params, self.cfg)
+        self.scheduler = build_scheduler(self.optimizer, self.cfg, self.train_epochs, len(self.dataloader))
         self._optimized = params
 
     def extra_trainable_parameters(self) -> list[torch.nn.Parameter]:

@@ -47,13 +47,17 @@ RECIPE (CIFAR-100 10 tasks):
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.core.errors import UserError
+from benchmarks.data.prompts import PromptEnsemble
+from benchmarks.data.transforms import TrainAugmentation
 from strategies.base import CLIPStrategy, StrategyConfig
+from strategies.optim import Optimizer, Schedule
 from strategies.registry import register
 
 
@@ -63,17 +67,17 @@ class CLAPConfig(StrategyConfig):
     batch_size: int = 32
     lr: float = 0.0  # 0: the official rule, 1e-3 x batch_size / 20 (1.6e-3 at batch 32)
     weight_decay: float = 0.0
-    optimizer: str = "sgd"
+    optimizer: Optimizer = "sgd"
     momentum: float = 0.0
-    schedule: str = "cosine_iter"
+    schedule: Schedule = "cosine_iter"
     warmup_fraction: float = 0.3
     min_lr_ratio: float = 1e-3
-    train_augmentation: str = "flip"
-    prompt_ensemble: str = "cifar"
+    train_augmentation: TrainAugmentation = "flip"
+    prompt_ensemble: PromptEnsemble = "cifar"
     samples: int = 20
     kl_weight: float = 0.001
     lasp_weight: float = 15.0
-    vga_context: str = "image"  # or "batch" (the official quirk)
+    vga_context: Literal["image", "batch"] = "image"  # or "batch" (the official quirk)
     vga_heads: int = 1
     vga_feedforward: int = 2048
     vga_dropout: float = 0.1
@@ -82,8 +86,6 @@ class CLAPConfig(StrategyConfig):
         if self.lr == 0.0:
             self.lr = 1e-3 * self.batch_size / 20
         super().__post_init__()
-        if self.vga_context not in ("image", "batch"):
-            raise UserError(f"clap option vga_context={self.vga_context!r} is not one of ['image', 'batch']")
         if self.samples < 1:
             raise UserError(f"clap option samples={self.samples} must be at least 1")
 

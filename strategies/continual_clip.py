@@ -11,6 +11,7 @@ from typing import ClassVar
 
 import torch
 
+from benchmarks.data.transforms import TrainAugmentation
 from strategies.base import CLIPStrategy, StrategyConfig
 from strategies.registry import register
 
@@ -18,7 +19,7 @@ from strategies.registry import register
 @dataclass
 class ContinualCLIPConfig(StrategyConfig):
     epochs: int = 0
-    train_augmentation: str = "none"  # it never trains
+    train_augmentation: TrainAugmentation = "none"  # it never trains
     min_epochs: ClassVar[int] = 0
 
     def __post_init__(self):

@@ -31,6 +31,7 @@ RECIPE (CIFAR-100 10 tasks):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 from torch import nn
@@ -47,14 +48,12 @@ class DualPromptConfig(PromptConfig):
     e_length: int = 20  # 10 key + 10 value vectors
     e_layers: list[int] = field(default_factory=lambda: [2, 3, 4])
     pool_size: int = 10  # E-prompts: at least the number of tasks
-    select_over: str = "seen"  # or "pool" (the CODA-Prompt code)
-    keys: str = "shared"  # or "per_layer" (the CODA-Prompt code)
+    select_over: Literal["seen", "pool"] = "seen"  # or "pool" (the CODA-Prompt code)
+    keys: Literal["shared", "per_layer"] = "shared"  # or "per_layer" (the CODA-Prompt code)
     key_loss_weight: float = 1.0
 
     def __post_init__(self):
         super().__post_init__()
-        if self.select_over not in ("seen", "pool") or self.keys not in ("shared", "per_layer"):
-            raise UserError("dualprompt options: select_over is 'seen' or 'pool', keys is 'shared' or 'per_layer'")
         for name in ("g_length", "e_length"):
             if getattr(self, name) < 2 or getattr(self, name) % 2:
                 raise UserError(f"dualprompt option {name}={getattr(self, name)} must be even (keys + values)")

@@ -32,14 +32,20 @@ Interpretations (also recorded in every result's ``config``):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from benchmarks.core.subspace import directional_distance, energy_basis, joint_basis, orthonormal_basis, symmetric_distance
 from benchmarks.core.errors import UserError
+from benchmarks.core.subspace import (
+    directional_distance,
+    energy_basis,
+    joint_basis,
+    orthonormal_basis,
+    symmetric_distance,
+)
 from strategies.base import CLIPStrategy, StrategyConfig
 from strategies.registry import register
 
@@ -142,20 +148,19 @@ def fused_zero_shot_logits(images: torch.Tensor, text: torch.Tensor, weights: to
 
 
 # ============================================================================ the strategy
-COMPENSATION_MODES = ("orthogonal", "unconstrained", "off")
 
 
 @dataclass
 class GR4CILConfig(StrategyConfig):
     epochs: int = 70
-    visual_init: str = "previous"  # "previous" (authors) | "fresh"
+    visual_init: Literal["previous", "fresh"] = "previous"  # "previous": the authors' code
     use_anchor_loss: bool = True
     use_separation_loss: bool = True
     lambda_anc: float = 1.0
     lambda_sep: float = 1.0
     tau: float = 0.7
-    compensation: str = "orthogonal"  # "orthogonal" | "unconstrained" | "off"
-    compensation_init: str = "prototype"  # "prototype" | "random"
+    compensation: Literal["orthogonal", "unconstrained", "off"] = "orthogonal"
+    compensation_init: Literal["prototype", "random"] = "prototype"
     compensation_epochs: int = 3
     compensation_lr: float = 5e-4
     use_prototype_score: bool = True
@@ -167,20 +172,15 @@ class GR4CILConfig(StrategyConfig):
     # chunks of this size (same gradients, one more forward without a graph), so training memory
     # stops growing with learned tasks. "auto" sizes it for the device and the prompts' length
     # (backbone.budgets.TEXT_BACKWARD_BUDGET): on a GPU, ImageNet-1K's 1000 prompts never chunk.
-    text_chunk_size: int | str = "auto"
+    text_chunk_size: int | Literal["auto"] = "auto"
     # Deployed inference runs the T visual branches as mixed-adapter batches of at most this many
     # images (0: all branches in one forward). "auto" sizes them for the device and model
     # (backbone.budgets.ACTIVATION_BUDGET): past a device's efficient batch size a bigger forward costs
     # more per image, so on a CPU a ViT-B/16 batch of 8 already runs each branch alone.
-    max_images_per_forward: int | str = "auto"
+    max_images_per_forward: int | Literal["auto"] = "auto"
 
     def __post_init__(self):
         super().__post_init__()
-        choices = {"visual_init": ("previous", "fresh"), "compensation": COMPENSATION_MODES,
-                   "compensation_init": ("prototype", "random")}
-        for name, valid in choices.items():
-            if getattr(self, name) not in valid:
-                raise UserError(f"gr4cil option {name}={getattr(self, name)!r} is not one of {list(valid)}")
         cap = self.max_images_per_forward
         if cap != "auto" and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
             raise UserError(f"gr4cil option max_images_per_forward={cap!r} must be \"auto\" or an integer >= 0 "

@@ -34,8 +34,16 @@ from dataclasses import dataclass
 import torch
 
 from benchmarks.core.errors import UserError
-from strategies.prompting import (KEY_LOSSES, PromptConfig, PromptPool, PromptStrategy, cosine_matrix, key_loss,
-                                  prefix_from_prompts, select_prompts)
+from strategies.prompting import (
+    KeyLoss,
+    PromptConfig,
+    PromptPool,
+    PromptStrategy,
+    cosine_matrix,
+    key_loss,
+    prefix_from_prompts,
+    select_prompts,
+)
 from strategies.registry import register
 
 
@@ -45,13 +53,11 @@ class L2PConfig(PromptConfig):
     prompt_length: int = 20  # 10 key + 10 value prefix vectors
     top_k: int = 5
     prompt_layer: int = 0
-    key_loss: str = "own_topk"  # or "all_pairs" (the CODA-Prompt code)
+    key_loss: KeyLoss = "own_topk"  # or "all_pairs" (the CODA-Prompt code)
     key_loss_weight: float = 1.0
 
     def __post_init__(self):
         super().__post_init__()
-        if self.key_loss not in KEY_LOSSES:
-            raise UserError(f"l2p_pp option key_loss={self.key_loss!r} is not one of {list(KEY_LOSSES)}")
         if not 1 <= self.top_k <= self.pool_size:
             raise UserError(f"l2p_pp option top_k={self.top_k} must be between 1 and pool_size={self.pool_size}")
         if self.prompt_length < 2 or self.prompt_length % 2:

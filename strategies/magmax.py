@@ -37,8 +37,17 @@ from typing import Any
 
 import torch
 
-from benchmarks.backbone.full_tuning import (VisualState, difference, load_visual_state, max_magnitude, scaled_sum,
-                                             set_visual_trainable, visual_state)
+from benchmarks.backbone.full_tuning import (
+    VisualState,
+    difference,
+    load_visual_state,
+    max_magnitude,
+    scaled_sum,
+    set_visual_trainable,
+    visual_state,
+)
+from benchmarks.data.prompts import PromptEnsemble
+from benchmarks.data.transforms import TrainAugmentation
 from strategies.base import CLIPStrategy, StrategyConfig
 from strategies.registry import register
 
@@ -56,8 +65,8 @@ class MagMaxConfig(StrategyConfig):
     weight_decay: float = 0.1
     warmup_steps: int = 500
     grad_clip: float = 1.0
-    prompt_ensemble: str = "cifar"
-    train_augmentation: str = "rrc90"
+    prompt_ensemble: PromptEnsemble = "cifar"
+    train_augmentation: TrainAugmentation = "rrc90"
     merge_lambda: float = 0.5
     amp: bool = False  # fp32, as the official code
 

@@ -49,7 +49,9 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.core.errors import UserError
-from strategies.base import CLIPStrategy, StrategyConfig, warmup_cosine_factor
+from benchmarks.data.transforms import TrainAugmentation
+from strategies.base import CLIPStrategy, StrategyConfig
+from strategies.optim import Optimizer, Schedule, warmup_cosine_factor
 from strategies.registry import register
 
 ADAPTERS = ("mg_visual", "mg_text")
@@ -87,13 +89,13 @@ class MGCLIPConfig(StrategyConfig):
     batch_size: int = 128
     lr: float = 1e-3
     weight_decay: float = 0.0
-    optimizer: str = "adam"
-    schedule: str = "cosine_epoch"
+    optimizer: Optimizer = "adam"
+    schedule: Schedule = "cosine_epoch"
     min_lr_ratio: float = 0.01
     lora_rank: int = 8
     lora_alpha: float = 1.0
     prompt_template: str = "a good photo of a {}."
-    train_augmentation: str = "none"
+    train_augmentation: TrainAugmentation = "none"
     probe_epochs: int = 10
     probe_threshold: float = 0.10
     visual_epochs: int = 3

@@ -39,6 +39,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from benchmarks.data.transforms import TrainAugmentation
 from strategies.base import CLIPStrategy, StrategyConfig
 from strategies.registry import register
 
@@ -51,7 +52,7 @@ class MOE4CLConfig(StrategyConfig):
     weight_decay: float = 0.0
     warmup_steps: int = 30
     prompt_template: str = "a bad photo of a {}."
-    train_augmentation: str = "rrc90"
+    train_augmentation: TrainAugmentation = "rrc90"
     amp: bool = False  # fp32, as the official code
     experts: int = 2
     bottleneck: int = 64

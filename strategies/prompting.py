@@ -15,16 +15,21 @@ Not registered: each method subclasses ``PromptStrategy`` and fills in ``prefixe
 
 from __future__ import annotations
 
+import typing
 from dataclasses import dataclass
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.core.errors import UserError
+from benchmarks.data.transforms import TrainAugmentation
 from strategies.base import CLIPStrategy, StrategyConfig
+from strategies.optim import Optimizer, Schedule
 
-KEY_LOSSES = ("own_topk", "all_pairs")
+KeyLoss = Literal["own_topk", "all_pairs"]
+KEY_LOSSES = typing.get_args(KeyLoss)
 
 
 def cosine_matrix(query: torch.Tensor, keys: torch.Tensor) -> torch.Tensor:
@@ -87,9 +92,9 @@ class PromptConfig(StrategyConfig):
     batch_size: int = 128
     lr: float = 1e-3
     weight_decay: float = 0.0
-    optimizer: str = "adam"
-    schedule: str = "coda_cosine"
-    train_augmentation: str = "rrc_flip"
+    optimizer: Optimizer = "adam"
+    schedule: Schedule = "coda_cosine"
+    train_augmentation: TrainAugmentation = "rrc_flip"
 
 
 class PromptStrategy(CLIPStrategy):

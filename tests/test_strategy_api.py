@@ -14,7 +14,9 @@ from benchmarks.core.errors import UserError
 from benchmarks.core.precision import resolve_precision
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
-from strategies.base import StrategyConfig, pack_state, unpack_state, warmup_cosine_factor
+from strategies.checkpointing import pack_state, unpack_state
+from strategies.config import StrategyConfig
+from strategies.optim import warmup_cosine_factor
 from strategies.finetune import Finetune
 from strategies.registry import get_strategy
 

@@ -30,7 +30,12 @@ from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES
 from PIL import Image
 from torch.utils.data import Dataset
 from torchvision.datasets import CIFAR100, Food101, OxfordIIITPet
-from torchvision.datasets.folder import IMG_EXTENSIONS, default_loader, find_classes, make_dataset
+from torchvision.datasets.folder import (
+    IMG_EXTENSIONS,
+    default_loader,
+    find_classes,
+    make_dataset,
+)
 
 from benchmarks.core.errors import DataNotFoundError, UserError
 from benchmarks.data.synthetic import world

@@ -9,6 +9,9 @@ the normalised per-template features (CLIP's prompt ensembling).
 
 from __future__ import annotations
 
+import typing
+from typing import Literal
+
 from open_clip.zero_shot_metadata import OPENAI_IMAGENET_TEMPLATES
 
 from benchmarks.core.errors import UserError
@@ -22,7 +25,8 @@ CIFAR_TEMPLATES: tuple[str, ...] = (
     "a photo of the small {}.", "a photo of the big {}.",
 )  # fmt: skip
 
-PROMPT_ENSEMBLES = ("", "cifar", "imagenet")  # "": the single prompt_template
+PromptEnsemble = Literal["", "cifar", "imagenet"]  # "": the single prompt_template
+PROMPT_ENSEMBLES = typing.get_args(PromptEnsemble)
 
 
 def imagenet_templates() -> tuple[str, ...]:

@@ -6,8 +6,10 @@ Both pipelines take a PIL image and return a normalised ``float32`` tensor of sh
 
 from __future__ import annotations
 
+import typing
 import zlib
 from collections.abc import Sequence
+from typing import Literal
 
 import numpy as np
 from PIL import Image
@@ -50,7 +52,8 @@ def eval_transform(
 # "flip": the eval transform plus a horizontal flip (CLAP's train transform).
 # "rrc05_flip": RandomResizedCrop (scale (0.05, 1.0), ratio (3/4, 4/3)) and a flip, the RevisitingCIL
 #   ViT augmentation (an option of APER-Adapter).
-TRAIN_AUGMENTATIONS = ("paper", "paper-scaled", "none", "rrc90", "rrc_flip", "flip", "rrc05_flip")
+TrainAugmentation = Literal["paper", "paper-scaled", "none", "rrc90", "rrc_flip", "flip", "rrc05_flip"]
+TRAIN_AUGMENTATIONS = typing.get_args(TrainAugmentation)
 PAPER_CROP_PADDING = 4
 PAPER_INPUT_SIZE = 224
 

@@ -1,0 +1,119 @@
+"""A strategy's learned state on disk: the checkpoint after every task, and a saved model.
+
+Tensors go to safetensors (never pickle) and everything else to JSON. ``strategy_state`` collects
+the LoRA adapters and the attributes a strategy names in ``checkpoint_attributes`` (each packed
+by ``pack_state``), with the class bookkeeping and the loss scaler; ``load_strategy_state``
+restores them. ``save_model`` and ``load_model`` write and read the same as two files.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file
+
+from benchmarks.core.atomic_io import read_json, write_json, write_tensors
+
+StateValue = torch.Tensor | list | dict | torch.nn.Module | None
+
+
+def pack_state(value: StateValue) -> tuple[str, dict[str, torch.Tensor]]:
+    """A strategy attribute as ``(kind, {key suffix: CPU tensor})`` for a checkpoint.
+
+    A tensor is saved under "" (key ``state/<name>``), a list under "/<i>", a dict of tensors
+    under "/<key>", a module under "/<state_dict key>"; None saves nothing. ``unpack_state``
+    inverts it.
+    """
+    if value is None:
+        return "none", {}
+    if isinstance(value, torch.Tensor):
+        return "tensor", {"": value.detach().cpu().contiguous()}
+    if isinstance(value, torch.nn.Module):
+        return "module", {f"/{k}": v.detach().cpu().contiguous() for k, v in value.state_dict().items()}
+    if isinstance(value, (list, tuple)):
+        return "list", {f"/{i}": v.detach().cpu().contiguous() for i, v in enumerate(value)}
+    if isinstance(value, dict):
+        return "dict", {f"/{k}": v.detach().cpu().contiguous() for k, v in value.items()}
+    raise TypeError(f"cannot checkpoint a {type(value).__name__}; use tensors, lists or dicts of them, or a module")
+
+
+def unpack_state(kind: str, packed: dict[str, torch.Tensor], current: StateValue = None) -> StateValue:
+    """The value ``pack_state`` saved. A module is loaded into ``current`` (the strategy re-creates
+    its modules before loading, e.g. in ``__init__``) and returned."""
+    if kind == "none":
+        return None
+    if kind == "tensor":
+        return packed[""]
+    items = {k[1:]: v for k, v in packed.items()}
+    if kind == "list":
+        return [items[str(i)] for i in range(len(items))]
+    if kind == "dict":
+        return items
+    if kind == "module":
+        if not isinstance(current, torch.nn.Module):
+            raise ValueError("a checkpointed module needs the strategy to re-create it before loading")
+        current.load_state_dict(items)
+        return current
+    raise ValueError(f"unknown checkpoint state kind {kind!r}")
+
+
+def strategy_state(strategy) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
+    """Tensors (for safetensors) and JSON metadata that restore ``strategy`` after a task.
+
+    Keys: ``lora/<adapter>/<key>`` for every LoRA adapter, and ``state/<name>...`` for each
+    attribute in ``checkpoint_attributes`` (``pack_state``).
+    """
+    tensors = {f"lora/{name}/{key}": value.detach().cpu().contiguous()
+               for name in strategy.adapters for key, value in strategy.backbone.lora_state_dict(name).items()}
+    kinds = {}
+    for name in strategy.checkpoint_attributes:
+        kinds[name], packed = pack_state(getattr(strategy, name))
+        tensors.update({f"state/{name}{key}": value for key, value in packed.items()})
+    meta = {"seen_classes": strategy.seen_classes, "task_classes": strategy.task_classes,
+            "adapters": strategy.adapters, "loss_scaler": strategy.scaler.state_dict(),
+            "skipped_steps": strategy.skipped_steps, "state_kinds": kinds}
+    return tensors, meta
+
+def load_strategy_state(strategy, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
+    """Restore what ``strategy_state`` returned: LoRA adapters (re-created where missing), the
+    attributes, the class bookkeeping and the loss scaler."""
+    strategy.seen_classes = list(meta["seen_classes"])
+    strategy.task_classes = [list(c) for c in meta["task_classes"]]
+    if meta.get("loss_scaler") and strategy.scaler.is_enabled():  # {} when saved without fp16
+        strategy.scaler.load_state_dict(meta["loss_scaler"])
+    strategy.skipped_steps = int(meta.get("skipped_steps", 0))
+    for name, spec in meta["adapters"].items():
+        if name not in strategy.adapters:
+            strategy.backbone.add_lora(name, tower=spec["tower"], rank=spec["rank"], alpha=spec["alpha"])
+            strategy.adapters[name] = dict(spec)
+        prefix = f"lora/{name}/"
+        state = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+        strategy.backbone.load_lora_state_dict(name, state)
+    for name, kind in meta.get("state_kinds", {}).items():
+        prefix = f"state/{name}"
+        packed = {k[len(prefix):]: v for k, v in tensors.items() if k == prefix or k.startswith(prefix + "/")}
+        current = getattr(strategy, name, None)
+        restored = unpack_state(kind, packed, current)
+        if restored is not current:  # a module is loaded in place
+            setattr(strategy, name, restored)
+
+def save_model(strategy, path: str | Path, extra: dict[str, Any] | None = None) -> None:
+    """Write the learned state as ``PATH.safetensors`` plus ``PATH.json`` (metadata); PATH is
+    taken as a name stem, so ``run.model`` gives ``run.model.safetensors`` and ``run.model.json``.
+
+    The tensor keys are documented by ``strategy_state``; they can be read without this
+    suite via ``safetensors.safe_open``. Both files are written atomically.
+    """
+    path = Path(path)
+    tensors, meta = strategy.checkpoint_state()
+    write_tensors(path.with_name(path.name + ".safetensors"), tensors)
+    write_json(path.with_name(path.name + ".json"), {"strategy": strategy.name, "config": strategy.cfg.to_dict(),
+                                           "class_names": strategy.class_names, "state": meta, **(extra or {})})
+
+def load_model(strategy, path: str | Path) -> None:
+    """Restore what ``save_model`` wrote (tensors are read with safetensors, never pickle)."""
+    path = Path(path)
+    meta = read_json(path.with_name(path.name + ".json"))
+    strategy.load_checkpoint_state(load_file(str(path.with_name(path.name + ".safetensors"))), meta["state"])

@@ -1,0 +1,129 @@
+"""Strategy configs: plain dataclasses whose fields are the options a suite may set.
+
+``StrategyConfig`` holds what every strategy shares; a strategy's ``Config`` subclasses it. A field
+with a fixed set of values is typed ``Literal[...]`` (or a union with one): a suite value outside
+it is refused in one line that lists the choices, with no hand-written check.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar
+
+from benchmarks.core.errors import UserError
+from benchmarks.data.prompts import PromptEnsemble
+from benchmarks.data.transforms import TrainAugmentation
+from strategies.optim import Optimizer, Schedule
+
+
+def _has_type(value: Any, hint: Any) -> bool:
+    """Whether a suite value fits a config field's annotation (an int fits a float; a bool is no number)."""
+    if hint is Any:
+        return True
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return any(_has_type(value, option) for option in typing.get_args(hint))
+    if typing.get_origin(hint) is typing.Literal:
+        return value in typing.get_args(hint)
+    origin = typing.get_origin(hint) or hint
+    if origin is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    return isinstance(value, origin)
+
+
+def _type_name(hint: Any) -> str:
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        return " or ".join(_type_name(option) for option in typing.get_args(hint))
+    if typing.get_origin(hint) is typing.Literal:
+        return " or ".join(repr(value) for value in typing.get_args(hint))
+    return {float: "a number", int: "an integer", str: "a string", bool: "true or false"}.get(hint, str(hint))
+
+
+@functools.cache
+def _choice_fields(cls: type) -> dict[str, Any]:
+    """The fields of config class ``cls`` whose annotation holds a ``Literal``."""
+    def has_literal(hint: Any) -> bool:
+        if typing.get_origin(hint) is typing.Literal:
+            return True
+        return typing.get_origin(hint) in (typing.Union, types.UnionType) and any(map(has_literal, typing.get_args(hint)))
+
+    hints = typing.get_type_hints(cls)
+    return {f.name: hints[f.name] for f in dataclasses.fields(cls) if has_literal(hints[f.name])}
+
+
+@dataclass
+class StrategyConfig:
+    """Hyper-parameters every strategy shares. Subclasses add their own fields."""
+
+    epochs: int = 1
+    batch_size: int = 64
+    eval_batch_size: int = 256
+    lr: float = 0.005
+    weight_decay: float = 0.1
+    lora_rank: int = 24
+    lora_alpha: float = 1.0
+    prompt_template: str = "a photo of a {}."
+    prompt_ensemble: PromptEnsemble = ""  # "" (prompt_template alone), "cifar" (18) or "imagenet" (80 templates)
+    num_workers: int = 0
+    # The method's own train augmentation (benchmarks.data.transforms.TRAIN_AUGMENTATIONS); a suite's
+    # tables override it, the most specific first (benchmarks.runner.suites).
+    train_augmentation: TrainAugmentation = "paper"
+    # Optimiser and schedule (read by the base ``make_optimizer``; BASELINES.md section 2.3).
+    optimizer: Optimizer = "adamw"
+    momentum: float = 0.0  # SGD only
+    schedule: Schedule = "cosine_iter"  # strategies.optim
+    warmup_steps: int = 0  # linear warm-up, in the schedule's unit (iterations or epochs)
+    warmup_fraction: float = 0.0  # or as a fraction of all scheduled steps of the task
+    min_lr_ratio: float = 0.0  # the cosine ends at min_lr_ratio * lr
+    grad_clip: float = 0.0  # max gradient norm (0: off)
+    # Mixed precision under --precision auto: False keeps the method fp32 on CUDA too (its official
+    # precision); an explicit --precision fp16 or bf16 still wins.
+    amp: bool = True
+    #: the fewest epochs a task may train (0 only for a strategy that never trains)
+    min_epochs: ClassVar[int] = 1
+
+    def __post_init__(self):
+        for name, hint in _choice_fields(type(self)).items():  # every Literal field, in every subclass
+            value = getattr(self, name)
+            if not _has_type(value, hint):
+                allowed = (f"is not one of {list(typing.get_args(hint))}" if typing.get_origin(hint) is typing.Literal
+                           else f"must be {_type_name(hint)}")
+                raise UserError(f"option {name}={value!r} {allowed}")
+        if self.warmup_steps < 0 or not 0.0 <= self.warmup_fraction < 1.0 or (self.warmup_steps and self.warmup_fraction):
+            raise UserError("give warmup_steps >= 0 or warmup_fraction in [0, 1), not both")
+        if not 0.0 <= self.min_lr_ratio <= 1.0 or self.grad_clip < 0:
+            raise UserError("min_lr_ratio must be in [0, 1] and grad_clip >= 0")
+        # Numbers that torch would reject mid-run, or that would quietly train nothing.
+        at_least = {"batch_size": 1, "eval_batch_size": 1, "lora_rank": 1, "num_workers": 0,
+                    "weight_decay": 0, "momentum": 0, "epochs": self.min_epochs}
+        for name, low in at_least.items():
+            value = getattr(self, name)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and value < low:
+                hint = " (a strategy that trains nothing is continual_clip)" if name == "epochs" else ""
+                raise UserError(f"option {name} = {value!r} must be at least {low}{hint}")
+        if not self.lr > 0:
+            raise UserError(f"option lr = {self.lr!r} must be positive")
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], strategy: str = "") -> "StrategyConfig":
+        """Build a config from suite values; unknown keys are a user error that lists valid ones."""
+        fields = {f.name: f for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - set(fields))
+        if unknown:
+            raise UserError(f"unknown option(s) {unknown} for strategy {strategy or cls.__name__}; "
+                            f"valid options: {sorted(fields)}")
+        hints = typing.get_type_hints(cls)
+        choices = _choice_fields(cls)  # checked by __post_init__, which names the choices
+        for name, value in values.items():
+            if name not in choices and not _has_type(value, hints[name]):
+                raise UserError(f"option {name} = {value!r} of strategy {strategy or cls.__name__} must be "
+                                f"{_type_name(hints[name])}, not {type(value).__name__}")
+        return cls(**values)
+
+    def to_dict(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
