@@ -12,7 +12,7 @@ from benchmarks import run
 from benchmarks.runner import execute
 from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.core.errors import UserError
-from conftest import killed_and_resumed, run_one_run_suite
+from tests.helpers import killed_and_resumed, run_one_run_suite
 from strategies.gr4cil import GR4CIL
 
 SUITE = """

@@ -11,7 +11,7 @@ from PIL import Image
 
 from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.data.transforms import PatchShuffle, eval_transform
-from conftest import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
+from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 from strategies.adaptervlm import AdapterVLM, distance_loss, prototype, task_scores
 
 SUITE = three_task_suite("adaptervlm", "epochs = 2\nbatch_size = 16\neval_batch_size = 100\nlora_rank = 4")

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from benchmarks.backbone import BackboneSpec, create_clip
-from conftest import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, strategy_from_suite, three_task_suite
+from tests.helpers import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, strategy_from_suite, three_task_suite
 from strategies.optim import coda_cosine_factor
 from strategies.l2p_pp import L2PPlusPlus
 from strategies.prompting import cosine_matrix, key_loss, prefix_from_prompts, select_prompts

@@ -2,7 +2,7 @@
 
 import pytest
 import torch
-from conftest import TORCH_DEFAULT_THREADS
+from tests.helpers import TORCH_DEFAULT_THREADS
 
 from analysis.paper_tables import row_label
 from analysis.report import build_report

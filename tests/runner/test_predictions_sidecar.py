@@ -6,7 +6,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from conftest import killed_and_resumed, run_one_run_suite
+from tests.helpers import killed_and_resumed, run_one_run_suite
 from benchmarks.runner.results import (PREDICTIONS_SUFFIX, Predictions, ResultStore, RunKey, iter_results,
                                 load_predictions, predictions_path, save_predictions)
 

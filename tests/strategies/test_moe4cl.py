@@ -7,7 +7,7 @@ import torch
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.backbone.mlp_adapters import mlp_adapter_parameter_count, noisy_top_k_gates
-from conftest import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
+from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 from strategies.moe4cl import MOE4CL
 
 SUITE = three_task_suite("moe4cl", "epochs = 2\nbatch_size = 16\neval_batch_size = 100\nlr = 0.01\nwarmup_steps = 2",

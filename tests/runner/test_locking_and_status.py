@@ -15,12 +15,12 @@ from benchmarks import run
 from benchmarks.runner import status
 from benchmarks.runner.locking import RunLock, read_holder
 from benchmarks.runner.results import ResultStore, RunKey, iter_results
-from conftest import kill_in_task, three_task_suite
+from tests.helpers import kill_in_task, three_task_suite
 from strategies.finetune import Finetune
 
 KEY = RunKey("finetune", "synthetic", 3, 0)
 SUITE = three_task_suite("finetune", "epochs = 1\nbatch_size = 40\neval_batch_size = 100\nlora_rank = 2")
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _write_lock(path: Path, host: str, pid: int, age: float = 0.0) -> None:

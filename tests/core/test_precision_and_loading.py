@@ -20,7 +20,7 @@ from benchmarks.core.precision import INITIAL_LOSS_SCALE, resolve_precision
 from benchmarks.runner.results import iter_results
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
-from conftest import MINI_SUITE, kill_in_task
+from tests.helpers import MINI_SUITE, kill_in_task
 from strategies import base as strategy_base
 from strategies.continual_clip import ContinualCLIP
 from strategies.finetune import Finetune

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from benchmarks.backbone import BackboneSpec, create_clip
-from conftest import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, three_task_suite
+from tests.helpers import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, three_task_suite
 from strategies.clap import CLAP, language_aware_init, lasp_loss, task_mask
 
 # CLAP's official 5 epochs: with 2 (4 SGD steps a task, 30 % of them warm-up) world 2's task 3 ends

@@ -9,7 +9,7 @@ from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
-from conftest import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
+from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 from strategies.mg_clip import MGCLIP, fused_scores, gap_epoch_budget, mean_non_target_logit
 
 SUITE = three_task_suite("mg_clip", "epochs = 2\nbatch_size = 16\neval_batch_size = 100\nvisual_batch_size = 16", augmentation="none")

@@ -14,7 +14,7 @@ from benchmarks.data.loaders import SeededSampler, SeededSamples, derive_seed, s
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import (TRAIN_AUGMENTATIONS, eval_transform, patch_shuffled_train_transform,
                                    train_transform)
-from conftest import kill_in_task
+from tests.helpers import kill_in_task
 
 
 @pytest.fixture(scope="module")

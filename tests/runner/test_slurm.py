@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-import fake_slurm
+from tests.runner import fake_slurm
 from benchmarks import run
 from benchmarks.runner import slurm_launcher as slurm
 from benchmarks.runner.locking import RunLock, read_holder
@@ -18,7 +18,7 @@ from benchmarks.runner.results import ResultStore, RunKey, iter_results
 from benchmarks.runner.slurm_launcher import SlurmOptions
 from benchmarks.runner.status import run_state
 from benchmarks.core.errors import UserError
-from conftest import three_task_suite
+from tests.helpers import three_task_suite
 
 SUITE = three_task_suite("finetune", "epochs = 6\nbatch_size = 40\neval_batch_size = 100\nlora_rank = 2") \
     .replace("seeds = [0]", "seeds = [0, 1]")

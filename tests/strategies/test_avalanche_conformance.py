@@ -19,7 +19,7 @@ from benchmarks.data.transforms import eval_transform, train_transform
 from strategies.registry import available, get_strategy
 
 N_TASKS = 3
-EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "my_strategy"  # docs/adding-a-strategy.md
+EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "my_strategy"  # docs/adding-a-strategy.md
 
 
 class CountCalls(SupervisedPlugin):

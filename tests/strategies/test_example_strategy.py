@@ -11,7 +11,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-REPO = Path(__file__).resolve().parents[1]
+REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "my_strategy"
 LABEL = "my_strategy.strategy:MyStrategy"
 SUITE = """

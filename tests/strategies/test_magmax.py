@@ -9,7 +9,7 @@ from benchmarks.backbone.full_tuning import difference, max_magnitude, visual_st
 from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
-from conftest import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
+from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 from strategies.magmax import MagMax, merged
 
 SUITE = three_task_suite("magmax", "epochs = 1\nbatch_size = 16\neval_batch_size = 100\nlr = 1e-4\nwarmup_steps = 2\n"

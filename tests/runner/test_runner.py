@@ -14,7 +14,7 @@ from benchmarks import run
 from benchmarks.data.datasets import load_dataset
 from benchmarks.runner.results import REQUIRED_KEYS, iter_results
 from benchmarks.data.transforms import eval_transform
-from conftest import MINI_SUITE, kill_in_task
+from tests.helpers import MINI_SUITE, kill_in_task
 from strategies.finetune import Finetune
 
 STAGE_KEYS = {"task", "acc", "acc_per_task", "n_test_per_task", "routing_acc", "auroc", "fpr95"}

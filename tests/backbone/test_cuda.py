@@ -8,7 +8,7 @@ from benchmarks import run
 from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.core.environment import set_deterministic
 from benchmarks.runner.results import iter_results
-from conftest import MINI_SUITE, kill_in_task
+from tests.helpers import MINI_SUITE, kill_in_task
 from strategies.finetune import Finetune
 from strategies.gr4cil import GR4CIL
 

@@ -10,7 +10,7 @@ from analysis.report import main as report_main
 from benchmarks import run
 from benchmarks.runner import execute
 from benchmarks.runner.results import iter_results
-from conftest import kill_in_task, three_task_suite
+from tests.helpers import kill_in_task, three_task_suite
 from strategies.finetune import Finetune
 
 SUITE = three_task_suite("finetune", "epochs = 1\nbatch_size = 40\neval_batch_size = 100\nlora_rank = 2")

@@ -400,7 +400,7 @@ def test_reference_numbers():
     assert paper.loc[("tab:beta_gamma_analysis", "(β,γ)=(0.5,0.2)", "cifar100", "last_routing_acc"), "value"] == 83.40
 
 
-TEX = Path(__file__).resolve().parents[2] / "shared" / "paper" / "GR4CIL.tex"
+TEX = Path(__file__).resolve().parents[3] / "shared" / "paper" / "GR4CIL.tex"
 
 
 @pytest.mark.skipif(not TEX.exists(), reason="the paper's tex is not next to the repository")
@@ -417,7 +417,7 @@ def test_every_reference_number_is_printed_in_its_source_table():
 
 def test_gr4cil_defaults_match_the_strategy_config():
     # Read the dataclass defaults from the source: importing the strategy would load torch.
-    source = (Path(__file__).resolve().parents[1] / "strategies" / "gr4cil.py").read_text()
+    source = (Path(__file__).resolve().parents[2] / "strategies" / "gr4cil.py").read_text()
     config = next(node for node in ast.walk(ast.parse(source))
                   if isinstance(node, ast.ClassDef) and node.name == "GR4CILConfig")
     defaults = {node.target.id: ast.literal_eval(node.value) for node in config.body
@@ -479,7 +479,7 @@ def test_reproducibility_flags_miniature_results_of_another_checkpoint_or_recipe
 def test_the_committed_reproducibility_file_is_the_generated_one():
     from analysis.reproducibility import reproducibility_markdown
 
-    root = Path(__file__).resolve().parents[1]
+    root = Path(__file__).resolve().parents[2]
     assert (root / "REPRODUCIBILITY.md").read_text() == reproducibility_markdown(root / "results"), \
         "regenerate it: python -m analysis.reproducibility"
 

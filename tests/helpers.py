@@ -1,0 +1,153 @@
+"""Helpers shared by the tests: small suites, a strategy built as the runner builds it, and runs
+killed mid-stream and resumed. Imported as ``from tests.helpers import ...``."""
+
+import torch
+
+
+TORCH_DEFAULT_THREADS = torch.get_num_threads()  # what a command-line run uses
+
+
+def write_suite(path, text: str):
+    path.write_text(text)
+    return str(path)
+
+
+MINI_SUITE = """
+datasets = ["synthetic"]
+tasks = [5]
+seeds = [0]
+strategies = ["continual_clip", "finetune"]
+device = "cpu"
+[backbone]
+model = "tiny-clip-32"
+pretrained = "synthetic"
+[dataset.synthetic]
+n_train_per_class = 10
+n_test_per_class = 4
+[defaults]
+batch_size = 32
+eval_batch_size = 200
+lora_rank = 4
+lora_alpha = 4.0
+[strategy.finetune]
+epochs = 2
+"""
+
+
+def kill_in_task(monkeypatch, strategy_cls, task: int = 3):
+    """Make ``strategy_cls.learn`` raise KeyboardInterrupt (a kill) when it starts task ``task``;
+    call the returned function to let it learn normally again."""
+    real_learn = strategy_cls.learn
+    calls = {"n": 0}
+
+    def dying_learn(self, experience):
+        calls["n"] += 1
+        if calls["n"] == task:
+            raise KeyboardInterrupt
+        return real_learn(self, experience)
+
+    monkeypatch.setattr(strategy_cls, "learn", dying_learn)
+    return lambda: monkeypatch.setattr(strategy_cls, "learn", real_learn)
+
+
+def run_one_run_suite(root, text: str, *extra: str):
+    """Write suite ``text`` under ``root`` and run it (its one run) with the runner; return the suite
+    path, the results folder and the result."""
+    from benchmarks import run
+    from benchmarks.runner.results import iter_results
+
+    suite = root / "suite.toml"
+    suite.write_text(text)
+    results = root / "results"
+    assert run.main(["--suite", str(suite), "--results-dir", str(results), "--quiet", *extra]) == 0
+    (result,) = [r for _, r in iter_results(results)]
+    return suite, results, result
+
+
+def killed_and_resumed(monkeypatch, strategy_cls, suite, results_dir, task: int) -> dict:
+    """Run ``suite`` into ``results_dir``, killed when ``strategy_cls`` starts task ``task``, then
+    again to the end (it resumes from the checkpoint); return the resumed result."""
+    from benchmarks import run
+    from benchmarks.runner.results import iter_results
+
+    revive = kill_in_task(monkeypatch, strategy_cls, task=task)
+    argv = ["--suite", str(suite), "--results-dir", str(results_dir), "--quiet"]
+    assert run.main(argv) == 130
+    revive()
+    assert run.main(argv) == 0
+    (resumed,) = [r for _, r in iter_results(results_dir)]
+    return resumed
+
+
+def three_task_suite(strategy: str, options: str, augmentation: str = "paper-scaled") -> str:
+    """A one-run suite: ``strategy`` on 15 faded synthetic classes in 3 tasks (8 train, 4 test
+    images a class), with the ``[strategy.NAME]`` lines ``options``."""
+    return f"""
+datasets = ["synthetic"]
+tasks = [3]
+seeds = [0]
+strategies = ["{strategy}"]
+device = "cpu"
+[backbone]
+model = "tiny-clip-32"
+pretrained = "synthetic"
+[dataset.synthetic]
+n_classes = 15
+n_train_per_class = 8
+n_test_per_class = 4
+domain = "faded"
+train_augmentation = "{augmentation}"
+[strategy.{strategy}]
+{options}
+"""
+
+
+def strategy_from_suite(suite, **options):
+    """A fresh strategy as the runner builds it for the first run of ``suite`` (tiny CLIP, shipped
+    weights), with config fields ``options`` changed; also the run's spec and its data."""
+    from benchmarks import run
+    from benchmarks.runner import execute
+    from benchmarks.backbone import BackboneSpec, create_clip
+
+    spec = run.expand(run.load_suite(str(suite)))[0]
+    strategy_cls, config, _ = run.resolve(spec, "data")
+    for key, value in options.items():
+        setattr(config, key, value)
+    data = execute._load_data(spec, "data")
+    strategy = strategy_cls(backbone=create_clip(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"])),
+                            class_names=data.class_names, config=config, show_progress=False)
+    return strategy, spec, data
+
+
+def strategy_and_stream(root, text: str, n_tasks: int = 3):
+    """A fresh strategy for the first run of suite ``text`` (written under ``root``) and its stream
+    in the suite's class order 0..C-1, both splits under the eval transform."""
+    from benchmarks.data.streams import build_stream
+    from benchmarks.data.transforms import eval_transform
+
+    path = root / "strategy-suite.toml"
+    path.write_text(text)
+    strategy, _, data = strategy_from_suite(path)
+    backbone = strategy.backbone
+    transform = eval_transform(backbone.image_size, backbone.mean, backbone.std)
+    return strategy, build_stream(data, n_tasks, list(range(len(data.class_names))), transform, transform)
+
+
+def check_save_load_and_resume(run, strategy_cls, tmp_path, monkeypatch):
+    """For a finished ``run_one_run_suite(..., "--save-models")``: two strategies loaded from the
+    saved model score alike, and a run killed at task 2 resumes to the same stages. Returns one of
+    the loaded strategies."""
+    import torch
+
+    suite, results, reference = run
+    first, _, _ = strategy_from_suite(suite)
+    second, _, _ = strategy_from_suite(suite)
+    saved = results / reference["dataset"] / reference["label"] / f"T{reference['n_tasks']}-seed{reference['seed']}.model"
+    for strategy in (first, second):
+        strategy.load_model(saved)
+    images = torch.randn(5, 3, 32, 32)
+    assert len(first.seen_classes) == len(reference["class_order"])
+    assert torch.equal(first.scores(images), second.scores(images))
+    resumed = killed_and_resumed(monkeypatch, strategy_cls, suite, tmp_path / "resumed", task=2)
+    assert resumed["stages"] == reference["stages"]
+    return first
