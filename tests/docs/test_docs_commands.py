@@ -1,0 +1,102 @@
+"""Every command in a ```bash block of the README and of docs/ is checked, so the documents cannot
+drift from the code. A ``python -m MODULE ...`` command goes through that module's own ``main``
+until its arguments are parsed (nothing runs): the module exists, every flag exists and every value
+parses, and a named suite exists. ``pytest`` commands name existing paths and declared markers;
+``ruff`` commands need the project's ruff configuration. The offline commands (the smoke, the
+tables, the report, the comparison) also run end to end in their own tests."""
+
+import argparse
+import importlib
+import re
+import shlex
+import tomllib
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+
+
+def bash_commands(path: Path) -> list[str]:
+    """The commands of ``path``'s ```bash blocks, one per line (``&&`` splits a line)."""
+    commands, inside = [], False
+    for line in path.read_text().splitlines():
+        if line.strip().startswith("```"):
+            inside = not inside and line.strip() == "```bash"
+            continue
+        if inside and line.strip() and not line.strip().startswith("#"):
+            commands += [part.strip() for part in line.split("&&")]
+    return commands
+
+
+COMMANDS = [
+    (path.relative_to(ROOT).as_posix(), command) for path in DOCUMENTS for command in bash_commands(path)
+]
+
+
+class _Parsed(Exception):
+    def __init__(self, namespace):
+        self.namespace = namespace
+
+
+def parsed_arguments(module: str, argv: list[str], monkeypatch) -> argparse.Namespace:
+    """The namespace ``module``'s ``main`` parses from ``argv``; stops it right there."""
+    real = argparse.ArgumentParser.parse_args
+
+    def parse_then_stop(self, args=None, namespace=None):
+        raise _Parsed(real(self, args, namespace))
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
+    with pytest.raises(_Parsed) as stopped:
+        importlib.import_module(module).main(argv)
+    return stopped.value.namespace
+
+
+def test_the_documents_have_commands():
+    assert len(COMMANDS) > 20
+    assert {path for path, _ in COMMANDS} >= {
+        "README.md",
+        "docs/running.md",
+        "docs/cluster.md",
+        "docs/miniature.md",
+    }
+
+
+@pytest.mark.parametrize("where, command", COMMANDS, ids=[f"{p}: {c[:60]}" for p, c in COMMANDS])
+def test_a_documented_command_matches_the_code(where, command, monkeypatch):
+    words = shlex.split(command)
+    while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # an environment prefix, e.g. PYTHONPATH=...
+        words.pop(0)
+    tool = words[0]
+    if tool == "python":
+        assert words[1] == "-m", command
+        module, argv = words[2], words[3:]
+        namespace = parsed_arguments(module, argv, monkeypatch)
+        if getattr(namespace, "suite", None):
+            from benchmarks.runner.suites import load_suite
+
+            assert load_suite(namespace.suite)["name"]
+    elif tool == "pytest":
+        markers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"][
+            "markers"
+        ]
+        declared = {marker.split(":")[0] for marker in markers}
+        argv = words[1:]
+        for index, word in enumerate(argv):
+            if index and argv[index - 1] == "-m":
+                assert set(re.findall(r"\w+", word)) - {"not", "and", "or"} <= declared, command
+            elif not word.startswith("-"):
+                assert (ROOT / word).exists(), command
+    elif tool == "ruff":
+        assert "ruff" in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
+        assert words[1] in ("check", "format"), command
+    elif tool == "pip":
+        assert words[1:3] == ["install", "-e"] and words[3] in (".", ".[test]"), command
+    else:
+        pytest.fail(f"{where}: a command this test does not know how to check: {command}")
+
+
+def test_the_check_catches_a_misspelled_flag(monkeypatch):
+    with pytest.raises(SystemExit):
+        parsed_arguments("benchmarks.run", ["--suite", "smoke", "--worker-count", "4"], monkeypatch)
