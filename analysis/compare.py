@@ -36,16 +36,26 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.formatting import MISSING, latex_escape, latex_table, markdown_table, mean_std_cell, population_std, signed_cell
-from analysis.statistics import (CONFIDENCE, POWER, Interval, bootstrap_stage_means, interval, metric_of_stages)
-from benchmarks.core.errors import UserError, one_line_user_errors
+from analysis.formatting import (
+    MISSING,
+    latex_escape,
+    latex_table,
+    markdown_table,
+    mean_std_cell,
+    population_std,
+    signed_cell,
+)
+from analysis.statistics import CONFIDENCE, POWER, Interval, bootstrap_stage_means, interval, metric_of_stages
 from benchmarks.core.atomic_io import atomic_write_text
+from benchmarks.core.errors import UserError, one_line_user_errors
 from benchmarks.runner.results import iter_results, load_predictions
 
 METRICS = {"last": ("last_acc", "Last accuracy"), "avg": ("avg_acc", "Avg accuracy")}
 DRAWS = 2000
-METHOD = ("paired bootstrap over seeds and test images (both strategies on the same resampled images), "
-          f"{CONFIDENCE:.0%} percentile interval; detectable: {POWER:.0%} power at {CONFIDENCE:.0%}").replace("%", " %")
+METHOD = (
+    "paired bootstrap over seeds and test images (both strategies on the same resampled images), "
+    f"{CONFIDENCE:.0%} percentile interval; detectable: {POWER:.0%} power at {CONFIDENCE:.0%}"
+).replace("%", " %")
 
 
 class ProtocolMismatch(UserError):
@@ -70,13 +80,21 @@ def protocol(run: Run) -> dict:
     """What must be equal for two runs to be compared, by the name a refusal gives it."""
     result, config = run.result, run.result["config"]
     backbone = dict(config.get("backbone", {}))
-    weights = (backbone.pop("pretrained", None), backbone.pop("weights_sha256", None), backbone.pop("weights", None))
+    weights = (
+        backbone.pop("pretrained", None),
+        backbone.pop("weights_sha256", None),
+        backbone.pop("weights", None),
+    )
     test_set = (run.image_ids.tolist(), run.targets.tolist()) if run.targets is not None else None
-    return {"class order": list(result["class_order"]),
-            "data": (config.get("dataset"), config.get("dataset_options")),
-            "backbone": backbone, "weights": weights, "task count": result["n_tasks"],
-            "precision": config.get("precision"),
-            "test set": (test_set, [stage["n_test_per_task"] for stage in result["stages"]][-1:])}
+    return {
+        "class order": list(result["class_order"]),
+        "data": (config.get("dataset"), config.get("dataset_options")),
+        "backbone": backbone,
+        "weights": weights,
+        "task count": result["n_tasks"],
+        "precision": config.get("precision"),
+        "test set": (test_set, [stage["n_test_per_task"] for stage in result["stages"]][-1:]),
+    }
 
 
 def protocol_difference(pa: dict, b: Run) -> str | None:
@@ -96,7 +114,7 @@ def counted_images(result: dict, targets: np.ndarray) -> np.ndarray:
     """``[T, N]``: whether each test image's class has been seen at each stage."""
     seen: set[int] = set()
     rows = []
-    for classes in result["tasks"][:len(result["stages"])]:
+    for classes in result["tasks"][: len(result["stages"])]:
         seen |= set(classes)
         rows.append(np.isin(targets, sorted(seen)))
     return np.array(rows)
@@ -139,15 +157,27 @@ def _stage_band(runs: list[Run], draws: int) -> np.ndarray:
         counted = counted_images(runs[0].result, runs[0].targets)
         replicates = bootstrap_stage_means(values, counted, draws)
     else:
-        replicates = bootstrap_stage_means(np.stack([run.stage_accuracy for run in runs])[:, :, None] / 100.0,
-                                           np.ones((len(mean), 1), bool), draws, resample_images=False)
+        replicates = bootstrap_stage_means(
+            np.stack([run.stage_accuracy for run in runs])[:, :, None] / 100.0,
+            np.ones((len(mean), 1), bool),
+            draws,
+            resample_images=False,
+        )
     alpha = 1 - CONFIDENCE
     return np.vstack([mean, *np.quantile(replicates, [alpha / 2, 1 - alpha / 2], axis=0)])
 
 
-def compare_pair(dataset: str, n_tasks: int, label: str, baseline: str, runs: dict[int, Run],
-                 baseline_runs: dict[int, Run], metric: str, draws: int = DRAWS,
-                 baseline_band: np.ndarray | None = None) -> Comparison:
+def compare_pair(
+    dataset: str,
+    n_tasks: int,
+    label: str,
+    baseline: str,
+    runs: dict[int, Run],
+    baseline_runs: dict[int, Run],
+    metric: str,
+    draws: int = DRAWS,
+    baseline_band: np.ndarray | None = None,
+) -> Comparison:
     """Compare ``label`` with ``baseline`` on one dataset and task count (``runs``: seed -> Run).
     ``baseline_band``: the baseline's ``_stage_band``, where the caller already has it.
 
@@ -160,13 +190,23 @@ def compare_pair(dataset: str, n_tasks: int, label: str, baseline: str, runs: di
                 raise ProtocolMismatch(
                     f"{label} and {baseline} differ in {field_name} on {dataset} / {n_tasks} tasks "
                     f"({who}, seed {seed}, against {baseline}, seed {next(iter(baseline_runs))}); "
-                    f"a comparison needs the same protocol: rerun one of them under the other's")
+                    f"a comparison needs the same protocol: rerun one of them under the other's"
+                )
     paired = sorted(set(runs) & set(baseline_runs))
-    comparison = Comparison(dataset, n_tasks, label, baseline, metric, _values(runs, metric),
-                            _values(baseline_runs, metric), paired)
+    comparison = Comparison(
+        dataset,
+        n_tasks,
+        label,
+        baseline,
+        metric,
+        _values(runs, metric),
+        _values(baseline_runs, metric),
+        paired,
+    )
     comparison.stage_bands[label] = _stage_band(list(runs.values()), draws)
-    comparison.stage_bands[baseline] = (baseline_band if baseline_band is not None
-                                        else _stage_band(list(baseline_runs.values()), draws))
+    comparison.stage_bands[baseline] = (
+        baseline_band if baseline_band is not None else _stage_band(list(baseline_runs.values()), draws)
+    )
     if not paired:
         return comparison
     estimate = float(np.mean([comparison.values[s] - comparison.baseline_values[s] for s in paired]))
@@ -174,15 +214,22 @@ def compare_pair(dataset: str, n_tasks: int, label: str, baseline: str, runs: di
     pairs = [(runs[s], baseline_runs[s]) for s in paired]
     if all(a.correct is not None and b.correct is not None for a, b in pairs):
         values = np.stack([a.correct.astype(float) - b.correct for a, b in pairs])
-        replicates = bootstrap_stage_means(values, counted_images(pairs[0][0].result, pairs[0][0].targets), draws)
+        replicates = bootstrap_stage_means(
+            values, counted_images(pairs[0][0].result, pairs[0][0].targets), draws
+        )
         if len(paired) == 1:
             comparison.notes.append("one paired seed: the interval covers the test images, not the seeds")
     elif len(paired) > 1:
-        stage_differences = np.stack([a.stage_accuracy - b.stage_accuracy for a, b in pairs])[:, :, None] / 100.0
-        replicates = bootstrap_stage_means(stage_differences, np.ones((stage_differences.shape[1], 1), bool),
-                                           draws, resample_images=False)
-        comparison.notes.append("seeds resampled, test images not: some runs have no predictions "
-                                "(schema version 1, or a sidecar missing)")
+        stage_differences = (
+            np.stack([a.stage_accuracy - b.stage_accuracy for a, b in pairs])[:, :, None] / 100.0
+        )
+        replicates = bootstrap_stage_means(
+            stage_differences, np.ones((stage_differences.shape[1], 1), bool), draws, resample_images=False
+        )
+        comparison.notes.append(
+            "seeds resampled, test images not: some runs have no predictions "
+            "(schema version 1, or a sidecar missing)"
+        )
     else:
         comparison.notes.append("no interval: one paired seed and no stored predictions")
         return comparison
@@ -196,29 +243,42 @@ def load_runs(results_dir: str | Path, problems: list[str]) -> dict[tuple[str, i
     Where several results share a run's key (a zero-shot run beside a main one, say), the one
     without ``zero_shot`` is used, then the first by path, as the report's tables do; a line says so.
     """
-    found = sorted(iter_results(results_dir, skipped=problems), key=lambda item: ("zero_shot" in item[1], item[0]))
+    found = sorted(
+        iter_results(results_dir, skipped=problems), key=lambda item: ("zero_shot" in item[1], item[0])
+    )
     runs: dict[tuple[str, int, str], dict[int, Run]] = defaultdict(dict)
     used: dict[tuple, tuple[Path, str]] = {}
     for path, result in found:
         key = (result["dataset"], result["n_tasks"], result["label"], result["seed"])
         if key in used:
             if used[key][1] != result.get("config_hash"):
-                problems.append(f"{path}: another result for {key[2]} / {key[0]} / T={key[1]} / seed {key[3]} "
-                                f"(another config); the comparison uses {used[key][0]}")
+                problems.append(
+                    f"{path}: another result for {key[2]} / {key[0]} / T={key[1]} / seed {key[3]} "
+                    f"(another config); the comparison uses {used[key][0]}"
+                )
             continue
         used[key] = (path, result.get("config_hash"))
         run = Run(result)
         predictions = load_predictions(path, result, problems)
         if predictions is not None:
-            run.correct, run.targets, run.image_ids = (predictions.correct(), predictions.targets,
-                                                      predictions.image_ids)
+            run.correct, run.targets, run.image_ids = (
+                predictions.correct(),
+                predictions.targets,
+                predictions.image_ids,
+            )
         runs[key[:3]][key[3]] = run
     return runs
 
 
-def compare_all(results_dir: str | Path, baseline: str = "gr4cil", strategies: list[str] | None = None,
-                metric: str = "last", draws: int = DRAWS, problems: list[str] | None = None,
-                runs: dict[tuple[str, int, str], dict[int, Run]] | None = None) -> list[Comparison]:
+def compare_all(
+    results_dir: str | Path,
+    baseline: str = "gr4cil",
+    strategies: list[str] | None = None,
+    metric: str = "last",
+    draws: int = DRAWS,
+    problems: list[str] | None = None,
+    runs: dict[tuple[str, int, str], dict[int, Run]] | None = None,
+) -> list[Comparison]:
     """Every (dataset, task count, strategy) against ``baseline``, where both have runs.
     ``runs``: what ``load_runs`` gave for ``results_dir``, to read the results only once."""
     if metric not in METRICS:
@@ -226,8 +286,10 @@ def compare_all(results_dir: str | Path, baseline: str = "gr4cil", strategies: l
     problems = [] if problems is None else problems
     runs = load_runs(results_dir, problems) if runs is None else runs
     if not runs:
-        raise UserError(f"no result JSON found under {results_dir}; run python -m benchmarks.run first "
-                        "or point --results-dir at a folder of results")
+        raise UserError(
+            f"no result JSON found under {results_dir}; run python -m benchmarks.run first "
+            "or point --results-dir at a folder of results"
+        )
     labels = sorted({label for _, _, label in runs})
     for name in [baseline, *(strategies or [])]:
         if name not in labels:
@@ -237,11 +299,24 @@ def compare_all(results_dir: str | Path, baseline: str = "gr4cil", strategies: l
     for (dataset, n_tasks, label), group in sorted(runs.items()):
         if label in wanted and label != baseline and (dataset, n_tasks, baseline) in runs:
             baseline_runs = runs[(dataset, n_tasks, baseline)]
-            comparisons.append(compare_pair(dataset, n_tasks, label, baseline, group, baseline_runs, metric,
-                                            draws, baseline_bands.get((dataset, n_tasks))))
+            comparisons.append(
+                compare_pair(
+                    dataset,
+                    n_tasks,
+                    label,
+                    baseline,
+                    group,
+                    baseline_runs,
+                    metric,
+                    draws,
+                    baseline_bands.get((dataset, n_tasks)),
+                )
+            )
             baseline_bands[(dataset, n_tasks)] = comparisons[-1].stage_bands[baseline]
     if not comparisons:
-        raise UserError(f"{', '.join(wanted)} and {baseline} share no dataset and task count under {results_dir}")
+        raise UserError(
+            f"{', '.join(wanted)} and {baseline} share no dataset and task count under {results_dir}"
+        )
     return comparisons
 
 
@@ -259,15 +334,20 @@ def comparison_frame(comparisons: list[Comparison]) -> pd.DataFrame:
     rows = []
     for c in comparisons:
         d = c.difference
-        rows.append({
-            "method": c.label, "dataset": c.dataset, "tasks": str(c.n_tasks),
-            "mean ± std": _mean_cell(c.values), f"{c.baseline} mean ± std": _mean_cell(c.baseline_values),
-            "paired seeds": ", ".join(map(str, c.paired_seeds)) or "none (unpaired)",
-            "difference": signed_cell(c.estimate) if c.estimate is not None else MISSING,
-            "95 % interval": f"[{d.low:+.2f}, {d.high:+.2f}]" if d else MISSING,
-            "verdict": c.verdict,
-            "detectable (80 % power)": f"{d.detectable:.2f}" if d else MISSING,
-        })
+        rows.append(
+            {
+                "method": c.label,
+                "dataset": c.dataset,
+                "tasks": str(c.n_tasks),
+                "mean ± std": _mean_cell(c.values),
+                f"{c.baseline} mean ± std": _mean_cell(c.baseline_values),
+                "paired seeds": ", ".join(map(str, c.paired_seeds)) or "none (unpaired)",
+                "difference": signed_cell(c.estimate) if c.estimate is not None else MISSING,
+                "95 % interval": f"[{d.low:+.2f}, {d.high:+.2f}]" if d else MISSING,
+                "verdict": c.verdict,
+                "detectable (80 % power)": f"{d.detectable:.2f}" if d else MISSING,
+            }
+        )
     return pd.DataFrame(rows).set_index("method")
 
 
@@ -277,23 +357,42 @@ def numbers_frame(comparisons: list[Comparison]) -> pd.DataFrame:
     for c in comparisons:
         d = c.difference
         mine, theirs = list(c.values.values()), list(c.baseline_values.values())
-        rows.append({"method": c.label, "baseline": c.baseline, "dataset": c.dataset, "n_tasks": c.n_tasks,
-                     "metric": c.metric, "n": len(mine), "mean": np.mean(mine), "std": population_std(mine),
-                     "baseline_n": len(theirs), "baseline_mean": np.mean(theirs),
-                     "baseline_std": population_std(theirs), "paired_seeds": " ".join(map(str, c.paired_seeds)),
-                     "difference": c.estimate if c.estimate is not None else math.nan, "low": d.low if d else math.nan,
-                     "high": d.high if d else math.nan, "standard_error": d.standard_error if d else math.nan,
-                     "detectable": d.detectable if d else math.nan, "verdict": c.verdict,
-                     "notes": "; ".join(c.notes)})
+        rows.append(
+            {
+                "method": c.label,
+                "baseline": c.baseline,
+                "dataset": c.dataset,
+                "n_tasks": c.n_tasks,
+                "metric": c.metric,
+                "n": len(mine),
+                "mean": np.mean(mine),
+                "std": population_std(mine),
+                "baseline_n": len(theirs),
+                "baseline_mean": np.mean(theirs),
+                "baseline_std": population_std(theirs),
+                "paired_seeds": " ".join(map(str, c.paired_seeds)),
+                "difference": c.estimate if c.estimate is not None else math.nan,
+                "low": d.low if d else math.nan,
+                "high": d.high if d else math.nan,
+                "standard_error": d.standard_error if d else math.nan,
+                "detectable": d.detectable if d else math.nan,
+                "verdict": c.verdict,
+                "notes": "; ".join(c.notes),
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def render_markdown(comparisons: list[Comparison], problems: list[str] = ()) -> str:
     metric_name = METRICS[comparisons[0].metric][1]
     baseline = comparisons[0].baseline
-    lines = [f"# {metric_name} (%) against {baseline}", "",
-             markdown_table(comparison_frame(comparisons), index_name="method"),
-             f"Difference: method minus {baseline}, mean over the paired seeds. Interval: {METHOD}.", ""]
+    lines = [
+        f"# {metric_name} (%) against {baseline}",
+        "",
+        markdown_table(comparison_frame(comparisons), index_name="method"),
+        f"Difference: method minus {baseline}, mean over the paired seeds. Interval: {METHOD}.",
+        "",
+    ]
     notes = [f"{c.label} on {c.dataset} / {c.n_tasks} tasks: {note}" for c in comparisons for note in c.notes]
     if notes or problems:
         lines += ["Notes:", "", *(f"- {line}" for line in [*notes, *problems]), ""]
@@ -303,11 +402,15 @@ def render_markdown(comparisons: list[Comparison], problems: list[str] = ()) -> 
 def render_latex(comparisons: list[Comparison], name: str) -> str:
     """A booktabs table with a caption that names the baseline, the metric and the method."""
     c = comparisons[0]
-    caption = latex_escape(f"{METRICS[c.metric][1]} (%) against {c.baseline}: difference = method minus "
-                           f"{c.baseline}, mean over the paired seeds. Interval: {METHOD}.")
+    caption = latex_escape(
+        f"{METRICS[c.metric][1]} (%) against {c.baseline}: difference = method minus "
+        f"{c.baseline}, mean over the paired seeds. Interval: {METHOD}."
+    )
     body = latex_table(comparison_frame(comparisons), index_name="method")
-    return (f"\\begin{{table}}[t]\n\\centering\n\\small\n\\caption{{{caption}}}\n\\label{{tab:{name}}}\n"
-            f"{body}\\end{{table}}\n")
+    return (
+        f"\\begin{{table}}[t]\n\\centering\n\\small\n\\caption{{{caption}}}\n\\label{{tab:{name}}}\n"
+        f"{body}\\end{{table}}\n"
+    )
 
 
 def draw_figure(comparisons: list[Comparison], label: str, out_dir: Path) -> list[Path]:
@@ -338,18 +441,31 @@ def draw_figure(comparisons: list[Comparison], label: str, out_dir: Path) -> lis
         for row, c in enumerate(mine):
             if c.difference is not None:
                 d = c.difference
-                forest.errorbar(d.estimate, row, xerr=[[d.estimate - d.low], [d.high - d.estimate]], fmt="o",
-                                color="black", capsize=3)
+                forest.errorbar(
+                    d.estimate,
+                    row,
+                    xerr=[[d.estimate - d.low], [d.high - d.estimate]],
+                    fmt="o",
+                    color="black",
+                    capsize=3,
+                )
         forest.axvline(0.0, color="grey", linewidth=1)
         forest.set_yticks(range(len(mine)), [f"{c.dataset}, T={c.n_tasks}" for c in mine])
         forest.set_ylim(-0.7, len(mine) - 0.3)
         forest.set_xlabel(f"{METRICS[metric][1]}: {label} − {baseline} (pts)")
         forest.set_title(f"Paired difference, {CONFIDENCE:.0%} interval".replace("%", " %"))
-    return _save(fig, out_dir, f"compare-{re.sub(r'[^A-Za-z0-9._-]', '_', label)}-{metric}")  # a safe file name
+    return _save(
+        fig, out_dir, f"compare-{re.sub(r'[^A-Za-z0-9._-]', '_', label)}-{metric}"
+    )  # a safe file name
 
 
-def write_comparison(comparisons: list[Comparison], out_dir: str | Path, problems: list[str] = (),
-                     table_dir: str | Path | None = None, stem: str = "compare") -> list[Path]:
+def write_comparison(
+    comparisons: list[Comparison],
+    out_dir: str | Path,
+    problems: list[str] = (),
+    table_dir: str | Path | None = None,
+    stem: str = "compare",
+) -> list[Path]:
     """``<stem>-<metric>.md``, ``.csv`` and ``.tex`` under ``table_dir`` (default ``out_dir``), and
     one figure per strategy under ``out_dir``."""
     out_dir = Path(out_dir)
@@ -367,10 +483,12 @@ def unpaired_refusal(comparisons: list[Comparison]) -> str | None:
     """The one-line refusal for the first comparison whose runs share no seed, or None."""
     for c in comparisons:
         if not c.paired_seeds:
-            return (f"{c.label} and {c.baseline} share no seed on {c.dataset} / {c.n_tasks} tasks "
-                    f"({c.label}: {', '.join(map(str, c.values))}; {c.baseline}: "
-                    f"{', '.join(map(str, c.baseline_values))}); a paired comparison needs the same seeds: "
-                    f"run both with --seeds")
+            return (
+                f"{c.label} and {c.baseline} share no seed on {c.dataset} / {c.n_tasks} tasks "
+                f"({c.label}: {', '.join(map(str, c.values))}; {c.baseline}: "
+                f"{', '.join(map(str, c.baseline_values))}); a paired comparison needs the same seeds: "
+                f"run both with --seeds"
+            )
     return None
 
 
@@ -391,14 +509,20 @@ def main(argv: list[str] | None = None) -> int:
     problems: list[str] = []
     if args.draws < 100:
         raise UserError(f"--draws {args.draws} is too few for a 95 % interval; use at least 100")
-    comparisons = compare_all(args.results_dir, args.baseline,
-                              args.strategies.split(",") if args.strategies else None, args.metric,
-                              args.draws, problems)
+    comparisons = compare_all(
+        args.results_dir,
+        args.baseline,
+        args.strategies.split(",") if args.strategies else None,
+        args.metric,
+        args.draws,
+        problems,
+    )
     for line in problems:
         print(f"warning: {line}", file=sys.stderr)
     print(render_markdown(comparisons), end="")
-    paths = write_comparison(comparisons, Path(args.out) if args.out else Path(args.results_dir) / "compare",
-                             problems)
+    paths = write_comparison(
+        comparisons, Path(args.out) if args.out else Path(args.results_dir) / "compare", problems
+    )
     print(f"wrote {len(paths)} files to {paths[0].parent}", file=sys.stderr)
     if (refusal := unpaired_refusal(comparisons)) is not None:
         print(f"error: {refusal}", file=sys.stderr)

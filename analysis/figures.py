@@ -22,20 +22,35 @@ from matplotlib.figure import Figure
 from matplotlib.ticker import MaxNLocator
 
 from analysis.formatting import population_std
-from analysis.paper_tables import (PAPER_DATASETS, MissingInputs, ReportInputs, dataset_name, default_gr4cil_runs,
-                                   ordered_datasets, row_label)
+from analysis.paper_tables import (
+    PAPER_DATASETS,
+    MissingInputs,
+    ReportInputs,
+    dataset_name,
+    default_gr4cil_runs,
+    ordered_datasets,
+    row_label,
+)
 
 DPI = 150
-FIGSIZES = {"fig2_gap_training": (4.8, 3.4), "fig3_gap_final": (4.8, 3.4), "fig5_confidence_margin": (9.0, 3.6),
-            "fig6_cost": (9.0, 3.8), "acc_matrix": (5.2, 4.4)}
+FIGSIZES = {
+    "fig2_gap_training": (4.8, 3.4),
+    "fig3_gap_final": (4.8, 3.4),
+    "fig5_confidence_margin": (9.0, 3.6),
+    "fig6_cost": (9.0, 3.8),
+    "acc_matrix": (5.2, 4.4),
+}
 PANEL_SIZE = (3.6, 3.2)  # one panel of fig7_routing and fig_accuracy_curves
 MIN_WIDTH = 7.2  # room for the title and the legend when there are only one or two panels
 MAX_COLUMNS = 3
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
 LINESTYLES = ["-", "--", ":", "-."]
 HATCHES = ["", "//", "xx", "..", "\\\\", "oo", "++", "--"]
-ROUTING_VARIANTS = {"routing_acc_text_only": "Text only", "routing_acc_text_prototype": "Text + prototype",
-                    "routing_acc_full": "Full (+ compensation)"}
+ROUTING_VARIANTS = {
+    "routing_acc_text_only": "Text only",
+    "routing_acc_text_prototype": "Text + prototype",
+    "routing_acc_full": "Full (+ compensation)",
+}
 
 
 def panel_figsize(n_panels: int) -> tuple[float, float]:
@@ -74,8 +89,17 @@ def _bars(ax, groups: list[str], series: dict[str, tuple[list, list]], ylabel: s
     x = np.arange(len(groups))
     palette = sns.color_palette("Greys", len(series) + 1)[1:]
     for i, (name, (means, stds)) in enumerate(series.items()):
-        ax.bar(x + (i - (len(series) - 1) / 2) * width, means, width, yerr=stds, capsize=3, label=name,
-               color=palette[i], edgecolor="black", hatch=HATCHES[i % len(HATCHES)])
+        ax.bar(
+            x + (i - (len(series) - 1) / 2) * width,
+            means,
+            width,
+            yerr=stds,
+            capsize=3,
+            label=name,
+            color=palette[i],
+            edgecolor="black",
+            hatch=HATCHES[i % len(HATCHES)],
+        )
     ax.set_xticks(x, groups, rotation=20, ha="right")
     ax.set_ylabel(ylabel)
 
@@ -83,14 +107,20 @@ def _bars(ax, groups: list[str], series: dict[str, tuple[list, list]], ylabel: s
 def _gap_run(inputs: ReportInputs) -> dict:
     """The run of fig2/fig3: a GR4CIL run with modality-gap statistics, preferring the default
     configuration and ImageNet-100 (the paper's example), then the paper's other datasets."""
-    candidates = [r for r in inputs.runs if r.get("strategy") == "gr4cil"
-                  and ((r.get("diagnostics") or {}).get("modality_gap") or [[]])[0]]
+    candidates = [
+        r
+        for r in inputs.runs
+        if r.get("strategy") == "gr4cil" and ((r.get("diagnostics") or {}).get("modality_gap") or [[]])[0]
+    ]
     if not candidates:
         raise MissingInputs("no GR4CIL run with modality-gap diagnostics")
     defaults = {id(r) for r in default_gr4cil_runs(inputs, n_tasks=None)}
     order = ["imagenet100", *[d for d in PAPER_DATASETS if d != "imagenet100"]]
-    rank = lambda r: (id(r) not in defaults, order.index(r["dataset"]) if r["dataset"] in order else len(order),
-                      r["_path"])
+    rank = lambda r: (
+        id(r) not in defaults,
+        order.index(r["dataset"]) if r["dataset"] in order else len(order),
+        r["_path"],
+    )
     return min(candidates, key=rank)
 
 
@@ -105,10 +135,17 @@ def fig2_gap_training(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     with _style():
         fig = Figure(figsize=FIGSIZES["fig2_gap_training"], layout="constrained")
         ax = fig.subplots()
-        for i, (key, name) in enumerate((("overall", "All pairs"), ("positive", "Positive pairs"),
-                                         ("negative", "Negative pairs"))):
-            ax.plot(epochs["epoch"], epochs[key], marker=MARKERS[i], linestyle=LINESTYLES[i], label=name,
-                    color=sns.color_palette("dark")[i])
+        for i, (key, name) in enumerate(
+            (("overall", "All pairs"), ("positive", "Positive pairs"), ("negative", "Negative pairs"))
+        ):
+            ax.plot(
+                epochs["epoch"],
+                epochs[key],
+                marker=MARKERS[i],
+                linestyle=LINESTYLES[i],
+                label=name,
+                color=sns.color_palette("dark")[i],
+            )
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
         ax.set_xlabel("Training epoch (task 1)")
         ax.set_ylabel("Mean image–text cosine similarity")
@@ -120,8 +157,11 @@ def fig2_gap_training(inputs: ReportInputs, out_dir: Path) -> list[Path]:
 def fig3_gap_final(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     """Overall image-text cosine at the last training epoch of each task."""
     run = _gap_run(inputs)
-    finals = [(task, epochs[-1]["overall"]) for task, epochs in
-              enumerate(run["diagnostics"]["modality_gap"], start=1) if epochs]
+    finals = [
+        (task, epochs[-1]["overall"])
+        for task, epochs in enumerate(run["diagnostics"]["modality_gap"], start=1)
+        if epochs
+    ]
     with _style():
         fig = Figure(figsize=FIGSIZES["fig3_gap_final"], layout="constrained")
         ax = fig.subplots()
@@ -149,11 +189,15 @@ def fig5_confidence_margin(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     rows = []
     for run in runs:
         for metric in ("confidence", "margin"):
-            for variant, name in (("without_compensation", "w/o compensation"),
-                                  ("with_compensation", "w/ compensation")):
+            for variant, name in (
+                ("without_compensation", "w/o compensation"),
+                ("with_compensation", "w/ compensation"),
+            ):
                 value = _stage_mean(run, f"{metric}_{variant}")
                 if value is not None:
-                    rows.append({"dataset": run["dataset"], "metric": metric, "variant": name, "value": value})
+                    rows.append(
+                        {"dataset": run["dataset"], "metric": metric, "variant": name, "value": value}
+                    )
     if not rows:
         raise MissingInputs("no default GR4CIL 10-task run with confidence/margin diagnostics")
     frame = pd.DataFrame(rows)
@@ -161,19 +205,31 @@ def fig5_confidence_margin(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     with _style():
         fig = Figure(figsize=FIGSIZES["fig5_confidence_margin"], layout="constrained")
         axes = fig.subplots(1, 2)
-        labels = {"confidence": "GT-class intra-task confidence\n(softmax probability, 0–1)",
-                  "margin": "GT-task margin of scores q\n(cosine units)"}
+        labels = {
+            "confidence": "GT-class intra-task confidence\n(softmax probability, 0–1)",
+            "margin": "GT-task margin of scores q\n(cosine units)",
+        }
         for ax, metric in zip(axes, ("confidence", "margin")):
-            stats = frame[frame["metric"] == metric].groupby(["variant", "dataset"])["value"].agg(
-                mean="mean", std=population_std)
-            series = {v: ([stats["mean"].get((v, d), np.nan) for d in datasets],
-                          [stats["std"].get((v, d), np.nan) for d in datasets])
-                      for v in ("w/o compensation", "w/ compensation")}
+            stats = (
+                frame[frame["metric"] == metric]
+                .groupby(["variant", "dataset"])["value"]
+                .agg(mean="mean", std=population_std)
+            )
+            series = {
+                v: (
+                    [stats["mean"].get((v, d), np.nan) for d in datasets],
+                    [stats["std"].get((v, d), np.nan) for d in datasets],
+                )
+                for v in ("w/o compensation", "w/ compensation")
+            }
             _bars(ax, [dataset_name(d) for d in datasets], series, labels[metric])
             ax.set_xlabel("Dataset")
             ax.legend()
-        fig.suptitle("Effect of orthogonal compensation (default GR4CIL, 10 tasks)\nper run: mean over stages "
-                     "(margin: stages 2–T); bars: mean over seeds, error bars: std", fontsize="medium")
+        fig.suptitle(
+            "Effect of orthogonal compensation (default GR4CIL, 10 tasks)\nper run: mean over stages "
+            "(margin: stages 2–T); bars: mean over seeds, error bars: std",
+            fontsize="medium",
+        )
     return _save(fig, out_dir, "fig5_confidence_margin")
 
 
@@ -188,17 +244,27 @@ MEMORY_KINDS = {
 
 def cost_frame(inputs: ReportInputs) -> tuple[str, pd.DataFrame]:
     """Fig. 6's data: the 10-task dataset that most labels ran (the paper's datasets first on ties)
-    and one row per run on it: D9 row label, trainable parameters (millions), peak memory (bytes)
+    and one row per run on it: docs/decisions.md D9 row label, trainable parameters (millions), peak memory (bytes)
     and its kind."""
     runs = [r for r in inputs.runs if r["n_tasks"] == 10 and (r.get("cost") or {}).get("trainable_params")]
     if not runs:
         raise MissingInputs("no 10-task run with cost records")
     datasets = ordered_datasets(r["dataset"] for r in runs)
-    dataset = max(datasets, key=lambda d: (len({r["label"] for r in runs if r["dataset"] == d}), -datasets.index(d)))
-    frame = pd.DataFrame([{"label": row_label(r["label"]), "params": r["cost"]["trainable_params"] / 1e6,
-                           "memory": r["cost"].get("peak_memory_bytes") or np.nan,
-                           "kind": r["cost"].get("peak_memory_kind") or "unknown"}
-                          for r in runs if r["dataset"] == dataset])
+    dataset = max(
+        datasets, key=lambda d: (len({r["label"] for r in runs if r["dataset"] == d}), -datasets.index(d))
+    )
+    frame = pd.DataFrame(
+        [
+            {
+                "label": row_label(r["label"]),
+                "params": r["cost"]["trainable_params"] / 1e6,
+                "memory": r["cost"].get("peak_memory_bytes") or np.nan,
+                "kind": r["cost"].get("peak_memory_kind") or "unknown",
+            }
+            for r in runs
+            if r["dataset"] == dataset
+        ]
+    )
     return dataset, frame
 
 
@@ -213,26 +279,45 @@ def fig6_cost(inputs: ReportInputs, out_dir: Path) -> list[Path]:
         fig = Figure(figsize=FIGSIZES["fig6_cost"], layout="constrained")
         axes = fig.subplots(1, 2)
         palette = sns.color_palette("Greys", len(labels) + 1)[1:]
-        for ax, column, ylabel in ((axes[0], "params", "Trainable parameters (millions)"),
-                                   (axes[1], "memory", f"Peak memory ({unit})\n" + textwrap.fill(kinds, 45))):
+        for ax, column, ylabel in (
+            (axes[0], "params", "Trainable parameters (millions)"),
+            (axes[1], "memory", f"Peak memory ({unit})\n" + textwrap.fill(kinds, 45)),
+        ):
             stats = frame.groupby("label")[column].agg(mean="mean", std=population_std)
             for i, label in enumerate(labels):
-                ax.bar(i, stats.loc[label, "mean"], yerr=stats.loc[label, "std"], capsize=3, color=palette[i],
-                       edgecolor="black", hatch=HATCHES[i % len(HATCHES)])
+                ax.bar(
+                    i,
+                    stats.loc[label, "mean"],
+                    yerr=stats.loc[label, "std"],
+                    capsize=3,
+                    color=palette[i],
+                    edgecolor="black",
+                    hatch=HATCHES[i % len(HATCHES)],
+                )
             ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
             ax.set_xlabel("Method")
             ax.set_ylabel(ylabel)
-        fig.suptitle(f"Computational cost on {dataset_name(dataset)}, 10 tasks (mean over seeds)",
-                     fontsize="medium")
+        fig.suptitle(
+            f"Computational cost on {dataset_name(dataset)}, 10 tasks (mean over seeds)", fontsize="medium"
+        )
     return _save(fig, out_dir, "fig6_cost")
 
 
 def fig7_routing(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     """Per-stage routing accuracy of the three score variants, one panel per dataset."""
-    rows = [{"dataset": run["dataset"], "seed": run["seed"], "stage": stage["task"], "variant": name,
-             "value": stage["diagnostics"][key]}
-            for run in default_gr4cil_runs(inputs) for stage in run["stages"]
-            for key, name in ROUTING_VARIANTS.items() if (stage.get("diagnostics") or {}).get(key) is not None]
+    rows = [
+        {
+            "dataset": run["dataset"],
+            "seed": run["seed"],
+            "stage": stage["task"],
+            "variant": name,
+            "value": stage["diagnostics"][key],
+        }
+        for run in default_gr4cil_runs(inputs)
+        for stage in run["stages"]
+        for key, name in ROUTING_VARIANTS.items()
+        if (stage.get("diagnostics") or {}).get(key) is not None
+    ]
     if not rows:
         raise MissingInputs("no default GR4CIL 10-task run with routing diagnostics")
     frame = pd.DataFrame(rows)
@@ -240,25 +325,46 @@ def fig7_routing(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     with _style():
         fig, axes = _panels(len(datasets))
         for i, (ax, dataset) in enumerate(zip(axes, datasets)):
-            sns.lineplot(data=frame[frame["dataset"] == dataset], x="stage", y="value", hue="variant",
-                         style="variant", hue_order=list(ROUTING_VARIANTS.values()),
-                         style_order=list(ROUTING_VARIANTS.values()), markers=MARKERS[:3], dashes=True,
-                         errorbar="sd", palette="dark", ax=ax, legend=i == 0)
+            sns.lineplot(
+                data=frame[frame["dataset"] == dataset],
+                x="stage",
+                y="value",
+                hue="variant",
+                style="variant",
+                hue_order=list(ROUTING_VARIANTS.values()),
+                style_order=list(ROUTING_VARIANTS.values()),
+                markers=MARKERS[:3],
+                dashes=True,
+                errorbar="sd",
+                palette="dark",
+                ax=ax,
+                legend=i == 0,
+            )
             ax.set_title(dataset_name(dataset))
             ax.set_xlabel("Stage (tasks learned)")
             ax.set_ylabel("Routing accuracy (%)")
             ax.set_xticks(sorted(frame[frame["dataset"] == dataset]["stage"].unique()))
         _legend_below(fig, axes[0])
-        fig.suptitle("Routing accuracy per stage\n(default GR4CIL, 10 tasks; mean over seeds, band = std)",
-                     fontsize="medium")
+        fig.suptitle(
+            "Routing accuracy per stage\n(default GR4CIL, 10 tasks; mean over seeds, band = std)",
+            fontsize="medium",
+        )
     return _save(fig, out_dir, "fig7_routing")
 
 
 def fig_accuracy_curves(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     """Accuracy on all seen classes after each stage, every label, one panel per dataset and
     task count (mean over seeds, band = std)."""
-    rows = [{"panel": (run["dataset"], run["n_tasks"]), "label": row_label(run["label"]), "stage": stage["task"],
-             "acc": stage["acc"]} for run in inputs.runs for stage in run["stages"]]
+    rows = [
+        {
+            "panel": (run["dataset"], run["n_tasks"]),
+            "label": row_label(run["label"]),
+            "stage": stage["task"],
+            "acc": stage["acc"],
+        }
+        for run in inputs.runs
+        for stage in run["stages"]
+    ]
     if not rows:
         raise MissingInputs("no run has stages")
     frame = pd.DataFrame(rows)
@@ -268,9 +374,21 @@ def fig_accuracy_curves(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     with _style():
         fig, axes = _panels(len(panels))
         for i, (ax, panel) in enumerate(zip(axes, panels)):
-            sns.lineplot(data=frame[frame["panel"] == panel], x="stage", y="acc", hue="label", style="label",
-                         hue_order=labels, style_order=labels, markers=_markers(len(labels)), dashes=True,
-                         errorbar="sd", palette="dark", ax=ax, legend=i == 0)
+            sns.lineplot(
+                data=frame[frame["panel"] == panel],
+                x="stage",
+                y="acc",
+                hue="label",
+                style="label",
+                hue_order=labels,
+                style_order=labels,
+                markers=_markers(len(labels)),
+                dashes=True,
+                errorbar="sd",
+                palette="dark",
+                ax=ax,
+                legend=i == 0,
+            )
             ax.set_title(f"{dataset_name(panel[0])}, {panel[1]} tasks")
             ax.set_xlabel("Stage (tasks learned)")
             ax.set_ylabel("Accuracy on seen classes (%)")
@@ -308,7 +426,7 @@ def fig_acc_matrix(inputs: ReportInputs, out_dir: Path) -> list[Path]:
         matrix = np.full((len(run["stages"]), run["n_tasks"]), np.nan)
         for i, stage in enumerate(run["stages"]):
             values = stage.get("acc_per_task") or []
-            matrix[i, :len(values)] = values
+            matrix[i, : len(values)] = values
         with _style():
             paths += _save(_heat_map(matrix, _run_title(run)), out_dir / "acc_matrix", _file_stem(run))
     return paths
@@ -326,8 +444,15 @@ def _heat_map(matrix: np.ndarray, title: str) -> Figure:
     if columns <= 10:
         for (i, j), value in np.ndenumerate(matrix):
             if not np.isnan(value):  # dark text on the light (high) end of viridis, white elsewhere
-                ax.text(j, i, f"{value:.0f}", ha="center", va="center", fontsize=7,
-                        color="black" if value > 60 else "white")
+                ax.text(
+                    j,
+                    i,
+                    f"{value:.0f}",
+                    ha="center",
+                    va="center",
+                    fontsize=7,
+                    color="black" if value > 60 else "white",
+                )
     ax.set_xticks(range(columns), range(1, columns + 1))
     ax.set_yticks(range(rows), range(1, rows + 1))
     ax.grid(False)
@@ -337,7 +462,12 @@ def _heat_map(matrix: np.ndarray, title: str) -> Figure:
     return fig
 
 
-FIGURES = {"fig2_gap_training": fig2_gap_training, "fig3_gap_final": fig3_gap_final,
-           "fig5_confidence_margin": fig5_confidence_margin, "fig6_cost": fig6_cost,
-           "fig7_routing": fig7_routing, "fig_accuracy_curves": fig_accuracy_curves,
-           "acc_matrix": fig_acc_matrix}
+FIGURES = {
+    "fig2_gap_training": fig2_gap_training,
+    "fig3_gap_final": fig3_gap_final,
+    "fig5_confidence_margin": fig5_confidence_margin,
+    "fig6_cost": fig6_cost,
+    "fig7_routing": fig7_routing,
+    "fig_accuracy_curves": fig_accuracy_curves,
+    "acc_matrix": fig_acc_matrix,
+}

@@ -18,10 +18,29 @@ BEST, SECOND = "best", "second"
 MISSING = "–"  # a cell with no run behind it
 
 # Symbols that appear in row names and cells, written as LaTeX math.
-_LATEX_SYMBOLS = {"±": r"$\pm$", "Δ": r"$\Delta$", "τ": r"$\tau$", "β": r"$\beta$", "γ": r"$\gamma$",
-                  "×": r"$\times$", "✓": r"$\checkmark$", "–": "--", "−": "$-$"}
-_LATEX_SPECIAL = {"\\": r"\textbackslash{}", "&": r"\&", "%": r"\%", "$": r"\$", "#": r"\#",
-                  "_": r"\_", "{": r"\{", "}": r"\}", "~": r"\textasciitilde{}", "^": r"\textasciicircum{}"}
+_LATEX_SYMBOLS = {
+    "±": r"$\pm$",
+    "Δ": r"$\Delta$",
+    "τ": r"$\tau$",
+    "β": r"$\beta$",
+    "γ": r"$\gamma$",
+    "×": r"$\times$",
+    "✓": r"$\checkmark$",
+    "–": "--",
+    "−": "$-$",
+}
+_LATEX_SPECIAL = {
+    "\\": r"\textbackslash{}",
+    "&": r"\&",
+    "%": r"\%",
+    "$": r"\$",
+    "#": r"\#",
+    "_": r"\_",
+    "{": r"\{",
+    "}": r"\}",
+    "~": r"\textasciitilde{}",
+    "^": r"\textasciicircum{}",
+}
 
 
 def population_std(values) -> float:
@@ -104,7 +123,9 @@ def _latex_header(columns: pd.Index, index_name: str) -> list[str]:
         return [" & ".join([latex_escape(index_name), *(latex_escape(g) for g, _ in groups)]) + r" \\"]
     top, rules, start = [latex_escape(index_name)], [], 2
     for group, span in groups:
-        top.append(rf"\multicolumn{{{span}}}{{c}}{{{latex_escape(group)}}}" if span > 1 else latex_escape(group))
+        top.append(
+            rf"\multicolumn{{{span}}}{{c}}{{{latex_escape(group)}}}" if span > 1 else latex_escape(group)
+        )
         if span > 1:
             rules.append(rf"\cmidrule(lr){{{start}-{start + span - 1}}}")
         start += span
@@ -115,14 +136,22 @@ def _latex_header(columns: pd.Index, index_name: str) -> list[str]:
     return lines
 
 
-def latex_table(cells: pd.DataFrame, marks: pd.DataFrame | None = None, index_name: str = "method",
-                midrule_before: Iterable[int] = ()) -> str:
+def latex_table(
+    cells: pd.DataFrame,
+    marks: pd.DataFrame | None = None,
+    index_name: str = "method",
+    midrule_before: Iterable[int] = (),
+) -> str:
     """A booktabs ``tabular`` (column spec ``l`` + one ``c`` per column); marked cells are
     ``\\textbf`` / ``\\textit``; ``midrule_before`` lists body row positions preceded by a rule."""
     wrap = {BEST: r"\textbf{{{}}}", SECOND: r"\textit{{{}}}", "": "{}"}
     breaks = set(midrule_before)
-    lines = [rf"\begin{{tabular}}{{l{'c' * cells.shape[1]}}}", r"\toprule",
-             *_latex_header(cells.columns, index_name), r"\midrule"]
+    lines = [
+        rf"\begin{{tabular}}{{l{'c' * cells.shape[1]}}}",
+        r"\toprule",
+        *_latex_header(cells.columns, index_name),
+        r"\midrule",
+    ]
     for i, (name, row) in enumerate(cells.iterrows()):
         if i in breaks and i > 0:
             lines.append(r"\midrule")

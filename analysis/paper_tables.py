@@ -39,36 +39,67 @@ from typing import Callable
 import numpy as np
 import pandas as pd
 
-from analysis.formatting import (latex_escape, latex_table, markdown_table, mean_std_cell, population_std,
-                                 rank_marks, signed_cell)
+from analysis.formatting import (
+    latex_escape,
+    latex_table,
+    markdown_table,
+    mean_std_cell,
+    population_std,
+    rank_marks,
+    signed_cell,
+)
 from benchmarks.core.errors import UserError
 from benchmarks.runner.results import iter_results
 
 REFERENCE_FILE = Path(__file__).resolve().parents[1] / "results" / "reference" / "paper_tables.csv"
 
-DATASET_NAMES = {"cifar100": "CIFAR-100", "imagenet_r": "ImageNet-R", "imagenet100": "ImageNet-100",
-                 "imagenet1k": "ImageNet-1K", "pets": "Pets", "food101": "Food-101", "average": "Average"}
+DATASET_NAMES = {
+    "cifar100": "CIFAR-100",
+    "imagenet_r": "ImageNet-R",
+    "imagenet100": "ImageNet-100",
+    "imagenet1k": "ImageNet-1K",
+    "pets": "Pets",
+    "food101": "Food-101",
+    "average": "Average",
+}
 PAPER_DATASETS = ("cifar100", "imagenet_r", "imagenet100", "imagenet1k")
 ZERO_SHOT_TARGETS = ("pets", "food101", "imagenet1k")
 ZERO_SHOT_ROWS = {"cifar100": "GR4CIL i", "imagenet_r": "GR4CIL ii"}  # the paper's names by training set
 
-METRIC_NAMES = {"avg_acc": "Avg-Acc", "last_acc": "Last-Acc", "avg_auroc": "Avg-AUROC",
-                "last_auroc": "Last-AUROC", "last_routing_acc": "Last-Routing Acc",
-                "last_acc_T5": "5-task", "last_acc_T20": "20-task",
-                "adjacent_compensation_distance": "Compensation-space distance",
-                "adjacent_text_distance": "Text-space distance", "distance": "", "acc": "",
-                "anchor_preservation": ""}
+METRIC_NAMES = {
+    "avg_acc": "Avg-Acc",
+    "last_acc": "Last-Acc",
+    "avg_auroc": "Avg-AUROC",
+    "last_auroc": "Last-AUROC",
+    "last_routing_acc": "Last-Routing Acc",
+    "last_acc_T5": "5-task",
+    "last_acc_T20": "20-task",
+    "adjacent_compensation_distance": "Compensation-space distance",
+    "adjacent_text_distance": "Text-space distance",
+    "distance": "",
+    "acc": "",
+    "anchor_preservation": "",
+}
 # Distances: a smaller value means closer subspaces, so the smallest is best.
 LOWER_IS_BETTER = frozenset({"distance", "adjacent_compensation_distance", "adjacent_text_distance"})
 
 # Our labels whose paper row has another name; other labels match a paper row when they agree
 # ignoring case and punctuation (``mg_clip`` ~ ``MG-CLIP``).
-PAPER_METHOD_NAMES = {"gr4cil": "GR4CIL (Ours)", "continual_clip": "Continual-CLIP",  # BASELINES.md D9
-                      "adaptervlm": "AdapterVLM", "mg_clip": "MG-CLIP", "moe4cl": "MOE4CL", "magmax": "MagMax",
-                      "l2p_pp": "L2P++", "dualprompt": "DualPrompt", "coda_prompt": "CODA",
-                      "aper_adapter": "Aper-Adapter", "clap": "CLAP"}
+PAPER_METHOD_NAMES = {
+    "gr4cil": "GR4CIL (Ours)",
+    "continual_clip": "Continual-CLIP",  # docs/decisions.md D9
+    "adaptervlm": "AdapterVLM",
+    "mg_clip": "MG-CLIP",
+    "moe4cl": "MOE4CL",
+    "magmax": "MagMax",
+    "l2p_pp": "L2P++",
+    "dualprompt": "DualPrompt",
+    "coda_prompt": "CODA",
+    "aper_adapter": "Aper-Adapter",
+    "clap": "CLAP",
+}
 PAPER_ROW_ALIASES = {"Ours": "GR4CIL (Ours)"}  # Table 2 prints "Ours"
-# How a strategy's row is labelled in the report's tables and figures (BASELINES.md D9); other run
+# How a strategy's row is labelled in the report's tables and figures (docs/decisions.md D9); other run
 # labels (suite variants, a user's strategy) are shown as they are.
 ROW_LABELS = {**PAPER_METHOD_NAMES, "gr4cil": "GR4CIL", "finetune": "Fine-tuning"}
 
@@ -77,14 +108,24 @@ def row_label(label: str) -> str:
     """The report's name for run label ``label``: the paper's row label (D9) where it has one."""
     return ROW_LABELS.get(label, label)
 
+
 # GR4CIL's defaults for every switch the ablations vary (``strategies.gr4cil.GR4CILConfig``; a
 # test keeps the two in step). A run whose setting equals this is "the default configuration".
 # Like epochs and lr, ``visual_init`` belongs to a suite's training recipe, not to the paper's
-# ablation switches (SPEC section 2), so it does not decide a run's row (the smoke uses "fresh").
-GR4CIL_DEFAULTS = {"use_anchor_loss": True, "use_separation_loss": True,
-                   "lambda_anc": 1.0, "lambda_sep": 1.0, "tau": 0.7, "compensation": "orthogonal",
-                   "compensation_init": "prototype", "use_prototype_score": True, "beta": 0.2,
-                   "gamma": 0.2, "threshold_holdout": 0.0}
+# ablation switches (docs/decisions.md P2), so it does not decide a run's row (the smoke uses "fresh").
+GR4CIL_DEFAULTS = {
+    "use_anchor_loss": True,
+    "use_separation_loss": True,
+    "lambda_anc": 1.0,
+    "lambda_sep": 1.0,
+    "tau": 0.7,
+    "compensation": "orthogonal",
+    "compensation_init": "prototype",
+    "use_prototype_score": True,
+    "beta": 0.2,
+    "gamma": 0.2,
+    "threshold_holdout": 0.0,
+}
 
 
 class MissingInputs(Exception):
@@ -113,8 +154,10 @@ def load_inputs(results_dir: str | Path) -> ReportInputs:
     skipped: list[str] = []
     found = [dict(result, _path=str(path)) for path, result in iter_results(results_dir, skipped)]
     if not found:
-        raise UserError(f"no result JSON {'of this schema ' if skipped else ''}found under {results_dir}; run python -m benchmarks.run first "
-                        "or point --results-dir at a folder of results")
+        raise UserError(
+            f"no result JSON {'of this schema ' if skipped else ''}found under {results_dir}; run python -m benchmarks.run first "
+            "or point --results-dir at a folder of results"
+        )
     distinct, seen = [], set()
     for run in found:  # the same run copied twice (same key, same config) counts once
         ident = (*_key(run), run.get("config_hash"))
@@ -124,9 +167,12 @@ def load_inputs(results_dir: str | Path) -> ReportInputs:
     by_key: dict[tuple, list[dict]] = {}
     for run in sorted(distinct, key=lambda r: ("zero_shot" in r, r["_path"])):
         by_key.setdefault(_key(run), []).append(run)
-    notes = [f"{len(group)} results for {group[0]['label']} / {group[0]['dataset']} / T={group[0]['n_tasks']} / "
-             f"seed {group[0]['seed']} with different configs; tables use {group[0]['_path']}"
-             for group in by_key.values() if len(group) > 1]
+    notes = [
+        f"{len(group)} results for {group[0]['label']} / {group[0]['dataset']} / T={group[0]['n_tasks']} / "
+        f"seed {group[0]['seed']} with different configs; tables use {group[0]['_path']}"
+        for group in by_key.values()
+        if len(group) > 1
+    ]
     return ReportInputs([group[0] for group in by_key.values()], distinct, skipped + notes)
 
 
@@ -242,16 +288,34 @@ class ReportTable:
         blank = [""] * len(self.columns)
         matched = set()
         for row in self.rows:
-            out.append((row_label(row), "reproduced", [mean_std_cell(mean.at[row, c], std.at[row, c], self.decimals,
-                                                          count.at[row, c]) for c in self.columns], list(marks.loc[row])))
+            out.append(
+                (
+                    row_label(row),
+                    "reproduced",
+                    [
+                        mean_std_cell(mean.at[row, c], std.at[row, c], self.decimals, count.at[row, c])
+                        for c in self.columns
+                    ],
+                    list(marks.loc[row]),
+                )
+            )
             name = match_paper_row(row, list(paper_rows))
             if name is None:
                 continue
             matched.add(name)
             values, stds = paper_rows[name]
             out.append((f"{name} [paper]", "paper", self._paper_cells(values, stds), blank))
-            out.append((f"{row_label(row)} Δ", "delta", [signed_cell(mean.at[row, c] - values.get(c, math.nan), self.decimals)
-                                              for c in self.columns], blank))
+            out.append(
+                (
+                    f"{row_label(row)} Δ",
+                    "delta",
+                    [
+                        signed_cell(mean.at[row, c] - values.get(c, math.nan), self.decimals)
+                        for c in self.columns
+                    ],
+                    blank,
+                )
+            )
         rule = [len(out)] if any(name not in matched for name in paper_rows) else []
         for name, (values, stds) in paper_rows.items():
             if name not in matched:
@@ -272,7 +336,9 @@ class ReportTable:
         return rows
 
     def _paper_cells(self, values: dict, stds: dict) -> list[str]:
-        return [mean_std_cell(values.get(c, math.nan), stds.get(c, math.nan), self.decimals) for c in self.columns]
+        return [
+            mean_std_cell(values.get(c, math.nan), stds.get(c, math.nan), self.decimals) for c in self.columns
+        ]
 
 
 @dataclass
@@ -295,9 +361,16 @@ class RenderedTable:
         cells, marks = self._frames()
         seeds = self.table.samples.groupby(["row", "group", "metric"]).size()
         n_seeds = f"{seeds.min()}" if seeds.min() == seeds.max() else f"{seeds.min()}–{seeds.max()}"
-        lines = [f"### {self.table.name}", "", self.table.title, "",
-                 f"Seeds per cell: {n_seeds}. **Bold** / *italic*: best / second best "
-                 f"reproduced entry per column ({self._direction()}).", "", ""]
+        lines = [
+            f"### {self.table.name}",
+            "",
+            self.table.title,
+            "",
+            f"Seeds per cell: {n_seeds}. **Bold** / *italic*: best / second best "
+            f"reproduced entry per column ({self._direction()}).",
+            "",
+            "",
+        ]
         return "\n".join(lines) + markdown_table(cells, marks, self.table.row_header)
 
     def to_csv(self) -> str:
@@ -313,13 +386,18 @@ class RenderedTable:
         cells, marks = self._frames()
         body = latex_table(cells, marks, self.table.row_header, self.midrule_before)
         caption = latex_escape(f"{self.table.title} Bold / italic: best / second best ({self._direction()}).")
-        return ("\\begin{table}[t]\n\\centering\n\\small\n"
-                f"\\caption{{{caption}}}\n\\label{{tab:repro_{self.table.name}}}\n"
-                f"{body}\\end{{table}}\n")
+        return (
+            "\\begin{table}[t]\n\\centering\n\\small\n"
+            f"\\caption{{{caption}}}\n\\label{{tab:repro_{self.table.name}}}\n"
+            f"{body}\\end{{table}}\n"
+        )
 
     def _direction(self) -> str:
-        lower = [self.table.header(c)[1] or self.table.header(c)[0] for c in self.table.columns
-                 if self.table.lower_is_better(c)]
+        lower = [
+            self.table.header(c)[1] or self.table.header(c)[0]
+            for c in self.table.columns
+            if self.table.lower_is_better(c)
+        ]
         if not lower:
             return "higher is better"
         if len(lower) == len(self.table.columns):
@@ -343,8 +421,9 @@ def match_paper_row(row: str, paper_rows: list[str]) -> str | None:
 def load_paper_reference(path: str | Path = REFERENCE_FILE) -> pd.DataFrame:
     """The paper's numbers: columns source, table, row, group, metric, value, std, note, with
     ``row`` mapped to one name per method (Table 2's "Ours" is "GR4CIL (Ours)")."""
-    frame = pd.read_csv(path, dtype={"row": str, "note": str}, keep_default_na=False,
-                        na_values={"value": [""], "std": [""]})
+    frame = pd.read_csv(
+        path, dtype={"row": str, "note": str}, keep_default_na=False, na_values={"value": [""], "std": [""]}
+    )
     frame["value"] = frame["value"].astype(float)
     frame["std"] = frame["std"].astype(float)
     frame["row"] = frame["row"].map(lambda r: PAPER_ROW_ALIASES.get(r, r))
@@ -355,12 +434,20 @@ def load_paper_reference(path: str | Path = REFERENCE_FILE) -> pd.DataFrame:
 def _table(name, title, records, rows, columns, missing: str, **options) -> ReportTable:
     """A ``ReportTable`` from (row, group, metric, seed, value) records; None values are dropped,
     and ``MissingInputs(missing)`` is raised when nothing is left."""
-    samples = pd.DataFrame(records, columns=["row", "group", "metric", "seed", "value"]).dropna(subset=["value"])
+    samples = pd.DataFrame(records, columns=["row", "group", "metric", "seed", "value"]).dropna(
+        subset=["value"]
+    )
     if samples.empty:
         raise MissingInputs(missing)
     present = set(zip(samples["group"], samples["metric"]))
-    return ReportTable(name, title, samples, [r for r in rows if r in set(samples["row"])],
-                       [c for c in columns if c in present], **options)
+    return ReportTable(
+        name,
+        title,
+        samples,
+        [r for r in rows if r in set(samples["row"])],
+        [c for c in columns if c in present],
+        **options,
+    )
 
 
 def _runs_with(inputs: ReportInputs, n_tasks: int = 10) -> list[dict]:
@@ -386,15 +473,28 @@ def table1_main(inputs: ReportInputs) -> ReportTable:
         per_seed.setdefault((r["label"], r["seed"]), {})[r["dataset"]] = r["summary"]
     for (label, seed), summaries in per_seed.items():
         if set(summaries) == set(datasets):
-            records += [(label, "average", m, seed, float(np.mean([s[m] for s in summaries.values()])))
-                        for m in metrics]
+            records += [
+                (label, "average", m, seed, float(np.mean([s[m] for s in summaries.values()])))
+                for m in metrics
+            ]
     columns = [(d, m) for d in [*datasets, "average"] for m in metrics]
     # The paper's Average is over its four datasets; compare only when we have exactly those.
     skip = set() if set(datasets) == set(PAPER_DATASETS) else {("average", m) for m in metrics}
-    return _table("table1_main", "Avg / Last accuracy (%), 10 tasks; Average = mean over the datasets shown.",
-                  records, _labels(runs), columns, "no 10-task runs", no_paper_columns=skip,
-                  metric_names={"avg_acc": "Avg", "last_acc": "Last",
-                                ("average", "avg_acc"): "Avg-Acc", ("average", "last_acc"): "Last-Acc"})
+    return _table(
+        "table1_main",
+        "Avg / Last accuracy (%), 10 tasks; Average = mean over the datasets shown.",
+        records,
+        _labels(runs),
+        columns,
+        "no 10-task runs",
+        no_paper_columns=skip,
+        metric_names={
+            "avg_acc": "Avg",
+            "last_acc": "Last",
+            ("average", "avg_acc"): "Avg-Acc",
+            ("average", "last_acc"): "Last-Acc",
+        },
+    )
 
 
 def table2_seq(inputs: ReportInputs) -> ReportTable:
@@ -402,11 +502,19 @@ def table2_seq(inputs: ReportInputs) -> ReportTable:
     runs = [r for r in inputs.runs if r["n_tasks"] in (5, 20)]
     if not runs:
         raise MissingInputs("no 5- or 20-task runs")
-    records = [(r["label"], r["dataset"], f"last_acc_T{r['n_tasks']}", r["seed"], r["summary"]["last_acc"])
-               for r in runs]
+    records = [
+        (r["label"], r["dataset"], f"last_acc_T{r['n_tasks']}", r["seed"], r["summary"]["last_acc"])
+        for r in runs
+    ]
     columns = [(d, f"last_acc_T{t}") for d in ordered_datasets(r["dataset"] for r in runs) for t in (5, 20)]
-    return _table("table2_seq", "Last accuracy (%) with 5 and 20 tasks.", records, _labels(runs), columns,
-                  "no 5- or 20-task runs")
+    return _table(
+        "table2_seq",
+        "Last accuracy (%) with 5 and 20 tasks.",
+        records,
+        _labels(runs),
+        columns,
+        "no 5- or 20-task runs",
+    )
 
 
 def table2_ood(inputs: ReportInputs) -> ReportTable:
@@ -415,8 +523,14 @@ def table2_ood(inputs: ReportInputs) -> ReportTable:
     metrics = ("avg_auroc", "last_auroc")
     records = [(r["label"], r["dataset"], m, r["seed"], r["summary"].get(m)) for r in runs for m in metrics]
     columns = [(d, m) for d in ordered_datasets(r["dataset"] for r in runs) for m in metrics]
-    return _table("table2_ood", "OOD detection (seen vs future classes): Avg / Last AUROC (%), 10 tasks.",
-                  records, _labels(runs), columns, "no 10-task run with AUROC")
+    return _table(
+        "table2_ood",
+        "OOD detection (seen vs future classes): Avg / Last AUROC (%), 10 tasks.",
+        records,
+        _labels(runs),
+        columns,
+        "no 10-task run with AUROC",
+    )
 
 
 def table3_zeroshot(inputs: ReportInputs) -> ReportTable:
@@ -435,10 +549,15 @@ def table3_zeroshot(inputs: ReportInputs) -> ReportTable:
             records.append(("CLIP", target, "acc", r["seed"], accs.get("clip")))  # the same CLIP in every run
             records.append((row, target, "acc", r["seed"], accs.get("fusion")))
     targets = ordered_datasets({rec[1] for rec in records}, first=ZERO_SHOT_TARGETS)
-    return _table("table3_zeroshot", "Zero-shot accuracy (%) on unseen datasets: the original CLIP and "
-                  "GR4CIL's knowledge fusion after CIL on CIFAR-100 (i) or ImageNet-R (ii).",
-                  records, list(dict.fromkeys(rows)), [(t, "acc") for t in targets],
-                  "no zero-shot run has fusion or CLIP accuracies")
+    return _table(
+        "table3_zeroshot",
+        "Zero-shot accuracy (%) on unseen datasets: the original CLIP and "
+        "GR4CIL's knowledge fusion after CIL on CIFAR-100 (i) or ImageNet-R (ii).",
+        records,
+        list(dict.fromkeys(rows)),
+        [(t, "acc") for t in targets],
+        "no zero-shot run has fusion or CLIP accuracies",
+    )
 
 
 def table3_subspace(inputs: ReportInputs) -> ReportTable:
@@ -446,18 +565,38 @@ def table3_subspace(inputs: ReportInputs) -> ReportTable:
     (I-TC) classifier subspaces, default GR4CIL, 10 tasks."""
     runs = default_gr4cil_runs(inputs)
     names = ("I-T", "I-C", "I-TC")
-    records = [(n, r["dataset"], "distance", r["seed"], ((r.get("diagnostics") or {}).get("subspace_distance") or {}).get(n))
-               for r in runs for n in names]
+    records = [
+        (
+            n,
+            r["dataset"],
+            "distance",
+            r["seed"],
+            ((r.get("diagnostics") or {}).get("subspace_distance") or {}).get(n),
+        )
+        for r in runs
+        for n in names
+    ]
     columns = [(d, "distance") for d in ordered_datasets(r["dataset"] for r in runs)]
-    return _table("table3_subspace", "Subspace distance between image space and classifier spaces "
-                  "(default GR4CIL, 10 tasks; lower = closer).", records, list(names), columns,
-                  "no default-configuration GR4CIL 10-task run with subspace distances",
-                  row_header="distance", decimals=3)
+    return _table(
+        "table3_subspace",
+        "Subspace distance between image space and classifier spaces "
+        "(default GR4CIL, 10 tasks; lower = closer).",
+        records,
+        list(names),
+        columns,
+        "no default-configuration GR4CIL 10-task run with subspace distances",
+        row_header="distance",
+        decimals=3,
+    )
 
 
 ABLATION_ROWS = {  # paper Table 4 rows, by the switches that differ from the full model
-    "Base": {"use_anchor_loss": False, "use_separation_loss": False, "compensation": "off",
-             "use_prototype_score": False},
+    "Base": {
+        "use_anchor_loss": False,
+        "use_separation_loss": False,
+        "compensation": "off",
+        "use_prototype_score": False,
+    },
     "+ L_anc and L_sep": {"compensation": "off", "use_prototype_score": False},
     "+ Compensation term": {"use_prototype_score": False},
     "+ Prototype term (Full model)": {},
@@ -473,14 +612,21 @@ COMPENSATION_ROWS = {  # paper Table 5: orthogonal constraint x prototype initia
 def _run_values(run: dict) -> dict:
     """The per-run numbers the ablation tables read: summary, run diagnostics, and the routing
     accuracy of the last stage."""
-    return {**run["summary"], **(run.get("diagnostics") or {}),
-            "last_routing_acc": run["stages"][-1].get("routing_acc")}
+    return {
+        **run["summary"],
+        **(run.get("diagnostics") or {}),
+        "last_routing_acc": run["stages"][-1].get("routing_acc"),
+    }
 
 
 def _variant_rows(inputs: ReportInputs, variants: dict[str, dict]) -> list[tuple[str, dict]]:
     """(row, run) for every 10-task GR4CIL run whose setting is one of ``variants``."""
-    return [(row, run) for run in _runs_with(inputs, 10) for row, overrides in variants.items()
-            if matches(run, overrides)]
+    return [
+        (row, run)
+        for run in _runs_with(inputs, 10)
+        for row, overrides in variants.items()
+        if matches(run, overrides)
+    ]
 
 
 def _swept_rows(inputs: ReportInputs, keys: set[str], name: Callable[[dict], str]) -> list[tuple[str, dict]]:
@@ -502,24 +648,44 @@ def _variant_table(name, title, pairs, rows, metrics, **options) -> ReportTable:
     datasets = ordered_datasets(run["dataset"] for _, run in pairs if differing_switches(run))
     if not datasets:
         raise MissingInputs(f"no 10-task GR4CIL runs with the non-default settings of {name}")
-    records = [(row, run["dataset"], m, run["seed"], _run_values(run).get(m))
-               for row, run in pairs if run["dataset"] in datasets for m in metrics]
+    records = [
+        (row, run["dataset"], m, run["seed"], _run_values(run).get(m))
+        for row, run in pairs
+        if run["dataset"] in datasets
+        for m in metrics
+    ]
     rows = rows if rows is not None else list(dict.fromkeys(row for row, _ in pairs))
-    return _table(name, title, records, rows, [(d, m) for d in datasets for m in metrics],
-                  f"the runs of {name} lack {', '.join(metrics)}", **options)
+    return _table(
+        name,
+        title,
+        records,
+        rows,
+        [(d, m) for d in datasets for m in metrics],
+        f"the runs of {name} lack {', '.join(metrics)}",
+        **options,
+    )
 
 
 def table4_ablation(inputs: ReportInputs) -> ReportTable:
-    return _variant_table("table4_ablation", "Ablation of GR4CIL's components (%), 10 tasks.",
-                          _variant_rows(inputs, ABLATION_ROWS), list(ABLATION_ROWS),
-                          ("avg_acc", "last_acc", "avg_auroc", "last_auroc"))
+    return _variant_table(
+        "table4_ablation",
+        "Ablation of GR4CIL's components (%), 10 tasks.",
+        _variant_rows(inputs, ABLATION_ROWS),
+        list(ABLATION_ROWS),
+        ("avg_acc", "last_acc", "avg_auroc", "last_auroc"),
+    )
 
 
 def table5_compensation(inputs: ReportInputs) -> ReportTable:
-    return _variant_table("table5_compensation", "Compensation head: orthogonal constraint (Orth) and "
-                          "prototype initialisation (Proto), accuracy (%), 10 tasks.",
-                          _variant_rows(inputs, COMPENSATION_ROWS), list(COMPENSATION_ROWS),
-                          ("avg_acc", "last_acc"), row_header="setting")
+    return _variant_table(
+        "table5_compensation",
+        "Compensation head: orthogonal constraint (Orth) and "
+        "prototype initialisation (Proto), accuracy (%), 10 tasks.",
+        _variant_rows(inputs, COMPENSATION_ROWS),
+        list(COMPENSATION_ROWS),
+        ("avg_acc", "last_acc"),
+        row_header="setting",
+    )
 
 
 def _tau_row(setting: dict) -> str:
@@ -527,44 +693,80 @@ def _tau_row(setting: dict) -> str:
 
 
 def table_tau(inputs: ReportInputs) -> ReportTable:
-    return _variant_table("table_tau", "Separation threshold τ: accuracy and last-stage routing accuracy (%), "
-                          "10 tasks.", _swept_rows(inputs, {"tau"}, _tau_row), None,
-                          ("avg_acc", "last_acc", "last_routing_acc"), row_header="τ")
+    return _variant_table(
+        "table_tau",
+        "Separation threshold τ: accuracy and last-stage routing accuracy (%), 10 tasks.",
+        _swept_rows(inputs, {"tau"}, _tau_row),
+        None,
+        ("avg_acc", "last_acc", "last_routing_acc"),
+        row_header="τ",
+    )
 
 
 def table_beta_gamma(inputs: ReportInputs) -> ReportTable:
     swept = _swept_rows(inputs, {"beta", "gamma"}, lambda s: f"(β,γ)=({s['beta']:g},{s['gamma']:g})")
-    return _variant_table("table_beta_gamma", "Compensation weight β and prototype weight γ: accuracy and "
-                          "last-stage routing accuracy (%), 10 tasks.", swept, None,
-                          ("avg_acc", "last_acc", "last_routing_acc"), row_header="(β,γ)")
+    return _variant_table(
+        "table_beta_gamma",
+        "Compensation weight β and prototype weight γ: accuracy and "
+        "last-stage routing accuracy (%), 10 tasks.",
+        swept,
+        None,
+        ("avg_acc", "last_acc", "last_routing_acc"),
+        row_header="(β,γ)",
+    )
 
 
 def table_adjacent_subspace(inputs: ReportInputs) -> ReportTable:
     """Adjacent-task distances of compensation and text subspaces: without the anchor and
     separation losses (w/o) and for each τ."""
     without = _variant_rows(inputs, {"w/o": {"use_anchor_loss": False, "use_separation_loss": False}})
-    return _variant_table("table_adjacent_subspace", "Average adjacent-task subspace distance (lower = more "
-                          "similar), 10 tasks; w/o = without L_anc and L_sep.",
-                          without + _swept_rows(inputs, {"tau"}, _tau_row), None,
-                          ("adjacent_compensation_distance", "adjacent_text_distance"),
-                          row_header="setting", decimals=4)
+    return _variant_table(
+        "table_adjacent_subspace",
+        "Average adjacent-task subspace distance (lower = more "
+        "similar), 10 tasks; w/o = without L_anc and L_sep.",
+        without + _swept_rows(inputs, {"tau"}, _tau_row),
+        None,
+        ("adjacent_compensation_distance", "adjacent_text_distance"),
+        row_header="setting",
+        decimals=4,
+    )
 
 
 def table_anchor(inputs: ReportInputs) -> ReportTable:
     """Mean cosine between final text features of historical classes and their cached anchors."""
     runs = [r for r in _runs_with(inputs, 10) if r.get("strategy") == "gr4cil"]
-    records = [(r["label"], r["dataset"], "anchor_preservation", r["seed"],
-                (r.get("diagnostics") or {}).get("anchor_preservation")) for r in runs]
+    records = [
+        (
+            r["label"],
+            r["dataset"],
+            "anchor_preservation",
+            r["seed"],
+            (r.get("diagnostics") or {}).get("anchor_preservation"),
+        )
+        for r in runs
+    ]
     columns = [(d, "anchor_preservation") for d in ordered_datasets(r["dataset"] for r in runs)]
-    return _table("table_anchor", "Anchor preservation: mean cos(t_c^T, z_c) over historical classes, "
-                  "10 tasks.", records, _labels(runs), columns, "no 10-task GR4CIL run with anchor preservation",
-                  decimals=4)
+    return _table(
+        "table_anchor",
+        "Anchor preservation: mean cos(t_c^T, z_c) over historical classes, 10 tasks.",
+        records,
+        _labels(runs),
+        columns,
+        "no 10-task GR4CIL run with anchor preservation",
+        decimals=4,
+    )
 
 
 TABLES: dict[str, Callable[[ReportInputs], ReportTable]] = {
-    "table1_main": table1_main, "table2_seq": table2_seq, "table2_ood": table2_ood,
-    "table3_zeroshot": table3_zeroshot, "table3_subspace": table3_subspace,
-    "table4_ablation": table4_ablation, "table5_compensation": table5_compensation,
-    "table_anchor": table_anchor, "table_adjacent_subspace": table_adjacent_subspace,
-    "table_tau": table_tau, "table_beta_gamma": table_beta_gamma,
+    "table1_main": table1_main,
+    "table2_seq": table2_seq,
+    "table2_ood": table2_ood,
+    "table3_zeroshot": table3_zeroshot,
+    "table3_subspace": table3_subspace,
+    "table4_ablation": table4_ablation,
+    "table5_compensation": table5_compensation,
+    "table_anchor": table_anchor,
+    "table_adjacent_subspace": table_adjacent_subspace,
+    "table_tau": table_tau,
+    "table_beta_gamma": table_beta_gamma,
 }

@@ -1,6 +1,6 @@
 """REPRODUCIBILITY.md: one row per strategy, built from result JSON.
 
-Columns: the paper's row label (BASELINES.md D9); where its recipe comes from; what is verified
+Columns: the paper's row label (docs/decisions.md D9); where its recipe comes from; what is verified
 offline (its tests, and its Avg/Last on the miniature, from the ``smoke-baselines`` results kept
 under ``results/``); the paper's Table 1 numbers; and the numbers reproduced on real data, from
 every result of a paper dataset found, or "not yet run".
@@ -19,38 +19,65 @@ from statistics import fmean, stdev
 
 import numpy as np
 
-from analysis.paper_tables import DATASET_NAMES, PAPER_DATASETS, PAPER_METHOD_NAMES, load_paper_reference, row_label
-from benchmarks.core.errors import UserError
+from analysis.paper_tables import (
+    DATASET_NAMES,
+    PAPER_DATASETS,
+    PAPER_METHOD_NAMES,
+    load_paper_reference,
+    row_label,
+)
 from benchmarks.core.atomic_io import atomic_write_text
+from benchmarks.core.errors import UserError
 from benchmarks.runner.results import iter_results
 
 # strategy -> (where its recipe comes from, the tests that check it)
 PROVENANCE = {
-    "continual_clip": ("zero-shot CLIP, nothing trained", "test_streams_and_strategies, test_strategy_numbers"),
-    "finetune": ("GR4CIL's recipe, one LoRA trained task after task (SPEC section 2); not a paper row",
-                 "test_streams_and_strategies, test_strategy_numbers"),
-    "gr4cil": ("the paper and SPEC.md", "test_gr4cil_equations, test_gr4cil_runs, test_strategy_numbers"),
-    "adaptervlm": ("official code (BASELINES.md section 4)", "test_adaptervlm"),
-    "mg_clip": ("official code; epochs per D7 (BASELINES.md section 5)", "test_mg_clip"),
-    "moe4cl": ("official MoE-Adapters code; clean evaluation, D4 (section 6)", "test_moe4cl"),
-    "magmax": ("official code; a merge every stage, D8 (section 7)", "test_magmax"),
-    "l2p_pp": ("CODA-Prompt codebase, L2P++ (sections 8-9, D6)", "test_prompt_methods, test_visual_prefix"),
-    "dualprompt": ("CODA-Prompt codebase (sections 8, 10, D6)", "test_prompt_methods, test_visual_prefix"),
-    "coda_prompt": ("CODA-Prompt codebase (sections 8, 11, D6)", "test_prompt_methods, test_visual_prefix"),
-    "aper_adapter": ("C3Box's CLIP configuration; the same values on every dataset, a fallback (section 12)",
-                     "test_aper_adapter"),
-    "clap": ("official code, replay-free (section 13, D5)", "test_clap"),
+    "continual_clip": (
+        "zero-shot CLIP, nothing trained",
+        "test_streams_and_strategies, test_strategy_numbers",
+    ),
+    "finetune": (
+        "GR4CIL's recipe, one LoRA trained task after task (docs/decisions.md P2); not a paper row",
+        "test_streams_and_strategies, test_strategy_numbers",
+    ),
+    "gr4cil": (
+        "the paper and docs/decisions.md P2",
+        "test_gr4cil_equations, test_gr4cil_runs, test_strategy_numbers",
+    ),
+    "adaptervlm": ("official code (docs/baselines.md §4)", "test_adaptervlm"),
+    "mg_clip": ("official code; epochs per D7 (docs/baselines.md §5)", "test_mg_clip"),
+    "moe4cl": ("official MoE-Adapters code; clean evaluation, D4 (docs/baselines.md §6)", "test_moe4cl"),
+    "magmax": ("official code; a merge every stage, D8 (docs/baselines.md §7)", "test_magmax"),
+    "l2p_pp": (
+        "CODA-Prompt codebase, L2P++ (docs/baselines.md §8-9, D6)",
+        "test_prompt_methods, test_visual_prefix",
+    ),
+    "dualprompt": (
+        "CODA-Prompt codebase (docs/baselines.md §8, §10, D6)",
+        "test_prompt_methods, test_visual_prefix",
+    ),
+    "coda_prompt": (
+        "CODA-Prompt codebase (docs/baselines.md §8, §11, D6)",
+        "test_prompt_methods, test_visual_prefix",
+    ),
+    "aper_adapter": (
+        "C3Box's CLIP configuration; the same values on every dataset, a fallback (docs/baselines.md §12)",
+        "test_aper_adapter",
+    ),
+    "clap": ("official code, replay-free (docs/baselines.md §13, D5)", "test_clap"),
 }
 MINIATURE = "synthetic"
 
 
 def _avg_last(runs: list[dict]) -> str:
-    """"Avg / Last", each the mean over ``runs``."""
-    return " / ".join(f"{fmean(r['summary'][metric] for r in runs):.2f}" for metric in ("avg_acc", "last_acc"))
+    """ "Avg / Last", each the mean over ``runs``."""
+    return " / ".join(
+        f"{fmean(r['summary'][metric] for r in runs):.2f}" for metric in ("avg_acc", "last_acc")
+    )
 
 
 def _avg_last_spread(runs: list[dict]) -> str:
-    """"Avg / Last" as mean ± std over seeds with n, or the one seed's numbers with "n = 1"."""
+    """ "Avg / Last" as mean ± std over seeds with n, or the one seed's numbers with "n = 1"."""
     if len(runs) == 1:
         return f"{_avg_last(runs)} (n = 1)"
     cells = []
@@ -60,8 +87,9 @@ def _avg_last_spread(runs: list[dict]) -> str:
     return f"{' / '.join(cells)} (n = {len(runs)})"
 
 
-def ranking_agreement(last_by_row: dict[str, list[float]], paper_last: dict[str, float], draws: int = 2000,
-                      seed: int = 0) -> tuple[float, float, float, int] | None:
+def ranking_agreement(
+    last_by_row: dict[str, list[float]], paper_last: dict[str, float], draws: int = 2000, seed: int = 0
+) -> tuple[float, float, float, int] | None:
     """Kendall's tau-b between the mean of each row's Last over its seeds and the paper's Last, over
     the rows both have, with a 95 % percentile bootstrap interval over seeds (each row's seeds
     resampled with replacement, ``draws`` times). Returns (tau, low, high, rows), or None with
@@ -83,11 +111,17 @@ def ranking_agreement(last_by_row: dict[str, list[float]], paper_last: dict[str,
 
 
 def _ranking_line(results: dict[tuple[str, str], list[dict]], paper) -> str:
-    table = paper[(paper["table"] == "table1_main") & (paper["group"] == "cifar100") & (paper["metric"] == "last_acc")]
-    paper_last = {name: float(table[table["row"] == row]["value"].iloc[0])
-                  for name, row in PAPER_METHOD_NAMES.items() if (table["row"] == row).any()}
-    last_by_row = {name: [r["summary"]["last_acc"] for r in results.get((name, MINIATURE), [])]
-                   for name in paper_last}
+    table = paper[
+        (paper["table"] == "table1_main") & (paper["group"] == "cifar100") & (paper["metric"] == "last_acc")
+    ]
+    paper_last = {
+        name: float(table[table["row"] == row]["value"].iloc[0])
+        for name, row in PAPER_METHOD_NAMES.items()
+        if (table["row"] == row).any()
+    }
+    last_by_row = {
+        name: [r["summary"]["last_acc"] for r in results.get((name, MINIATURE), [])] for name in paper_last
+    }
     agreement = ranking_agreement({k: v for k, v in last_by_row.items() if v}, paper_last)
     if agreement is None:
         return "Ranking: fewer than three paper rows have miniature results; no Kendall's τ."
@@ -95,11 +129,16 @@ def _ranking_line(results: dict[tuple[str, str], list[dict]], paper) -> str:
     seeds = sorted({len(v) for v in last_by_row.values() if v})
     n = f"n = {seeds[0]}" if len(seeds) == 1 else f"n = {seeds[0]}-{seeds[-1]}"
     n += " seed a row" if seeds == [1] else " seeds a row"
-    interval = (f"95 % bootstrap interval over seeds [{low:.2f}, {high:.2f}]" if seeds[-1] > 1
-                else "no interval: one seed a row")
-    return (f"Ranking: Kendall's τ between the miniature's mean Last and the paper's CIFAR-100 Last (Table 1) over "
-            f"{rows} paper rows: {tau:.2f} ({interval}; {n}). Reported, never targeted: no method, "
-            "weight or world is tuned to move it.")
+    interval = (
+        f"95 % bootstrap interval over seeds [{low:.2f}, {high:.2f}]"
+        if seeds[-1] > 1
+        else "no interval: one seed a row"
+    )
+    return (
+        f"Ranking: Kendall's τ between the miniature's mean Last and the paper's CIFAR-100 Last (Table 1) over "
+        f"{rows} paper rows: {tau:.2f} ({interval}; {n}). Reported, never targeted: no method, "
+        "weight or world is tuned to move it."
+    )
 
 
 def _paper_numbers(paper, label: str) -> str:
@@ -150,9 +189,13 @@ def reproducibility_markdown(results_dir: str | Path) -> str:
         for dataset in PAPER_DATASETS:
             runs = [r for r in results.get((name, dataset), []) if r["n_tasks"] == 10]
             if runs:
-                real.append(f"{DATASET_NAMES[dataset]} {_avg_last(runs)} ({len(runs)} seed{'s' if len(runs) > 1 else ''})")
-        lines.append(f"| `{name}` | {row_label(name)} | {source} | {offline} | {_paper_numbers(paper, name)} | "
-                     f"{'; '.join(real) or 'not yet run'} |")
+                real.append(
+                    f"{DATASET_NAMES[dataset]} {_avg_last(runs)} ({len(runs)} seed{'s' if len(runs) > 1 else ''})"
+                )
+        lines.append(
+            f"| `{name}` | {row_label(name)} | {source} | {offline} | {_paper_numbers(paper, name)} | "
+            f"{'; '.join(real) or 'not yet run'} |"
+        )
     lines += ["", _ranking_line(results, paper), ""]
     stale = _stale_miniature_results(results)
     if stale:
@@ -167,18 +210,26 @@ def _stale_miniature_results(results: dict[tuple[str, str], list[dict]]) -> str:
     from benchmarks.runner.suites import expand, load_suite
 
     suite = load_suite("smoke-baselines")
-    current = {(spec.strategy, spec.n_tasks): {**spec.config, "backbone": recorded_backbone(spec.config["backbone"])}
-               for spec in expand(suite, seeds=suite["seeds"][:1])}
+    current = {
+        (spec.strategy, spec.n_tasks): {**spec.config, "backbone": recorded_backbone(spec.config["backbone"])}
+        for spec in expand(suite, seeds=suite["seeds"][:1])
+    }
     stored = [r for (_, dataset), runs in results.items() if dataset == MINIATURE for r in runs]
     compared = ("backbone", "strategy_options", "epoch_scale")
-    stale = [r for r in stored if (expected := current.get((r["strategy"], r["n_tasks"]))) is None
-             or any(r["config"].get(key) != expected.get(key) for key in compared)]
+    stale = [
+        r
+        for r in stored
+        if (expected := current.get((r["strategy"], r["n_tasks"]))) is None
+        or any(r["config"].get(key) != expected.get(key) for key in compared)
+    ]
     if not stale:
         return ""
-    return (f"**Stale:** {len(stale)} of the {len(stored)} miniature results were computed with another checkpoint "
-            "of the tiny CLIP or another recipe than `smoke-baselines` now gives; their numbers describe that "
-            "earlier world. `python -m benchmarks.run --suite smoke-baselines --results-dir results/smoke-baselines` "
-            "recomputes them.")
+    return (
+        f"**Stale:** {len(stale)} of the {len(stored)} miniature results were computed with another checkpoint "
+        "of the tiny CLIP or another recipe than `smoke-baselines` now gives; their numbers describe that "
+        "earlier world. `python -m benchmarks.run --suite smoke-baselines --results-dir results/smoke-baselines` "
+        "recomputes them."
+    )
 
 
 def write_reproducibility(results_dir: str | Path, out: str | Path) -> Path:
@@ -188,9 +239,13 @@ def write_reproducibility(results_dir: str | Path, out: str | Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.reproducibility", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.reproducibility", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--results-dir", default="results", help="folder of result JSON (default: results)")
-    parser.add_argument("--out", default="REPRODUCIBILITY.md", help="the file to write (default: REPRODUCIBILITY.md)")
+    parser.add_argument(
+        "--out", default="REPRODUCIBILITY.md", help="the file to write (default: REPRODUCIBILITY.md)"
+    )
     args = parser.parse_args(argv)
     try:
         print(f"wrote {write_reproducibility(args.results_dir, args.out)}")

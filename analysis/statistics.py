@@ -44,8 +44,9 @@ def _image_draws(n_images: int, n_draws: int, rng: np.random.Generator) -> np.nd
     return np.bincount(offsets, minlength=n_draws * n_images).reshape(n_draws, n_images).astype(float)
 
 
-def bootstrap_stage_means(values: np.ndarray, counted: np.ndarray, draws: int = 2000, seed: int = 0,
-                          resample_images: bool = True) -> np.ndarray:
+def bootstrap_stage_means(
+    values: np.ndarray, counted: np.ndarray, draws: int = 2000, seed: int = 0, resample_images: bool = True
+) -> np.ndarray:
     """``[draws, T]`` bootstrap replicates of the mean over seeds of the stage scores.
 
     Args:
@@ -61,13 +62,18 @@ def bootstrap_stage_means(values: np.ndarray, counted: np.ndarray, draws: int = 
     counted = np.broadcast_to(np.asarray(counted, dtype=bool), values.shape)
     rng = np.random.default_rng(seed)
     seed_weights = np.zeros((draws, n_seeds))  # each replicate's drawn seeds, as weights summing to 1
-    np.add.at(seed_weights, (np.repeat(np.arange(draws), n_seeds), rng.integers(0, n_seeds, draws * n_seeds)),
-              1.0 / n_seeds)
+    np.add.at(
+        seed_weights,
+        (np.repeat(np.arange(draws), n_seeds), rng.integers(0, n_seeds, draws * n_seeds)),
+        1.0 / n_seeds,
+    )
     out = np.empty((draws, n_stages))
     chunk = max(1, _CHUNK_ELEMENTS // n_images) if resample_images else draws
     for start in range(0, draws, chunk):
         rows = slice(start, min(draws, start + chunk))
-        weights = _image_draws(n_images, rows.stop - start, rng) if resample_images else np.ones((1, n_images))
+        weights = (
+            _image_draws(n_images, rows.stop - start, rng) if resample_images else np.ones((1, n_images))
+        )
         per_seed = np.stack([stage_scores(values[s], counted[s], weights) for s in range(n_seeds)], 1)
         out[rows] = np.einsum("ds,dst->dt", seed_weights[rows], per_seed)
     return out
@@ -84,7 +90,7 @@ class Interval:
 
     @property
     def verdict(self) -> str:
-        """"better" when the interval lies above 0, "worse" below, else no detectable difference."""
+        """ "better" when the interval lies above 0, "worse" below, else no detectable difference."""
         if self.low > 0:
             return "better"
         if self.high < 0:

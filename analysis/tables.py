@@ -15,8 +15,8 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.formatting import latex_table, markdown_table, mean_std_cell, population_std
-from benchmarks.core.errors import UserError, one_line_user_errors
 from benchmarks.core.atomic_io import atomic_write_text
+from benchmarks.core.errors import UserError, one_line_user_errors
 from benchmarks.runner.results import RunKey, iter_results
 
 
@@ -28,16 +28,22 @@ def load_runs(results_dir: str | Path, keys: list[RunKey] | None = None) -> pd.D
         key = RunKey(result["label"], result["dataset"], result["n_tasks"], result["seed"])
         if wanted is not None and key not in wanted:
             continue
-        rows.append({"label": key.label, "dataset": key.dataset, "n_tasks": key.n_tasks,
-                     "seed": key.seed, **result["summary"]})
+        rows.append(
+            {
+                "label": key.label,
+                "dataset": key.dataset,
+                "n_tasks": key.n_tasks,
+                "seed": key.seed,
+                **result["summary"],
+            }
+        )
     return pd.DataFrame(rows)
 
 
 def aggregate(runs: pd.DataFrame, metrics=("avg_acc", "last_acc")) -> pd.DataFrame:
     """Mean and std over seeds per (label, dataset, n_tasks)."""
     grouped = runs.groupby(["label", "dataset", "n_tasks"], sort=False)[list(metrics)]
-    return grouped.agg(["mean", population_std, "count"]).rename(
-        columns={"population_std": "std"}, level=1)
+    return grouped.agg(["mean", population_std, "count"]).rename(columns={"population_std": "std"}, level=1)
 
 
 def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
@@ -48,8 +54,9 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
     for (label, dataset, n_tasks), row in stats.iterrows():
         column = f"{dataset} (T={n_tasks})" if several_t else dataset
         for metric, name in (("avg_acc", "Avg"), ("last_acc", "Last")):
-            cells.setdefault(label, {})[(column, name)] = \
-                mean_std_cell(row[(metric, 'mean')], row[(metric, 'std')], n=row[(metric, 'count')])
+            cells.setdefault(label, {})[(column, name)] = mean_std_cell(
+                row[(metric, "mean")], row[(metric, "std")], n=row[(metric, "count")]
+            )
     table = pd.DataFrame.from_dict(cells, orient="index").fillna("–")  # a run that does not exist
     table.columns = pd.MultiIndex.from_tuples(table.columns, names=["dataset", "metric"])
     table.index.name = "method"
@@ -70,8 +77,10 @@ def write_tables(results_dir: str | Path, keys: list[RunKey] | None = None) -> s
     results_dir = Path(results_dir)
     runs = load_runs(results_dir, keys)
     if runs.empty:
-        raise UserError(f"no result JSON found under {results_dir}; run python -m benchmarks.run first "
-                        "or point --results-dir at a folder of results")
+        raise UserError(
+            f"no result JSON found under {results_dir}; run python -m benchmarks.run first "
+            "or point --results-dir at a folder of results"
+        )
     table = accuracy_table(runs)
     markdown = to_markdown(table)
     atomic_write_text(results_dir / "table.md", markdown)

@@ -56,8 +56,11 @@ def dry_run_table(runs: list[RunSpec], store: ResultStore, data_root: str) -> st
                 estimate = "no finished run of this strategy and dataset yet"
         detail = f" ({state.detail})" if state.detail else ""
         lines.append(f"| {spec.key} | {state.state}{detail} | {estimate} |")
-    lines += ["", f"{len(runs)} run(s); estimated {_duration(total)} left"
-                  + (f", plus {unknown} run(s) without an estimate" if unknown else "")]
+    lines += [
+        "",
+        f"{len(runs)} run(s); estimated {_duration(total)} left"
+        + (f", plus {unknown} run(s) without an estimate" if unknown else ""),
+    ]
     return "\n".join(lines)
 
 
@@ -79,12 +82,15 @@ def _csv(kind):
             return [kind(item) for item in text.split(",") if item]
         except ValueError:
             raise argparse.ArgumentTypeError(f"expected a comma-separated list, got {text!r}")
+
     return parse
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = _Parser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
-    parser.add_argument("--suite", default="smoke", help="suite name (benchmarks/suites/NAME.toml) or a .toml path")
+    parser.add_argument(
+        "--suite", default="smoke", help="suite name (benchmarks/suites/NAME.toml) or a .toml path"
+    )
     parser.add_argument("--strategies", type=_csv(str), help="comma-separated strategies or variant labels")
     parser.add_argument("--datasets", type=_csv(str), help="comma-separated dataset names")
     parser.add_argument("--tasks", type=_csv(int), help="comma-separated task counts, e.g. 5,10,20")
@@ -92,52 +98,85 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--results-dir", help="where result JSON goes (default: runs/SUITE)")
     parser.add_argument("--data-root", default="data", help="folder holding the datasets (default: ./data)")
     parser.add_argument("--device", choices=["auto", "cpu", "cuda"], help="default: the suite's, else auto")
-    parser.add_argument("--precision", choices=["auto", *PRECISIONS],
-                        help="fp32, fp16 (autocast + loss scaling) or bf16; default: the suite's, else auto "
-                             "(fp16 on CUDA, fp32 on CPU)")
-    parser.add_argument("--deterministic", action="store_true",
-                        help="deterministic CUDA kernels (torch.use_deterministic_algorithms): bit-identical GPU "
-                             "reruns, somewhat slower; CPU runs are bit-identical without it")
+    parser.add_argument(
+        "--precision",
+        choices=["auto", *PRECISIONS],
+        help="fp32, fp16 (autocast + loss scaling) or bf16; default: the suite's, else auto "
+        "(fp16 on CUDA, fp32 on CPU)",
+    )
+    parser.add_argument(
+        "--deterministic",
+        action="store_true",
+        help="deterministic CUDA kernels (torch.use_deterministic_algorithms): bit-identical GPU "
+        "reruns, somewhat slower; CPU runs are bit-identical without it",
+    )
     parser.add_argument("--weights", help="local CLIP weight file (overrides the suite's pretrained tag)")
     parser.add_argument("--class-order", help="seed1993 (default), seedN, or dytox (CIFAR-100)")
     parser.add_argument("--force", action="store_true", help="recompute finished runs")
-    parser.add_argument("--save-models", action="store_true",
-                        help="also save each finished run's learned state (safetensors + JSON) next to its result")
+    parser.add_argument(
+        "--save-models",
+        action="store_true",
+        help="also save each finished run's learned state (safetensors + JSON) next to its result",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
-    parser.add_argument("--launcher", choices=LAUNCHERS, default="inline",
-                        help="inline: runs one after another here (default); local: --workers processes on this "
-                             "machine, sharing the runs through their locks; slurm: one SLURM job per unfinished "
-                             "run, as a job array (submitit)")
+    parser.add_argument(
+        "--launcher",
+        choices=LAUNCHERS,
+        default="inline",
+        help="inline: runs one after another here (default); local: --workers processes on this "
+        "machine, sharing the runs through their locks; slurm: one SLURM job per unfinished "
+        "run, as a job array (submitit)",
+    )
     parser.add_argument("--workers", type=int, default=1, help="local launcher: worker processes (default 1)")
-    parser.add_argument("--gpus", type=_csv(int), help="local launcher: GPU ids, worker i gets gpus[i %% len]")
+    parser.add_argument(
+        "--gpus", type=_csv(int), help="local launcher: GPU ids, worker i gets gpus[i %% len]"
+    )
     slurm = parser.add_argument_group("slurm launcher (override the suite's [launcher] table)")
     slurm.add_argument("--slurm-partition", help="partition")
-    slurm.add_argument("--slurm-time", type=int, help="time limit of a job, minutes (default 1440); a job that "
-                       "reaches it is requeued and resumes")
+    slurm.add_argument(
+        "--slurm-time",
+        type=int,
+        help="time limit of a job, minutes (default 1440); a job that reaches it is requeued and resumes",
+    )
     slurm.add_argument("--slurm-gpus", type=int, help="GPUs per job (default 1)")
     slurm.add_argument("--slurm-cpus", type=int, help="CPUs per job (default 8)")
     slurm.add_argument("--slurm-mem-gb", type=float, help="memory per job, GB (default: the partition's)")
-    slurm.add_argument("--slurm-array-parallelism", type=int, help="jobs of the array running at once (default 64)")
+    slurm.add_argument(
+        "--slurm-array-parallelism", type=int, help="jobs of the array running at once (default 64)"
+    )
     slurm.add_argument("--slurm-account", help="account to charge")
     slurm.add_argument("--slurm-qos", help="quality of service")
     slurm.add_argument("--slurm-constraint", help="node constraint, e.g. a100")
-    slurm.add_argument("--slurm-setup", action="append", metavar="LINE",
-                       help="a shell line run before each job, e.g. 'module load cuda' (repeatable)")
-    parser.add_argument("--no-wait", action="store_true",
-                        help="slurm launcher: exit once submitted; rerun the same command to collect the results "
-                             "(nothing is submitted twice)")
-    parser.add_argument("--run-logs", action="store_true", help=argparse.SUPPRESS)  # set by the local launcher
-    parser.add_argument("--dry-run", action="store_true",
-                        help="list every run with its state (finished, partial, running, to run) and an estimated "
-                             "cost from finished runs of the same strategy and dataset; run nothing")
+    slurm.add_argument(
+        "--slurm-setup",
+        action="append",
+        metavar="LINE",
+        help="a shell line run before each job, e.g. 'module load cuda' (repeatable)",
+    )
+    parser.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="slurm launcher: exit once submitted; rerun the same command to collect the results "
+        "(nothing is submitted twice)",
+    )
+    parser.add_argument(
+        "--run-logs", action="store_true", help=argparse.SUPPRESS
+    )  # set by the local launcher
+    parser.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="list every run with its state (finished, partial, running, to run) and an estimated "
+        "cost from finished runs of the same strategy and dataset; run nothing",
+    )
     return parser.parse_args(argv)
 
 
 def _check_launcher_options(args: argparse.Namespace, suite: dict):
     """Reject options that do not belong to the chosen launcher; the SLURM options, resolved
     (suite ``[launcher]`` table, then the command line), for ``--launcher slurm``."""
-    slurm_given = {name.removeprefix("slurm_"): value for name, value in vars(args).items()
-                   if name.startswith("slurm_")}
+    slurm_given = {
+        name.removeprefix("slurm_"): value for name, value in vars(args).items() if name.startswith("slurm_")
+    }
     if args.launcher != "slurm" and (any(v is not None for v in slurm_given.values()) or args.no_wait):
         raise UserError("--slurm-* options and --no-wait belong to --launcher slurm")
     if args.launcher != "local" and (args.workers != 1 or args.gpus):
@@ -147,8 +186,10 @@ def _check_launcher_options(args: argparse.Namespace, suite: dict):
             raise UserError(f"--workers must be at least 1, not {args.workers}")
         check_gpus(args.gpus)
     if args.launcher != "inline" and args.force:
-        raise UserError(f"--force with --launcher {args.launcher} could recompute a run that another process "
-                        "holds; delete the results to recompute, or use --force with the inline launcher")
+        raise UserError(
+            f"--force with --launcher {args.launcher} could recompute a run that another process "
+            "holds; delete the results to recompute, or use --force with the inline launcher"
+        )
     if args.launcher != "slurm":
         return None
     from benchmarks.runner.slurm_launcher import SlurmOptions, check_slurm  # submitit: only for SLURM
@@ -182,17 +223,28 @@ def main(argv: list[str] | None = None) -> int:
     multiprocessing.set_forkserver_preload(["benchmarks.runner.execute"])
     try:
         suite = load_suite(args.suite)
-        slurm_options = _check_launcher_options(args, suite)  # bad launcher input: one line, before anything runs
+        slurm_options = _check_launcher_options(
+            args, suite
+        )  # bad launcher input: one line, before anything runs
         device, weights = args.device, args.weights
         if slurm_options is not None:
             if (device or suite.get("device", "auto")) == "auto":
                 device = "cuda" if slurm_options.gpus else "cpu"  # the jobs' device, not this login node's
             if weights and Path(weights).exists():
                 weights = str(Path(weights).resolve())  # a job may start in another folder
-        runs = expand(suite, strategies=args.strategies, datasets=args.datasets, tasks=args.tasks,
-                      seeds=args.seeds, device=device, class_order=args.class_order,
-                      weights=weights, precision=args.precision,
-                      deterministic=args.deterministic or None, check_device=slurm_options is None)
+        runs = expand(
+            suite,
+            strategies=args.strategies,
+            datasets=args.datasets,
+            tasks=args.tasks,
+            seeds=args.seeds,
+            device=device,
+            class_order=args.class_order,
+            weights=weights,
+            precision=args.precision,
+            deterministic=args.deterministic or None,
+            check_device=slurm_options is None,
+        )
         if any(spec.deterministic for spec in runs) and slurm_options is None:
             set_deterministic(True)  # before any CUDA work: cuBLAS reads its workspace setting once
         results_dir = Path(args.results_dir or Path("runs") / suite["name"])
@@ -202,8 +254,14 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         preflight(runs, args.data_root)
         print(f"suite {suite['name']}: {len(runs)} run(s) -> {results_dir}", file=sys.stderr)
-        options = RunOptions(data_root=args.data_root, force=args.force, quiet=args.quiet,
-                             save_models=args.save_models, run_logs=args.run_logs, suite_name=suite["name"])
+        options = RunOptions(
+            data_root=args.data_root,
+            force=args.force,
+            quiet=args.quiet,
+            save_models=args.save_models,
+            run_logs=args.run_logs,
+            suite_name=suite["name"],
+        )
         outcome = _launcher(args, argv, slurm_options, suite["name"]).launch(runs, store, options)
         if not outcome.show_table:
             return outcome.code
@@ -212,18 +270,26 @@ def main(argv: list[str] | None = None) -> int:
 
             print(write_tables(results_dir, outcome.finished))
         elif args.launcher == "inline":
-            print("no run finished here: every run is held by another process; rerun later to collect them",
-                  file=sys.stderr)
+            print(
+                "no run finished here: every run is held by another process; rerun later to collect them",
+                file=sys.stderr,
+            )
         if outcome.code:
-            print(f"error: {len(runs) - len(outcome.finished)} of {len(runs)} run(s) did not finish; see "
-                  f"python -m benchmarks.runner.status --results-dir {results_dir}", file=sys.stderr)
+            print(
+                f"error: {len(runs) - len(outcome.finished)} of {len(runs)} run(s) did not finish; see "
+                f"python -m benchmarks.runner.status --results-dir {results_dir}",
+                file=sys.stderr,
+            )
         return outcome.code
     except OSError as err:
         if err.errno not in _STORAGE_ERRORS:
             raise
         where = f" ({err.filename})" if err.filename else ""
-        print(f"error: cannot write the results{where}: {err.strerror}; free space or fix permissions (or give "
-              "another --results-dir) and rerun: finished tasks are kept", file=sys.stderr)
+        print(
+            f"error: cannot write the results{where}: {err.strerror}; free space or fix permissions (or give "
+            "another --results-dir) and rerun: finished tasks are kept",
+            file=sys.stderr,
+        )
         return 2
     except KeyboardInterrupt:
         print("interrupted: rerun the same command to resume from the last finished task", file=sys.stderr)

@@ -1,7 +1,7 @@
 """AdapterVLM (Zhang et al., IEEE TMM 2025): task-specific visual LoRA, a shared text LoRA with a
 sliding text anchor, pseudo-OOD training of an auxiliary head, and prototype + text scores.
 
-Paper row "AdapterVLM" (BASELINES.md section 4; facts from its paper and code, no code reused).
+Paper row "AdapterVLM" (docs/baselines.md §4; facts from its paper and code, no code reused).
 
 Per task t:
 
@@ -64,7 +64,9 @@ from strategies.registry import register
 
 
 # ============================================================================ the equations
-def distance_loss(new_text: torch.Tensor, seen_text: torch.Tensor, new_index: torch.Tensor, tau: float) -> torch.Tensor:
+def distance_loss(
+    new_text: torch.Tensor, seen_text: torch.Tensor, new_index: torch.Tensor, tau: float
+) -> torch.Tensor:
     """``L_dist``: the sum over new classes c and other seen classes c' of ``max(0, cos(t_c, t_c') - tau)``
     divided by ``n_new (n_seen - 1)``. Every new class has the same number of others, so it is
     GR4CIL's ``separation_loss`` (a mean of per-class means)."""
@@ -76,8 +78,9 @@ def prototype(features: torch.Tensor) -> torch.Tensor:
     return F.normalize(features.sum(dim=0), dim=-1)
 
 
-def task_scores(image: torch.Tensor, prototypes: torch.Tensor, text: torch.Tensor, lam: float,
-                beta: float) -> torch.Tensor:
+def task_scores(
+    image: torch.Tensor, prototypes: torch.Tensor, text: torch.Tensor, lam: float, beta: float
+) -> torch.Tensor:
     """``q_c = lam <v, p_c> + beta <v, t_c>`` for one task's classes (raw cosines)."""
     return lam * image @ prototypes.T + beta * image @ text.T
 
@@ -110,7 +113,6 @@ class AdapterVLMConfig(StrategyConfig):
     lam: float = 1.0  # prototype weight of q
     beta: float = 1.0  # text weight of q
     patch_grid: int = 8  # pseudo-OOD: grid x grid patches
-
 
 
 @register("adaptervlm")
@@ -155,10 +157,22 @@ class AdapterVLM(CLIPStrategy):
         when it runs out."""
         if self._ood_batches is None:
             backbone = self.backbone
-            ood = self.adapted_dataset.replace_current_transform_group(patch_shuffled_train_transform(
-                backbone.image_size, backbone.mean, backbone.std, self.cfg.train_augmentation, self.cfg.patch_grid))
-            self._ood_loader = self.data_loader(ood, batch_size=self.cfg.batch_size, shuffle=True,
-                                                passes=self.train_epochs, purpose="pseudo-ood")
+            ood = self.adapted_dataset.replace_current_transform_group(
+                patch_shuffled_train_transform(
+                    backbone.image_size,
+                    backbone.mean,
+                    backbone.std,
+                    self.cfg.train_augmentation,
+                    self.cfg.patch_grid,
+                )
+            )
+            self._ood_loader = self.data_loader(
+                ood,
+                batch_size=self.cfg.batch_size,
+                shuffle=True,
+                passes=self.train_epochs,
+                purpose="pseudo-ood",
+            )
             self._ood_batches = iter(self._ood_loader)
         try:
             images = next(self._ood_batches)[0]
@@ -172,12 +186,19 @@ class AdapterVLM(CLIPStrategy):
         raw = self.backbone.encode_image(torch.cat([images, ood]), normalize=False)
         text = self.text_features(self.seen_classes + self.current_classes)
         image = F.normalize(raw[: len(images)], dim=-1)
-        clip_logits = self.backbone.logit_scale * image @ text[len(self.seen_classes):].T
+        clip_logits = self.backbone.logit_scale * image @ text[len(self.seen_classes) :].T
         return StepOutput(clip_logits, self.aux(raw), text)
 
     def compute_loss(self, output: StepOutput, local_targets: torch.Tensor) -> torch.Tensor:
-        return sum(loss_terms(output, local_targets, self.device_copy("anchors", self.anchors), len(self.seen_classes),
-                              self.cfg.tau).values())
+        return sum(
+            loss_terms(
+                output,
+                local_targets,
+                self.device_copy("anchors", self.anchors),
+                len(self.seen_classes),
+                self.cfg.tau,
+            ).values()
+        )
 
     # ---------------------------------------------------------------- after a task
     def finish_task(self, task: int, classes: list[int]) -> None:
@@ -197,8 +218,11 @@ class AdapterVLM(CLIPStrategy):
         columns, start = [], 0
         for classes, branch, prototypes in zip(self.task_classes, features, self.prototypes):
             stop = start + len(classes)
-            columns.append(task_scores(branch, prototypes.to(branch), text[start:stop].to(branch),
-                                       self.cfg.lam, self.cfg.beta))
+            columns.append(
+                task_scores(
+                    branch, prototypes.to(branch), text[start:stop].to(branch), self.cfg.lam, self.cfg.beta
+                )
+            )
             start = stop
         return torch.cat(columns, dim=1)
 
@@ -231,14 +255,17 @@ class AdapterVLM(CLIPStrategy):
             self.backbone.set_adapters(visual=self.branches[-1], text="text")
 
 
-def loss_terms(output: StepOutput, local_targets: torch.Tensor, anchors: torch.Tensor, n_seen: int,
-               tau: float) -> dict[str, torch.Tensor]:
+def loss_terms(
+    output: StepOutput, local_targets: torch.Tensor, anchors: torch.Tensor, n_seen: int, tau: float
+) -> dict[str, torch.Tensor]:
     """The four terms of AdapterVLM's loss, each weighted 1."""
     n_new = output.clip_logits.shape[1]
     text_old, text_new = output.text[:n_seen], output.text[n_seen:]
     ood_targets = torch.full_like(local_targets, n_new)[: output.aux_logits.shape[0] - len(local_targets)]
-    terms = {"clip": F.cross_entropy(output.clip_logits, local_targets),
-             "ce": F.cross_entropy(output.aux_logits, torch.cat([local_targets, ood_targets]))}
+    terms = {
+        "clip": F.cross_entropy(output.clip_logits, local_targets),
+        "ce": F.cross_entropy(output.aux_logits, torch.cat([local_targets, ood_targets])),
+    }
     new_index = torch.arange(n_seen, n_seen + n_new, device=text_new.device)
     terms["dist"] = distance_loss(text_new, output.text, new_index, tau)
     if n_seen:

@@ -1,6 +1,6 @@
 """APER with adapters (Zhou et al., IJCV 2025, "Revisiting Class-Incremental Learning with Pre-Trained
 Models"): adapt on the first task only, then classify every task by prototypes of the pretrained
-and the adapted features side by side. Paper row "Aper-Adapter" (BASELINES.md section 12; facts
+and the adapted features side by side. Paper row "Aper-Adapter" (docs/baselines.md §12; facts
 from the paper and its code, no code reused).
 
 * Task 1: an AdaptFormer adapter parallel to the MLP of every visual block
@@ -86,8 +86,13 @@ class AperAdapter(CLIPStrategy):
         cfg = self.cfg
         # Added here, not in setup_task(0), so a checkpoint finds them; with zero up-projections the
         # adapted tower equals the pretrained one until the first step.
-        self.backbone.add_mlp_adapters("visual", experts=1, bottleneck=cfg.bottleneck, dropout=cfg.adapter_dropout,
-                                       scale=cfg.adapter_scale)
+        self.backbone.add_mlp_adapters(
+            "visual",
+            experts=1,
+            bottleneck=cfg.bottleneck,
+            dropout=cfg.adapter_dropout,
+            scale=cfg.adapter_scale,
+        )
         self.prototypes = torch.zeros(0, 2 * self.backbone.embed_dim)
         self.head: CosineHead | None = None
         self._phi_cache: dict[str, torch.Tensor] = {}

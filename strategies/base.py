@@ -73,9 +73,18 @@ class CLIPStrategy(SupervisedTemplate):
     #: (``pack_state``): tensors, lists or dicts of tensors, modules, or None
     checkpoint_attributes: ClassVar[tuple[str, ...]] = ()
 
-    def __init__(self, *, backbone: CLIPBackbone, class_names: list[str], config: StrategyConfig,
-                 device: str | torch.device = "cpu", precision: str = "auto", show_progress: bool = True,
-                 seed: int | None = None, **avalanche_kwargs):
+    def __init__(
+        self,
+        *,
+        backbone: CLIPBackbone,
+        class_names: list[str],
+        config: StrategyConfig,
+        device: str | torch.device = "cpu",
+        precision: str = "auto",
+        show_progress: bool = True,
+        seed: int | None = None,
+        **avalanche_kwargs,
+    ):
         """``precision``: fp32, fp16 (autocast and a loss scaler) or bf16; "auto" is fp16 on CUDA and
         fp32 elsewhere, or fp32 everywhere for a config with ``amp = False``. ``seed``: the run seed
         that every loader's shuffle and augmentation draws derive from (``benchmarks.data.loaders``); by
@@ -103,7 +112,9 @@ class CLIPStrategy(SupervisedTemplate):
         self._prepared_prompts: dict[tuple[int, ...], PreparedPrompts] = {}
         self._fixed_text: dict[tuple, torch.Tensor] | None = None
         self._device_copies: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # name -> (tensor, its copy)
-        self._frozen_features: dict[tuple[str, str | None], torch.Tensor] = {}  # (cache_key, adapter) -> features
+        self._frozen_features: dict[
+            tuple[str, str | None], torch.Tensor
+        ] = {}  # (cache_key, adapter) -> features
         self.eval_branch_forwards = 0  # images that frozen_features pushed through a visual branch
         # Avalanche wants an optimiser up front; the real one is built per task in make_optimizer.
         idle = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
@@ -111,9 +122,15 @@ class CLIPStrategy(SupervisedTemplate):
             with warnings.catch_warnings():  # metrics come from the runner, not Avalanche's loggers
                 warnings.filterwarnings("ignore", message="No loggers specified")
                 avalanche_kwargs["evaluator"] = EvaluationPlugin(loggers=[])
-        super().__init__(model=self.backbone, optimizer=idle, train_mb_size=config.batch_size,
-                         train_epochs=config.epochs, eval_mb_size=config.eval_batch_size,
-                         device=device, **avalanche_kwargs)
+        super().__init__(
+            model=self.backbone,
+            optimizer=idle,
+            train_mb_size=config.batch_size,
+            train_epochs=config.epochs,
+            eval_mb_size=config.eval_batch_size,
+            device=device,
+            **avalanche_kwargs,
+        )
 
     # ------------------------------------------------------------------ hooks for subclasses
     def setup_task(self, task: int, classes: list[int]) -> None:
@@ -185,7 +202,9 @@ class CLIPStrategy(SupervisedTemplate):
             self._fixed_text = outer
 
     @torch.no_grad()
-    def _encode_dataset(self, dataset, adapter: str | None, normalize: bool = True) -> tuple[torch.Tensor, torch.Tensor]:
+    def _encode_dataset(
+        self, dataset, adapter: str | None, normalize: bool = True
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Image features (CPU, L2-normalised unless ``normalize=False``) and labels of every item of
         ``dataset``, under visual adapter ``adapter``, which stays active; the text adapter is kept."""
         self.backbone.set_adapters(visual=adapter, text=self.backbone.active_adapters["text"])
@@ -215,7 +234,9 @@ class CLIPStrategy(SupervisedTemplate):
     def add_adapter(self, name: str, tower: str, init_a: str = "kaiming") -> None:
         """Add a LoRA adapter with the configured rank and alpha (``init_a``: see ``add_lora``), and
         remember it for checkpoints (which restore its weights, so the init is not stored)."""
-        self.backbone.add_lora(name, tower=tower, rank=self.cfg.lora_rank, alpha=self.cfg.lora_alpha, init_a=init_a)
+        self.backbone.add_lora(
+            name, tower=tower, rank=self.cfg.lora_rank, alpha=self.cfg.lora_alpha, init_a=init_a
+        )
         self.adapters[name] = {"tower": tower, "rank": self.cfg.lora_rank, "alpha": self.cfg.lora_alpha}
 
     def trainable_parameter_count(self) -> int:
@@ -230,14 +251,24 @@ class CLIPStrategy(SupervisedTemplate):
     def loader_options(self) -> dict[str, Any]:
         """DataLoader options from the config: workers (kept alive across epochs), pinned memory on CUDA."""
         workers = self.cfg.num_workers
-        return {"num_workers": workers, "persistent_workers": workers > 0, "pin_memory": self.device.type == "cuda"}
+        return {
+            "num_workers": workers,
+            "persistent_workers": workers > 0,
+            "pin_memory": self.device.type == "cuda",
+        }
 
     def loader_key(self, purpose: str) -> tuple[int, int, str]:
         """What a loader's draws derive from: (run seed, task index, purpose)."""
         return self.seed, len(self.task_classes), purpose
 
-    def data_loader(self, dataset, batch_size: int | None = None, shuffle: bool = False,
-                    passes: int = 1, purpose: str = "eval") -> DataLoader:
+    def data_loader(
+        self,
+        dataset,
+        batch_size: int | None = None,
+        shuffle: bool = False,
+        passes: int = 1,
+        purpose: str = "eval",
+    ) -> DataLoader:
         """A loader over ``dataset`` with ``loader_options``, for the strategy's own passes
         (evaluation, prototypes, second stages); with several ``passes`` its workers stay alive.
 
@@ -247,8 +278,13 @@ class CLIPStrategy(SupervisedTemplate):
         """
         options = self.loader_options()
         options["persistent_workers"] = options["persistent_workers"] and passes > 1
-        return seeded_loader(dataset, self.loader_key(purpose), batch_size or self.cfg.eval_batch_size,
-                             shuffle=shuffle, **options)
+        return seeded_loader(
+            dataset,
+            self.loader_key(purpose),
+            batch_size or self.cfg.eval_batch_size,
+            shuffle=shuffle,
+            **options,
+        )
 
     @torch.no_grad()
     def score_dataset(self, dataset, cache_key: str | None = None) -> torch.Tensor:
@@ -261,7 +297,9 @@ class CLIPStrategy(SupervisedTemplate):
         self.backbone.eval()
         out = []
         with self.fixed_text():
-            batches = tqdm(self.data_loader(dataset), desc="eval", leave=False, disable=not self.show_progress)
+            batches = tqdm(
+                self.data_loader(dataset), desc="eval", leave=False, disable=not self.show_progress
+            )
             for images, *_ in batches:
                 out.append(self.scores(images.to(self.device, non_blocking=True)).float().cpu())
         return torch.cat(out)
@@ -305,13 +343,24 @@ class CLIPStrategy(SupervisedTemplate):
     # the same numbers whatever the worker count.
     def make_train_dataloader(self, shuffle: bool = True, drop_last: bool = False, **kwargs):
         options = {**self.loader_options(), **_loader_kwargs(kwargs)}
-        self.dataloader = seeded_loader(self.adapted_dataset, self.loader_key("train"), self.train_mb_size,
-                                        shuffle=shuffle, drop_last=drop_last, **options)
+        self.dataloader = seeded_loader(
+            self.adapted_dataset,
+            self.loader_key("train"),
+            self.train_mb_size,
+            shuffle=shuffle,
+            drop_last=drop_last,
+            **options,
+        )
 
     def make_eval_dataloader(self, shuffle: bool = False, **kwargs):
         options = {**self.loader_options(), "persistent_workers": False, **_loader_kwargs(kwargs)}
-        self.dataloader = seeded_loader(self.adapted_dataset, self.loader_key("avalanche-eval"), self.eval_mb_size,
-                                        shuffle=shuffle, **options)
+        self.dataloader = seeded_loader(
+            self.adapted_dataset,
+            self.loader_key("avalanche-eval"),
+            self.eval_mb_size,
+            shuffle=shuffle,
+            **options,
+        )
 
     def make_optimizer(self, **kwargs):
         params = [p for p in self.backbone.parameters() if p.requires_grad]
@@ -380,8 +429,12 @@ class CLIPStrategy(SupervisedTemplate):
         super()._before_training_exp(**kwargs)
         total = self.train_epochs * len(self.dataloader)
         task = len(self.task_classes) + 1
-        self._progress = tqdm(total=total, desc=f"{self.name} task {task}", leave=False,
-                              disable=not self.show_progress or total == 0)
+        self._progress = tqdm(
+            total=total,
+            desc=f"{self.name} task {task}",
+            leave=False,
+            disable=not self.show_progress or total == 0,
+        )
 
     def _before_training_epoch(self, **kwargs):
         super()._before_training_epoch(**kwargs)
@@ -395,7 +448,9 @@ class CLIPStrategy(SupervisedTemplate):
     def _after_training_epoch(self, **kwargs):
         loss = float(self._epoch_loss) / max(1, len(self.dataloader))
         if not math.isfinite(loss):
-            raise FloatingPointError(f"{self.name}: training loss became {loss} in epoch {self.clock.train_exp_epochs + 1}")
+            raise FloatingPointError(
+                f"{self.name}: training loss became {loss} in epoch {self.clock.train_exp_epochs + 1}"
+            )
         self._progress.set_postfix(loss=f"{loss:.3f}")
         if self.scheduler is not None and self.cfg.schedule in ("cosine_epoch", "coda_cosine"):
             self.scheduler.step()

@@ -36,7 +36,9 @@ def pack_state(value: StateValue) -> tuple[str, dict[str, torch.Tensor]]:
         return "list", {f"/{i}": v.detach().cpu().contiguous() for i, v in enumerate(value)}
     if isinstance(value, dict):
         return "dict", {f"/{k}": v.detach().cpu().contiguous() for k, v in value.items()}
-    raise TypeError(f"cannot checkpoint a {type(value).__name__}; use tensors, lists or dicts of them, or a module")
+    raise TypeError(
+        f"cannot checkpoint a {type(value).__name__}; use tensors, lists or dicts of them, or a module"
+    )
 
 
 def unpack_state(kind: str, packed: dict[str, torch.Tensor], current: StateValue = None) -> StateValue:
@@ -65,16 +67,25 @@ def strategy_state(strategy) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     Keys: ``lora/<adapter>/<key>`` for every LoRA adapter, and ``state/<name>...`` for each
     attribute in ``checkpoint_attributes`` (``pack_state``).
     """
-    tensors = {f"lora/{name}/{key}": value.detach().cpu().contiguous()
-               for name in strategy.adapters for key, value in strategy.backbone.lora_state_dict(name).items()}
+    tensors = {
+        f"lora/{name}/{key}": value.detach().cpu().contiguous()
+        for name in strategy.adapters
+        for key, value in strategy.backbone.lora_state_dict(name).items()
+    }
     kinds = {}
     for name in strategy.checkpoint_attributes:
         kinds[name], packed = pack_state(getattr(strategy, name))
         tensors.update({f"state/{name}{key}": value for key, value in packed.items()})
-    meta = {"seen_classes": strategy.seen_classes, "task_classes": strategy.task_classes,
-            "adapters": strategy.adapters, "loss_scaler": strategy.scaler.state_dict(),
-            "skipped_steps": strategy.skipped_steps, "state_kinds": kinds}
+    meta = {
+        "seen_classes": strategy.seen_classes,
+        "task_classes": strategy.task_classes,
+        "adapters": strategy.adapters,
+        "loss_scaler": strategy.scaler.state_dict(),
+        "skipped_steps": strategy.skipped_steps,
+        "state_kinds": kinds,
+    }
     return tensors, meta
+
 
 def load_strategy_state(strategy, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
     """Restore what ``strategy_state`` returned: LoRA adapters (re-created where missing), the
@@ -89,15 +100,18 @@ def load_strategy_state(strategy, tensors: dict[str, torch.Tensor], meta: dict[s
             strategy.backbone.add_lora(name, tower=spec["tower"], rank=spec["rank"], alpha=spec["alpha"])
             strategy.adapters[name] = dict(spec)
         prefix = f"lora/{name}/"
-        state = {k[len(prefix):]: v for k, v in tensors.items() if k.startswith(prefix)}
+        state = {k[len(prefix) :]: v for k, v in tensors.items() if k.startswith(prefix)}
         strategy.backbone.load_lora_state_dict(name, state)
     for name, kind in meta.get("state_kinds", {}).items():
         prefix = f"state/{name}"
-        packed = {k[len(prefix):]: v for k, v in tensors.items() if k == prefix or k.startswith(prefix + "/")}
+        packed = {
+            k[len(prefix) :]: v for k, v in tensors.items() if k == prefix or k.startswith(prefix + "/")
+        }
         current = getattr(strategy, name, None)
         restored = unpack_state(kind, packed, current)
         if restored is not current:  # a module is loaded in place
             setattr(strategy, name, restored)
+
 
 def save_model(strategy, path: str | Path, extra: dict[str, Any] | None = None) -> None:
     """Write the learned state as ``PATH.safetensors`` plus ``PATH.json`` (metadata); PATH is
@@ -109,8 +123,17 @@ def save_model(strategy, path: str | Path, extra: dict[str, Any] | None = None) 
     path = Path(path)
     tensors, meta = strategy.checkpoint_state()
     write_tensors(path.with_name(path.name + ".safetensors"), tensors)
-    write_json(path.with_name(path.name + ".json"), {"strategy": strategy.name, "config": strategy.cfg.to_dict(),
-                                           "class_names": strategy.class_names, "state": meta, **(extra or {})})
+    write_json(
+        path.with_name(path.name + ".json"),
+        {
+            "strategy": strategy.name,
+            "config": strategy.cfg.to_dict(),
+            "class_names": strategy.class_names,
+            "state": meta,
+            **(extra or {}),
+        },
+    )
+
 
 def load_model(strategy, path: str | Path) -> None:
     """Restore what ``save_model`` wrote (tensors are read with safetensors, never pickle)."""

@@ -1,6 +1,6 @@
 """CLAP4CLIP (Jha et al., NeurIPS 2024): probabilistic fine-tuning of CLIP's class text features
-with a visual-guided attention (VGA) and one distribution encoder per task, replay-free (D5).
-Paper row "CLAP" (BASELINES.md section 13; facts from the paper and its code, no code reused).
+with a visual-guided attention (VGA) and one distribution encoder per task, replay-free (docs/decisions.md D5).
+Paper row "CLAP" (docs/baselines.md §13; facts from the paper and its code, no code reused).
 
 * Frozen towers. t_c: the renormalised mean of class c's template features (the dataset's ensemble).
 * VGA: one ``nn.TransformerDecoderLayer``; queries are the text features of the seen classes, each
@@ -108,8 +108,11 @@ def language_aware_init(template_features: torch.Tensor) -> tuple[torch.Tensor, 
     unbiased variance over templates (zero for a single template), d the embedding width."""
     dim = template_features.shape[-1]
     mean = template_features.mean(dim=1)
-    variance = template_features.var(dim=1, unbiased=True) if template_features.shape[1] > 1 \
+    variance = (
+        template_features.var(dim=1, unbiased=True)
+        if template_features.shape[1] > 1
         else torch.zeros_like(mean)
+    )
     return mean.T @ mean / dim, variance.T @ variance / dim
 
 
@@ -124,8 +127,9 @@ def lasp_loss(templates: torch.Tensor, z: torch.Tensor) -> torch.Tensor:
 
 def task_mask(task_sizes: list[int], device) -> torch.Tensor:
     """``[C, C]`` boolean attention mask, True = blocked: a class attends to its own task's classes only."""
-    task = torch.repeat_interleave(torch.arange(len(task_sizes), device=device),
-                                   torch.tensor(task_sizes, device=device))
+    task = torch.repeat_interleave(
+        torch.arange(len(task_sizes), device=device), torch.tensor(task_sizes, device=device)
+    )
     return task.unsqueeze(1) != task.unsqueeze(0)
 
 
@@ -149,8 +153,15 @@ class CLAP(CLIPStrategy):
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
         cfg, dim = self.cfg, self.backbone.embed_dim
-        self.vga = nn.TransformerDecoderLayer(dim, cfg.vga_heads, cfg.vga_feedforward, cfg.vga_dropout,
-                                              activation="gelu", batch_first=True, norm_first=False).to(self.device)
+        self.vga = nn.TransformerDecoderLayer(
+            dim,
+            cfg.vga_heads,
+            cfg.vga_feedforward,
+            cfg.vga_dropout,
+            activation="gelu",
+            batch_first=True,
+            norm_first=False,
+        ).to(self.device)
         self.encoders = nn.ModuleList()
         self._eval_noise: dict[int, torch.Tensor] = {}
         self._templates: dict[int, torch.Tensor] = {}  # class -> [M, d]; the text tower never changes
@@ -190,12 +201,17 @@ class CLAP(CLIPStrategy):
         for i, task in enumerate(tasks):
             stop = start + len(task)
             mu, sigma = self.encoders[i](adapted[:, start:stop])
-            epsilon = noise[i] if noise is not None else torch.randn(
-                self.cfg.samples, *mu.shape, device=mu.device, dtype=mu.dtype)
+            epsilon = (
+                noise[i]
+                if noise is not None
+                else torch.randn(self.cfg.samples, *mu.shape, device=mu.device, dtype=mu.dtype)
+            )
             z = mu.unsqueeze(0) + sigma.unsqueeze(0) * epsilon  # [R, B or 1, C_i, d]
             features = adapted[:, start:stop].unsqueeze(0) + z
-            columns.append(self.backbone.logit_scale * torch.einsum("bd,rbcd->rbc", image, features.expand(
-                -1, len(image), -1, -1)))
+            columns.append(
+                self.backbone.logit_scale
+                * torch.einsum("bd,rbcd->rbc", image, features.expand(-1, len(image), -1, -1))
+            )
             last, start = (mu, sigma, z), stop
         return torch.cat(columns, dim=2), last
 
@@ -216,13 +232,19 @@ class CLAP(CLIPStrategy):
         with torch.no_grad():
             image = self.backbone.encode_image(images, normalize=True)
         logits, (mu, sigma, z) = self.sample_logits(image, [*self.task_classes, self.current_classes], None)
-        return CLAPOutput(logits.reshape(-1, logits.shape[-1]), kl_to_standard_normal(mu, sigma),
-                          lasp_loss(self.class_templates(self.current_classes), z))
+        return CLAPOutput(
+            logits.reshape(-1, logits.shape[-1]),
+            kl_to_standard_normal(mu, sigma),
+            lasp_loss(self.class_templates(self.current_classes), z),
+        )
 
     def compute_loss(self, output: CLAPOutput, local_targets: torch.Tensor) -> torch.Tensor:
         targets = (local_targets + len(self.seen_classes)).repeat(self.cfg.samples)  # global, per sample
-        return (F.cross_entropy(output.logits, targets) + self.cfg.kl_weight * output.kl
-                + self.cfg.lasp_weight * output.lasp)
+        return (
+            F.cross_entropy(output.logits, targets)
+            + self.cfg.kl_weight * output.kl
+            + self.cfg.lasp_weight * output.lasp
+        )
 
     def evaluation_noise(self) -> list[torch.Tensor]:
         """The R noise vectors of this stage, one ``[R, 1, C_i, d]`` per seen task, drawn once from a
@@ -231,12 +253,15 @@ class CLAP(CLIPStrategy):
         if stage not in self._eval_noise:
             generator = torch.Generator().manual_seed(stage)
             dim = self.backbone.embed_dim
-            self._eval_noise = {stage: torch.randn(self.cfg.samples, 1, len(self.seen_classes), dim,
-                                                   generator=generator).to(self.device)}
+            self._eval_noise = {
+                stage: torch.randn(self.cfg.samples, 1, len(self.seen_classes), dim, generator=generator).to(
+                    self.device
+                )
+            }
         noise, start = self._eval_noise[stage], 0
         out = []
         for task in self.task_classes:
-            out.append(noise[:, :, start:start + len(task)])
+            out.append(noise[:, :, start : start + len(task)])
             start += len(task)
         return out
 
@@ -259,8 +284,12 @@ class CLAP(CLIPStrategy):
             return super().score_dataset(dataset)
         features = self.frozen_features(dataset, cache_key, None)
         size = self.cfg.eval_batch_size
-        return torch.cat([self.scores_from_features(features[i:i + size].to(self.device)).cpu()
-                          for i in range(0, len(features), size)])
+        return torch.cat(
+            [
+                self.scores_from_features(features[i : i + size].to(self.device)).cpu()
+                for i in range(0, len(features), size)
+            ]
+        )
 
     def extra_trainable_parameters(self) -> list[nn.Parameter]:
         return [*self.vga.parameters(), *self.encoders.parameters()]

@@ -1,6 +1,6 @@
 """CODA-Prompt (Smith et al., CVPR 2023): prompts composed from a growing set of components, weighted
-by attention on the query. Paper row "CODA" (BASELINES.md section 11; facts from the paper and the
-CODA-Prompt code, no code reused), on the shared prompt protocol (``strategies.prompting``, D6).
+by attention on the query. Paper row "CODA" (docs/baselines.md §11; facts from the paper and the
+CODA-Prompt code, no code reused), on the shared prompt protocol (``strategies.prompting``, docs/decisions.md D6).
 
 At each prompt block l, component m has a prompt P_m ``[L, width]``, a key K_m and an attention
 vector A_m ``[d]``; the prompt of an image is ``sum_m alpha_m P_m`` with alpha_m = cos(q * A_m, K_m)
@@ -41,7 +41,9 @@ from strategies.prompting import PromptConfig, PromptStrategy
 from strategies.registry import register
 
 
-def gram_schmidt(rows: torch.Tensor, start: int, stop: int, generator: torch.Generator | None = None) -> torch.Tensor:
+def gram_schmidt(
+    rows: torch.Tensor, start: int, stop: int, generator: torch.Generator | None = None
+) -> torch.Tensor:
     """``rows`` ``[M, n]`` with rows [start, stop) redrawn from a standard normal, each made orthogonal
     to every earlier row (kept as they are) and to unit length. Computed in float64."""
     out = rows.detach().to(torch.float64).clone()
@@ -70,7 +72,9 @@ class CodaConfig(PromptConfig):
     def __post_init__(self):
         super().__post_init__()
         if self.prompt_length < 2 or self.prompt_length % 2:
-            raise UserError(f"coda_prompt option prompt_length={self.prompt_length} must be even (keys + values)")
+            raise UserError(
+                f"coda_prompt option prompt_length={self.prompt_length} must be even (keys + values)"
+            )
         if not self.prompt_layers or len(set(self.prompt_layers)) != len(self.prompt_layers):
             raise UserError("coda_prompt option prompt_layers must list distinct blocks")
 
@@ -95,19 +99,30 @@ class CodaPrompt(PromptStrategy):
         super().__init__(**kwargs)
         cfg = self.cfg
         self.check_layers("prompt_layers", cfg.prompt_layers)
-        if cfg.components > self.backbone.embed_dim:  # keys and attention vectors are orthonormal rows of that size
-            raise UserError(f"coda_prompt option components={cfg.components} exceeds the query dimension "
-                            f"{self.backbone.embed_dim}; at most that many components can be orthonormal")
-        self.components = CodaComponents(len(cfg.prompt_layers), cfg.components, cfg.prompt_length,
-                                         self.visual_width, self.backbone.embed_dim).to(self.device)
+        if (
+            cfg.components > self.backbone.embed_dim
+        ):  # keys and attention vectors are orthonormal rows of that size
+            raise UserError(
+                f"coda_prompt option components={cfg.components} exceeds the query dimension "
+                f"{self.backbone.embed_dim}; at most that many components can be orthonormal"
+            )
+        self.components = CodaComponents(
+            len(cfg.prompt_layers),
+            cfg.components,
+            cfg.prompt_length,
+            self.visual_width,
+            self.backbone.embed_dim,
+        ).to(self.device)
         self.slice = (0, 0)  # [s, f) of the task in training
 
     def components_per_task(self, first_task_classes: int) -> int:
         n_tasks = len(self.class_names) // first_task_classes
         per_task = self.cfg.components // n_tasks
         if per_task < 1:
-            raise UserError(f"coda_prompt has {self.cfg.components} components for {n_tasks} tasks; "
-                            "give at least one per task")
+            raise UserError(
+                f"coda_prompt has {self.cfg.components} components for {n_tasks} tasks; "
+                "give at least one per task"
+            )
         return per_task
 
     @property

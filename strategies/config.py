@@ -47,10 +47,13 @@ def _type_name(hint: Any) -> str:
 @functools.cache
 def _choice_fields(cls: type) -> dict[str, Any]:
     """The fields of config class ``cls`` whose annotation holds a ``Literal``."""
+
     def has_literal(hint: Any) -> bool:
         if typing.get_origin(hint) is typing.Literal:
             return True
-        return typing.get_origin(hint) in (typing.Union, types.UnionType) and any(map(has_literal, typing.get_args(hint)))
+        return typing.get_origin(hint) in (typing.Union, types.UnionType) and any(
+            map(has_literal, typing.get_args(hint))
+        )
 
     hints = typing.get_type_hints(cls)
     return {f.name: hints[f.name] for f in dataclasses.fields(cls) if has_literal(hints[f.name])}
@@ -68,12 +71,14 @@ class StrategyConfig:
     lora_rank: int = 24
     lora_alpha: float = 1.0
     prompt_template: str = "a photo of a {}."
-    prompt_ensemble: PromptEnsemble = ""  # "" (prompt_template alone), "cifar" (18) or "imagenet" (80 templates)
+    prompt_ensemble: PromptEnsemble = (
+        ""  # "" (prompt_template alone), "cifar" (18) or "imagenet" (80 templates)
+    )
     num_workers: int = 0
     # The method's own train augmentation (benchmarks.data.transforms.TRAIN_AUGMENTATIONS); a suite's
     # tables override it, the most specific first (benchmarks.runner.suites).
     train_augmentation: TrainAugmentation = "paper"
-    # Optimiser and schedule (read by the base ``make_optimizer``; BASELINES.md section 2.3).
+    # Optimiser and schedule (read by the base ``make_optimizer``; docs/baselines.md §2.3).
     optimizer: Optimizer = "adamw"
     momentum: float = 0.0  # SGD only
     schedule: Schedule = "cosine_iter"  # strategies.optim
@@ -91,16 +96,30 @@ class StrategyConfig:
         for name, hint in _choice_fields(type(self)).items():  # every Literal field, in every subclass
             value = getattr(self, name)
             if not _has_type(value, hint):
-                allowed = (f"is not one of {list(typing.get_args(hint))}" if typing.get_origin(hint) is typing.Literal
-                           else f"must be {_type_name(hint)}")
+                allowed = (
+                    f"is not one of {list(typing.get_args(hint))}"
+                    if typing.get_origin(hint) is typing.Literal
+                    else f"must be {_type_name(hint)}"
+                )
                 raise UserError(f"option {name}={value!r} {allowed}")
-        if self.warmup_steps < 0 or not 0.0 <= self.warmup_fraction < 1.0 or (self.warmup_steps and self.warmup_fraction):
+        if (
+            self.warmup_steps < 0
+            or not 0.0 <= self.warmup_fraction < 1.0
+            or (self.warmup_steps and self.warmup_fraction)
+        ):
             raise UserError("give warmup_steps >= 0 or warmup_fraction in [0, 1), not both")
         if not 0.0 <= self.min_lr_ratio <= 1.0 or self.grad_clip < 0:
             raise UserError("min_lr_ratio must be in [0, 1] and grad_clip >= 0")
         # Numbers that torch would reject mid-run, or that would quietly train nothing.
-        at_least = {"batch_size": 1, "eval_batch_size": 1, "lora_rank": 1, "num_workers": 0,
-                    "weight_decay": 0, "momentum": 0, "epochs": self.min_epochs}
+        at_least = {
+            "batch_size": 1,
+            "eval_batch_size": 1,
+            "lora_rank": 1,
+            "num_workers": 0,
+            "weight_decay": 0,
+            "momentum": 0,
+            "epochs": self.min_epochs,
+        }
         for name, low in at_least.items():
             value = getattr(self, name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value < low:
@@ -115,14 +134,18 @@ class StrategyConfig:
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - set(fields))
         if unknown:
-            raise UserError(f"unknown option(s) {unknown} for strategy {strategy or cls.__name__}; "
-                            f"valid options: {sorted(fields)}")
+            raise UserError(
+                f"unknown option(s) {unknown} for strategy {strategy or cls.__name__}; "
+                f"valid options: {sorted(fields)}"
+            )
         hints = typing.get_type_hints(cls)
         choices = _choice_fields(cls)  # checked by __post_init__, which names the choices
         for name, value in values.items():
             if name not in choices and not _has_type(value, hints[name]):
-                raise UserError(f"option {name} = {value!r} of strategy {strategy or cls.__name__} must be "
-                                f"{_type_name(hints[name])}, not {type(value).__name__}")
+                raise UserError(
+                    f"option {name} = {value!r} of strategy {strategy or cls.__name__} must be "
+                    f"{_type_name(hints[name])}, not {type(value).__name__}"
+                )
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:

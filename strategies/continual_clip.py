@@ -25,8 +25,11 @@ class ContinualCLIPConfig(StrategyConfig):
     def __post_init__(self):
         super().__post_init__()
         if self.epochs:  # e.g. a suite's [defaults] epochs, meant for the strategies that train
-            warnings.warn(f"continual_clip trains nothing: it ignores epochs = {self.epochs} and records 0",
-                          UserWarning, stacklevel=3)
+            warnings.warn(
+                f"continual_clip trains nothing: it ignores epochs = {self.epochs} and records 0",
+                UserWarning,
+                stacklevel=3,
+            )
             self.epochs = 0
 
 

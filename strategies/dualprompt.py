@@ -1,7 +1,7 @@
 """DualPrompt (Wang et al., ECCV 2022), in the form of the CODA-Prompt codebase: a shared G-prompt at
 the first blocks and one E-prompt per task at the next ones, picked by its key. Paper row
-"DualPrompt" (BASELINES.md section 10; facts from the papers and code, no code reused), on the
-shared prompt protocol (``strategies.prompting``, D6).
+"DualPrompt" (docs/baselines.md §10; facts from the papers and code, no code reused), on the
+shared prompt protocol (``strategies.prompting``, docs/decisions.md D6).
 
 Task t trains G, E_t, k_t and the head: prefix G at ``g_layers``, E_t at ``e_layers`` (where both
 apply, E before G), loss CE over the current classes + ``key_loss_weight`` * sum_b (1 - cos(q_b,
@@ -56,9 +56,17 @@ class DualPromptConfig(PromptConfig):
         super().__post_init__()
         for name in ("g_length", "e_length"):
             if getattr(self, name) < 2 or getattr(self, name) % 2:
-                raise UserError(f"dualprompt option {name}={getattr(self, name)} must be even (keys + values)")
-        if not self.e_layers or len(set(self.g_layers)) != len(self.g_layers) or len(set(self.e_layers)) != len(self.e_layers):
-            raise UserError("dualprompt options g_layers and e_layers must list distinct blocks (e_layers at least one)")
+                raise UserError(
+                    f"dualprompt option {name}={getattr(self, name)} must be even (keys + values)"
+                )
+        if (
+            not self.e_layers
+            or len(set(self.g_layers)) != len(self.g_layers)
+            or len(set(self.e_layers)) != len(self.e_layers)
+        ):
+            raise UserError(
+                "dualprompt options g_layers and e_layers must list distinct blocks (e_layers at least one)"
+            )
 
 
 class DualPromptPrompts(nn.Module):
@@ -69,7 +77,9 @@ class DualPromptPrompts(nn.Module):
         super().__init__()
         self.g = nn.Parameter(torch.rand(len(cfg.g_layers), cfg.g_length, width))
         self.e = nn.Parameter(torch.rand(cfg.pool_size, len(cfg.e_layers), cfg.e_length, width))
-        shape = (cfg.pool_size, key_dim) if cfg.keys == "shared" else (len(cfg.e_layers), cfg.pool_size, key_dim)
+        shape = (
+            (cfg.pool_size, key_dim) if cfg.keys == "shared" else (len(cfg.e_layers), cfg.pool_size, key_dim)
+        )
         self.keys = nn.Parameter(torch.rand(*shape))
 
 
@@ -93,16 +103,21 @@ class DualPrompt(PromptStrategy):
         pool = self.cfg.pool_size
         self._task_row = torch.zeros(pool, device=self.device)  # 1 at the training task's E-prompt
         self.prompts.e.register_hook(lambda grad: grad * self._task_row.view(pool, 1, 1, 1))
-        key_mask = (lambda g: g * self._task_row.view(pool, 1)) if self.cfg.keys == "shared" \
+        key_mask = (
+            (lambda g: g * self._task_row.view(pool, 1))
+            if self.cfg.keys == "shared"
             else (lambda g: g * self._task_row.view(1, pool, 1))
+        )
         self.prompts.keys.register_hook(key_mask)
         self.last_selection: torch.Tensor | None = None  # [B, n keys] of the latest evaluation batch
 
     def setup_task(self, task: int, classes: list[int]) -> None:
         super().setup_task(task, classes)
         if task >= self.cfg.pool_size:
-            raise UserError(f"dualprompt has {self.cfg.pool_size} E-prompts (pool_size) and cannot learn task "
-                            f"{task + 1}; set pool_size to the number of tasks")
+            raise UserError(
+                f"dualprompt has {self.cfg.pool_size} E-prompts (pool_size) and cannot learn task "
+                f"{task + 1}; set pool_size to the number of tasks"
+            )
         self.task_id = task
         self._task_row.zero_()
         self._task_row[task] = 1.0
@@ -116,7 +131,9 @@ class DualPrompt(PromptStrategy):
         """The E-prompt of each image, per key set ``[B, n sets]``: the top-1 key over the seen tasks
         (``select_over = "seen"``) or the whole pool."""
         candidates = len(self.task_classes) if self.cfg.select_over == "seen" else self.cfg.pool_size
-        return torch.stack([cosine_matrix(query, keys[:candidates]).argmax(dim=1) for keys in self.key_sets()], dim=1)
+        return torch.stack(
+            [cosine_matrix(query, keys[:candidates]).argmax(dim=1) for keys in self.key_sets()], dim=1
+        )
 
     def prefixes(self, query: torch.Tensor, train: bool) -> tuple[dict, torch.Tensor]:
         cfg, batch = self.cfg, len(query)

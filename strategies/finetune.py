@@ -15,7 +15,6 @@ from strategies.registry import register
 
 @register("finetune")
 class Finetune(CLIPStrategy):
-
     def setup_task(self, task: int, classes: list[int]) -> None:
         if task == 0:
             self.add_adapter("visual", tower="visual")

@@ -2,7 +2,7 @@
 routing by unified score competition (the paper's Method section and Algorithms 1-2).
 
 Equation numbers refer to ``paper/GR4CIL.tex``; decisions the paper leaves open follow
-``SPEC.md`` section 2 and are listed under "Interpretations" below.
+``docs/decisions.md`` P2 and are listed under "Interpretations" below.
 
 Per task t (``setup_task`` -> Avalanche training loop -> ``finish_task``):
 
@@ -20,8 +20,8 @@ gamma <v^tau, p_c>`` for c in C^tau, and the prediction is the argmax over all s
 
 Interpretations (also recorded in every result's ``config``):
 
-* ``L_comp`` uses ``logit_scale * g`` (SPEC; the paper's eq. 7 has no scale) and ``W_hat`` is
-  column-normalised after the projection (SPEC, authors).
+* ``L_comp`` uses ``logit_scale * g`` (docs/decisions.md P2; the paper's eq. 7 has no scale) and ``W_hat`` is
+  column-normalised after the projection (docs/decisions.md P2, authors).
 * ``U_t`` keeps singular vectors with singular value above ``1e-6 * s_max`` (numerical rank).
 * Unknown-aware thresholds need held-out training images; they are held out only when
   ``threshold_holdout > 0`` (the ``zeroshot`` suite), so the main CIL protocol trains on all data.
@@ -62,8 +62,9 @@ def anchor_loss(text: torch.Tensor, anchors: torch.Tensor) -> torch.Tensor:
     return (1.0 - F.cosine_similarity(text, anchors, dim=-1)).mean()
 
 
-def separation_loss(new_text: torch.Tensor, seen_text: torch.Tensor, new_index: torch.Tensor,
-                    tau: float) -> torch.Tensor:
+def separation_loss(
+    new_text: torch.Tensor, seen_text: torch.Tensor, new_index: torch.Tensor, tau: float
+) -> torch.Tensor:
     """``L_sep`` (eq. 2): for each new class c, the mean over the other seen classes c' of
     ``max(0, cos(t_c, t_c') - tau)``, averaged over the new classes.
 
@@ -98,9 +99,10 @@ def compensation_logits(image: torch.Tensor, head: torch.Tensor) -> torch.Tensor
     return image @ head
 
 
-def compensation_loss(image: torch.Tensor, head: torch.Tensor, targets: torch.Tensor,
-                      logit_scale: float) -> torch.Tensor:
-    """``L_comp`` (eq. 7), on ``logit_scale * g`` as the authors scale it (SPEC section 2)."""
+def compensation_loss(
+    image: torch.Tensor, head: torch.Tensor, targets: torch.Tensor, logit_scale: float
+) -> torch.Tensor:
+    """``L_comp`` (eq. 7), on ``logit_scale * g`` as the authors scale it (docs/decisions.md P2)."""
     return F.cross_entropy(logit_scale * compensation_logits(image, head), targets)
 
 
@@ -115,8 +117,14 @@ def prototype_score(image: torch.Tensor, prototypes: torch.Tensor) -> torch.Tens
     return image @ prototypes.T
 
 
-def unified_scores(image: torch.Tensor, text: torch.Tensor, head: torch.Tensor | None,
-                   prototypes: torch.Tensor | None, beta: float, gamma: float) -> torch.Tensor:
+def unified_scores(
+    image: torch.Tensor,
+    text: torch.Tensor,
+    head: torch.Tensor | None,
+    prototypes: torch.Tensor | None,
+    beta: float,
+    gamma: float,
+) -> torch.Tensor:
     """``q_c = s_c + beta g_c + gamma <v, p_c>`` for the classes of one task (Sec. "Routing and
     Inference"); raw cosines, no logit scale. A missing head or prototype term contributes 0."""
     scores = image @ text.T
@@ -183,11 +191,13 @@ class GR4CILConfig(StrategyConfig):
         super().__post_init__()
         cap = self.max_images_per_forward
         if cap != "auto" and (isinstance(cap, bool) or not isinstance(cap, int) or cap < 0):
-            raise UserError(f"gr4cil option max_images_per_forward={cap!r} must be \"auto\" or an integer >= 0 "
-                            "(0: all branches in one forward)")
+            raise UserError(
+                f'gr4cil option max_images_per_forward={cap!r} must be "auto" or an integer >= 0 '
+                "(0: all branches in one forward)"
+            )
         chunk = self.text_chunk_size
         if chunk != "auto" and (isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1):
-            raise UserError(f"gr4cil option text_chunk_size={chunk!r} must be \"auto\" or an integer >= 1")
+            raise UserError(f'gr4cil option text_chunk_size={chunk!r} must be "auto" or an integer >= 1')
         if not 0.0 <= self.threshold_holdout < 1.0:
             raise UserError("gr4cil option threshold_holdout must be in [0, 1)")
 
@@ -253,7 +263,7 @@ class GR4CIL(CLIPStrategy):
             with torch.no_grad():
                 self._chunked_text = self.text_features(classes).detach().requires_grad_()
             self._step_text = self._chunked_text
-        cosine = image @ self._step_text[len(self.seen_classes):].T
+        cosine = image @ self._step_text[len(self.seen_classes) :].T
         self._step_cosine = cosine.detach()
         return self.backbone.logit_scale * cosine
 
@@ -262,10 +272,14 @@ class GR4CIL(CLIPStrategy):
         n_prev = len(self.seen_classes)
         text_prev, text_new = self._step_text[:n_prev], self._step_text[n_prev:]
         if self.cfg.use_anchor_loss and n_prev:
-            loss = loss + self.cfg.lambda_anc * anchor_loss(text_prev, self.device_copy("anchors", self.anchors))
+            loss = loss + self.cfg.lambda_anc * anchor_loss(
+                text_prev, self.device_copy("anchors", self.anchors)
+            )
         if self.cfg.use_separation_loss and (n_prev or len(self.current_classes) > 1):
             new_index = torch.arange(n_prev, n_prev + len(self.current_classes), device=text_new.device)
-            loss = loss + self.cfg.lambda_sep * separation_loss(text_new, self._step_text, new_index, self.cfg.tau)
+            loss = loss + self.cfg.lambda_sep * separation_loss(
+                text_new, self._step_text, new_index, self.cfg.tau
+            )
         self._record_gap(self._step_cosine, local_targets)
         return loss
 
@@ -279,7 +293,7 @@ class GR4CIL(CLIPStrategy):
         classes = self.seen_classes + self.current_classes
         size = self.text_chunk_size()
         for start in range(0, len(classes), size):
-            self.text_features(classes[start:start + size]).backward(grad[start:start + size])
+            self.text_features(classes[start : start + size]).backward(grad[start : start + size])
         self._chunked_text = None
 
     def text_chunk_size(self) -> int:
@@ -300,8 +314,14 @@ class GR4CIL(CLIPStrategy):
     def _after_training_epoch(self, **kwargs):
         super()._after_training_epoch(**kwargs)
         mean = (self._gap_sums.cpu() / self._gap_counts.clamp(min=1)).tolist()
-        self.modality_gap[-1].append({"epoch": len(self.modality_gap[-1]) + 1, "overall": mean[0],
-                                      "positive": mean[1], "negative": mean[2]})
+        self.modality_gap[-1].append(
+            {
+                "epoch": len(self.modality_gap[-1]) + 1,
+                "overall": mean[0],
+                "positive": mean[1],
+                "negative": mean[2],
+            }
+        )
         self._gap_sums.zero_()
         self._gap_counts.zero_()
 
@@ -323,8 +343,9 @@ class GR4CIL(CLIPStrategy):
         self.tasks.append(state)
         self.backbone.set_adapters(visual=adapter, text="text")
 
-    def _train_compensation(self, adapter: str, classes: list[int], basis: torch.Tensor,
-                            prototypes: torch.Tensor) -> torch.Tensor | None:
+    def _train_compensation(
+        self, adapter: str, classes: list[int], basis: torch.Tensor, prototypes: torch.Tensor
+    ) -> torch.Tensor | None:
         """Stage 2: learn ``W_hat_t`` with eq. 7 on the frozen branch (Adam, train augmentation)."""
         if self.cfg.compensation == "off":
             return None
@@ -339,15 +360,23 @@ class GR4CIL(CLIPStrategy):
         projector = projector.to(self.device) if projector is not None else None
         optimizer = torch.optim.Adam([weight], lr=self.cfg.compensation_lr)
         self.backbone.set_adapters(visual=adapter, text="text")
-        loader = self.data_loader(self.adapted_dataset.train(), batch_size=self.cfg.batch_size, shuffle=True,
-                                  passes=self.cfg.compensation_epochs, purpose="compensation")
+        loader = self.data_loader(
+            self.adapted_dataset.train(),
+            batch_size=self.cfg.batch_size,
+            shuffle=True,
+            passes=self.cfg.compensation_epochs,
+            purpose="compensation",
+        )
         for _ in range(self.cfg.compensation_epochs):
             for images, targets, *_ in loader:
                 with torch.no_grad():
                     image = self.backbone.encode_image(images)
-                loss = compensation_loss(image, compensation_head(weight, projector),
-                                         self._local_index[targets.to(self.device, non_blocking=True)],
-                                         self.backbone.logit_scale)
+                loss = compensation_loss(
+                    image,
+                    compensation_head(weight, projector),
+                    self._local_index[targets.to(self.device, non_blocking=True)],
+                    self.backbone.logit_scale,
+                )
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
@@ -366,23 +395,35 @@ class GR4CIL(CLIPStrategy):
         if head is None:
             return {"I-T": directional_distance(image_basis, text_basis), "I-C": None, "I-TC": None}
         head_basis = orthonormal_basis(head.T)
-        return {"I-T": directional_distance(image_basis, text_basis),
-                "I-C": directional_distance(image_basis, head_basis),
-                "I-TC": directional_distance(image_basis, joint_basis(text_basis, head_basis))}
+        return {
+            "I-T": directional_distance(image_basis, text_basis),
+            "I-C": directional_distance(image_basis, head_basis),
+            "I-TC": directional_distance(image_basis, joint_basis(text_basis, head_basis)),
+        }
 
     # ---------------------------------------------------------------- inference
-    def _task_scores(self, features: torch.Tensor, state: TaskState, text: torch.Tensor,
-                     beta: float | None = None, gamma: float | None = None) -> torch.Tensor:
+    def _task_scores(
+        self,
+        features: torch.Tensor,
+        state: TaskState,
+        text: torch.Tensor,
+        beta: float | None = None,
+        gamma: float | None = None,
+    ) -> torch.Tensor:
         beta = self.cfg.beta if beta is None else beta
         gamma = (self.cfg.gamma if self.cfg.use_prototype_score else 0.0) if gamma is None else gamma
         head = state.head.to(features) if state.head is not None else None
         return unified_scores(features, text.to(features), head, state.prototypes.to(features), beta, gamma)
 
-    def _scores_from_features(self, features: list[torch.Tensor], text: torch.Tensor, **weights) -> torch.Tensor:
+    def _scores_from_features(
+        self, features: list[torch.Tensor], text: torch.Tensor, **weights
+    ) -> torch.Tensor:
         """Scores over all seen classes from per-branch features; columns follow ``seen_classes``."""
         columns, start = [], 0
         for state, branch in zip(self.tasks, features):
-            columns.append(self._task_scores(branch, state, text[start:start + len(state.class_ids)], **weights))
+            columns.append(
+                self._task_scores(branch, state, text[start : start + len(state.class_ids)], **weights)
+            )
             start += len(state.class_ids)
         return torch.cat(columns, dim=1)
 
@@ -393,8 +434,9 @@ class GR4CIL(CLIPStrategy):
 
     def scores(self, images: torch.Tensor) -> torch.Tensor:
         """Deployed inference: the branches in mixed-adapter batched forwards, then unified score competition."""
-        branches = self.backbone.encode_image_multi(images, [s.adapter for s in self.tasks],
-                                                    max_images_per_forward=self.images_per_forward())
+        branches = self.backbone.encode_image_multi(
+            images, [s.adapter for s in self.tasks], max_images_per_forward=self.images_per_forward()
+        )
         return self._scores_from_features(list(branches), self.text_features(self.seen_classes))
 
     @torch.no_grad()
@@ -420,14 +462,18 @@ class GR4CIL(CLIPStrategy):
             self.backbone.set_adapters(visual=active["visual"], text=None)
             clip = self.backbone.encode_text(prompts)
             self.backbone.set_adapters(visual=active["visual"], text="text")
-            return {"clip": clip, "shared": self.backbone.encode_text(prompts),
-                    "seen": self.text_features(self.seen_classes)}
+            return {
+                "clip": clip,
+                "shared": self.backbone.encode_text(prompts),
+                "seen": self.text_features(self.seen_classes),
+            }
         finally:
             self.backbone.set_adapters(**active)
 
     @torch.no_grad()
-    def zero_shot_predictions(self, images: torch.Tensor,
-                              text: dict[str, torch.Tensor] | torch.Tensor) -> dict[str, torch.Tensor]:
+    def zero_shot_predictions(
+        self, images: torch.Tensor, text: dict[str, torch.Tensor] | torch.Tensor
+    ) -> dict[str, torch.Tensor]:
         """Predictions over a candidate label set K (``text`` from ``zero_shot_text``, or its tokens):
 
         * ``clip``: the original CLIP (both towers without adapters), the fallback predictor;
@@ -442,13 +488,23 @@ class GR4CIL(CLIPStrategy):
         if isinstance(text, torch.Tensor):
             text = self.zero_shot_text(text)
         adapters = [t.adapter for t in self.tasks]
-        branches = self.backbone.encode_image_multi(images, [None] + adapters,
-                                                    max_images_per_forward=self.images_per_forward())
+        branches = self.backbone.encode_image_multi(
+            images, [None] + adapters, max_images_per_forward=self.images_per_forward()
+        )
         task_features = branches[1:]
-        confidence = torch.stack([prototype_score(v, t.prototypes.to(v)).max(dim=1).values
-                                  for v, t in zip(task_features, self.tasks)], dim=1)
-        out = {"clip": (branches[0] @ text["clip"].T).argmax(dim=1),
-               "fusion": fused_zero_shot_logits(task_features, text["shared"], fusion_weights(confidence)).argmax(dim=1)}
+        confidence = torch.stack(
+            [
+                prototype_score(v, t.prototypes.to(v)).max(dim=1).values
+                for v, t in zip(task_features, self.tasks)
+            ],
+            dim=1,
+        )
+        out = {
+            "clip": (branches[0] @ text["clip"].T).argmax(dim=1),
+            "fusion": fused_zero_shot_logits(
+                task_features, text["shared"], fusion_weights(confidence)
+            ).argmax(dim=1),
+        }
         if all(t.threshold is not None for t in self.tasks):
             scores = self._scores_from_features(list(task_features), text["seen"])
             accepted = torch.zeros(len(images), dtype=torch.bool, device=scores.device)
@@ -461,16 +517,20 @@ class GR4CIL(CLIPStrategy):
             out["routed"] = torch.where(accepted, out["clip"], out["fusion"])
         return out
 
-    # ---------------------------------------------------------------- diagnostics (SPEC section 3)
+    # ---------------------------------------------------------------- diagnostics (docs/decisions.md P3)
     def stage_diagnostics(self, scores, targets, task_of_class) -> dict:
         features = [self._frozen_features[("test", state.adapter)] for state in self.tasks]
         text = self.text_features(self.seen_classes).cpu()
-        variants = {"full": torch.as_tensor(scores),
-                    "without_compensation": self._scores_from_features(features, text, beta=0.0),
-                    "text_only": self._scores_from_features(features, text, beta=0.0, gamma=0.0),
-                    "text_prototype": self._scores_from_features(features, text, beta=0.0)}
+        variants = {
+            "full": torch.as_tensor(scores),
+            "without_compensation": self._scores_from_features(features, text, beta=0.0),
+            "text_only": self._scores_from_features(features, text, beta=0.0, gamma=0.0),
+            "text_prototype": self._scores_from_features(features, text, beta=0.0),
+        }
         if not self.cfg.use_prototype_score:
-            variants["text_prototype"] = self._scores_from_features(features, text, beta=0.0, gamma=self.cfg.gamma)
+            variants["text_prototype"] = self._scores_from_features(
+                features, text, beta=0.0, gamma=self.cfg.gamma
+            )
         seen = np.asarray(self.seen_classes)
         is_seen = np.isin(targets, seen)
         column = {c: i for i, c in enumerate(self.seen_classes)}
@@ -484,7 +544,9 @@ class GR4CIL(CLIPStrategy):
             out[f"routing_acc_{name}"] = float(100.0 * (pred_task == y_task).double().mean())
             if name in ("full", "without_compensation"):
                 suffix = "with_compensation" if name == "full" else "without_compensation"
-                out[f"confidence_{suffix}"], out[f"margin_{suffix}"] = _confidence_and_margin(q, y, y_task, column_task)
+                out[f"confidence_{suffix}"], out[f"margin_{suffix}"] = _confidence_and_margin(
+                    q, y, y_task, column_task
+                )
         return out
 
     def run_diagnostics(self) -> dict:
@@ -493,16 +555,23 @@ class GR4CIL(CLIPStrategy):
         historical = len(self.anchor_ids) - len(self.tasks[-1].class_ids)
         preservation = F.cosine_similarity(final_text, self.anchors, dim=-1)
         adjacent = list(zip(self.tasks[:-1], self.tasks[1:]))
-        subspace = {name: _mean_or_none([t.diagnostics[name] for t in self.tasks]) for name in ("I-T", "I-C", "I-TC")}
+        subspace = {
+            name: _mean_or_none([t.diagnostics[name] for t in self.tasks]) for name in ("I-T", "I-C", "I-TC")
+        }
         return {
             "anchor_preservation": float(preservation[:historical].mean()) if historical else None,
             "subspace_distance": subspace,
             "subspace_distance_per_task": [t.diagnostics for t in self.tasks],
-            "adjacent_text_distance": _mean_or_none([symmetric_distance(a.text_basis, b.text_basis)
-                                                     for a, b in adjacent]),
-            "adjacent_compensation_distance": _mean_or_none([
-                symmetric_distance(orthonormal_basis(a.head.T), orthonormal_basis(b.head.T))
-                for a, b in adjacent if a.head is not None and b.head is not None]),
+            "adjacent_text_distance": _mean_or_none(
+                [symmetric_distance(a.text_basis, b.text_basis) for a, b in adjacent]
+            ),
+            "adjacent_compensation_distance": _mean_or_none(
+                [
+                    symmetric_distance(orthonormal_basis(a.head.T), orthonormal_basis(b.head.T))
+                    for a, b in adjacent
+                    if a.head is not None and b.head is not None
+                ]
+            ),
             "modality_gap": self.modality_gap,
             "thresholds": [t.threshold for t in self.tasks],
             "eval_branch_forwards": self.eval_branch_forwards,
@@ -527,20 +596,30 @@ class GR4CIL(CLIPStrategy):
                 tensors[f"tasks/{i}/compensation_head"] = state.head.contiguous()
         tensors["anchors/features"] = self.anchors.contiguous()
         tensors["anchors/class_ids"] = torch.tensor(self.anchor_ids, dtype=torch.long)
-        meta["gr4cil"] = {"tasks": [{"adapter": t.adapter, "threshold": t.threshold, "diagnostics": t.diagnostics}
-                                    for t in self.tasks],
-                          "modality_gap": self.modality_gap}
+        meta["gr4cil"] = {
+            "tasks": [
+                {"adapter": t.adapter, "threshold": t.threshold, "diagnostics": t.diagnostics}
+                for t in self.tasks
+            ],
+            "modality_gap": self.modality_gap,
+        }
         return tensors, meta
 
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         super().load_checkpoint_state(tensors, meta)
         self.tasks = []
         for i, info in enumerate(meta["gr4cil"]["tasks"], start=1):
-            self.tasks.append(TaskState(
-                adapter=info["adapter"], class_ids=tensors[f"tasks/{i}/class_ids"].tolist(),
-                text_basis=tensors[f"tasks/{i}/text_basis"], head=tensors.get(f"tasks/{i}/compensation_head"),
-                prototypes=tensors[f"tasks/{i}/prototypes"], threshold=info["threshold"],
-                diagnostics=info["diagnostics"]))
+            self.tasks.append(
+                TaskState(
+                    adapter=info["adapter"],
+                    class_ids=tensors[f"tasks/{i}/class_ids"].tolist(),
+                    text_basis=tensors[f"tasks/{i}/text_basis"],
+                    head=tensors.get(f"tasks/{i}/compensation_head"),
+                    prototypes=tensors[f"tasks/{i}/prototypes"],
+                    threshold=info["threshold"],
+                    diagnostics=info["diagnostics"],
+                )
+            )
         self.anchors = tensors["anchors/features"]
         self.anchor_ids = tensors["anchors/class_ids"].tolist()
         self.modality_gap = meta["gr4cil"]["modality_gap"]
@@ -553,8 +632,9 @@ def _mean_or_none(values: list) -> float | None:
     return float(np.mean(values)) if values else None
 
 
-def _confidence_and_margin(q: torch.Tensor, y: torch.Tensor, y_task: torch.Tensor,
-                           column_task: torch.Tensor) -> tuple[float, float | None]:
+def _confidence_and_margin(
+    q: torch.Tensor, y: torch.Tensor, y_task: torch.Tensor, column_task: torch.Tensor
+) -> tuple[float, float | None]:
     """Mean intra-task softmax confidence of the GT class, and mean margin between the GT task's
     best score and the best score of any other task (None with a single task)."""
     in_gt_task = column_task[None, :] == y_task[:, None]

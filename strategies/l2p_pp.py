@@ -1,6 +1,6 @@
 """L2P++ (Smith et al., CODA-Prompt, CVPR 2023): Learning to Prompt (Wang et al., CVPR 2022) as
-prefix tuning. Paper row "L2P++" (BASELINES.md section 9; facts from the papers and the
-CODA-Prompt code, no code reused), on the shared prompt protocol (``strategies.prompting``, D6).
+prefix tuning. Paper row "L2P++" (docs/baselines.md §9; facts from the papers and the
+CODA-Prompt code, no code reused), on the shared prompt protocol (``strategies.prompting``, docs/decisions.md D6).
 
 Per image: q = the frozen query; the ``top_k`` keys of the pool most similar to q (cosine) pick
 their prompts; at block ``prompt_layer`` the selected prompts' first halves join the keys and
@@ -59,7 +59,9 @@ class L2PConfig(PromptConfig):
     def __post_init__(self):
         super().__post_init__()
         if not 1 <= self.top_k <= self.pool_size:
-            raise UserError(f"l2p_pp option top_k={self.top_k} must be between 1 and pool_size={self.pool_size}")
+            raise UserError(
+                f"l2p_pp option top_k={self.top_k} must be between 1 and pool_size={self.pool_size}"
+            )
         if self.prompt_length < 2 or self.prompt_length % 2:
             raise UserError(f"l2p_pp option prompt_length={self.prompt_length} must be even (keys + values)")
 
@@ -73,7 +75,9 @@ class L2PPlusPlus(PromptStrategy):
         super().__init__(**kwargs)
         cfg = self.cfg
         self.check_layers("prompt_layer", [cfg.prompt_layer])
-        self.pool = PromptPool(cfg.pool_size, cfg.prompt_length, self.visual_width, self.backbone.embed_dim).to(self.device)
+        self.pool = PromptPool(
+            cfg.pool_size, cfg.prompt_length, self.visual_width, self.backbone.embed_dim
+        ).to(self.device)
         self.last_selection: torch.Tensor | None = None  # the latest batch's top-k, for tests
 
     def prefixes(self, query: torch.Tensor, train: bool) -> tuple[dict, torch.Tensor]:
@@ -81,8 +85,11 @@ class L2PPlusPlus(PromptStrategy):
         selected = select_prompts(cosines, self.cfg.top_k)
         self.last_selection = selected
         keys, values = prefix_from_prompts(self.pool.prompts[selected])
-        extra = self.cfg.key_loss_weight * key_loss(cosines, selected, self.cfg.key_loss) if train \
+        extra = (
+            self.cfg.key_loss_weight * key_loss(cosines, selected, self.cfg.key_loss)
+            if train
             else cosines.new_zeros(())
+        )
         return {self.cfg.prompt_layer: (keys, values)}, extra
 
     def extra_trainable_parameters(self) -> list:

@@ -1,7 +1,7 @@
 """MagMax (Marczak et al., ECCV 2024): sequential full fine-tuning of the visual tower, then a
 merge of the task vectors that keeps, per weight, the entry of largest magnitude.
 
-Paper row "MagMax" (BASELINES.md section 7 and D8; facts from its paper and code, no code reused).
+Paper row "MagMax" (docs/baselines.md §7 and docs/decisions.md D8; facts from its paper and code, no code reused).
 
 * Task t fine-tunes the whole visual tower from theta_{t-1} (not from a merge) with CE over the
   current classes against a frozen zero-shot head: the template-ensemble text features, times s.
@@ -87,7 +87,9 @@ class MagMax(CLIPStrategy):
         if self.theta is not None:  # continue from theta_{t-1}, not from the merged model
             load_visual_state(self.backbone.model, self.theta)
         set_visual_trainable(self.backbone.model, True)
-        with torch.no_grad():  # the frozen ensemble head of the task, encoded once (the text tower never trains)
+        with (
+            torch.no_grad()
+        ):  # the frozen ensemble head of the task, encoded once (the text tower never trains)
             self._head = self.text_features(classes)
 
     def compute_logits(self, images: torch.Tensor) -> torch.Tensor:

@@ -2,7 +2,7 @@
 an epoch budget that preserves the modality gap, and a visual cosine classifier that compensates
 for it, fused with the text classifier.
 
-Paper row "MG-CLIP" (BASELINES.md section 5; facts from its paper and code, no code reused).
+Paper row "MG-CLIP" (docs/baselines.md §5; facts from its paper and code, no code reused).
 
 * One LoRA pair on k and v of every block of both towers (A xavier-uniform, B 0), trained on every
   task with CE over the current classes on ``s <v, t_c>``.
@@ -31,7 +31,7 @@ RECIPE (CIFAR-100; per-dataset values in the suites):
 | optimiser / schedule | Adam, wd 0; cosine per epoch, eta_min 0.01 lr | code: main.py |
 | lr | 1e-3 CIFAR-100, ImageNet-R; 5e-4 ImageNet-100/1K | code: configs; fallback (1K) |
 | batch | 128 CIFAR-100, ImageNet-100/1K; 64 ImageNet-R | code: configs; fallback (1K) |
-| epochs | 1 / 2 / 2 / "auto" | code: configs; BASELINES.md D7 |
+| epochs | 1 / 2 / 2 / "auto" | code: configs; docs/decisions.md D7 |
 | probe | at most 10 epochs, threshold 0.10, cosine T_max 10 | code: epoch.py |
 | visual stage | 3 epochs, Adam, cosine per iteration, eta_min 0.01 lr | code: main.py |
 | visual lr / batch | 5e-4 / 64 CIFAR; 5e-4 / 32 ImageNet-R; 1e-3 / 128 ImageNet-100/1K | code: configs; fallback |
@@ -58,8 +58,14 @@ ADAPTERS = ("mg_visual", "mg_text")
 
 
 # ============================================================================ the equations
-def fused_scores(image: torch.Tensor, text: torch.Tensor, classifier: torch.Tensor, logit_scale: float,
-                 text_weight: float = 1.0, vision_weight: float = 4.0) -> torch.Tensor:
+def fused_scores(
+    image: torch.Tensor,
+    text: torch.Tensor,
+    classifier: torch.Tensor,
+    logit_scale: float,
+    text_weight: float = 1.0,
+    vision_weight: float = 4.0,
+) -> torch.Tensor:
     """``(text_weight softmax(p_text) + vision_weight p_vis) / (text_weight + vision_weight)`` with
     ``p_text = softmax(s <v, t_c>)`` and ``p_vis = softmax(<v, normalise(w_c)>)``."""
     p_text = (logit_scale * image @ text.T).softmax(dim=-1)
@@ -108,7 +114,7 @@ class MGCLIPConfig(StrategyConfig):
     def __post_init__(self):
         epochs = self.epochs
         if epochs != "auto" and (isinstance(epochs, bool) or not isinstance(epochs, int) or epochs < 1):
-            raise UserError(f"mg_clip option epochs={epochs!r} must be an integer >= 1 or \"auto\"")
+            raise UserError(f'mg_clip option epochs={epochs!r} must be an integer >= 1 or "auto"')
         super().__post_init__()
 
 
@@ -146,8 +152,13 @@ class MGCLIP(CLIPStrategy):
         optimizer = torch.optim.Adam(params, lr=self.cfg.lr, weight_decay=self.cfg.weight_decay)
         total = self.cfg.probe_epochs
         untrained, negatives = self._mean_non_target_logit(), []
-        loader = self.data_loader(self.adapted_dataset.train(), batch_size=self.cfg.batch_size, shuffle=True,
-                                  passes=total, purpose="probe")
+        loader = self.data_loader(
+            self.adapted_dataset.train(),
+            batch_size=self.cfg.batch_size,
+            shuffle=True,
+            passes=total,
+            purpose="probe",
+        )
         for epoch in range(total):
             for group in optimizer.param_groups:
                 group["lr"] = self.cfg.lr * warmup_cosine_factor(epoch, total, 0, self.cfg.min_lr_ratio)
@@ -171,8 +182,9 @@ class MGCLIP(CLIPStrategy):
         text = self.text_features(self.current_classes)
         for images, targets, *_ in self.data_loader(self.adapted_dataset.eval()):
             image = self.backbone.encode_image(images.to(self.device, non_blocking=True))
-            s, n = mean_non_target_logit(self.backbone.logit_scale * image @ text.T,
-                                         self._local_index[targets.to(self.device)])
+            s, n = mean_non_target_logit(
+                self.backbone.logit_scale * image @ text.T, self._local_index[targets.to(self.device)]
+            )
             total, count = total + s, count + n
         return total / count
 
@@ -186,18 +198,26 @@ class MGCLIP(CLIPStrategy):
         """The visual stage: only the new rows train, CE over the current classes on raw cosines."""
         rows = torch.nn.Parameter(init.to(self.device))
         optimizer = torch.optim.Adam([rows], lr=self.cfg.visual_lr)
-        loader = self.data_loader(self.adapted_dataset.train(), batch_size=self.cfg.visual_batch_size, shuffle=True,
-                                  passes=self.cfg.visual_epochs, purpose="visual-classifier")
+        loader = self.data_loader(
+            self.adapted_dataset.train(),
+            batch_size=self.cfg.visual_batch_size,
+            shuffle=True,
+            passes=self.cfg.visual_epochs,
+            purpose="visual-classifier",
+        )
         total = self.cfg.visual_epochs * len(loader)
         step = 0
         for _ in range(self.cfg.visual_epochs):
             for images, targets, *_ in loader:
                 for group in optimizer.param_groups:
-                    group["lr"] = self.cfg.visual_lr * warmup_cosine_factor(step, total, 0, self.cfg.min_lr_ratio)
+                    group["lr"] = self.cfg.visual_lr * warmup_cosine_factor(
+                        step, total, 0, self.cfg.min_lr_ratio
+                    )
                 with torch.no_grad():
                     image = self.backbone.encode_image(images.to(self.device, non_blocking=True))
-                loss = F.cross_entropy(image @ F.normalize(rows, dim=-1).T,
-                                       self._local_index[targets.to(self.device)])
+                loss = F.cross_entropy(
+                    image @ F.normalize(rows, dim=-1).T, self._local_index[targets.to(self.device)]
+                )
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
@@ -207,8 +227,14 @@ class MGCLIP(CLIPStrategy):
     # ---------------------------------------------------------------- inference
     def scores(self, images: torch.Tensor) -> torch.Tensor:
         image = self.backbone.encode_image(images, normalize=True)
-        return fused_scores(image, self.text_features(self.seen_classes), self.classifier.to(image),
-                            self.backbone.logit_scale, self.cfg.text_weight, self.cfg.vision_weight)
+        return fused_scores(
+            image,
+            self.text_features(self.seen_classes),
+            self.classifier.to(image),
+            self.backbone.logit_scale,
+            self.cfg.text_weight,
+            self.cfg.vision_weight,
+        )
 
     def run_diagnostics(self) -> dict:
         return {"auto_epochs": self.auto_epochs}

@@ -1,7 +1,7 @@
 """MOE4CL = MoE-Adapters (Yu et al., CVPR 2024): a mixture of two AdaptFormer experts with a
 noisy router, parallel to the MLP of every block of both CLIP towers, trained continually.
 
-Paper row "MOE4CL" (BASELINES.md section 6; facts from its paper and code, no code reused).
+Paper row "MOE4CL" (docs/baselines.md §6; facts from its paper and code, no code reused).
 
 * Every block of both towers gets ``x = h + mlp(ln_2 h) + sum_e g_e(h_0) Adapter_e(h)``, h the
   residual stream after attention (``benchmarks.backbone.mlp_adapters``). The router reads token 0:
@@ -12,7 +12,7 @@ Paper row "MOE4CL" (BASELINES.md section 6; facts from its paper and code, no co
   or merged between tasks. ``scores`` returns ``s cos(v, t_c)`` over the seen classes (the runner's
   softmax of them is the official model output).
 * Left out, as in the official CIL code: DDAS (MTIL only), activate-freeze, a balance loss.
-* Deviations (D4): gate noise is off at evaluation (``eval_gate_noise = True`` restores the
+* Deviations (docs/decisions.md D4): gate noise is off at evaluation (``eval_gate_noise = True`` restores the
   official noisy evaluation; then the text features of one evaluation pass share one noise draw),
   and the test transform is the shared eval transform, not the train transform. One epoch is one
   pass, not the official ``num_batches + 1`` iterations.
@@ -74,9 +74,15 @@ class MOE4CL(CLIPStrategy):
         # with zero up-projections they leave CLIP unchanged until the first step.
         cfg = self.cfg
         for tower in ("visual", "text"):
-            self.backbone.add_mlp_adapters(tower, experts=cfg.experts, bottleneck=cfg.bottleneck,
-                                           dropout=cfg.adapter_dropout, scale=cfg.adapter_scale,
-                                           router=cfg.experts > 1, top_k=cfg.top_k if cfg.experts > 1 else None)
+            self.backbone.add_mlp_adapters(
+                tower,
+                experts=cfg.experts,
+                bottleneck=cfg.bottleneck,
+                dropout=cfg.adapter_dropout,
+                scale=cfg.adapter_scale,
+                router=cfg.experts > 1,
+                top_k=cfg.top_k if cfg.experts > 1 else None,
+            )
         self.backbone.set_gate_noise_at_eval(cfg.eval_gate_noise)
 
     @property

@@ -46,14 +46,18 @@ def build_optimizer(params: list[torch.nn.Parameter], cfg) -> torch.optim.Optimi
     return kind(params, lr=cfg.lr, weight_decay=cfg.weight_decay)
 
 
-def build_scheduler(optimizer: torch.optim.Optimizer, cfg, epochs: int,
-                    steps_per_epoch: int) -> torch.optim.lr_scheduler.LRScheduler:
+def build_scheduler(
+    optimizer: torch.optim.Optimizer, cfg, epochs: int, steps_per_epoch: int
+) -> torch.optim.lr_scheduler.LRScheduler:
     """The config's schedule over a task of ``epochs`` epochs of ``steps_per_epoch`` steps."""
     total = max(1, epochs * (steps_per_epoch if cfg.schedule == "cosine_iter" else 1))
     warmup = cfg.warmup_steps or round(cfg.warmup_fraction * total)
     if cfg.schedule == "coda_cosine":  # per epoch, no warm-up, its own end point
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: coda_cosine_factor(epoch, epochs))
     if not warmup:  # the closed form below agrees; this keeps earlier runs' numbers to the last bit
-        return torch.optim.lr_scheduler.CosineAnnealingLR(optimizer, T_max=total, eta_min=cfg.min_lr_ratio * cfg.lr)
+        return torch.optim.lr_scheduler.CosineAnnealingLR(
+            optimizer, T_max=total, eta_min=cfg.min_lr_ratio * cfg.lr
+        )
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: warmup_cosine_factor(step, total, warmup, cfg.min_lr_ratio))
+        optimizer, lambda step: warmup_cosine_factor(step, total, warmup, cfg.min_lr_ratio)
+    )

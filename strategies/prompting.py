@@ -1,4 +1,4 @@
-"""What the three prompt methods share (L2P++, DualPrompt, CODA-Prompt; BASELINES.md section 8, D6):
+"""What the three prompt methods share (L2P++, DualPrompt, CODA-Prompt; docs/baselines.md §8, docs/decisions.md D6):
 a pool of prefix prompts with keys, key-query selection, prefix assembly, the key loss, a linear
 head on the prompted embedding, and the strategy skeleton around them.
 
@@ -60,8 +60,10 @@ def prefix_from_prompts(prompts: torch.Tensor) -> tuple[torch.Tensor, torch.Tens
     of every prompt joins the keys, the second half the values, prompt after prompt."""
     batch, k, length, width = prompts.shape
     half = length // 2
-    return (prompts[:, :, :half].reshape(batch, k * half, width),
-            prompts[:, :, half:].reshape(batch, k * (length - half), width))
+    return (
+        prompts[:, :, :half].reshape(batch, k * half, width),
+        prompts[:, :, half:].reshape(batch, k * (length - half), width),
+    )
 
 
 class PromptPool(nn.Module):
@@ -118,8 +120,10 @@ class PromptStrategy(CLIPStrategy):
         """Prompt blocks must exist in this model's visual tower (a suite mistake: one line)."""
         depth = len(self.backbone.model.visual.transformer.resblocks)
         if any(not 0 <= layer < depth for layer in layers):
-            raise UserError(f"{self.name} option {option}={layers} names blocks the visual tower does not have "
-                            f"({depth} blocks: 0 to {depth - 1}); set it for this model")
+            raise UserError(
+                f"{self.name} option {option}={layers} names blocks the visual tower does not have "
+                f"({depth} blocks: 0 to {depth - 1}); set it for this model"
+            )
 
     # ---------------------------------------------------------------- what a method fills in
     def prefixes(self, query: torch.Tensor, train: bool) -> tuple[dict, torch.Tensor]:
@@ -137,7 +141,9 @@ class PromptStrategy(CLIPStrategy):
         """The frozen, unprompted image embedding."""
         return self.backbone.encode_image(images, normalize=False)
 
-    def prompted_logits(self, images: torch.Tensor, query: torch.Tensor, train: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    def prompted_logits(
+        self, images: torch.Tensor, query: torch.Tensor, train: bool
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         prefixes, extra = self.prefixes(query, train)
         with self.backbone.visual_prefix(prefixes):
             features = self.backbone.encode_image(images, normalize=False)
@@ -165,7 +171,7 @@ class PromptStrategy(CLIPStrategy):
         self.backbone.eval()
         out, start = [], 0
         for images, *_ in self.data_loader(dataset):
-            batch = queries[start:start + len(images)].to(self.device)
+            batch = queries[start : start + len(images)].to(self.device)
             out.append(self.scores(images.to(self.device, non_blocking=True), batch).float().cpu())
             start += len(images)
         return torch.cat(out)

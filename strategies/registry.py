@@ -52,8 +52,10 @@ def get_strategy(name: str) -> type:
         try:
             return getattr(importlib.import_module(module_name), attr)
         except (ImportError, AttributeError) as err:
-            raise UserError(f"cannot import strategy {name!r} ({err}); "
-                            "give it as module.path:ClassName on the Python path") from None
+            raise UserError(
+                f"cannot import strategy {name!r} ({err}); "
+                "give it as module.path:ClassName on the Python path"
+            ) from None
     _discover()
     if name not in _REGISTRY:
         raise UserError(f"unknown strategy {name!r}; available: {', '.join(available())}")

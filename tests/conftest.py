@@ -18,8 +18,6 @@ def mini_suite(tmp_path):
     return write_suite(tmp_path / "mini.toml", MINI_SUITE)
 
 
-
-
 BENCHMARKS = "tests/benchmarks/"
 
 

@@ -3,7 +3,6 @@ killed mid-stream and resumed. Imported as ``from tests.helpers import ...``."""
 
 import torch
 
-
 TORCH_DEFAULT_THREADS = torch.get_num_threads()  # what a command-line run uses
 
 
@@ -106,16 +105,20 @@ def strategy_from_suite(suite, **options):
     """A fresh strategy as the runner builds it for the first run of ``suite`` (tiny CLIP, shipped
     weights), with config fields ``options`` changed; also the run's spec and its data."""
     from benchmarks import run
-    from benchmarks.runner import execute
     from benchmarks.backbone import BackboneSpec, create_clip
+    from benchmarks.runner import execute
 
     spec = run.expand(run.load_suite(str(suite)))[0]
     strategy_cls, config, _ = run.resolve(spec, "data")
     for key, value in options.items():
         setattr(config, key, value)
     data = execute._load_data(spec, "data")
-    strategy = strategy_cls(backbone=create_clip(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"])),
-                            class_names=data.class_names, config=config, show_progress=False)
+    strategy = strategy_cls(
+        backbone=create_clip(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"])),
+        class_names=data.class_names,
+        config=config,
+        show_progress=False,
+    )
     return strategy, spec, data
 
 
@@ -142,7 +145,12 @@ def check_save_load_and_resume(run, strategy_cls, tmp_path, monkeypatch):
     suite, results, reference = run
     first, _, _ = strategy_from_suite(suite)
     second, _, _ = strategy_from_suite(suite)
-    saved = results / reference["dataset"] / reference["label"] / f"T{reference['n_tasks']}-seed{reference['seed']}.model"
+    saved = (
+        results
+        / reference["dataset"]
+        / reference["label"]
+        / f"T{reference['n_tasks']}-seed{reference['seed']}.model"
+    )
     for strategy in (first, second):
         strategy.load_model(saved)
     images = torch.randn(5, 3, 32, 32)

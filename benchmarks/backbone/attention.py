@@ -11,7 +11,6 @@ from torch import nn
 from benchmarks.core.errors import UserError
 
 
-
 class SplitAttention(nn.Module):
     """``nn.MultiheadAttention`` with separate q/k/v projections, computed with SDPA.
 
@@ -21,7 +20,12 @@ class SplitAttention(nn.Module):
 
     def __init__(self, mha: nn.MultiheadAttention) -> None:
         super().__init__()
-        if mha.in_proj_weight is None or mha.in_proj_bias is None or mha.bias_k is not None or mha.add_zero_attn:
+        if (
+            mha.in_proj_weight is None
+            or mha.in_proj_bias is None
+            or mha.bias_k is not None
+            or mha.add_zero_attn
+        ):
             raise ValueError("SplitAttention needs a MultiheadAttention with fused, biased q/k/v projections")
         dim = mha.embed_dim
         self.num_heads = mha.num_heads
@@ -49,7 +53,9 @@ class SplitAttention(nn.Module):
         is_causal: bool = False,
     ) -> tuple[torch.Tensor, None]:
         if need_weights or key_padding_mask is not None:
-            raise NotImplementedError("SplitAttention supports need_weights=False without key_padding_mask only")
+            raise NotImplementedError(
+                "SplitAttention supports need_weights=False without key_padding_mask only"
+            )
         if not self.batch_first:
             query, key, value = (t.transpose(0, 1) for t in (query, key, value))
         batch, length, dim = query.shape
@@ -74,7 +80,11 @@ class SplitAttention(nn.Module):
         return (out if self.batch_first else out.transpose(0, 1)), None
 
     def forward_after_prefix(
-        self, rest: torch.Tensor, prefix: torch.Tensor, attn_mask: torch.Tensor, query_index: torch.Tensor | None = None
+        self,
+        rest: torch.Tensor,
+        prefix: torch.Tensor,
+        attn_mask: torch.Tensor,
+        query_index: torch.Tensor | None = None,
     ) -> torch.Tensor:
         """Self-attention of ``rest`` ``[N, S, D]`` (batch first) over ``prefix`` ``[1, P, D]``, which
         precedes every row, then over itself. The prefix's keys and values are projected once and
@@ -96,8 +106,9 @@ class SplitAttention(nn.Module):
         q = heads(self.q_proj(queries))
         k = torch.cat([heads(self.k_proj(prefix)).expand(rows, -1, -1, -1), heads(self.k_proj(rest))], dim=2)
         v = torch.cat([heads(self.v_proj(prefix)).expand(rows, -1, -1, -1), heads(self.v_proj(rest))], dim=2)
-        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask.to(q.dtype),
-                                             dropout_p=self.dropout if self.training else 0.0)
+        out = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=attn_mask.to(q.dtype), dropout_p=self.dropout if self.training else 0.0
+        )
         out = self.out_proj(out.transpose(1, 2).reshape(rows, -1, dim))
         return out if query_index is None else out[:, 0]
 
@@ -106,8 +117,10 @@ class SplitAttention(nn.Module):
         every query may attend."""
         prefix_k, prefix_v = self.prefix
         if prefix_k.shape[0] not in (1, batch):
-            raise ValueError(f"a prefix of {prefix_k.shape[0]} rows for a batch of {batch}: give one row per "
-                             "sample, or one row for all")
+            raise ValueError(
+                f"a prefix of {prefix_k.shape[0]} rows for a batch of {batch}: give one row per "
+                "sample, or one row for all"
+            )
 
         def heads(t: torch.Tensor) -> torch.Tensor:  # autocast: the prefix joins in the query dtype
             t = t.to(k.dtype).expand(batch, -1, -1)
@@ -117,8 +130,10 @@ class SplitAttention(nn.Module):
         v = torch.cat([heads(prefix_v), v], dim=2)
         if mask is not None:
             allowed = torch.ones if mask.dtype == torch.bool else torch.zeros  # SDPA: True / 0 = may attend
-            mask = torch.cat([allowed(*mask.shape[:-1], prefix_k.shape[1], dtype=mask.dtype, device=mask.device),
-                              mask], dim=-1)
+            mask = torch.cat(
+                [allowed(*mask.shape[:-1], prefix_k.shape[1], dtype=mask.dtype, device=mask.device), mask],
+                dim=-1,
+            )
         return k, v, mask
 
     def _sdpa_mask(self, mask: torch.Tensor | None, batch: int, dtype: torch.dtype) -> torch.Tensor | None:
@@ -145,7 +160,11 @@ def split_attention_(model: open_clip.CLIP) -> None:
     for transformer in (model.visual.transformer, model.transformer):
         for block in transformer.resblocks:
             if not isinstance(block.attn, nn.MultiheadAttention):
-                raise UserError(f"unsupported attention block {type(block).__name__}; use a standard CLIP ViT config")
+                raise UserError(
+                    f"unsupported attention block {type(block).__name__}; use a standard CLIP ViT config"
+                )
             block.attn = SplitAttention(block.attn)
     if any(isinstance(m, nn.MultiheadAttention) for m in model.modules()):
-        raise UserError("models with attention outside the residual blocks (attentional pooler) are not supported")
+        raise UserError(
+            "models with attention outside the residual blocks (attentional pooler) are not supported"
+        )

@@ -13,18 +13,22 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.core import precision as amp
-from benchmarks.backbone.budgets import efficient_images_per_forward, efficient_prompts_per_backward, use_compact_text
+from benchmarks.backbone.budgets import (
+    efficient_images_per_forward,
+    efficient_prompts_per_backward,
+    use_compact_text,
+)
 from benchmarks.backbone.lora import BASE_ADAPTER, LoRAAdapters, Tower
 from benchmarks.backbone.mlp_adapters import MLPAdapters
 from benchmarks.backbone.text import PreparedPrompts, _prefix_sharing_applies, encode_prompts, prepare_prompts
 from benchmarks.backbone.visual_prefix import VisualPrefix
+from benchmarks.core import precision as amp
+
 
 def _fp32_features(features: torch.Tensor, normalize: bool) -> torch.Tensor:
     """Tower outputs in fp32, L2-normalised in fp32 (unit norm to fp32 rounding under any autocast)."""
     features = features.float()
     return F.normalize(features, dim=-1) if normalize else features
-
 
 
 class CLIPBackbone(LoRAAdapters, MLPAdapters, VisualPrefix, nn.Module):
@@ -142,7 +146,9 @@ class CLIPBackbone(LoRAAdapters, MLPAdapters, VisualPrefix, nn.Module):
 
     def efficient_prompts_per_backward(self, tokens_per_prompt: int) -> int:
         """Prompts per text forward with a graph on this device (``efficient_prompts_per_backward``)."""
-        return efficient_prompts_per_backward(tokens_per_prompt, self.model.transformer.width, self.device.type)
+        return efficient_prompts_per_backward(
+            tokens_per_prompt, self.model.transformer.width, self.device.type
+        )
 
     def efficient_images_per_forward(self) -> int:
         """Images per branch-batched inference forward on this device (``efficient_images_per_forward``)."""

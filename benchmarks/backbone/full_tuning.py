@@ -27,7 +27,9 @@ def load_visual_state(model: nn.Module, state: VisualState) -> None:
     """Copy ``state`` into the visual tower's weights (names and shapes must match)."""
     params = visual_parameters(model)
     if params.keys() != state.keys():
-        raise ValueError(f"visual state does not match the model: {len(params.keys() ^ state.keys())} names differ")
+        raise ValueError(
+            f"visual state does not match the model: {len(params.keys() ^ state.keys())} names differ"
+        )
     with torch.no_grad():
         for name, param in params.items():
             param.copy_(state[name])
@@ -53,4 +55,6 @@ def max_magnitude(running: VisualState | None, new: VisualState) -> VisualState:
     """Per entry, the value of larger magnitude; ties go to ``new`` (the later task)."""
     if running is None:
         return {name: t.clone() for name, t in new.items()}
-    return {name: torch.where(new[name].abs() >= running[name].abs(), new[name], running[name]) for name in new}
+    return {
+        name: torch.where(new[name].abs() >= running[name].abs(), new[name], running[name]) for name in new
+    }

@@ -55,9 +55,6 @@ class BackboneSpec:
     cache_dir: str | None = None  # open_clip / Hugging Face cache to look in (default: theirs)
 
 
-
-
-
 def _check_model_config(name: str) -> None:
     """Fail early (before any network-capable open_clip code runs) on names we cannot build offline."""
     if ":" in name:
@@ -82,7 +79,9 @@ def _check_model_config(name: str) -> None:
         or "hf_tokenizer_name" in text_cfg
         or "timm_model_name" in vision_cfg
     ):
-        raise UserError(f"model {name!r} is not supported: only open_clip CLIP ViT models with the built-in text tower")
+        raise UserError(
+            f"model {name!r} is not supported: only open_clip CLIP ViT models with the built-in text tower"
+        )
 
 
 def _cached_checkpoint(cfg: dict[str, Any], cache_dir: str | None) -> tuple[Path | None, list[str]]:
@@ -230,7 +229,9 @@ def _build_model(spec: BackboneSpec, device: torch.device) -> open_clip.CLIP:
             # files, a few hyper-parameters; everything else must match exactly.
             persistent = model.state_dict().keys()
             ignored = {name for name, _ in model.named_buffers()} - persistent
-            model.load_state_dict({k: v for k, v in state.items() if k not in ignored and k not in _OPENAI_EXTRA_KEYS})
+            model.load_state_dict(
+                {k: v for k, v in state.items() if k not in ignored and k not in _OPENAI_EXTRA_KEYS}
+            )
     except Exception as err:  # anything that goes wrong while reading a user's file is the file's fault
         if checkpoint is None:
             raise
@@ -239,7 +240,9 @@ def _build_model(spec: BackboneSpec, device: torch.device) -> open_clip.CLIP:
     if not isinstance(model, open_clip.CLIP) or not isinstance(model.visual, VisionTransformer):
         raise UserError(f"model {spec.model!r} is not supported: only open_clip CLIP ViT models")
     if model.text_pool_type != "argmax" or model.attn_mask is None:
-        raise UserError(f"model {spec.model!r} is not supported: the text tower must be causal with EOT pooling")
+        raise UserError(
+            f"model {spec.model!r} is not supported: the text tower must be causal with EOT pooling"
+        )
     return model
 
 

@@ -56,15 +56,18 @@ class LoRAAdapters:
         def inject(_module: nn.Module, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
             return args, {**kwargs, "adapter_names": per_sample}
 
-        handles = [layer.register_forward_pre_hook(inject, with_kwargs=True) for layer in self._lora_layers("visual")]
+        handles = [
+            layer.register_forward_pre_hook(inject, with_kwargs=True) for layer in self._lora_layers("visual")
+        ]
         try:
             yield
         finally:
             for handle in handles:
                 handle.remove()
 
-
-    def add_lora(self, name: str, tower: Tower, rank: int = 24, alpha: float = 1.0, init_a: str = "kaiming") -> None:
+    def add_lora(
+        self, name: str, tower: Tower, rank: int = 24, alpha: float = 1.0, init_a: str = "kaiming"
+    ) -> None:
         """Add a LoRA (B = 0, so initially the identity) on k/v of every block of ``tower``; not activated.
 
         ``init_a`` initialises A: "kaiming" is peft's default (kaiming-uniform, a = sqrt(5)),
@@ -160,7 +163,9 @@ class LoRAAdapters:
         with torch.no_grad():
             for key, param in targets.items():
                 if state[key].shape != param.shape:
-                    raise UserError(f"LoRA state {key}: shape {tuple(state[key].shape)} != {tuple(param.shape)}")
+                    raise UserError(
+                        f"LoRA state {key}: shape {tuple(state[key].shape)} != {tuple(param.shape)}"
+                    )
                 param.copy_(state[key])
 
     # ---- internals

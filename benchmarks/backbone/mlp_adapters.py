@@ -45,8 +45,9 @@ class Expert(nn.Module):
         return self.up(self.dropout(F.relu(self.down(h)))) * self.scale
 
 
-def noisy_top_k_gates(x0: torch.Tensor, w_gate: torch.Tensor, w_noise: torch.Tensor, k: int,
-                      noise: torch.Tensor | None) -> torch.Tensor:
+def noisy_top_k_gates(
+    x0: torch.Tensor, w_gate: torch.Tensor, w_noise: torch.Tensor, k: int, noise: torch.Tensor | None
+) -> torch.Tensor:
     """Gates ``[B, E]`` of the noisy top-k router (Shazeer et al. 2017) from token 0 ``x0`` ``[B, d]``:
     ``logits = x0 W_g + noise * (softplus(x0 W_noise) + 0.01)`` (no noise term if ``noise`` is None),
     softmax over the k largest logits, 0 elsewhere. With k = E every expert is active."""
@@ -67,15 +68,27 @@ class Router(nn.Module):
         self.top_k = top_k
 
     def forward(self, x0: torch.Tensor, noisy: bool) -> torch.Tensor:
-        noise = torch.randn(x0.shape[0], self.w_gate.shape[1], device=x0.device, dtype=x0.dtype) if noisy else None
+        noise = (
+            torch.randn(x0.shape[0], self.w_gate.shape[1], device=x0.device, dtype=x0.dtype)
+            if noisy
+            else None
+        )
         return noisy_top_k_gates(x0, self.w_gate.to(x0.dtype), self.w_noise.to(x0.dtype), self.top_k, noise)
 
 
 class ParallelAdapter(nn.Module):
     """The branch of one block: its experts and, with more than one, its router."""
 
-    def __init__(self, width: int, experts: int, bottleneck: int, dropout: float, scale: float,
-                 router: bool, top_k: int | None) -> None:
+    def __init__(
+        self,
+        width: int,
+        experts: int,
+        bottleneck: int,
+        dropout: float,
+        scale: float,
+        router: bool,
+        top_k: int | None,
+    ) -> None:
         super().__init__()
         self.experts = nn.ModuleList(Expert(width, bottleneck, dropout, scale) for _ in range(experts))
         self.router = Router(width, experts, top_k or experts) if router else None
@@ -103,8 +116,16 @@ class MLPAdapters:
     model: nn.Module
     mlp_adapter_modules: nn.ModuleDict  # tower -> one ParallelAdapter per block
 
-    def add_mlp_adapters(self, tower: Tower, experts: int = 1, bottleneck: int = 64, dropout: float = 0.1,
-                         scale: float = 0.1, router: bool = False, top_k: int | None = None) -> nn.ModuleList:
+    def add_mlp_adapters(
+        self,
+        tower: Tower,
+        experts: int = 1,
+        bottleneck: int = 64,
+        dropout: float = 0.1,
+        scale: float = 0.1,
+        router: bool = False,
+        top_k: int | None = None,
+    ) -> nn.ModuleList:
         """Add one ``ParallelAdapter`` to every block of ``tower``, enabled and trainable; returns
         them (one per block). Weights draw from torch's global generator."""
         if tower not in ("visual", "text"):
@@ -120,7 +141,9 @@ class MLPAdapters:
             if not isinstance(block.ls_2, nn.Identity):
                 raise ValueError("parallel MLP adapters need ls_2 = identity (no layer scale)")
             adapter = ParallelAdapter(transformer.width, experts, bottleneck, dropout, scale, router, top_k)
-            adapters.append(adapter.to(self.model.logit_scale.device).train(self.model.training))  # CLIP's mode
+            adapters.append(
+                adapter.to(self.model.logit_scale.device).train(self.model.training)
+            )  # CLIP's mode
             self._hook_block(block, adapter, transformer)
         modules[tower] = adapters
         transformer.parallel_adapters_active = True
@@ -144,8 +167,12 @@ class MLPAdapters:
 
     def mlp_adapter_parameters(self, tower: Tower | None = None) -> list[nn.Parameter]:
         """Parameters of the MLP adapters of ``tower`` (None: both)."""
-        return [p for name, adapters in self.mlp_adapter_modules.items() if tower in (None, name)
-                for p in adapters.parameters()]
+        return [
+            p
+            for name, adapters in self.mlp_adapter_modules.items()
+            if tower in (None, name)
+            for p in adapters.parameters()
+        ]
 
     @contextlib.contextmanager
     def mlp_adapters(self, enabled: bool) -> Iterator[None]:
@@ -173,4 +200,11 @@ def mlp_adapter_parameter_count(width: int, blocks: int, experts: int, bottlenec
     return blocks * (experts * per_expert + (2 * width * experts if router else 0))
 
 
-__all__ = ["Expert", "MLPAdapters", "ParallelAdapter", "Router", "mlp_adapter_parameter_count", "noisy_top_k_gates"]
+__all__ = [
+    "Expert",
+    "MLPAdapters",
+    "ParallelAdapter",
+    "Router",
+    "mlp_adapter_parameter_count",
+    "noisy_top_k_gates",
+]

@@ -13,6 +13,7 @@ from torch import nn
 
 from benchmarks.backbone.attention import SplitAttention
 
+
 def shared_prefix_length(tokens: torch.Tensor, eot: torch.Tensor) -> int:
     """Leading positions on which every row of ``tokens`` agrees, stopping before the first EOT.
 
@@ -30,9 +31,15 @@ def shared_prefix_length(tokens: torch.Tensor, eot: torch.Tensor) -> int:
 def _prefix_sharing_applies(transformer: nn.Module) -> bool:
     """Whether the text transformer is the plain batch-first stack the shared-prefix path rebuilds
     (not while parallel MLP adapters are on: they route on token 0, which the path runs apart)."""
-    return transformer.batch_first and not getattr(transformer, "parallel_adapters_active", False) and all(
-        type(block) is ResidualAttentionBlock and isinstance(block.attn, SplitAttention) and not hasattr(block, "ln_1_kv")
-        for block in transformer.resblocks
+    return (
+        transformer.batch_first
+        and not getattr(transformer, "parallel_adapters_active", False)
+        and all(
+            type(block) is ResidualAttentionBlock
+            and isinstance(block.attn, SplitAttention)
+            and not hasattr(block, "ln_1_kv")
+            for block in transformer.resblocks
+        )
     )
 
 
@@ -56,7 +63,9 @@ def _text_transformer_with_shared_prefix(
         rest = rest + block.ls_1(attended)
         rest = rest + block.ls_2(block.mlp(block.ln_2(rest)))
         shared = block(shared, attn_mask=prefix_mask)
-    attended = last.attn.forward_after_prefix(last.ln_1(rest), last.ln_1(shared), suffix_mask, query_index=pooled)
+    attended = last.attn.forward_after_prefix(
+        last.ln_1(rest), last.ln_1(shared), suffix_mask, query_index=pooled
+    )
     out = rest[torch.arange(len(rest), device=rest.device), pooled] + last.ls_1(attended)
     return out + last.ls_2(last.mlp(last.ln_2(out)))
 
@@ -79,7 +88,9 @@ class PreparedPrompts:
     """
 
     buckets: tuple[PromptBucket, ...]
-    order: torch.Tensor | None  # rows of the concatenated bucket outputs in input order; None: already in order
+    order: (
+        torch.Tensor | None
+    )  # rows of the concatenated bucket outputs in input order; None: already in order
 
 
 def prepare_prompts(
@@ -122,7 +133,9 @@ def encode_prompts(model: open_clip.CLIP, prompts: PreparedPrompts, normalize: b
     pooled = []
     for bucket in prompts.buckets:
         length = bucket.tokens.shape[1]
-        x = model.token_embedding(bucket.tokens).to(cast_dtype) + model.positional_embedding[:length].to(cast_dtype)
+        x = model.token_embedding(bucket.tokens).to(cast_dtype) + model.positional_embedding[:length].to(
+            cast_dtype
+        )
         mask = model.attn_mask[:length, :length]
         if bucket.prefix and _prefix_sharing_applies(model.transformer):
             x = _text_transformer_with_shared_prefix(model.transformer, x, mask, bucket.prefix, bucket.pooled)
@@ -134,7 +147,11 @@ def encode_prompts(model: open_clip.CLIP, prompts: PreparedPrompts, normalize: b
     if prompts.order is not None:
         x = x[prompts.order]
     x = model.ln_final(x)  # per position, so pooling first is the same and cheaper
-    x = model.text_projection(x) if isinstance(model.text_projection, nn.Linear) else x @ model.text_projection
+    x = (
+        model.text_projection(x)
+        if isinstance(model.text_projection, nn.Linear)
+        else x @ model.text_projection
+    )
     return F.normalize(x, dim=-1) if normalize else x
 
 

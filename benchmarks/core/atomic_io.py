@@ -58,5 +58,7 @@ def read_json(path: Path) -> Any:
     try:
         return json.loads(Path(path).read_text())
     except json.JSONDecodeError as err:
-        raise UserError(f"corrupt result file {path} ({err.msg} at line {err.lineno}); "
-                        "delete it and rerun, or rerun with --force") from None
+        raise UserError(
+            f"corrupt result file {path} ({err.msg} at line {err.lineno}); "
+            "delete it and rerun, or rerun with --force"
+        ) from None

@@ -16,8 +16,17 @@ from pathlib import Path
 import numpy as np
 import torch
 
-PACKAGES = ("torch", "torchvision", "open_clip_torch", "peft", "avalanche-lib", "numpy",
-            "scikit-learn", "safetensors", "pandas")
+PACKAGES = (
+    "torch",
+    "torchvision",
+    "open_clip_torch",
+    "peft",
+    "avalanche-lib",
+    "numpy",
+    "scikit-learn",
+    "safetensors",
+    "pandas",
+)
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
 

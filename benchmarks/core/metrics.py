@@ -1,4 +1,4 @@
-"""Metrics of the shared protocol (SPEC section 1), computed from score matrices.
+"""Metrics of the shared protocol (docs/decisions.md P1), computed from score matrices.
 
 Every strategy exposes scores over all seen classes; the runner turns them into numbers here, the
 same way for every strategy. All functions are pure: arrays in, numbers out.
@@ -11,7 +11,7 @@ from sklearn.metrics import roc_auc_score, roc_curve
 
 
 def softmax(scores: np.ndarray) -> np.ndarray:
-    """Row-wise softmax at temperature 1 (the AUROC score of SPEC section 1)."""
+    """Row-wise softmax at temperature 1 (the AUROC score of docs/decisions.md P1)."""
     shifted = scores - scores.max(axis=1, keepdims=True)
     exp = np.exp(shifted)
     return exp / exp.sum(axis=1, keepdims=True)
@@ -24,8 +24,9 @@ def accuracy(pred: np.ndarray, target: np.ndarray) -> float:
     return float(100.0 * np.mean(pred == target))
 
 
-def accuracy_per_task(pred: np.ndarray, target: np.ndarray, task_of_class: dict[int, int],
-                      n_tasks_seen: int) -> tuple[list[float], list[int]]:
+def accuracy_per_task(
+    pred: np.ndarray, target: np.ndarray, task_of_class: dict[int, int], n_tasks_seen: int
+) -> tuple[list[float], list[int]]:
     """Accuracy on the test images of each learned task, and how many images each task has."""
     sample_task = np.array([task_of_class[int(c)] for c in target])
     accs, counts = [], []
@@ -61,9 +62,14 @@ def predicted_classes(scores: np.ndarray, seen_classes: list[int]) -> np.ndarray
     return np.asarray(seen_classes)[scores.argmax(axis=1)]
 
 
-def stage_metrics(scores: np.ndarray, seen_classes: list[int], targets: np.ndarray,
-                  task_of_class: dict[int, int], n_tasks_seen: int) -> dict:
-    """All per-stage metrics of SPEC section 1.
+def stage_metrics(
+    scores: np.ndarray,
+    seen_classes: list[int],
+    targets: np.ndarray,
+    task_of_class: dict[int, int],
+    n_tasks_seen: int,
+) -> dict:
+    """All per-stage metrics of docs/decisions.md P1.
 
     Args:
         scores: ``[N, len(seen_classes)]`` scores q of every test sample (seen and future classes)

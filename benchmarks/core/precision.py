@@ -44,5 +44,6 @@ def autocast(precision: str, device: str | torch.device) -> contextlib.AbstractC
 
 def loss_scaler(precision: str, device: str | torch.device) -> torch.amp.GradScaler:
     """A ``GradScaler`` that is enabled for fp16 only (bf16 and fp32 do not need one)."""
-    return torch.amp.GradScaler(torch.device(device).type, init_scale=INITIAL_LOSS_SCALE,
-                                enabled=precision == "fp16")
+    return torch.amp.GradScaler(
+        torch.device(device).type, init_scale=INITIAL_LOSS_SCALE, enabled=precision == "fp16"
+    )

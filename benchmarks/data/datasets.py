@@ -260,7 +260,9 @@ def load_imagenet_r(
 # --- ImageNet-100 / ImageNet-1K -----------------------------------------------------------------
 
 
-def _load_imagenet(name: str, data_root: Path | None, n_classes: int, include_train: bool = True) -> ClassificationData:
+def _load_imagenet(
+    name: str, data_root: Path | None, n_classes: int, include_train: bool = True
+) -> ClassificationData:
     """ImageNet's train and val folders, restricted to the first ``n_classes`` of the 1000 sorted
     ImageNet-1K wnids. Every one of them must be there: a partial copy never passes for the full
     dataset. ``include_train=False`` reads only val (a zero-shot target never scans 1.28M files)."""
@@ -284,7 +286,9 @@ def _load_imagenet(name: str, data_root: Path | None, n_classes: int, include_tr
     return _folder_data(name, wnids, train, test)
 
 
-def load_imagenet100(data_root: Path | None, n_classes: int = 100, include_train: bool = True) -> ClassificationData:
+def load_imagenet100(
+    data_root: Path | None, n_classes: int = 100, include_train: bool = True
+) -> ClassificationData:
     """ImageNet-100: the first ``n_classes`` sorted ImageNet-1K wnids; ImageNet val as test."""
     if not 1 <= n_classes <= 1000:
         raise UserError(f"imagenet100 option n_classes={n_classes} must be between 1 and 1000")

@@ -111,23 +111,42 @@ class SeededSamples(Dataset):
             self._checked = True
             if not _same_states(before, _global_states()):
                 SeededSamples._warned = True
-                warnings.warn("a transform drew from Python's random or numpy's global generator; those draws "
-                              "are not seeded per sample, so they depend on the worker count. Draw from torch "
-                              "instead (every torchvision transform does).", RuntimeWarning, stacklevel=2)
+                warnings.warn(
+                    "a transform drew from Python's random or numpy's global generator; those draws "
+                    "are not seeded per sample, so they depend on the worker count. Draw from torch "
+                    "instead (every torchvision transform does).",
+                    RuntimeWarning,
+                    stacklevel=2,
+                )
         return item
 
 
-def seeded_loader(dataset: Dataset, key: tuple[KeyPart, ...], batch_size: int, *, shuffle: bool = False,
-                  drop_last: bool = False, num_workers: int = 0, persistent_workers: bool = False,
-                  pin_memory: bool = False, collate_fn: Callable | None = None,
-                  multiprocessing_context: Any = None) -> DataLoader:
+def seeded_loader(
+    dataset: Dataset,
+    key: tuple[KeyPart, ...],
+    batch_size: int,
+    *,
+    shuffle: bool = False,
+    drop_last: bool = False,
+    num_workers: int = 0,
+    persistent_workers: bool = False,
+    pin_memory: bool = False,
+    collate_fn: Callable | None = None,
+    multiprocessing_context: Any = None,
+) -> DataLoader:
     """A DataLoader over ``dataset`` whose shuffle, augmentation draws and worker seeds come from
     ``key`` and the pass alone (module docstring). ``collate_fn`` defaults to the dataset's own
     (Avalanche datasets carry one) or torch's default."""
     sampler = SeededSampler(len(dataset), key, shuffle)  # type: ignore[arg-type]
     workers_seed = torch.Generator().manual_seed(derive_seed(*key, "workers"))
     collate = collate_fn or getattr(dataset, "collate_fn", None)
-    return DataLoader(SeededSamples(dataset), batch_sampler=BatchSampler(sampler, batch_size, drop_last),
-                      num_workers=num_workers, persistent_workers=persistent_workers and num_workers > 0,
-                      pin_memory=pin_memory, collate_fn=collate, generator=workers_seed,
-                      multiprocessing_context=multiprocessing_context)
+    return DataLoader(
+        SeededSamples(dataset),
+        batch_sampler=BatchSampler(sampler, batch_size, drop_last),
+        num_workers=num_workers,
+        persistent_workers=persistent_workers and num_workers > 0,
+        pin_memory=pin_memory,
+        collate_fn=collate,
+        generator=workers_seed,
+        multiprocessing_context=multiprocessing_context,
+    )

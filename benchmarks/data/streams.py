@@ -49,14 +49,17 @@ def split_classes(class_order: list[int], n_tasks: int, dataset: str = "dataset"
     n_classes = len(class_order)
     if n_tasks < 1 or n_classes % n_tasks:
         valid = [k for k in range(2, n_classes + 1) if n_classes % k == 0][:8]
-        raise UserError(f"{n_tasks} tasks do not divide the {n_classes} classes of {dataset}; "
-                        f"use a task count that divides {n_classes}, e.g. {valid}")
+        raise UserError(
+            f"{n_tasks} tasks do not divide the {n_classes} classes of {dataset}; "
+            f"use a task count that divides {n_classes}, e.g. {valid}"
+        )
     size = n_classes // n_tasks
-    return [list(class_order[i * size:(i + 1) * size]) for i in range(n_tasks)]
+    return [list(class_order[i * size : (i + 1) * size]) for i in range(n_tasks)]
 
 
-def build_stream(data, n_tasks: int, class_order: list[int],
-                 train_transform: Callable, eval_transform: Callable) -> CILStream:
+def build_stream(
+    data, n_tasks: int, class_order: list[int], train_transform: Callable, eval_transform: Callable
+) -> CILStream:
     """Build an Avalanche class-incremental benchmark from a ``ClassificationData``.
 
     Args:
@@ -70,12 +73,22 @@ def build_stream(data, n_tasks: int, class_order: list[int],
         raise UserError(f"class order for {data.name} is not a permutation of its {n_classes} classes")
     tasks = split_classes(class_order, n_tasks, data.name)
     groups = {"train": (train_transform, None), "eval": (eval_transform, None)}
-    train, test = (ClassificationDataset([images], transform_groups=groups,
-                                         data_attributes=[DataAttribute(list(targets), "targets")])
-                   for images, targets in ((data.train, data.train_targets), (data.test, data.test_targets)))
+    train, test = (
+        ClassificationDataset(
+            [images], transform_groups=groups, data_attributes=[DataAttribute(list(targets), "targets")]
+        )
+        for images, targets in ((data.train, data.train_targets), (data.test, data.test_targets))
+    )
     benchmark = class_incremental_benchmark(
-        {"train": train, "test": test}, class_order=list(class_order),
-        num_classes_per_exp=[len(t) for t in tasks])
-    return CILStream(benchmark=benchmark, class_order=list(class_order), tasks=tasks,
-                     class_names=list(data.class_names), test_set=test.eval(),
-                     test_targets=list(data.test_targets))
+        {"train": train, "test": test},
+        class_order=list(class_order),
+        num_classes_per_exp=[len(t) for t in tasks],
+    )
+    return CILStream(
+        benchmark=benchmark,
+        class_order=list(class_order),
+        tasks=tasks,
+        class_names=list(data.class_names),
+        test_set=test.eval(),
+        test_targets=list(data.test_targets),
+    )

@@ -1,4 +1,4 @@
-"""Image transforms of the shared protocol (SPEC section 1).
+"""Image transforms of the shared protocol (docs/decisions.md P1).
 
 Both pipelines take a PIL image and return a normalised ``float32`` tensor of shape
 ``(3, image_size, image_size)``.
@@ -75,24 +75,43 @@ def train_transform(
     rotation in [0, 10] degrees (``TRAIN_AUGMENTATIONS`` names the variants).
 
     The offline miniature uses "paper-scaled": at 32 px the paper's 4 px of black border is a
-    large part of the image and lowers every adapted method (measured; README "The offline
-    miniature"). 224 px inputs get the paper's pipeline exactly under either name.
+    large part of the image and lowers every adapted method (measured; docs/miniature.md). 224 px inputs get the paper's pipeline exactly under either name.
     """
     if augmentation not in TRAIN_AUGMENTATIONS:
         raise ValueError(f"augmentation must be one of {TRAIN_AUGMENTATIONS}, not {augmentation!r}")
     if augmentation == "none":
         return eval_transform(image_size, mean, std)
     if augmentation == "flip":
-        return T.Compose([T.Lambda(_to_rgb), T.Resize(image_size, interpolation=T.InterpolationMode.BICUBIC),
-                          T.CenterCrop(image_size), T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(mean, std)])
+        return T.Compose(
+            [
+                T.Lambda(_to_rgb),
+                T.Resize(image_size, interpolation=T.InterpolationMode.BICUBIC),
+                T.CenterCrop(image_size),
+                T.RandomHorizontalFlip(),
+                T.ToTensor(),
+                T.Normalize(mean, std),
+            ]
+        )
     if augmentation in ("rrc_flip", "rrc05_flip"):
         scale = (0.05, 1.0) if augmentation == "rrc05_flip" else (0.08, 1.0)
-        return T.Compose([T.Lambda(_to_rgb), T.RandomResizedCrop(image_size, scale=scale, ratio=(3 / 4, 4 / 3)),
-                          T.RandomHorizontalFlip(), T.ToTensor(), T.Normalize(mean, std)])
+        return T.Compose(
+            [
+                T.Lambda(_to_rgb),
+                T.RandomResizedCrop(image_size, scale=scale, ratio=(3 / 4, 4 / 3)),
+                T.RandomHorizontalFlip(),
+                T.ToTensor(),
+                T.Normalize(mean, std),
+            ]
+        )
     if augmentation == "rrc90":
-        return T.Compose([T.Lambda(_to_rgb), T.RandomResizedCrop(image_size, scale=(0.9, 1.0),
-                                                                 interpolation=T.InterpolationMode.BICUBIC),
-                          T.ToTensor(), T.Normalize(mean, std)])
+        return T.Compose(
+            [
+                T.Lambda(_to_rgb),
+                T.RandomResizedCrop(image_size, scale=(0.9, 1.0), interpolation=T.InterpolationMode.BICUBIC),
+                T.ToTensor(),
+                T.Normalize(mean, std),
+            ]
+        )
     return T.Compose(
         [
             T.Lambda(_to_rgb),
@@ -121,11 +140,19 @@ class PatchShuffle:
         pixels = np.asarray(image)
         size = pixels.shape[0]
         if pixels.shape[1] != size or size % self.grid:
-            raise ValueError(f"PatchShuffle needs a square image divisible by {self.grid}, got {pixels.shape[:2]}")
+            raise ValueError(
+                f"PatchShuffle needs a square image divisible by {self.grid}, got {pixels.shape[:2]}"
+            )
         step = size // self.grid
-        patches = pixels.reshape(self.grid, step, self.grid, step, -1).swapaxes(1, 2).reshape(self.grid**2, step, step, -1)
+        patches = (
+            pixels.reshape(self.grid, step, self.grid, step, -1)
+            .swapaxes(1, 2)
+            .reshape(self.grid**2, step, step, -1)
+        )
         order = np.random.default_rng(zlib.crc32(pixels.tobytes())).permutation(self.grid**2)
-        shuffled = patches[order].reshape(self.grid, self.grid, step, step, -1).swapaxes(1, 2).reshape(pixels.shape)
+        shuffled = (
+            patches[order].reshape(self.grid, self.grid, step, step, -1).swapaxes(1, 2).reshape(pixels.shape)
+        )
         return Image.fromarray(shuffled.squeeze(-1) if pixels.ndim == 2 else shuffled)
 
     def __repr__(self) -> str:
@@ -142,5 +169,12 @@ def patch_shuffled_train_transform(
     """Resize and centre-crop to ``image_size``, shuffle ``grid`` x ``grid`` patches, then the
     train augmentation ``augmentation`` (its resize is then the identity)."""
     augment = train_transform(image_size, mean, std, augmentation).transforms
-    return T.Compose([T.Lambda(_to_rgb), T.Resize(image_size, interpolation=T.InterpolationMode.BICUBIC),
-                      T.CenterCrop(image_size), PatchShuffle(grid), *augment[1:]])
+    return T.Compose(
+        [
+            T.Lambda(_to_rgb),
+            T.Resize(image_size, interpolation=T.InterpolationMode.BICUBIC),
+            T.CenterCrop(image_size),
+            PatchShuffle(grid),
+            *augment[1:],
+        ]
+    )

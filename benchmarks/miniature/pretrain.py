@@ -40,16 +40,27 @@ DEFAULT_INIT_LOGIT_SCALE = 100.0
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.miniature.pretrain", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.miniature.pretrain", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--steps", type=int, default=1300, help="optimizer steps")
     parser.add_argument("--batch-size", type=int, default=128, help="image-caption pairs per step")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW)")
     parser.add_argument(
-        "--init-logit-scale", type=float, default=DEFAULT_INIT_LOGIT_SCALE, help="initial logit scale (learnt after)"
+        "--init-logit-scale",
+        type=float,
+        default=DEFAULT_INIT_LOGIT_SCALE,
+        help="initial logit scale (learnt after)",
     )
-    parser.add_argument("--warmup", type=int, default=100, help="linear warm-up steps before the cosine decay")
-    parser.add_argument("--weight-decay", type=float, default=0.1, help="AdamW weight decay on weight matrices")
-    parser.add_argument("--seed", type=int, default=0, help="seed of the initialisation and of the data stream")
+    parser.add_argument(
+        "--warmup", type=int, default=100, help="linear warm-up steps before the cosine decay"
+    )
+    parser.add_argument(
+        "--weight-decay", type=float, default=0.1, help="AdamW weight decay on weight matrices"
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="seed of the initialisation and of the data stream"
+    )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="checkpoint path (.safetensors)")
     parser.add_argument("--log-every", type=int, default=100, help="print the mean loss every K steps")
@@ -104,7 +115,10 @@ def warmup_cosine(warmup: int, total: int) -> Any:
 @contextlib.contextmanager
 def _deterministic_torch(threads: int) -> Iterator[None]:
     """Fixed thread count and deterministic kernels for the duration; the caller's settings come back after."""
-    previous_threads, previous_deterministic = torch.get_num_threads(), torch.are_deterministic_algorithms_enabled()
+    previous_threads, previous_deterministic = (
+        torch.get_num_threads(),
+        torch.are_deterministic_algorithms_enabled(),
+    )
     torch.set_num_threads(threads)
     torch.use_deterministic_algorithms(True)
     try:
@@ -118,7 +132,9 @@ def pretrain(args: argparse.Namespace) -> tuple[open_clip.CLIP, list[tuple[int, 
     """Train a fresh tiny CLIP; return it and the logged ``(step, mean loss since last log)`` trajectory."""
     with torch.random.fork_rng():  # seeds the initialisation without touching the caller's RNG
         torch.manual_seed(args.seed)
-        model = open_clip.create_model(TINY_MODEL, pretrained=None, init_logit_scale=math.log(args.init_logit_scale))
+        model = open_clip.create_model(
+            TINY_MODEL, pretrained=None, init_logit_scale=math.log(args.init_logit_scale)
+        )
     tokenizer = open_clip.get_tokenizer(TINY_MODEL)
     model.train()
     loss_fn = ClipLoss()
@@ -127,7 +143,9 @@ def pretrain(args: argparse.Namespace) -> tuple[open_clip.CLIP, list[tuple[int, 
 
     trajectory: list[tuple[int, float]] = []
     window: list[float] = []
-    progress = tqdm(batches(args.steps, args.batch_size, args.seed), total=args.steps, desc="pretrain", unit="step")
+    progress = tqdm(
+        batches(args.steps, args.batch_size, args.seed), total=args.steps, desc="pretrain", unit="step"
+    )
     for step, (images, texts) in enumerate(progress, start=1):
         image_features = model.encode_image(images_to_tensor(images), normalize=True)
         # one padded batch, as when the shipped checkpoint was made (buckets would round differently)
@@ -153,7 +171,9 @@ def pretrain(args: argparse.Namespace) -> tuple[open_clip.CLIP, list[tuple[int, 
 def save_checkpoint(model: torch.nn.Module, path: Path, metadata: dict[str, Any]) -> None:
     """Write fp16 safetensors and a ``.json`` sidecar, each atomically (temporary file, then rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    state = {name: tensor.detach().to(torch.float16).contiguous() for name, tensor in model.state_dict().items()}
+    state = {
+        name: tensor.detach().to(torch.float16).contiguous() for name, tensor in model.state_dict().items()
+    }
     tmp = path.with_name(path.name + ".tmp")
     save_file(state, str(tmp), metadata={"format": "pt", "model": TINY_MODEL})
     os.replace(tmp, path)
@@ -191,7 +211,9 @@ def main(argv: Sequence[str] | None = None) -> None:
         "wall_time_s": round(wall, 1),
     }
     save_checkpoint(model, args.out, metadata)
-    print(f"saved {args.out} ({args.out.stat().st_size / 2**20:.1f} MiB) after {wall:.0f} s; final loss {trajectory[-1][1]:.4f}")
+    print(
+        f"saved {args.out} ({args.out.stat().st_size / 2**20:.1f} MiB) after {wall:.0f} s; final loss {trajectory[-1][1]:.4f}"
+    )
 
 
 if __name__ == "__main__":

@@ -37,17 +37,17 @@ import torch.nn.functional as F
 from sklearn.linear_model import LogisticRegression
 from torch.utils.data import Dataset
 
-from benchmarks.core.subspace import directional_distance, energy_basis, joint_basis, orthonormal_basis
 from benchmarks.backbone import BackboneSpec, CLIPBackbone, create_clip
+from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.core.subspace import directional_distance, energy_basis, joint_basis, orthonormal_basis
 from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.datasets import ClassificationData, load_synthetic
-from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.data.streams import split_classes
 from benchmarks.data.synthetic.captions import PRETRAIN_HELD_OUT, ZERO_SHOT_PROMPT
 from benchmarks.data.synthetic.world import default_class_ids
+from benchmarks.data.transforms import eval_transform
 from benchmarks.runner.results import ResultStore
 from benchmarks.runner.suites import RunSpec, dataset_loader_options, expand, load_suite
-from benchmarks.data.streams import split_classes
-from benchmarks.data.transforms import eval_transform
 from strategies.gr4cil import class_prototypes, compensation_head, orthogonal_projector, text_subspace_basis
 
 ZERO_SHOT_TARGET = (40.0, 65.0)  # % on the CIL data; CIFAR-100's is 66-68
@@ -134,7 +134,10 @@ def evaluate_zero_shot(backbone: CLIPBackbone, data: ClassificationData) -> Zero
 
 
 def probe_accuracies(
-    train_features: torch.Tensor, train_targets: Sequence[int], test_features: torch.Tensor, test_targets: Sequence[int]
+    train_features: torch.Tensor,
+    train_targets: Sequence[int],
+    test_features: torch.Tensor,
+    test_targets: Sequence[int],
 ) -> tuple[float, float]:
     """Test accuracy of a logistic-regression probe and of nearest class mean, both on frozen features."""
     x_train, x_test = train_features.numpy(), test_features.numpy()
@@ -142,30 +145,45 @@ def probe_accuracies(
     probe = LogisticRegression(C=10.0, max_iter=500).fit(x_train, y_train)
     probe_accuracy = float((probe.predict(x_test) == y_test).mean())
 
-    means = F.normalize(torch.stack([train_features[torch.as_tensor(y_train == k)].mean(0) for k in np.unique(y_train)]))
+    means = F.normalize(
+        torch.stack([train_features[torch.as_tensor(y_train == k)].mean(0) for k in np.unique(y_train)])
+    )
     ncm_accuracy = float(((test_features @ means.T).argmax(1).numpy() == y_test).mean())
     return probe_accuracy, ncm_accuracy
 
 
-
-
-def frozen_subspace_distances(features: torch.Tensor, targets: Sequence[int], text: torch.Tensor,
-                              classes: list[int]) -> dict[str, float]:
+def frozen_subspace_distances(
+    features: torch.Tensor, targets: Sequence[int], text: torch.Tensor, classes: list[int]
+) -> dict[str, float]:
     """I-T, I-C and I-TC of one task's classes on frozen features, the head at its initialisation."""
     labels = torch.as_tensor(targets)
     mine = torch.isin(labels, torch.as_tensor(classes))
     prototypes = class_prototypes(features[mine], labels[mine], classes)
     head = compensation_head(prototypes.T, orthogonal_projector(text_subspace_basis(text[classes])))
-    image, text_basis, head_basis = energy_basis(features[mine]), orthonormal_basis(text[classes]), orthonormal_basis(head.T)
-    return {"I-T": directional_distance(image, text_basis), "I-C": directional_distance(image, head_basis),
-            "I-TC": directional_distance(image, joint_basis(text_basis, head_basis)), "rank": image.shape[1]}
+    image, text_basis, head_basis = (
+        energy_basis(features[mine]),
+        orthonormal_basis(text[classes]),
+        orthonormal_basis(head.T),
+    )
+    return {
+        "I-T": directional_distance(image, text_basis),
+        "I-C": directional_distance(image, head_basis),
+        "I-TC": directional_distance(image, joint_basis(text_basis, head_basis)),
+        "rank": image.shape[1],
+    }
 
 
 def joint_run(suite: dict, weights: str | None = None) -> RunSpec:
     """The suite's ``finetune`` run on its synthetic dataset, with all classes in one task."""
     try:
-        return expand(suite, strategies=["finetune"], datasets=["synthetic"], tasks=[1], seeds=suite["seeds"][:1],
-                      weights=weights)[0]
+        return expand(
+            suite,
+            strategies=["finetune"],
+            datasets=["synthetic"],
+            tasks=[1],
+            seeds=suite["seeds"][:1],
+            weights=weights,
+        )[0]
     except KeyError as missing:
         raise UserError(f"the suite has no {missing} entry") from None
 
@@ -175,10 +193,14 @@ def cil_data(spec: RunSpec) -> ClassificationData:
     return load_synthetic(**dataset_loader_options(spec.dataset_options))
 
 
-def joint_finetune_accuracy(spec: RunSpec, results_dir: Path, show_progress: bool = True) -> tuple[float, int]:
+def joint_finetune_accuracy(
+    spec: RunSpec, results_dir: Path, show_progress: bool = True
+) -> tuple[float, int]:
     """Accuracy (%) of ``spec`` (a one-task run) as the suite runner computes it, cached in
     ``results_dir``, and the epochs it trained (after the suite's ``epoch_scale``)."""
-    from benchmarks.runner.execute import execute  # the runner pulls in Avalanche; only this measurement needs it
+    from benchmarks.runner.execute import (
+        execute,
+    )  # the runner pulls in Avalanche; only this measurement needs it
 
     result, _ = execute(spec, ResultStore(results_dir), data_root=".", show_progress=show_progress)
     return result["stages"][-1]["acc"], result["config"]["strategy_config"]["epochs"]
@@ -190,13 +212,26 @@ def _verdict(met: bool) -> str:
 
 @one_line_user_errors
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.miniature.report", description=__doc__.split("\n")[0])
-    parser.add_argument("--suite", default="smoke-baselines",
-                        help="suite whose synthetic CIL data and finetune recipe are used (default: smoke-baselines)")
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.miniature.report", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--suite",
+        default="smoke-baselines",
+        help="suite whose synthetic CIL data and finetune recipe are used (default: smoke-baselines)",
+    )
     parser.add_argument("--weights", help="tiny-clip-32 weight file (default: the suite's pretrained tag)")
-    parser.add_argument("--results-dir", type=Path, default=Path("runs/miniature-report"),
-                        help="where the joint fine-tuning run is cached (default: runs/miniature-report)")
-    parser.add_argument("--no-joint", action="store_true", help="skip joint LoRA fine-tuning (about 17 minutes on 2 cores until cached)")
+    parser.add_argument(
+        "--results-dir",
+        type=Path,
+        default=Path("runs/miniature-report"),
+        help="where the joint fine-tuning run is cached (default: runs/miniature-report)",
+    )
+    parser.add_argument(
+        "--no-joint",
+        action="store_true",
+        help="skip joint LoRA fine-tuning (about 17 minutes on 2 cores until cached)",
+    )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
     return _report(args)
@@ -209,56 +244,89 @@ def _report(args: argparse.Namespace) -> int:
     backbone = create_clip(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"]))
     data = cil_data(spec)
     domain = spec.dataset_options.get("domain", "photo")
-    photo = evaluate_zero_shot(backbone, replace(data, test=cil_data(replace(spec, dataset_options={
-        **spec.dataset_options, "domain": "photo", "n_train_per_class": 1})).test))
+    photo = evaluate_zero_shot(
+        backbone,
+        replace(
+            data,
+            test=cil_data(
+                replace(
+                    spec, dataset_options={**spec.dataset_options, "domain": "photo", "n_train_per_class": 1}
+                )
+            ).test,
+        ),
+    )
     test_features, train_features = encode_images(backbone, data.test), encode_images(backbone, data.train)
     text = encode_prompts(backbone, data.class_names)
     stats = zero_shot_stats(test_features, text, data.test_targets, held_out_mask(data.n_classes))
     probe, ncm = probe_accuracies(train_features, data.train_targets, test_features, data.test_targets)
-    tasks = split_classes(resolve_class_order(spec.class_order, data.n_classes, "synthetic"), suite["tasks"][0])
-    distances = [frozen_subspace_distances(train_features, data.train_targets, text, classes) for classes in tasks]
+    tasks = split_classes(
+        resolve_class_order(spec.class_order, data.n_classes, "synthetic"), suite["tasks"][0]
+    )
+    distances = [
+        frozen_subspace_distances(train_features, data.train_targets, text, classes) for classes in tasks
+    ]
 
     zero_shot = 100 * stats.accuracy
     low, high = ZERO_SHOT_TARGET
     n_held = int(held_out_mask(data.n_classes).sum())
-    print(f"tiny-clip-32 weights={spec.backbone['pretrained']} on the {args.suite} suite's CIL data: synthetic, "
-          f"domain {domain}, {data.n_classes} classes, {len(data.train)} train / {len(data.test)} test images")
+    print(
+        f"tiny-clip-32 weights={spec.backbone['pretrained']} on the {args.suite} suite's CIL data: synthetic, "
+        f"domain {domain}, {data.n_classes} classes, {len(data.train)} train / {len(data.test)} test images"
+    )
     print(f"{'':28s}{domain:>8s}{'photo':>8s}")
-    rows = [("zero-shot accuracy", stats.accuracy, photo.accuracy),
-            (f"  held-out classes ({n_held})", stats.accuracy_held_out, photo.accuracy_held_out),
-            (f"  seen classes ({data.n_classes - n_held})", stats.accuracy_seen, photo.accuracy_seen)]
+    rows = [
+        ("zero-shot accuracy", stats.accuracy, photo.accuracy),
+        (f"  held-out classes ({n_held})", stats.accuracy_held_out, photo.accuracy_held_out),
+        (f"  seen classes ({data.n_classes - n_held})", stats.accuracy_seen, photo.accuracy_seen),
+    ]
     for name, cil, clean in rows:
         print(f"{name:28s}{cil:8.1%}{clean:8.1%}")
-    for name, field in (("matched image-text cos", "matched_cosine"), ("image-image cos", "image_image_cosine"),
-                        ("text-text cos", "text_text_cosine"), ("mean image vs mean text", "centroid_cosine")):
+    for name, field in (
+        ("matched image-text cos", "matched_cosine"),
+        ("image-image cos", "image_image_cosine"),
+        ("text-text cos", "text_text_cosine"),
+        ("mean image vs mean text", "centroid_cosine"),
+    ):
         print(f"{name:28s}{getattr(stats, field):8.3f}{getattr(photo, field):8.3f}")
     print(f"linear probe (frozen)       {probe:8.1%}")
     print(f"nearest class mean (frozen) {ncm:8.1%}")
     means = {k: float(np.mean([d[k] for d in distances])) for k in ("I-T", "I-C", "I-TC")}
     ranks = sorted({d["rank"] for d in distances})
-    print(f"frozen features, mean over the {len(tasks)} tasks (image basis of {ranks[0]}-{ranks[-1]} vectors): "
-          f"I-T {means['I-T']:.3f}  I-C {means['I-C']:.3f}  I-TC {means['I-TC']:.3f}  (paper, CIFAR-100, "
-          "after training: 0.814, 0.612, 0.224)")
-    print(f"target: zero-shot in [{low:.0f}%, {high:.0f}%]: {_verdict(low <= zero_shot <= high)} ({zero_shot:.1f}%)")
+    print(
+        f"frozen features, mean over the {len(tasks)} tasks (image basis of {ranks[0]}-{ranks[-1]} vectors): "
+        f"I-T {means['I-T']:.3f}  I-C {means['I-C']:.3f}  I-TC {means['I-TC']:.3f}  (paper, CIFAR-100, "
+        "after training: 0.814, 0.612, 0.224)"
+    )
+    print(
+        f"target: zero-shot in [{low:.0f}%, {high:.0f}%]: {_verdict(low <= zero_shot <= high)} ({zero_shot:.1f}%)"
+    )
     print(f"target: modality gap (matched below both within-modality cosines): {_verdict(stats.gap_holds)}")
     ncm_gap, probe_gain = 100 * ncm - zero_shot, 100 * (probe - ncm)
     ncm_low, ncm_high = NCM_MINUS_ZERO_SHOT_TARGET
     cues = {
-        f"NCM minus zero-shot in [{ncm_low:+.0f}, {ncm_high:+.0f}] points": (ncm_low <= ncm_gap <= ncm_high,
-                                                                           f"{ncm_gap:+.1f}"),
-        f"linear probe minus NCM >= {PROBE_OVER_NCM_TARGET:.0f} points": (probe_gain >= PROBE_OVER_NCM_TARGET,
-                                                                          f"{probe_gain:+.1f}"),
-        "I-C < I-T on frozen features, head at its initialisation": (means["I-C"] < means["I-T"],
-                                                                    f"{means['I-C']:.3f} vs {means['I-T']:.3f}"),
+        f"NCM minus zero-shot in [{ncm_low:+.0f}, {ncm_high:+.0f}] points": (
+            ncm_low <= ncm_gap <= ncm_high,
+            f"{ncm_gap:+.1f}",
+        ),
+        f"linear probe minus NCM >= {PROBE_OVER_NCM_TARGET:.0f} points": (
+            probe_gain >= PROBE_OVER_NCM_TARGET,
+            f"{probe_gain:+.1f}",
+        ),
+        "I-C < I-T on frozen features, head at its initialisation": (
+            means["I-C"] < means["I-T"],
+            f"{means['I-C']:.3f} vs {means['I-T']:.3f}",
+        ),
     }
     for name, (ok, value) in cues.items():
         print(f"target: {name}: {_verdict(ok)} ({value})")
     met = low <= zero_shot <= high and stats.gap_holds and all(ok for ok, _ in cues.values())
     if not args.no_joint:
         joint, epochs = joint_finetune_accuracy(spec, args.results_dir, show_progress=not args.quiet)
-        print(f"target: joint LoRA fine-tuning >= zero-shot + {JOINT_GAIN_TARGET:.0f}: "
-              f"{_verdict(joint >= zero_shot + JOINT_GAIN_TARGET)} ({joint:.1f}% vs {zero_shot:.1f}%; "
-              f"the suite's finetune recipe, {epochs} epochs, one task)")
+        print(
+            f"target: joint LoRA fine-tuning >= zero-shot + {JOINT_GAIN_TARGET:.0f}: "
+            f"{_verdict(joint >= zero_shot + JOINT_GAIN_TARGET)} ({joint:.1f}% vs {zero_shot:.1f}%; "
+            f"the suite's finetune recipe, {epochs} epochs, one task)"
+        )
         met = met and joint >= zero_shot + JOINT_GAIN_TARGET
     print(f"({time.perf_counter() - start:.0f} s)")
     return 0 if met else 1

@@ -24,7 +24,13 @@ from tqdm.auto import tqdm
 
 from benchmarks.backbone import BackboneSpec, check_weights, create_clip, recorded_backbone
 from benchmarks.core.atomic_io import write_json, write_tensors
-from benchmarks.core.environment import environment, peak_memory, reset_peak_memory, seed_everything, set_deterministic
+from benchmarks.core.environment import (
+    environment,
+    peak_memory,
+    reset_peak_memory,
+    seed_everything,
+    set_deterministic,
+)
 from benchmarks.core.errors import UserError
 from benchmarks.core.metrics import predicted_classes, stage_metrics, summarize
 from benchmarks.core.precision import resolve_precision
@@ -33,7 +39,14 @@ from benchmarks.data.datasets import TransformedDataset, load_dataset, load_zero
 from benchmarks.data.streams import build_stream, split_classes
 from benchmarks.data.transforms import eval_transform, train_transform
 from benchmarks.runner.locking import read_holder
-from benchmarks.runner.results import CHECKPOINT_STATE, SCHEMA_VERSION, Predictions, ResultStore, RunKey, config_hash
+from benchmarks.runner.results import (
+    CHECKPOINT_STATE,
+    SCHEMA_VERSION,
+    Predictions,
+    ResultStore,
+    RunKey,
+    config_hash,
+)
 from benchmarks.runner.suites import RunSpec, dataset_loader_options
 from strategies.registry import get_strategy
 
@@ -73,8 +86,13 @@ def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
         scaled = max(1, round(strategy_cfg.epochs * spec.epoch_scale))
         strategy_cfg = dataclasses.replace(strategy_cfg, epochs=scaled)
         sources["epochs"] += f" x epoch_scale {spec.epoch_scale:g}"
-    config = {**spec.config, "backbone": recorded_backbone(spec.config["backbone"]), "precision": precision,
-              "strategy_config": strategy_cfg.to_dict(), "option_sources": sources}
+    config = {
+        **spec.config,
+        "backbone": recorded_backbone(spec.config["backbone"]),
+        "precision": precision,
+        "strategy_config": strategy_cfg.to_dict(),
+        "option_sources": sources,
+    }
     return strategy_cls, strategy_cfg, config
 
 
@@ -93,8 +111,10 @@ def preflight(runs: list[RunSpec], data_root: str) -> None:
         for target in spec.zero_shot_targets:
             strategy_cls = get_strategy(spec.strategy)
             if not all(hasattr(strategy_cls, m) for m in ("zero_shot_text", "zero_shot_predictions")):
-                raise UserError(f"strategy {spec.strategy} has no zero-shot predictor; drop zero_shot_targets "
-                                "from the suite or run a strategy that has one (gr4cil)")
+                raise UserError(
+                    f"strategy {spec.strategy} has no zero-shot predictor; drop zero_shot_targets "
+                    "from the suite or run a strategy that has one (gr4cil)"
+                )
             _zero_shot_target(target, data_root)
     for backbone in {_backbone_spec(spec) for spec in runs}:
         check_weights(backbone)
@@ -103,8 +123,15 @@ def preflight(runs: list[RunSpec], data_root: str) -> None:
 PREDICTIONS_KEY = "runner/predictions"  # the per-image predictions so far, inside a checkpoint's tensors
 
 
-def _save_checkpoint(directory: Path, task: int, strategy, stages: list, cost: dict, cfg_hash: str,
-                     predictions: list[np.ndarray]) -> None:
+def _save_checkpoint(
+    directory: Path,
+    task: int,
+    strategy,
+    stages: list,
+    cost: dict,
+    cfg_hash: str,
+    predictions: list[np.ndarray],
+) -> None:
     """Tensors (the strategy's and the predictions so far) go to ``task-NN.safetensors``;
     ``state.json`` is written last and names that file, so a run killed at any moment leaves the
     previous complete checkpoint in place."""
@@ -119,9 +146,17 @@ def _save_checkpoint(directory: Path, task: int, strategy, stages: list, cost: d
     tensors = {**tensors, PREDICTIONS_KEY: torch.from_numpy(np.stack(predictions).astype(np.int32))}
     tensor_file = f"task-{task:02d}.safetensors"
     write_tensors(directory / tensor_file, tensors)
-    write_json(directory / CHECKPOINT_STATE, {"config_hash": cfg_hash, "tasks_done": task,
-                                              "tensor_file": tensor_file, "strategy": meta,
-                                              "stages": stages, "cost": cost})
+    write_json(
+        directory / CHECKPOINT_STATE,
+        {
+            "config_hash": cfg_hash,
+            "tasks_done": task,
+            "tensor_file": tensor_file,
+            "strategy": meta,
+            "stages": stages,
+            "cost": cost,
+        },
+    )
     for old in directory.glob("task-*.safetensors"):
         if old.name != tensor_file:
             old.unlink()
@@ -139,14 +174,24 @@ def _load_checkpoint(directory: Path, cfg_hash: str, key: RunKey | None = None):
             return None  # the config changed: start over
         return state, load_file(str(directory / state["tensor_file"]))
     except (OSError, ValueError, KeyError, SafetensorError) as err:  # JSONDecodeError is a ValueError
-        warnings.warn(f"{key or directory}: its checkpoint in {directory} is damaged "
-                      f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'unreadable'}); "
-                      "starting the run over", stacklevel=2)
+        warnings.warn(
+            f"{key or directory}: its checkpoint in {directory} is damaged "
+            f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'unreadable'}); "
+            "starting the run over",
+            stacklevel=2,
+        )
         return None
 
 
-def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = False,
-            show_progress: bool = True, save_model: bool = False) -> tuple[dict | None, str]:
+def execute(
+    spec: RunSpec,
+    store: ResultStore,
+    data_root: str,
+    *,
+    force: bool = False,
+    show_progress: bool = True,
+    save_model: bool = False,
+) -> tuple[dict | None, str]:
     """Run (or resume, or skip) one run under its lock. Returns its result and what happened; the
     result is None when another process holds the run's lock."""
     strategy_cls, strategy_cfg, config = resolve(spec, data_root)
@@ -161,8 +206,18 @@ def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = 
         if not force and (done := store.finished(spec.key, cfg_hash)) is not None:
             result, status = done, "cached (finished by another process)"
         else:
-            result, status = _compute(spec, store, data_root, strategy_cls, strategy_cfg, config, cfg_hash,
-                                      force=force, show_progress=show_progress, save_model=save_model)
+            result, status = _compute(
+                spec,
+                store,
+                data_root,
+                strategy_cls,
+                strategy_cfg,
+                config,
+                cfg_hash,
+                force=force,
+                show_progress=show_progress,
+                save_model=save_model,
+            )
     except (KeyboardInterrupt, SystemExit):  # stopped, not failed (SLURM's requeue exits this way)
         lock.release()
         raise
@@ -176,8 +231,19 @@ def execute(spec: RunSpec, store: ResultStore, data_root: str, *, force: bool = 
     return result, status
 
 
-def _compute(spec: RunSpec, store: ResultStore, data_root: str, strategy_cls, strategy_cfg, config: dict,
-             cfg_hash: str, *, force: bool, show_progress: bool, save_model: bool) -> tuple[dict, str]:
+def _compute(
+    spec: RunSpec,
+    store: ResultStore,
+    data_root: str,
+    strategy_cls,
+    strategy_cfg,
+    config: dict,
+    cfg_hash: str,
+    *,
+    force: bool,
+    show_progress: bool,
+    save_model: bool,
+) -> tuple[dict, str]:
     """Train and evaluate one run, resuming from its checkpoint; store the result."""
 
     data = _load_data(spec, data_root)
@@ -185,11 +251,22 @@ def _compute(spec: RunSpec, store: ResultStore, data_root: str, strategy_cls, st
     set_deterministic(spec.deterministic)
     seed_everything(spec.seed, -1)  # a randomly initialised backbone is the same on every (re)run
     backbone = create_clip(_backbone_spec(spec), spec.device)
-    stream = build_stream(data, spec.n_tasks, class_order,
-                          train_transform(backbone.image_size, backbone.mean, backbone.std, strategy_cfg.train_augmentation),
-                          eval_transform(backbone.image_size, backbone.mean, backbone.std))
-    strategy = strategy_cls(backbone=backbone, class_names=stream.class_names, config=strategy_cfg,
-                            device=spec.device, precision=spec.precision, show_progress=show_progress, seed=spec.seed)
+    stream = build_stream(
+        data,
+        spec.n_tasks,
+        class_order,
+        train_transform(backbone.image_size, backbone.mean, backbone.std, strategy_cfg.train_augmentation),
+        eval_transform(backbone.image_size, backbone.mean, backbone.std),
+    )
+    strategy = strategy_cls(
+        backbone=backbone,
+        class_names=stream.class_names,
+        config=strategy_cfg,
+        device=spec.device,
+        precision=spec.precision,
+        show_progress=show_progress,
+        seed=spec.seed,
+    )
     targets = np.asarray(stream.test_targets)
 
     checkpoint_dir = store.checkpoint_dir(spec.key)
@@ -208,8 +285,14 @@ def _compute(spec: RunSpec, store: ResultStore, data_root: str, strategy_cls, st
         status = f"resumed after task {state['tasks_done']}"
     reset_peak_memory(spec.device)
 
-    tasks = tqdm(range(len(stages), spec.n_tasks), desc=str(spec.key), leave=False,
-                 disable=not show_progress, initial=len(stages), total=spec.n_tasks)
+    tasks = tqdm(
+        range(len(stages), spec.n_tasks),
+        desc=str(spec.key),
+        leave=False,
+        disable=not show_progress,
+        initial=len(stages),
+        total=spec.n_tasks,
+    )
     for task in tasks:
         seed_everything(spec.seed, task)
         start = time.perf_counter()
@@ -217,19 +300,25 @@ def _compute(spec: RunSpec, store: ResultStore, data_root: str, strategy_cls, st
             strategy.learn(stream.train_stream[task])
         except FloatingPointError as err:  # a diverging loss: a recipe problem, not a crash
             kept = f"the checkpoint after task {task} is kept" if task else "no task had finished"
-            raise UserError(f"{spec.key}: task {task + 1}: {err}; {kept}. Lower the learning rate "
-                            "(or use --precision fp32) and rerun") from None
+            raise UserError(
+                f"{spec.key}: task {task + 1}: {err}; {kept}. Lower the learning rate "
+                "(or use --precision fp32) and rerun"
+            ) from None
         cost["train_seconds"] += time.perf_counter() - start
 
         start = time.perf_counter()
         scores = strategy.score_dataset(stream.test_set, cache_key="test").numpy()
         predictions.append(predicted_classes(scores, strategy.seen_classes))
-        stage = {"task": task + 1, **stage_metrics(scores, strategy.seen_classes, targets,
-                                                   stream.task_of_class, task + 1)}
+        stage = {
+            "task": task + 1,
+            **stage_metrics(scores, strategy.seen_classes, targets, stream.task_of_class, task + 1),
+        }
         with torch.no_grad():
             stage["diagnostics"] = strategy.stage_diagnostics(scores, targets, stream.task_of_class)
         cost["eval_seconds"] += time.perf_counter() - start
-        cost["peak_memory_bytes"] = max(cost["peak_memory_bytes"], peak_memory(spec.device)[0])  # across resumes
+        cost["peak_memory_bytes"] = max(
+            cost["peak_memory_bytes"], peak_memory(spec.device)[0]
+        )  # across resumes
         stages.append(stage)
         tasks.set_postfix(acc=f"{stage['acc']:.1f}")
         _save_checkpoint(checkpoint_dir, task + 1, strategy, stages, cost, cfg_hash, predictions)
@@ -238,21 +327,34 @@ def _compute(spec: RunSpec, store: ResultStore, data_root: str, strategy_cls, st
     memory, memory_kind = peak_memory(spec.device)
     result = {
         "schema_version": SCHEMA_VERSION,
-        "strategy": spec.strategy, "label": spec.label, "dataset": spec.dataset,
-        "n_tasks": spec.n_tasks, "seed": spec.seed,
-        "config": config, "config_hash": cfg_hash,
-        "class_order": stream.class_order, "class_names": stream.class_names, "tasks": stream.tasks,
-        "stages": stages, "summary": summarize(stages),
+        "strategy": spec.strategy,
+        "label": spec.label,
+        "dataset": spec.dataset,
+        "n_tasks": spec.n_tasks,
+        "seed": spec.seed,
+        "config": config,
+        "config_hash": cfg_hash,
+        "class_order": stream.class_order,
+        "class_names": stream.class_names,
+        "tasks": stream.tasks,
+        "stages": stages,
+        "summary": summarize(stages),
         "diagnostics": _no_grad(strategy.run_diagnostics),
         **({"zero_shot": zero_shot} if zero_shot else {}),
         "env": environment(spec.device),
-        "cost": {**cost, "trainable_params": strategy.trainable_parameter_count(),
-                 "peak_memory_bytes": max(memory, cost["peak_memory_bytes"]), "peak_memory_kind": memory_kind,
-                 "amp_skipped_steps": strategy.skipped_steps},
+        "cost": {
+            **cost,
+            "trainable_params": strategy.trainable_parameter_count(),
+            "peak_memory_bytes": max(memory, cost["peak_memory_bytes"]),
+            "peak_memory_kind": memory_kind,
+            "amp_skipped_steps": strategy.skipped_steps,
+        },
     }
     if save_model:  # next to the result: T<n>-seed<s>.model.safetensors + .model.json
-        strategy.save_model(store.result_path(spec.key).with_suffix(".model"),
-                            extra={"run": str(spec.key), "config_hash": cfg_hash})
+        strategy.save_model(
+            store.result_path(spec.key).with_suffix(".model"),
+            extra={"run": str(spec.key), "config_hash": cfg_hash},
+        )
     store.save(spec.key, result, Predictions(np.stack(predictions), targets, np.arange(len(targets))))
     store.clear_checkpoint(spec.key)
     return result, status
@@ -271,8 +373,12 @@ def _zero_shot(strategy, target: str, data_root: str) -> dict:
     images = TransformedDataset(data.test, eval_transform(backbone.image_size, backbone.mean, backbone.std))
     hits: dict[str, torch.Tensor] = {}
     total = 0
-    for batch, labels in tqdm(strategy.data_loader(images), desc=f"zero-shot {target}", leave=False,
-                              disable=not strategy.show_progress):
+    for batch, labels in tqdm(
+        strategy.data_loader(images),
+        desc=f"zero-shot {target}",
+        leave=False,
+        disable=not strategy.show_progress,
+    ):
         labels = labels.to(strategy.device, non_blocking=True)
         predictions = strategy.zero_shot_predictions(batch.to(strategy.device, non_blocking=True), text)
         for name, value in predictions.items():

@@ -67,8 +67,10 @@ def run_log(store: ResultStore, key: RunKey) -> Iterator[None]:
         try:
             yield
         except Exception as err:  # the run's log ends with why it failed
-            print(f"error: {err}" if isinstance(err, UserError) else f"error: {type(err).__name__}: {err}",
-                  file=sys.stderr)
+            print(
+                f"error: {err}" if isinstance(err, UserError) else f"error: {type(err).__name__}: {err}",
+                file=sys.stderr,
+            )
             raise
         finally:
             sys.stderr.flush()
@@ -86,8 +88,14 @@ class InlineLauncher:
         finished = []
         for spec in tqdm(runs, desc=f"suite {options.suite_name}", disable=options.quiet):
             with run_log(store, spec.key) if options.run_logs else contextlib.nullcontext():
-                result, status = execute(spec, store, options.data_root, force=options.force,
-                                         show_progress=not options.quiet, save_model=options.save_models)
+                result, status = execute(
+                    spec,
+                    store,
+                    options.data_root,
+                    force=options.force,
+                    show_progress=not options.quiet,
+                    save_model=options.save_models,
+                )
                 if result is not None:
                     summary = result["summary"]
                     status += f"; Avg {summary['avg_acc']:.2f}  Last {summary['last_acc']:.2f}"

@@ -32,8 +32,10 @@ def check_gpus(gpus: list[int] | None) -> None:
 
     present = torch.cuda.device_count()
     if len(set(gpus)) != len(gpus) or any(g < 0 or g >= present for g in gpus):
-        raise UserError(f"--gpus {','.join(map(str, gpus))} names GPUs this machine does not have "
-                        f"({present} visible: {', '.join(map(str, range(present))) or 'none'})")
+        raise UserError(
+            f"--gpus {','.join(map(str, gpus))} names GPUs this machine does not have "
+            f"({present} visible: {', '.join(map(str, range(present))) or 'none'})"
+        )
 
 
 def worker_argv(argv: list[str]) -> list[str]:
@@ -65,8 +67,18 @@ class LocalLauncher:
         workers, gpus, quiet = self.workers, self.gpus, options.quiet
         logs = store.root / ".logs"
         logs.mkdir(parents=True, exist_ok=True)
-        command = [sys.executable, "-m", "benchmarks.run", *worker_argv(self.argv), "--launcher", "inline",
-                   "--quiet", "--run-logs", "--results-dir", str(store.root)]
+        command = [
+            sys.executable,
+            "-m",
+            "benchmarks.run",
+            *worker_argv(self.argv),
+            "--launcher",
+            "inline",
+            "--quiet",
+            "--run-logs",
+            "--results-dir",
+            str(store.root),
+        ]
         processes = []
         for index in range(workers):
             env = dict(os.environ)
@@ -98,5 +110,8 @@ class LocalLauncher:
         for index, code in failed:
             log = logs / f"local-worker-{index}.log"
             lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
-            print(f"worker {index} exited with {code}: {lines[-1] if lines else 'no output'} (log: {log})", file=sys.stderr)
+            print(
+                f"worker {index} exited with {code}: {lines[-1] if lines else 'no output'} (log: {log})",
+                file=sys.stderr,
+            )
         return Outcome(2 if failed or len(finished) < len(runs) else 0, finished)

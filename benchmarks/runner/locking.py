@@ -62,8 +62,13 @@ def read_holder(path: Path) -> Holder | None:
         data = json.loads(path.read_text() or "{}")
     except (FileNotFoundError, ValueError):
         return None
-    return Holder(str(data.get("host", "?")), int(data.get("pid", 0)), data.get("job_id"),
-                  float(data.get("since", heartbeat)), heartbeat)
+    return Holder(
+        str(data.get("host", "?")),
+        int(data.get("pid", 0)),
+        data.get("job_id"),
+        float(data.get("since", heartbeat)),
+        heartbeat,
+    )
 
 
 def _process_gone(holder: Holder) -> bool:
@@ -86,7 +91,9 @@ def is_stale(holder: Holder, stale_after: float = STALE_AFTER_SECONDS, now: floa
 class RunLock:
     """The lock of one run. ``acquire()`` returns False if another live process holds it."""
 
-    def __init__(self, path: Path, heartbeat: float = HEARTBEAT_SECONDS, stale_after: float = STALE_AFTER_SECONDS):
+    def __init__(
+        self, path: Path, heartbeat: float = HEARTBEAT_SECONDS, stale_after: float = STALE_AFTER_SECONDS
+    ):
         self.path = Path(path)
         self.heartbeat_seconds = heartbeat
         self.stale_after = stale_after
@@ -144,8 +151,16 @@ class RunLock:
         except FileExistsError:
             return False
         with os.fdopen(fd, "w") as handle:
-            json.dump({"host": socket.gethostname(), "pid": os.getpid(), "job_id": job_id(),
-                       "since": time.time(), "token": self.token}, handle)
+            json.dump(
+                {
+                    "host": socket.gethostname(),
+                    "pid": os.getpid(),
+                    "job_id": job_id(),
+                    "since": time.time(),
+                    "token": self.token,
+                },
+                handle,
+            )
             handle.flush()
             os.fsync(handle.fileno())
         return True
@@ -176,8 +191,13 @@ class RunLock:
             self._thread.join()
             self._thread = None
         if error is not None:
-            record = {"error": error, "host": socket.gethostname(), "pid": os.getpid(), "job_id": job_id(),
-                      "when": time.time()}
+            record = {
+                "error": error,
+                "host": socket.gethostname(),
+                "pid": os.getpid(),
+                "job_id": job_id(),
+                "when": time.time(),
+            }
             tmp = self.error_path.with_name(f".{self.error_path.name}.{self.token}.tmp")
             tmp.write_text(json.dumps(record) + "\n")
             os.replace(tmp, self.error_path)

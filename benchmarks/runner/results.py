@@ -79,8 +79,21 @@ SCHEMA_VERSION = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)  # version 1: no predictions sidecar
 PREDICTIONS_SUFFIX = ".predictions.safetensors"
 CHECKPOINT_STATE = "state.json"  # the JSON half of a checkpoint, written after its tensors
-REQUIRED_KEYS = ("schema_version", "strategy", "label", "dataset", "n_tasks", "seed", "config",
-                 "class_order", "tasks", "stages", "summary", "env", "cost")
+REQUIRED_KEYS = (
+    "schema_version",
+    "strategy",
+    "label",
+    "dataset",
+    "n_tasks",
+    "seed",
+    "config",
+    "class_order",
+    "tasks",
+    "stages",
+    "summary",
+    "env",
+    "cost",
+)
 
 
 #: config entries that record, not determine: left out of the hash
@@ -89,8 +102,11 @@ UNHASHED_CONFIG_KEYS = ("option_sources",)
 
 def config_hash(config: dict) -> str:
     """A stable hash of a resolved config (key order does not matter; ``UNHASHED_CONFIG_KEYS`` left out)."""
-    blob = json.dumps({k: v for k, v in config.items() if k not in UNHASHED_CONFIG_KEYS},
-                      sort_keys=True, separators=(",", ":"))
+    blob = json.dumps(
+        {k: v for k, v in config.items() if k not in UNHASHED_CONFIG_KEYS},
+        sort_keys=True,
+        separators=(",", ":"),
+    )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
@@ -115,11 +131,14 @@ class ResultStore:
     def __init__(self, root: str | Path):
         self.root = Path(root)
         if self.root.exists() and not self.root.is_dir():
-            raise UserError(f"--results-dir {self.root} is a file, not a folder; give a folder (it is created "
-                            "if missing)")
+            raise UserError(
+                f"--results-dir {self.root} is a file, not a folder; give a folder (it is created if missing)"
+            )
         for parent in self.root.parents:
             if parent.exists() and not parent.is_dir():
-                raise UserError(f"--results-dir {self.root} lies under {parent}, which is a file; give a folder")
+                raise UserError(
+                    f"--results-dir {self.root} lies under {parent}, which is a file; give a folder"
+                )
 
     def result_path(self, key: RunKey) -> Path:
         return self.root / key.relpath.with_suffix(".json")
@@ -144,7 +163,10 @@ class ResultStore:
         if not path.exists():
             return None
         result = read_json(path)
-        if result.get("schema_version") not in READABLE_SCHEMA_VERSIONS or cfg_hash not in (None, result.get("config_hash")):
+        if result.get("schema_version") not in READABLE_SCHEMA_VERSIONS or cfg_hash not in (
+            None,
+            result.get("config_hash"),
+        ):
             return None
         return result
 
@@ -192,8 +214,10 @@ def iter_results(root: str | Path, skipped: list[str] | None = None) -> Iterator
         if not (isinstance(data, dict) and "schema_version" in data and "stages" in data):
             continue
         if data["schema_version"] not in READABLE_SCHEMA_VERSIONS:
-            line = (f"skipped {path}: schema_version {data['schema_version']!r}, this suite reads versions "
-                    f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}; rerun that run or convert the file")
+            line = (
+                f"skipped {path}: schema_version {data['schema_version']!r}, this suite reads versions "
+                f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}; rerun that run or convert the file"
+            )
             skipped.append(line) if skipped is not None else warnings.warn(line, stacklevel=2)
             continue
         yield path, data
@@ -227,17 +251,28 @@ def save_predictions(path: Path, predictions: Predictions) -> dict:
     from safetensors.numpy import save
 
     dtype = _class_dtype(predictions.predictions, predictions.targets)
-    blob = save({"predictions": np.ascontiguousarray(predictions.predictions, dtype=dtype),
-                 "targets": np.ascontiguousarray(predictions.targets, dtype=dtype),
-                 "image_ids": np.ascontiguousarray(predictions.image_ids, dtype=np.uint32)})
+    blob = save(
+        {
+            "predictions": np.ascontiguousarray(predictions.predictions, dtype=dtype),
+            "targets": np.ascontiguousarray(predictions.targets, dtype=dtype),
+            "image_ids": np.ascontiguousarray(predictions.image_ids, dtype=np.uint32),
+        }
+    )
     path = Path(path)
     atomic_write_bytes(path, blob)
     n_stages, n_images = predictions.predictions.shape
-    return {"file": path.name, "sha256": hashlib.sha256(blob).hexdigest(), "n_stages": int(n_stages),
-            "n_images": int(n_images), "dtype": dtype.name}
+    return {
+        "file": path.name,
+        "sha256": hashlib.sha256(blob).hexdigest(),
+        "n_stages": int(n_stages),
+        "n_images": int(n_images),
+        "dtype": dtype.name,
+    }
 
 
-def load_predictions(result_path: Path, result: dict, problems: list[str] | None = None) -> Predictions | None:
+def load_predictions(
+    result_path: Path, result: dict, problems: list[str] | None = None
+) -> Predictions | None:
     """The sidecar of a stored result, checked against the digest its JSON holds; or None.
 
     None without a word for a version-1 result (it has none). For a missing or damaged sidecar, a
@@ -252,7 +287,9 @@ def load_predictions(result_path: Path, result: dict, problems: list[str] | None
     path = Path(result_path).parent / entry["file"]
 
     def problem(why: str) -> None:
-        line = f"{path}: {why}; the run's means are used, its per-image analyses are not (rerun it with --force)"
+        line = (
+            f"{path}: {why}; the run's means are used, its per-image analyses are not (rerun it with --force)"
+        )
         problems.append(line) if problems is not None else warnings.warn(line, stacklevel=3)
 
     try:
@@ -263,8 +300,11 @@ def load_predictions(result_path: Path, result: dict, problems: list[str] | None
         return problem("predictions sidecar damaged (its SHA-256 differs from the one in the result)")
     try:
         tensors = load(blob)
-        found = Predictions(tensors["predictions"].astype(np.int64), tensors["targets"].astype(np.int64),
-                            tensors["image_ids"].astype(np.int64))
+        found = Predictions(
+            tensors["predictions"].astype(np.int64),
+            tensors["targets"].astype(np.int64),
+            tensors["image_ids"].astype(np.int64),
+        )
     except Exception as err:  # safetensors raises its own error types  # noqa: BLE001
         return problem(f"predictions sidecar unreadable ({type(err).__name__})")
     expected = (len(result["stages"]), entry["n_images"])

@@ -70,17 +70,24 @@ class SlurmOptions:
             default = known[name].default
             if name == "setup":
                 if isinstance(value, str) or not all(isinstance(line, str) for line in value):
-                    raise UserError("[launcher] setup must be a list of shell lines, e.g. "
-                                    "setup = [\"module load cuda\"]")
+                    raise UserError(
+                        '[launcher] setup must be a list of shell lines, e.g. setup = ["module load cuda"]'
+                    )
                 values[name] = tuple(value)
             elif name == "mem_gb":
                 if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
                     raise UserError(f"[launcher] mem_gb must be a positive number of GB, not {value!r}")
             elif isinstance(default, int):
-                if isinstance(value, bool) or not isinstance(value, int) or value < (0 if name in ("gpus", "max_requeues") else 1):
-                    raise UserError(f"[launcher] {name} must be a whole number"
-                                    f"{' (0 or more)' if name in ('gpus', 'max_requeues') else ' (1 or more)'}, "
-                                    f"not {value!r}")
+                if (
+                    isinstance(value, bool)
+                    or not isinstance(value, int)
+                    or value < (0 if name in ("gpus", "max_requeues") else 1)
+                ):
+                    raise UserError(
+                        f"[launcher] {name} must be a whole number"
+                        f"{' (0 or more)' if name in ('gpus', 'max_requeues') else ' (1 or more)'}, "
+                        f"not {value!r}"
+                    )
             elif not isinstance(value, str):
                 raise UserError(f"[launcher] {name} must be a string, not {value!r}")
         return cls(**values)
@@ -88,8 +95,12 @@ class SlurmOptions:
     def executor_parameters(self, job_name: str) -> dict[str, Any]:
         """``AutoExecutor.update_parameters`` arguments."""
         parameters: dict[str, Any] = {
-            "name": job_name, "timeout_min": self.time, "cpus_per_task": self.cpus, "tasks_per_node": 1,
-            "nodes": 1, "slurm_array_parallelism": self.array_parallelism,
+            "name": job_name,
+            "timeout_min": self.time,
+            "cpus_per_task": self.cpus,
+            "tasks_per_node": 1,
+            "nodes": 1,
+            "slurm_array_parallelism": self.array_parallelism,
             "slurm_signal_delay_s": self.signal_delay,
         }
         if self.gpus:
@@ -108,9 +119,11 @@ def check_slurm() -> None:
     """SLURM's client tools must be on PATH (submitit submits with sbatch and starts with srun)."""
     missing = [tool for tool in ("sbatch", "srun") if shutil.which(tool) is None]
     if missing:
-        raise UserError(f"--launcher slurm needs SLURM's {' and '.join(missing)} on PATH, and none was found "
-                        f"(PATH={os.environ.get('PATH', '')}); run this on a login node of the cluster, or use "
-                        "--launcher local (one machine) or inline")
+        raise UserError(
+            f"--launcher slurm needs SLURM's {' and '.join(missing)} on PATH, and none was found "
+            f"(PATH={os.environ.get('PATH', '')}); run this on a login node of the cluster, or use "
+            "--launcher local (one machine) or inline"
+        )
 
 
 class SlurmRun(submitit.helpers.Checkpointable):
@@ -160,45 +173,75 @@ class SlurmLauncher:
         hashes = {spec.key: config_hash(resolve(spec, run_options.data_root)[2]) for spec in runs}
         options, job_name, wait, quiet = self.options, self.job_name, self.wait, run_options.quiet
         # The job's view: absolute paths (it may start in another folder), no bars, a log per run.
-        job_options = replace(run_options, data_root=str(Path(run_options.data_root).resolve()), quiet=True,
-                              run_logs=True, force=False)
+        job_options = replace(
+            run_options,
+            data_root=str(Path(run_options.data_root).resolve()),
+            quiet=True,
+            run_logs=True,
+            force=False,
+        )
         results_dir = str(store.root.resolve())
         check_slurm()
         folder = store.root / ".logs" / "slurm"
         states = {spec.key: run_state(store, spec.key, hashes[spec.key]) for spec in runs}
-        queued = {spec.key: record["job_id"] for spec in runs if states[spec.key].state != "finished"
-                  and (record := store.lock(spec.key).read_queued()) is not None}
+        queued = {
+            spec.key: record["job_id"]
+            for spec in runs
+            if states[spec.key].state != "finished"
+            and (record := store.lock(spec.key).read_queued()) is not None
+        }
         alive = _alive(folder, set(queued.values()))
         held = {key: job_id for key, job_id in queued.items() if job_id in alive}
         # Not submitted: finished runs, runs in a live job, and runs that another runner computes.
-        to_submit = [spec for spec in runs if spec.key not in held and states[spec.key].state not in ("finished", "running")]
+        to_submit = [
+            spec
+            for spec in runs
+            if spec.key not in held and states[spec.key].state not in ("finished", "running")
+        ]
 
         submitted: dict[RunKey, str] = {}
         if to_submit:
-            executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=options.max_requeues)
+            executor = submitit.AutoExecutor(
+                folder=folder, cluster="slurm", slurm_max_num_timeout=options.max_requeues
+            )
             executor.update_parameters(**options.executor_parameters(job_name))
             try:
                 with executor.batch():
                     jobs = [executor.submit(SlurmRun(), spec, results_dir, job_options) for spec in to_submit]
-            except (submitit.core.utils.FailedJobError, submitit.core.utils.FailedSubmissionError, OSError) as err:
+            except (
+                submitit.core.utils.FailedJobError,
+                submitit.core.utils.FailedSubmissionError,
+                OSError,
+            ) as err:
                 lines = [line for line in str(err).splitlines() if line.strip()]
-                raise UserError(f"sbatch refused the job array: {lines[-1] if lines else type(err).__name__}") from None
+                raise UserError(
+                    f"sbatch refused the job array: {lines[-1] if lines else type(err).__name__}"
+                ) from None
             for spec, job in zip(to_submit, jobs, strict=True):
                 store.lock(spec.key).mark_queued(job.job_id)
                 submitted[spec.key] = job.job_id
             array = jobs[0].job_id.split("_")[0]
-            print(f"submitted {len(jobs)} run(s) as SLURM job array {array} (logs: {folder})", file=sys.stderr)
+            print(
+                f"submitted {len(jobs)} run(s) as SLURM job array {array} (logs: {folder})", file=sys.stderr
+            )
         if held:
-            print(f"{len(held)} run(s) already queued or running in earlier jobs "
-                  f"({', '.join(sorted(set(held.values())))}): not submitted again", file=sys.stderr)
+            print(
+                f"{len(held)} run(s) already queued or running in earlier jobs "
+                f"({', '.join(sorted(set(held.values())))}): not submitted again",
+                file=sys.stderr,
+            )
 
         watched = {**held, **submitted}
         if not wait:
-            finished = [key for key, state in states.items() if state.state == "finished"]  # read before submitting
+            finished = [
+                key for key, state in states.items() if state.state == "finished"
+            ]  # read before submitting
             if len(finished) < len(runs):
-                print(f"not waiting: {len(finished)} of {len(runs)} run(s) finished. Watch them with python -m "
-                      f"benchmarks.runner.status --results-dir {store.root}; rerun this command to collect the results",
-                      file=sys.stderr)
+                print(
+                    f"not waiting: {len(finished)} of {len(runs)} run(s) finished. Watch them with python -m "
+                    f"benchmarks.runner.status --results-dir {store.root}; rerun this command to collect the results",
+                    file=sys.stderr,
+                )
             return Outcome(0, finished, show_table=len(finished) == len(runs))
 
         jobs = {key: _job(folder, job_id) for key, job_id in watched.items()}
@@ -208,17 +251,23 @@ class SlurmLauncher:
                 states = {spec.key: run_state(store, spec.key, hashes[spec.key]) for spec in runs}
                 ended = {key for key, job in jobs.items() if job.done()}
                 bar.n = sum(state.state == "finished" for state in states.values())
-                bar.set_postfix(running=sum(state.state == "running" for state in states.values()),
-                                queued=len(jobs) - len(ended) - sum(states[k].state == "running" for k in jobs),
-                                failed=sum(state.state == "failed" for state in states.values()), refresh=False)
+                bar.set_postfix(
+                    running=sum(state.state == "running" for state in states.values()),
+                    queued=len(jobs) - len(ended) - sum(states[k].state == "running" for k in jobs),
+                    failed=sum(state.state == "failed" for state in states.values()),
+                    refresh=False,
+                )
                 bar.refresh()
                 if len(ended) == len(jobs) and not any(state.state == "running" for state in states.values()):
                     break
                 time.sleep(POLL_SECONDS)
         except KeyboardInterrupt:
             bar.close()
-            print(f"stopped waiting; the jobs keep running (scancel {' '.join(sorted(set(watched.values())))} stops "
-                  "them). Rerun this command to collect the results", file=sys.stderr)
+            print(
+                f"stopped waiting; the jobs keep running (scancel {' '.join(sorted(set(watched.values())))} stops "
+                "them). Rerun this command to collect the results",
+                file=sys.stderr,
+            )
             raise
         bar.close()
         finished = [key for key, state in states.items() if state.state == "finished"]
@@ -226,5 +275,8 @@ class SlurmLauncher:
             if state.state != "finished":
                 job = jobs.get(key)
                 log = f"; job log {job.paths.stderr}" if job is not None else ""
-                print(f"{key}: {state.state}{f' ({state.detail})' if state.detail else ''}{log}", file=sys.stderr)
+                print(
+                    f"{key}: {state.state}{f' ({state.detail})' if state.detail else ''}{log}",
+                    file=sys.stderr,
+                )
         return Outcome(0 if len(finished) == len(runs) else 2, finished)

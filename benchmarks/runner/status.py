@@ -40,7 +40,9 @@ def run_state(store: ResultStore, key: RunKey, cfg_hash: str | None = None) -> R
         return RunState("running", holder.describe() + progress, done)
     if (result := store.finished(key, cfg_hash)) is not None:
         summary = result["summary"]
-        return RunState("finished", f"Avg {summary['avg_acc']:.2f}  Last {summary['last_acc']:.2f}", key.n_tasks)
+        return RunState(
+            "finished", f"Avg {summary['avg_acc']:.2f}  Last {summary['last_acc']:.2f}", key.n_tasks
+        )
     if (queued := lock.read_queued()) is not None:
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(queued.get("submitted", 0)))
         progress = f"; {done}/{key.n_tasks} tasks done" if done else ""
@@ -48,8 +50,12 @@ def run_state(store: ResultStore, key: RunKey, cfg_hash: str | None = None) -> R
     if lock.error_path.exists():
         error = json.loads(lock.error_path.read_text())
         where = error.get("job_id") or error.get("pid")
-        return RunState("failed", f"{error.get('error', '?')} ({error.get('host', '?')}, {where}"
-                                  f"{f'; {done}/{key.n_tasks} tasks kept' if done else ''})", done)
+        return RunState(
+            "failed",
+            f"{error.get('error', '?')} ({error.get('host', '?')}, {where}"
+            f"{f'; {done}/{key.n_tasks} tasks kept' if done else ''})",
+            done,
+        )
     if done:
         return RunState("partial", f"{done}/{key.n_tasks} tasks done", done)
     return RunState("to run")
@@ -81,8 +87,12 @@ def known_runs(store: ResultStore) -> list[RunKey]:
     """Every run that has a result, a checkpoint, a lock, an error or a queued record in the store."""
     root = store.root
     keys = {_key_from(path.relative_to(root)) for path, _ in iter_results(root, skipped=[])}
-    for folder, pattern in ((root / ".checkpoints", f"*/*/*/{CHECKPOINT_STATE}"), (root / ".locks", "*/*/*.lock"),
-                            (root / ".locks", "*/*/*.error"), (root / ".locks", "*/*/*.queued")):
+    for folder, pattern in (
+        (root / ".checkpoints", f"*/*/*/{CHECKPOINT_STATE}"),
+        (root / ".locks", "*/*/*.lock"),
+        (root / ".locks", "*/*/*.error"),
+        (root / ".locks", "*/*/*.queued"),
+    ):
         for path in folder.glob(pattern):  # nothing where the folder does not exist
             keys.add(_key_from((path.parent if path.name == CHECKPOINT_STATE else path).relative_to(folder)))
     keys.discard(None)
@@ -106,7 +116,9 @@ def status_table(store: ResultStore) -> str:
 
 @one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.runner.status", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.runner.status", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--results-dir", required=True, help="the results folder of one or more suites")
     args = parser.parse_args(argv)
     root = Path(args.results_dir)

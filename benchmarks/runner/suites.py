@@ -41,15 +41,31 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from benchmarks.data.class_orders import DEFAULT_CLASS_ORDER
 from benchmarks.core.errors import UserError
 from benchmarks.core.precision import resolve_precision
+from benchmarks.data.class_orders import DEFAULT_CLASS_ORDER
 from benchmarks.runner.results import RunKey, config_hash
 
 SUITES_DIR = Path(__file__).parents[1] / "suites"
-KNOWN_KEYS = {"description", "datasets", "tasks", "seeds", "strategies", "class_order", "device",
-              "precision", "deterministic", "backbone", "dataset", "defaults", "strategy", "variants",
-              "zero_shot_targets", "launcher", "epoch_scale"}
+KNOWN_KEYS = {
+    "description",
+    "datasets",
+    "tasks",
+    "seeds",
+    "strategies",
+    "class_order",
+    "device",
+    "precision",
+    "deterministic",
+    "backbone",
+    "dataset",
+    "defaults",
+    "strategy",
+    "variants",
+    "zero_shot_targets",
+    "launcher",
+    "epoch_scale",
+}
 
 
 @dataclass(frozen=True)
@@ -92,8 +108,10 @@ def load_suite(name_or_path: str) -> dict[str, Any]:
     if not (path.suffix == ".toml" and path.exists()):
         path = SUITES_DIR / f"{name_or_path}.toml"
     if not path.exists():
-        raise UserError(f"unknown suite {name_or_path!r}; available: {', '.join(available_suites())}, "
-                        "or give a path to a .toml file")
+        raise UserError(
+            f"unknown suite {name_or_path!r}; available: {', '.join(available_suites())}, "
+            "or give a path to a .toml file"
+        )
     try:
         suite = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
@@ -118,24 +136,37 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
             raise UserError(f"suite {path} has no {key}; add e.g. {key} = {example}")
         values = suite[key]
         kind = str if key in ("datasets", "strategies") else int
-        if (not isinstance(values, list) or not values
-                or not all(isinstance(v, kind) and not isinstance(v, bool) for v in values)):
-            raise UserError(f"suite {path}: {key} must be a non-empty list of "
-                            f"{'names' if kind is str else 'whole numbers'}, e.g. {key} = {example}; got {values!r}")
+        if (
+            not isinstance(values, list)
+            or not values
+            or not all(isinstance(v, kind) and not isinstance(v, bool) for v in values)
+        ):
+            raise UserError(
+                f"suite {path}: {key} must be a non-empty list of "
+                f"{'names' if kind is str else 'whole numbers'}, e.g. {key} = {example}; got {values!r}"
+            )
     if any(n < 1 for n in suite["tasks"]) or any(s < 0 for s in suite["seeds"]):
         raise UserError(f"suite {path}: task counts must be >= 1 and seeds >= 0")
     scale = suite.get("epoch_scale", 1.0)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 1:
-        raise UserError(f"suite {path}: epoch_scale must be a number in (0, 1], e.g. epoch_scale = 0.125; got {scale!r}")
+        raise UserError(
+            f"suite {path}: epoch_scale must be a number in (0, 1], e.g. epoch_scale = 0.125; got {scale!r}"
+        )
     backbone_keys = set(suite.get("backbone", {})) - {"model", "pretrained"}
     if backbone_keys:
-        raise UserError(f"suite {path}: [backbone] has unknown key(s) {sorted(backbone_keys)}; valid: model, pretrained")
+        raise UserError(
+            f"suite {path}: [backbone] has unknown key(s) {sorted(backbone_keys)}; valid: model, pretrained"
+        )
     for table, names, kind in (("strategy", available(), "strategy"), ("dataset", list(DATASETS), "dataset")):
         for name in suite.get(table, {}):
-            if name not in names and not (table == "strategy" and ":" in name):  # module:Class is checked on import
+            if name not in names and not (
+                table == "strategy" and ":" in name
+            ):  # module:Class is checked on import
                 # a typo here would drop the table's options without a word
-                raise UserError(f"suite {path} has [{table}.{name}], but there is no {kind} {name!r}; "
-                                f"valid: {', '.join(sorted(names))}")
+                raise UserError(
+                    f"suite {path} has [{table}.{name}], but there is no {kind} {name!r}; "
+                    f"valid: {', '.join(sorted(names))}"
+                )
 
 
 #: strategy options a ``[dataset.NAME]`` table may set for every strategy run on that dataset
@@ -147,17 +178,21 @@ def dataset_loader_options(dataset_options: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in dataset_options.items() if k not in DATASET_LEVEL_OPTIONS}
 
 
-def strategy_options(suite: dict[str, Any], label: str, dataset: str) -> tuple[dict[str, Any], dict[str, str]]:
+def strategy_options(
+    suite: dict[str, Any], label: str, dataset: str
+) -> tuple[dict[str, Any], dict[str, str]]:
     """The suite's options for run ``label`` on ``dataset``, and the table each came from, most
     general first so that the most specific wins (module docstring); the strategy's own defaults
     fill in the rest later."""
     variant = suite.get("variants", {}).get(label, {})
     strategy = variant.get("strategy", label)
     dataset_table = suite.get("dataset", {}).get(dataset, {})
-    layers = [(f"dataset.{dataset}", {k: v for k, v in dataset_table.items() if k in DATASET_LEVEL_OPTIONS}),
-              ("defaults", suite.get("defaults", {})),
-              (f"strategy.{strategy}", suite.get("strategy", {}).get(strategy, {})),
-              (f"variants.{label}", {k: v for k, v in variant.items() if k != "strategy"})]
+    layers = [
+        (f"dataset.{dataset}", {k: v for k, v in dataset_table.items() if k in DATASET_LEVEL_OPTIONS}),
+        ("defaults", suite.get("defaults", {})),
+        (f"strategy.{strategy}", suite.get("strategy", {}).get(strategy, {})),
+        (f"variants.{label}", {k: v for k, v in variant.items() if k != "strategy"}),
+    ]
     options, sources = {}, {}
     for source, table in layers:
         for key, value in _for_dataset(table, dataset).items():
@@ -171,8 +206,10 @@ def _for_dataset(options: dict[str, Any], dataset: str) -> dict[str, Any]:
     for key, value in options.items():
         if isinstance(value, dict):
             if dataset not in value:
-                raise UserError(f"option {key!r} has no value for dataset {dataset!r} "
-                                f"(it lists {sorted(value)}); add one to the suite")
+                raise UserError(
+                    f"option {key!r} has no value for dataset {dataset!r} "
+                    f"(it lists {sorted(value)}); add one to the suite"
+                )
             value = value[dataset]
         resolved[key] = value
     return resolved
@@ -192,11 +229,20 @@ def _resolve_device(device: str, check: bool = True) -> str:
     return device
 
 
-def expand(suite: dict[str, Any], *, strategies: list[str] | None = None,
-           datasets: list[str] | None = None, tasks: list[int] | None = None,
-           seeds: list[int] | None = None, device: str | None = None,
-           class_order: str | None = None, weights: str | None = None, precision: str | None = None,
-           deterministic: bool | None = None, check_device: bool = True) -> list[RunSpec]:
+def expand(
+    suite: dict[str, Any],
+    *,
+    strategies: list[str] | None = None,
+    datasets: list[str] | None = None,
+    tasks: list[int] | None = None,
+    seeds: list[int] | None = None,
+    device: str | None = None,
+    class_order: str | None = None,
+    weights: str | None = None,
+    precision: str | None = None,
+    deterministic: bool | None = None,
+    check_device: bool = True,
+) -> list[RunSpec]:
     """All runs of a suite, with the command line's filters and overrides applied. With
     ``check_device`` False, ``device`` (cpu or cuda) is taken as given: the runs execute elsewhere."""
     variants = suite.get("variants", {})
@@ -223,20 +269,49 @@ def expand(suite: dict[str, Any], *, strategies: list[str] | None = None,
             options, sources = strategy_options(suite, label, dataset)
             # The hashed config keeps the suite's own tables as written (dataset options stay with the
             # dataset), so a run's identity does not change with how its options were layered.
-            suite_level = {k: v for k, v in options.items()
-                           if not (k in DATASET_LEVEL_OPTIONS and sources[k].startswith("dataset."))}
+            suite_level = {
+                k: v
+                for k, v in options.items()
+                if not (k in DATASET_LEVEL_OPTIONS and sources[k].startswith("dataset."))
+            }
             for n_tasks in tasks or suite["tasks"]:
                 for seed in seeds or suite["seeds"]:
-                    config = {"strategy": strategy, "label": label, "dataset": dataset,
-                              "dataset_options": dataset_options, "n_tasks": n_tasks, "seed": seed,
-                              "class_order": order, "backbone": backbone,
-                              "strategy_options": suite_level, "device": resolved_device,
-                              "precision": resolved_precision, "deterministic": deterministic}
+                    config = {
+                        "strategy": strategy,
+                        "label": label,
+                        "dataset": dataset,
+                        "dataset_options": dataset_options,
+                        "n_tasks": n_tasks,
+                        "seed": seed,
+                        "class_order": order,
+                        "backbone": backbone,
+                        "strategy_options": suite_level,
+                        "device": resolved_device,
+                        "precision": resolved_precision,
+                        "deterministic": deterministic,
+                    }
                     if targets:
                         config["zero_shot_targets"] = list(targets)
                     if epoch_scale != 1.0:  # absent at 1, so that other suites' hashes stay as they were
                         config["epoch_scale"] = epoch_scale
-                    runs.append(RunSpec(label, strategy, dataset, n_tasks, seed, order, backbone,
-                                        dataset_options, options, resolved_device, config, targets,
-                                        resolved_precision, deterministic, sources, epoch_scale))
+                    runs.append(
+                        RunSpec(
+                            label,
+                            strategy,
+                            dataset,
+                            n_tasks,
+                            seed,
+                            order,
+                            backbone,
+                            dataset_options,
+                            options,
+                            resolved_device,
+                            config,
+                            targets,
+                            resolved_precision,
+                            deterministic,
+                            sources,
+                            epoch_scale,
+                        )
+                    )
     return runs

@@ -49,10 +49,10 @@ from torch.utils.data import TensorDataset
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.backbone.full_tuning import visual_parameters
+from benchmarks.core.atomic_io import write_json
+from benchmarks.core.precision import PRECISIONS, resolve_precision
 from benchmarks.data.class_orders import seeded_order
 from benchmarks.data.datasets import imagenet_wnid_names, load_dataset
-from benchmarks.core.precision import PRECISIONS, resolve_precision
-from benchmarks.core.atomic_io import write_json
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
 from strategies.gr4cil import GR4CIL, TaskState
@@ -109,6 +109,7 @@ def _median_ratio(numerator: list[float], denominator: list[float]) -> float:
 @contextmanager
 def _saved_tensor_bytes(total: list[int]):
     """Sum the bytes of every tensor autograd saves for backward (activation memory)."""
+
     def pack(tensor):
         total[0] += tensor.numel() * tensor.element_size()
         return tensor
@@ -120,8 +121,14 @@ def _saved_tensor_bytes(total: list[int]):
 def _strategy(model: str, n_classes: int, device: str, precision: str, **config) -> GR4CIL:
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec(model, None), device)
-    return GR4CIL(backbone=backbone, class_names=_class_names(n_classes), device=device, precision=precision,
-                  show_progress=False, config=GR4CIL.Config(**config))
+    return GR4CIL(
+        backbone=backbone,
+        class_names=_class_names(n_classes),
+        device=device,
+        precision=precision,
+        show_progress=False,
+        config=GR4CIL.Config(**config),
+    )
 
 
 def _learned_tasks(strategy: GR4CIL, n_tasks: int, per_task: int) -> list[TaskState]:
@@ -137,14 +144,23 @@ def _learned_tasks(strategy: GR4CIL, n_tasks: int, per_task: int) -> list[TaskSt
             torch.nn.init.normal_(p, std=0.02)
         classes = list(range(t * per_task, (t + 1) * per_task))
         basis = torch.linalg.qr(torch.randn(d, per_task))[0]
-        states.append(TaskState(adapter, classes, basis, F.normalize(torch.randn(d, per_task), dim=0),
-                                F.normalize(torch.randn(per_task, d), dim=1)))
+        states.append(
+            TaskState(
+                adapter,
+                classes,
+                basis,
+                F.normalize(torch.randn(d, per_task), dim=0),
+                F.normalize(torch.randn(per_task, d), dim=1),
+            )
+        )
     strategy.backbone.set_adapters(visual=None, text="text")
     strategy.backbone.eval()
     return states
 
 
-def evaluation_reuse(model: str, n_tasks: int, per_task: int, n_images: int, device: str, precision: str) -> dict:
+def evaluation_reuse(
+    model: str, n_tasks: int, per_task: int, n_images: int, device: str, precision: str
+) -> dict:
     strategy = _strategy(model, n_tasks * per_task, device, precision, eval_batch_size=64)
     states = _learned_tasks(strategy, n_tasks, per_task)
     size = strategy.backbone.image_size
@@ -164,21 +180,27 @@ def evaluation_reuse(model: str, n_tasks: int, per_task: int, n_images: int, dev
         max_difference = max(max_difference, float((cached - recomputed).abs().max()))
         torch.testing.assert_close(cached, recomputed, atol=TOLERANCE[precision], rtol=0)
     cached_forwards = strategy.eval_branch_forwards
-    return {"branches_x_images": n_tasks * n_images, "cached_forwards": cached_forwards,
-            "max_score_difference": max_difference,
-            "recomputed_forwards": recomputed_forwards,
-            "cached_over_branches_x_images": cached_forwards / (n_tasks * n_images),
-            "forward_reduction": recomputed_forwards / cached_forwards,
-            "time_reduction": recomputed_time / cached_time}
+    return {
+        "branches_x_images": n_tasks * n_images,
+        "cached_forwards": cached_forwards,
+        "max_score_difference": max_difference,
+        "recomputed_forwards": recomputed_forwards,
+        "cached_over_branches_x_images": cached_forwards / (n_tasks * n_images),
+        "forward_reduction": recomputed_forwards / cached_forwards,
+        "time_reduction": recomputed_time / cached_time,
+    }
 
 
-def deployed_inference(model: str, n_tasks: int, batch: int, device: str, precision: str, repeats: int) -> dict:
+def deployed_inference(
+    model: str, n_tasks: int, batch: int, device: str, precision: str, repeats: int
+) -> dict:
     strategy = _strategy(model, n_tasks, device, precision)
     states = _learned_tasks(strategy, n_tasks, 1)
     backbone = strategy.backbone
     size = backbone.image_size
     images = torch.randn(batch, 3, size, size, device=device)
     adapters = [s.adapter for s in states]
+
     def plain_forwards():  # each branch alone, under its own adapter
         for adapter in adapters:
             backbone.set_adapters(visual=adapter, text=None)
@@ -186,20 +208,32 @@ def deployed_inference(model: str, n_tasks: int, batch: int, device: str, precis
 
     cap = strategy.images_per_forward()
     with torch.no_grad():
-        for batched in (backbone.encode_image_multi(images, adapters, max_images_per_forward=cap),
-                        backbone.encode_image_multi(images, adapters)):
+        for batched in (
+            backbone.encode_image_multi(images, adapters, max_images_per_forward=cap),
+            backbone.encode_image_multi(images, adapters),
+        ):
             for adapter, features in zip(adapters, batched):
                 backbone.set_adapters(visual=adapter, text=None)
-                torch.testing.assert_close(features, backbone.encode_image(images), atol=TOLERANCE[precision], rtol=0)
-        times = _interleaved({
-            "plain": plain_forwards,
-            "batched": lambda: backbone.encode_image_multi(images, adapters, max_images_per_forward=cap),
-            "one_forward": lambda: backbone.encode_image_multi(images, adapters)}, repeats)
+                torch.testing.assert_close(
+                    features, backbone.encode_image(images), atol=TOLERANCE[precision], rtol=0
+                )
+        times = _interleaved(
+            {
+                "plain": plain_forwards,
+                "batched": lambda: backbone.encode_image_multi(images, adapters, max_images_per_forward=cap),
+                "one_forward": lambda: backbone.encode_image_multi(images, adapters),
+            },
+            repeats,
+        )
     seconds = {name: statistics.median(t) for name, t in times.items()}
-    return {"plain_seconds": seconds["plain"], "batched_seconds": seconds["batched"], "max_images_per_forward": cap,
-            "batched_over_plain": _median_ratio(times["batched"], times["plain"]),
-            "one_forward_seconds": seconds["one_forward"],
-            "one_forward_over_plain": _median_ratio(times["one_forward"], times["plain"])}
+    return {
+        "plain_seconds": seconds["plain"],
+        "batched_seconds": seconds["batched"],
+        "max_images_per_forward": cap,
+        "batched_over_plain": _median_ratio(times["batched"], times["plain"]),
+        "one_forward_seconds": seconds["one_forward"],
+        "one_forward_over_plain": _median_ratio(times["one_forward"], times["plain"]),
+    }
 
 
 def _stage1_step(strategy: GR4CIL, images, targets, saved: list[int]):
@@ -210,9 +244,12 @@ def _stage1_step(strategy: GR4CIL, images, targets, saved: list[int]):
     strategy.backward()
 
 
-def training_step(model: str, n_tasks: int, per_task: int, batch: int, device: str, precision: str,
-                  repeats: int) -> dict:
-    strategy = _strategy(model, 1000, device, precision)  # every ImageNet name: the many-classes row uses them
+def training_step(
+    model: str, n_tasks: int, per_task: int, batch: int, device: str, precision: str, repeats: int
+) -> dict:
+    strategy = _strategy(
+        model, 1000, device, precision
+    )  # every ImageNet name: the many-classes row uses them
     strategy.setup_task(0, list(range(per_task)))
     strategy.backbone.train()
     size = strategy.backbone.image_size
@@ -241,12 +278,20 @@ def training_step(model: str, n_tasks: int, per_task: int, batch: int, device: s
     memory = {}
     at_task(n_tasks - 1)
     with torch.no_grad():  # both text passes give the same features; only their cost differs
-        torch.testing.assert_close(open_clip_text(strategy.current_classes),
-                                   strategy.text_features(strategy.current_classes),
-                                   atol=TOLERANCE[precision], rtol=0)
-    times = _interleaved({"gr4cil": lambda: _stage1_step(strategy, images, targets, [0]),
-                          "bare_open_clip": lambda: bare_step(open_clip_text),
-                          "bare_trimmed": lambda: bare_step(strategy.text_features)}, repeats)
+        torch.testing.assert_close(
+            open_clip_text(strategy.current_classes),
+            strategy.text_features(strategy.current_classes),
+            atol=TOLERANCE[precision],
+            rtol=0,
+        )
+    times = _interleaved(
+        {
+            "gr4cil": lambda: _stage1_step(strategy, images, targets, [0]),
+            "bare_open_clip": lambda: bare_step(open_clip_text),
+            "bare_trimmed": lambda: bare_step(strategy.text_features),
+        },
+        repeats,
+    )
     for name, task in (("first_task", 0), ("last_task", n_tasks - 1)):
         at_task(task)
         saved = [0]
@@ -261,13 +306,15 @@ def training_step(model: str, n_tasks: int, per_task: int, batch: int, device: s
     _stage1_step(strategy, images, targets, saved)
     memory[f"1000_classes_chunks_of_{CHUNK}"] = saved[0]
     seconds = {name: statistics.median(t) for name, t in times.items()}
-    return {"gr4cil_step_seconds": seconds["gr4cil"],
-            "bare_open_clip_step_seconds": seconds["bare_open_clip"],
-            "bare_trimmed_step_seconds": seconds["bare_trimmed"],
-            "gr4cil_over_bare_open_clip": _median_ratio(times["gr4cil"], times["bare_open_clip"]),
-            "gr4cil_over_bare_trimmed": _median_ratio(times["gr4cil"], times["bare_trimmed"]),
-            "saved_activation_bytes": memory,
-            "last_over_first_task_memory": memory["last_task"] / memory["first_task"]}
+    return {
+        "gr4cil_step_seconds": seconds["gr4cil"],
+        "bare_open_clip_step_seconds": seconds["bare_open_clip"],
+        "bare_trimmed_step_seconds": seconds["bare_trimmed"],
+        "gr4cil_over_bare_open_clip": _median_ratio(times["gr4cil"], times["bare_open_clip"]),
+        "gr4cil_over_bare_trimmed": _median_ratio(times["gr4cil"], times["bare_trimmed"]),
+        "saved_activation_bytes": memory,
+        "last_over_first_task_memory": memory["last_task"] / memory["first_task"],
+    }
 
 
 def text_batching(model: str, n_classes: int, device: str, precision: str, repeats: int) -> dict:
@@ -281,11 +328,15 @@ def text_batching(model: str, n_classes: int, device: str, precision: str, repea
     backbone.set_trainable(["text"])
     backbone.train()
     tokens = strategy.prompt_tokens
-    compact, one_batch = backbone.prepare_prompts(tokens, compact=True), backbone.prepare_prompts(tokens, compact=False)
+    compact, one_batch = (
+        backbone.prepare_prompts(tokens, compact=True),
+        backbone.prepare_prompts(tokens, compact=False),
+    )
     lengths = tokens.argmax(dim=-1) + 1
     with torch.no_grad():
-        torch.testing.assert_close(backbone.encode_text(compact), backbone.encode_text(one_batch),
-                                   atol=TOLERANCE[precision], rtol=0)
+        torch.testing.assert_close(
+            backbone.encode_text(compact), backbone.encode_text(one_batch), atol=TOLERANCE[precision], rtol=0
+        )
 
     def step(encode):
         backbone.zero_grad(set_to_none=True)
@@ -295,15 +346,23 @@ def text_batching(model: str, n_classes: int, device: str, precision: str, repea
         with backbone.autocast():
             return backbone.model.encode_text(tokens.to(device), normalize=True).float()
 
-    times = _interleaved({"compact": lambda: step(lambda: backbone.encode_text(compact)),
-                          "one_batch": lambda: step(lambda: backbone.encode_text(one_batch)),
-                          "open_clip": lambda: step(open_clip_77)}, repeats)
-    return {"prompts": n_classes, "buckets": len(compact.buckets),
-            "padding_fraction": 1.0 - float(lengths.sum()) / (n_classes * int(lengths.max())),
-            "device_uses": "compact" if len(backbone.prepare_prompts(tokens).buckets) > 1 else "one_batch",
-            **{f"{name}_seconds": statistics.median(t) for name, t in times.items()},
-            "compact_over_one_batch": _median_ratio(times["compact"], times["one_batch"]),
-            "one_batch_over_open_clip": _median_ratio(times["one_batch"], times["open_clip"])}
+    times = _interleaved(
+        {
+            "compact": lambda: step(lambda: backbone.encode_text(compact)),
+            "one_batch": lambda: step(lambda: backbone.encode_text(one_batch)),
+            "open_clip": lambda: step(open_clip_77),
+        },
+        repeats,
+    )
+    return {
+        "prompts": n_classes,
+        "buckets": len(compact.buckets),
+        "padding_fraction": 1.0 - float(lengths.sum()) / (n_classes * int(lengths.max())),
+        "device_uses": "compact" if len(backbone.prepare_prompts(tokens).buckets) > 1 else "one_batch",
+        **{f"{name}_seconds": statistics.median(t) for name, t in times.items()},
+        "compact_over_one_batch": _median_ratio(times["compact"], times["one_batch"]),
+        "one_batch_over_open_clip": _median_ratio(times["one_batch"], times["open_clip"]),
+    }
 
 
 SECTIONS = ("evaluation", "inference", "training_step", "text", "strategies", "magmax_memory")
@@ -316,15 +375,22 @@ DEFAULT_SECTIONS = SECTIONS[:5]  # magmax_memory reads the process's peak memory
 # once and one prompted forward a stage; every other strategy has one visual model (or one new
 # branch) per stage.
 PROMPT_METHODS = frozenset({"l2p_pp", "dualprompt", "coda_prompt"})
-EVALUATION_LIMIT = {"continual_clip": (1, 0), "clap": (1, 0), "aper_adapter": (2, 0),
-                    **{name: (1, 1) for name in PROMPT_METHODS}}
+EVALUATION_LIMIT = {
+    "continual_clip": (1, 0),
+    "clap": (1, 0),
+    "aper_adapter": (2, 0),
+    **{name: (1, 1) for name in PROMPT_METHODS},
+}
 # Training options that keep this count fast (the count does not depend on them), and prompt blocks
 # that fit the tiny model (4 visual blocks), and fewer CODA components than its default.
-QUICK_TRAINING = {"continual_clip": {}, "gr4cil": {"epochs": 1, "compensation_epochs": 1},
-                  "mg_clip": {"epochs": 1, "visual_epochs": 1},
-                  "dualprompt": {"epochs": 1, "e_layers": [2, 3]},
-                  "coda_prompt": {"epochs": 1, "prompt_layers": [0, 1, 2, 3], "components": 60},
-                  "clap": {"epochs": 1, "samples": 2}}
+QUICK_TRAINING = {
+    "continual_clip": {},
+    "gr4cil": {"epochs": 1, "compensation_epochs": 1},
+    "mg_clip": {"epochs": 1, "visual_epochs": 1},
+    "dualprompt": {"epochs": 1, "e_layers": [2, 3]},
+    "coda_prompt": {"epochs": 1, "prompt_layers": [0, 1, 2, 3], "components": 60},
+    "clap": {"epochs": 1, "samples": 2},
+}
 
 
 def strategy_evaluation_forwards(n_tasks: int, per_task: int, strategies: list[str] | None = None) -> dict:
@@ -338,10 +404,16 @@ def strategy_evaluation_forwards(n_tasks: int, per_task: int, strategies: list[s
         stream = build_stream(data, n_tasks, seeded_order(n_classes), transform, transform)
         cls = get_strategy(name)
         options = {"batch_size": 8, "eval_batch_size": 64, **QUICK_TRAINING.get(name, {"epochs": 1})}
-        strategy = cls(backbone=backbone, class_names=stream.class_names, show_progress=False,
-                       config=cls.Config.from_dict(options, name))
+        strategy = cls(
+            backbone=backbone,
+            class_names=stream.class_names,
+            show_progress=False,
+            config=cls.Config.from_dict(options, name),
+        )
         seen = [0]
-        hook = backbone.model.visual.register_forward_hook(lambda _m, args, _o: seen.__setitem__(0, seen[0] + len(args[0])))
+        hook = backbone.model.visual.register_forward_hook(
+            lambda _m, args, _o: seen.__setitem__(0, seen[0] + len(args[0]))
+        )
         per_stage = []
         try:
             for task in range(n_tasks):
@@ -354,8 +426,13 @@ def strategy_evaluation_forwards(n_tasks: int, per_task: int, strategies: list[s
         n_images = len(stream.test_set)
         once, per_stage_limit = EVALUATION_LIMIT.get(name, (0, 1))
         limit = n_images * (once + per_stage_limit * n_tasks)
-        out[name] = {"test_images": n_images, "visual_images_per_stage": per_stage,
-                     "visual_images": sum(per_stage), "limit": limit, "over_limit": sum(per_stage) / limit}
+        out[name] = {
+            "test_images": n_images,
+            "visual_images_per_stage": per_stage,
+            "visual_images": sum(per_stage),
+            "limit": limit,
+            "over_limit": sum(per_stage) / limit,
+        }
     return out
 
 
@@ -366,10 +443,19 @@ def magmax_training_memory(model: str, batch: int, device: str, precision: str, 
 
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec(model, None), device)
-    strategy = MagMax(backbone=backbone, class_names=_class_names(10), device=device, precision=precision,
-                      show_progress=False, config=MagMax.Config(batch_size=batch, prompt_ensemble="cifar"))
+    strategy = MagMax(
+        backbone=backbone,
+        class_names=_class_names(10),
+        device=device,
+        precision=precision,
+        show_progress=False,
+        config=MagMax.Config(batch_size=batch, prompt_ensemble="cifar"),
+    )
     size = backbone.image_size
-    images, targets = torch.randn(batch, 3, size, size, device=device), torch.arange(batch, device=device) % 10
+    images, targets = (
+        torch.randn(batch, 3, size, size, device=device),
+        torch.arange(batch, device=device) % 10,
+    )
     strategy.setup_task(0, list(range(10)))
     params = [p for p in backbone.parameters() if p.requires_grad]
     optimizer = torch.optim.AdamW(params, lr=1e-5, weight_decay=0.1)
@@ -387,19 +473,26 @@ def magmax_training_memory(model: str, batch: int, device: str, precision: str, 
     strategy.finish_task(0, list(range(10)))  # theta_1, tau_run and the merged model
     n_params = sum(p.numel() for p in visual_parameters(backbone.model).values())
     peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-    result = {"batch_size": batch, "steps": steps, "visual_parameters": n_params,
-              "weights_grads_adamw_bytes": 4 * n_params * 4,  # fp32 weights, gradients, two AdamW moments
-              "visual_states_bytes": 3 * n_params * 4,  # theta_0, theta_t, tau_run (CPU copies)
-              "saved_activation_bytes_per_step": saved[0] // steps,
-              "rss_before_training_bytes": before, "peak_rss_bytes": peak_rss,
-              "peak_rss_over_before_bytes": peak_rss - before}
+    result = {
+        "batch_size": batch,
+        "steps": steps,
+        "visual_parameters": n_params,
+        "weights_grads_adamw_bytes": 4 * n_params * 4,  # fp32 weights, gradients, two AdamW moments
+        "visual_states_bytes": 3 * n_params * 4,  # theta_0, theta_t, tau_run (CPU copies)
+        "saved_activation_bytes_per_step": saved[0] // steps,
+        "rss_before_training_bytes": before,
+        "peak_rss_bytes": peak_rss,
+        "peak_rss_over_before_bytes": peak_rss - before,
+    }
     if torch.device(device).type == "cuda":
         result["cuda_peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
     return result
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(prog="python -m benchmarks.tools.speed", description=__doc__.split("\n")[0])
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.tools.speed", description=__doc__.split("\n")[0]
+    )
     parser.add_argument("--model", default="tiny-clip-32")
     parser.add_argument("--tasks", type=int, default=10)
     parser.add_argument("--classes-per-task", type=int, default=10)
@@ -407,30 +500,62 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--batch-size", type=int, default=64)
     parser.add_argument("--repeats", type=int, default=5)
     parser.add_argument("--device", default="cpu")
-    parser.add_argument("--precision", default="auto", choices=["auto", *PRECISIONS],
-                        help="the towers' autocast; default: fp16 on CUDA, fp32 on CPU")
-    parser.add_argument("--text-prompts", type=int, default=1000,
-                        help="prompts in the text section (default: ImageNet-1K's 1000)")
-    parser.add_argument("--only", choices=SECTIONS, action="append",
-                        help="measure only this section (repeatable); default: all but magmax_memory")
-    parser.add_argument("--strategies", type=lambda text: text.split(","),
-                        help="comma-separated strategies of the strategies section (default: all registered)")
+    parser.add_argument(
+        "--precision",
+        default="auto",
+        choices=["auto", *PRECISIONS],
+        help="the towers' autocast; default: fp16 on CUDA, fp32 on CPU",
+    )
+    parser.add_argument(
+        "--text-prompts",
+        type=int,
+        default=1000,
+        help="prompts in the text section (default: ImageNet-1K's 1000)",
+    )
+    parser.add_argument(
+        "--only",
+        choices=SECTIONS,
+        action="append",
+        help="measure only this section (repeatable); default: all but magmax_memory",
+    )
+    parser.add_argument(
+        "--strategies",
+        type=lambda text: text.split(","),
+        help="comma-separated strategies of the strategies section (default: all registered)",
+    )
     parser.add_argument("--out", help="write the measurements as JSON here")
     args = parser.parse_args(argv)
     precision = resolve_precision(args.precision, args.device)
     measure = {
-        "evaluation": lambda: evaluation_reuse(args.model, args.tasks, args.classes_per_task, args.test_images,
-                                               args.device, precision),
-        "inference": lambda: deployed_inference(args.model, args.tasks, args.batch_size, args.device, precision,
-                                                args.repeats),
-        "training_step": lambda: training_step(args.model, args.tasks, args.classes_per_task, args.batch_size,
-                                               args.device, precision, args.repeats),
+        "evaluation": lambda: evaluation_reuse(
+            args.model, args.tasks, args.classes_per_task, args.test_images, args.device, precision
+        ),
+        "inference": lambda: deployed_inference(
+            args.model, args.tasks, args.batch_size, args.device, precision, args.repeats
+        ),
+        "training_step": lambda: training_step(
+            args.model,
+            args.tasks,
+            args.classes_per_task,
+            args.batch_size,
+            args.device,
+            precision,
+            args.repeats,
+        ),
         "text": lambda: text_batching(args.model, args.text_prompts, args.device, precision, args.repeats),
-        "strategies": lambda: strategy_evaluation_forwards(args.tasks, args.classes_per_task, args.strategies),
+        "strategies": lambda: strategy_evaluation_forwards(
+            args.tasks, args.classes_per_task, args.strategies
+        ),
         "magmax_memory": lambda: magmax_training_memory(args.model, args.batch_size, args.device, precision),
     }
-    results = {"model": args.model, "device": args.device, "precision": precision,
-               "torch_threads": torch.get_num_threads(), "batch_size": args.batch_size, "repeats": args.repeats}
+    results = {
+        "model": args.model,
+        "device": args.device,
+        "precision": precision,
+        "torch_threads": torch.get_num_threads(),
+        "batch_size": args.batch_size,
+        "repeats": args.repeats,
+    }
     for section in args.only or DEFAULT_SECTIONS:
         results[section] = measure[section]()
     print(json.dumps(results, indent=1))

@@ -22,19 +22,42 @@ def _stage_accuracy(predictions: np.ndarray) -> list[float]:
     return accs
 
 
-def store_run(root, label: str, seed: int, predictions, *, precision: str = "fp32", with_sidecar: bool = True,
-              class_order=(0, 1, 2, 3)) -> None:
+def store_run(
+    root,
+    label: str,
+    seed: int,
+    predictions,
+    *,
+    precision: str = "fp32",
+    with_sidecar: bool = True,
+    class_order=(0, 1, 2, 3),
+) -> None:
     """A finished 2-task result with the given ``[2, 10]`` predictions, as the runner stores it."""
     predictions = np.asarray(predictions)
     accs = _stage_accuracy(predictions)
     result = {
-        "schema_version": 2 if with_sidecar else 1, "strategy": label, "label": label, "dataset": "toy",
-        "n_tasks": 2, "seed": seed, "config_hash": f"{label}{seed}", "class_order": list(class_order),
-        "config": {"dataset": "toy", "dataset_options": {}, "backbone": {"model": "m", "pretrained": "p"},
-                   "precision": precision},
-        "class_names": ["a", "b", "c", "d"], "tasks": TASKS,
-        "stages": [{"task": t + 1, "acc": acc, "n_test_per_task": [5, 5][:t + 1]} for t, acc in enumerate(accs)],
-        "summary": {"avg_acc": float(np.mean(accs)), "last_acc": accs[-1]}, "env": {}, "cost": {},
+        "schema_version": 2 if with_sidecar else 1,
+        "strategy": label,
+        "label": label,
+        "dataset": "toy",
+        "n_tasks": 2,
+        "seed": seed,
+        "config_hash": f"{label}{seed}",
+        "class_order": list(class_order),
+        "config": {
+            "dataset": "toy",
+            "dataset_options": {},
+            "backbone": {"model": "m", "pretrained": "p"},
+            "precision": precision,
+        },
+        "class_names": ["a", "b", "c", "d"],
+        "tasks": TASKS,
+        "stages": [
+            {"task": t + 1, "acc": acc, "n_test_per_task": [5, 5][: t + 1]} for t, acc in enumerate(accs)
+        ],
+        "summary": {"avg_acc": float(np.mean(accs)), "last_acc": accs[-1]},
+        "env": {},
+        "cost": {},
     }
     store = ResultStore(root)
     sidecar = Predictions(predictions, TARGETS, np.arange(len(TARGETS))) if with_sidecar else None
@@ -89,7 +112,9 @@ def test_a_consistent_gain_is_better_and_a_loss_worse(tmp_path):
     results = {c.label: c for c in compare.compare_all(tmp_path, draws=300)}
     # (3 differing images of 10 would not do: a resample misses all 3 with probability 0.7^10 = 2.8 %)
     assert results["mine"].verdict == "better" and results["mine"].difference.estimate == pytest.approx(60.0)
-    assert results["worse"].verdict == "worse" and results["worse"].difference.estimate == pytest.approx(-40.0)
+    assert results["worse"].verdict == "worse" and results["worse"].difference.estimate == pytest.approx(
+        -40.0
+    )
 
 
 def test_avg_metric_is_the_mean_of_the_stage_differences(tmp_path):
@@ -100,8 +125,9 @@ def test_avg_metric_is_the_mean_of_the_stage_differences(tmp_path):
     assert "one paired seed: the interval covers the test images, not the seeds" in only.notes
 
 
-@pytest.mark.parametrize("change, field", [({"precision": "fp16"}, "precision"),
-                                            ({"class_order": (1, 0, 2, 3)}, "class order")])
+@pytest.mark.parametrize(
+    "change, field", [({"precision": "fp16"}, "precision"), ({"class_order": (1, 0, 2, 3)}, "class order")]
+)
 def test_a_different_protocol_is_refused_in_one_line(tmp_path, capsys, change, field):
     store_run(tmp_path, "mine", 0, PERFECT, **change)
     store_run(tmp_path, "gr4cil", 0, PERFECT)
@@ -115,9 +141,11 @@ def test_another_test_set_is_refused(tmp_path, capsys):
     store_run(tmp_path, "gr4cil", 0, PERFECT)
     path = tmp_path / "toy" / "mine" / "T2-seed0.json"
     from benchmarks.runner.results import save_predictions
+
     result = json.loads(path.read_text())
-    result["predictions"] = save_predictions(predictions_path(path),
-                                             Predictions(PERFECT, TARGETS, np.arange(10) + 100))  # other images
+    result["predictions"] = save_predictions(
+        predictions_path(path), Predictions(PERFECT, TARGETS, np.arange(10) + 100)
+    )  # other images
     path.write_text(json.dumps(result))
     assert compare.main(["--results-dir", str(tmp_path)]) == 2
     assert "differ in test set" in capsys.readouterr().err
@@ -128,10 +156,15 @@ def test_unpaired_seeds_show_their_means_and_refuse_in_one_line(tmp_path, capsys
     store_run(tmp_path, "gr4cil", 1, _flip(PERFECT, 2))
     assert compare.main(["--results-dir", str(tmp_path)]) == 2
     captured = capsys.readouterr()
-    assert "| mine | toy | 2 | 100.00 (n = 1) | 80.00 (n = 1) | none (unpaired) | – | – | unpaired |" in captured.out
+    assert (
+        "| mine | toy | 2 | 100.00 (n = 1) | 80.00 (n = 1) | none (unpaired) | – | – | unpaired |"
+        in captured.out
+    )
     errors = [line for line in captured.err.splitlines() if line.startswith("error:")]
-    assert errors == ["error: mine and gr4cil share no seed on toy / 2 tasks (mine: 0; gr4cil: 1); a paired "
-                      "comparison needs the same seeds: run both with --seeds"]
+    assert errors == [
+        "error: mine and gr4cil share no seed on toy / 2 tasks (mine: 0; gr4cil: 1); a paired "
+        "comparison needs the same seeds: run both with --seeds"
+    ]
 
 
 def test_version_1_results_resample_seeds_only_and_say_so(tmp_path):
@@ -153,15 +186,20 @@ def test_a_missing_sidecar_warns_in_one_line_and_the_run_still_counts(tmp_path, 
     assert compare.main(["--results-dir", str(tmp_path), "--draws", "200"]) == 0
     captured = capsys.readouterr()
     warnings = [line for line in captured.err.splitlines() if line.startswith("warning:")]
-    assert len(warnings) == 1 and "T2-seed1.predictions.safetensors: predictions sidecar missing" in warnings[0]
+    assert (
+        len(warnings) == 1 and "T2-seed1.predictions.safetensors: predictions sidecar missing" in warnings[0]
+    )
     assert "0, 1 | +20.00 |" in captured.out and "test images not" in captured.out
 
 
-@pytest.mark.parametrize("argv, expected", [
-    (["--baseline", "nobody"], "no runs of 'nobody'"),
-    (["--strategies", "ghost"], "no runs of 'ghost'"),
-    (["--draws", "10"], "--draws 10 is too few"),
-])
+@pytest.mark.parametrize(
+    "argv, expected",
+    [
+        (["--baseline", "nobody"], "no runs of 'nobody'"),
+        (["--strategies", "ghost"], "no runs of 'ghost'"),
+        (["--draws", "10"], "--draws 10 is too few"),
+    ],
+)
 def test_user_mistakes_are_one_line(tmp_path, capsys, argv, expected):
     store_run(tmp_path, "gr4cil", 0, PERFECT)
     assert compare.main(["--results-dir", str(tmp_path), *argv]) == 2

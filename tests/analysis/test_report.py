@@ -19,17 +19,36 @@ from analysis.report import build_report
 from analysis.report import main as report_main
 
 DATASETS = ("cifar100", "imagenet_r", "imagenet100", "imagenet1k")
-NAMES = {"cifar100": "CIFAR-100", "imagenet_r": "ImageNet-R", "imagenet100": "ImageNet-100",
-         "imagenet1k": "ImageNet-1K", "pets": "Pets", "food101": "Food-101"}
+NAMES = {
+    "cifar100": "CIFAR-100",
+    "imagenet_r": "ImageNet-R",
+    "imagenet100": "ImageNet-100",
+    "imagenet1k": "ImageNet-1K",
+    "pets": "Pets",
+    "food101": "Food-101",
+}
 # Ablation fixtures: label -> (expected row of each table, options). Labels are deliberately
 # unrelated to the rows: the report must find rows from the configs.
 ABLATIONS = {
-    "v01": ({"table4_ablation": "Base"}, {"use_anchor_loss": False, "use_separation_loss": False,
-                                          "compensation": "off", "use_prototype_score": False, "tau": 0.3}),
-    "v02": ({"table4_ablation": "+ L_anc and L_sep"}, {"compensation": "off", "use_prototype_score": False,
-                                                       "compensation_init": "random"}),
+    "v01": (
+        {"table4_ablation": "Base"},
+        {
+            "use_anchor_loss": False,
+            "use_separation_loss": False,
+            "compensation": "off",
+            "use_prototype_score": False,
+            "tau": 0.3,
+        },
+    ),
+    "v02": (
+        {"table4_ablation": "+ L_anc and L_sep"},
+        {"compensation": "off", "use_prototype_score": False, "compensation_init": "random"},
+    ),
     "v03": ({"table4_ablation": "+ Compensation term"}, {"use_prototype_score": False, "gamma": 0.9}),
-    "v04": ({"table5_compensation": "Orth ×, Proto ×"}, {"compensation": "unconstrained", "compensation_init": "random"}),
+    "v04": (
+        {"table5_compensation": "Orth ×, Proto ×"},
+        {"compensation": "unconstrained", "compensation_init": "random"},
+    ),
     "v05": ({"table5_compensation": "Orth ✓, Proto ×"}, {"compensation_init": "random"}),
     "v06": ({"table5_compensation": "Orth ×, Proto ✓"}, {"compensation": "unconstrained"}),
     "v07": ({"table_tau": "τ=0.5", "table_adjacent_subspace": "τ=0.5"}, {"tau": 0.5}),
@@ -41,8 +60,13 @@ ABLATIONS = {
     "v13": ({}, {"tau": 0.5, "beta": 0.1}),  # two switches changed: in no sweep table
 }
 # Rows the default GR4CIL configuration fills in the config-identified tables.
-DEFAULT_ROWS = {"table4_ablation": "+ Prototype term (Full model)", "table5_compensation": "Orth ✓, Proto ✓",
-                "table_tau": "τ=0.7", "table_adjacent_subspace": "τ=0.7", "table_beta_gamma": "(β,γ)=(0.2,0.2)"}
+DEFAULT_ROWS = {
+    "table4_ablation": "+ Prototype term (Full model)",
+    "table5_compensation": "Orth ✓, Proto ✓",
+    "table_tau": "τ=0.7",
+    "table_adjacent_subspace": "τ=0.7",
+    "table_beta_gamma": "(β,γ)=(0.2,0.2)",
+}
 
 
 def _result(label, dataset, n_tasks, seed, rng, strategy=None, options=None, zero_shot=None, per_task=True):
@@ -53,46 +77,97 @@ def _result(label, dataset, n_tasks, seed, rng, strategy=None, options=None, zer
     for t in range(1, n_tasks + 1):
         diagnostics = {}
         if gr4cil:
-            diagnostics = {f"routing_acc_{k}": float(rng.uniform(60, 99)) for k in
-                           ("full", "without_compensation", "text_only", "text_prototype")}
-            diagnostics.update({"confidence_with_compensation": float(rng.uniform(0.7, 0.9)),
-                                "confidence_without_compensation": float(rng.uniform(0.5, 0.7)),
-                                "margin_with_compensation": None if t == 1 else float(rng.uniform(0.02, 0.05)),
-                                "margin_without_compensation": None if t == 1 else float(rng.uniform(0.0, 0.02))})
+            diagnostics = {
+                f"routing_acc_{k}": float(rng.uniform(60, 99))
+                for k in ("full", "without_compensation", "text_only", "text_prototype")
+            }
+            diagnostics.update(
+                {
+                    "confidence_with_compensation": float(rng.uniform(0.7, 0.9)),
+                    "confidence_without_compensation": float(rng.uniform(0.5, 0.7)),
+                    "margin_with_compensation": None if t == 1 else float(rng.uniform(0.02, 0.05)),
+                    "margin_without_compensation": None if t == 1 else float(rng.uniform(0.0, 0.02)),
+                }
+            )
         last = t == n_tasks
-        stages.append({"task": t, "acc": accs[t - 1], "acc_per_task": list(rng.uniform(40, 99, t).round(2)) if per_task else [],
-                       "n_test_per_task": [20] * t, "routing_acc": float(rng.uniform(60, 99)),
-                       "auroc": None if last else float(rng.uniform(60, 95)),
-                       "fpr95": None if last else float(rng.uniform(20, 60)), "diagnostics": diagnostics})
+        stages.append(
+            {
+                "task": t,
+                "acc": accs[t - 1],
+                "acc_per_task": list(rng.uniform(40, 99, t).round(2)) if per_task else [],
+                "n_test_per_task": [20] * t,
+                "routing_acc": float(rng.uniform(60, 99)),
+                "auroc": None if last else float(rng.uniform(60, 95)),
+                "fpr95": None if last else float(rng.uniform(20, 60)),
+                "diagnostics": diagnostics,
+            }
+        )
     aurocs = [s["auroc"] for s in stages[:-1]]
-    summary = {"avg_acc": float(np.mean(accs)), "last_acc": accs[-1],
-               "avg_auroc": float(np.mean(aurocs)) if aurocs else None, "last_auroc": aurocs[-1] if aurocs else None}
+    summary = {
+        "avg_acc": float(np.mean(accs)),
+        "last_acc": accs[-1],
+        "avg_auroc": float(np.mean(aurocs)) if aurocs else None,
+        "last_auroc": aurocs[-1] if aurocs else None,
+    }
     diagnostics = {}
     if gr4cil:
         per_task = [{k: float(rng.uniform(0.1, 0.9)) for k in ("I-T", "I-C", "I-TC")} for _ in range(n_tasks)]
-        diagnostics = {"anchor_preservation": float(rng.uniform(0.98, 1.0)),
-                       "subspace_distance": {k: float(np.mean([d[k] for d in per_task])) for k in ("I-T", "I-C", "I-TC")},
-                       "subspace_distance_per_task": per_task,
-                       "adjacent_text_distance": float(rng.uniform(0.8, 0.95)),
-                       "adjacent_compensation_distance": float(rng.uniform(0.8, 0.95)),
-                       "modality_gap": [[{"epoch": e, "overall": 0.3 - 0.01 * e + 0.01 * t, "positive": 0.33 - 0.002 * e,
-                                          "negative": 0.29 - 0.012 * e} for e in range(1, 6)] for t in range(n_tasks)],
-                       "thresholds": [None] * n_tasks, "eval_branch_forwards": 100}
+        diagnostics = {
+            "anchor_preservation": float(rng.uniform(0.98, 1.0)),
+            "subspace_distance": {
+                k: float(np.mean([d[k] for d in per_task])) for k in ("I-T", "I-C", "I-TC")
+            },
+            "subspace_distance_per_task": per_task,
+            "adjacent_text_distance": float(rng.uniform(0.8, 0.95)),
+            "adjacent_compensation_distance": float(rng.uniform(0.8, 0.95)),
+            "modality_gap": [
+                [
+                    {
+                        "epoch": e,
+                        "overall": 0.3 - 0.01 * e + 0.01 * t,
+                        "positive": 0.33 - 0.002 * e,
+                        "negative": 0.29 - 0.012 * e,
+                    }
+                    for e in range(1, 6)
+                ]
+                for t in range(n_tasks)
+            ],
+            "thresholds": [None] * n_tasks,
+            "eval_branch_forwards": 100,
+        }
     strategy_config = {"epochs": 2, **(GR4CIL_DEFAULTS if gr4cil else {}), **(options or {})}
-    result = {"schema_version": 1, "strategy": strategy, "label": label, "dataset": dataset, "n_tasks": n_tasks,
-              "seed": seed, "config": {"strategy_config": strategy_config}, "config_hash": f"{label}-{seed}-{zero_shot is not None}",
-              "class_order": [], "tasks": [], "stages": stages, "summary": summary, "diagnostics": diagnostics,
-              "env": {}, "cost": {"train_seconds": 1.0, "eval_seconds": 1.0,
-                                  "trainable_params": int(rng.integers(1e5, 1e7)),
-                                  "peak_memory_bytes": int(rng.integers(2**28, 2**32)),
-                                  "peak_memory_kind": "cuda_allocated"}}
+    result = {
+        "schema_version": 1,
+        "strategy": strategy,
+        "label": label,
+        "dataset": dataset,
+        "n_tasks": n_tasks,
+        "seed": seed,
+        "config": {"strategy_config": strategy_config},
+        "config_hash": f"{label}-{seed}-{zero_shot is not None}",
+        "class_order": [],
+        "tasks": [],
+        "stages": stages,
+        "summary": summary,
+        "diagnostics": diagnostics,
+        "env": {},
+        "cost": {
+            "train_seconds": 1.0,
+            "eval_seconds": 1.0,
+            "trainable_params": int(rng.integers(1e5, 1e7)),
+            "peak_memory_bytes": int(rng.integers(2**28, 2**32)),
+            "peak_memory_kind": "cuda_allocated",
+        },
+    }
     if zero_shot is not None:
         result["zero_shot"] = zero_shot
     return result
 
 
 def _write(root, result, folder=""):
-    path = Path(root, folder, result["dataset"], result["label"], f"T{result['n_tasks']}-seed{result['seed']}.json")
+    path = Path(
+        root, folder, result["dataset"], result["label"], f"T{result['n_tasks']}-seed{result['seed']}.json"
+    )
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps(result))
 
@@ -105,26 +180,45 @@ def make_fixtures(root):
         runs["main"] += [_result("gr4cil", dataset, 10, s, rng) for s in (0, 1)]
         runs["main"].append(_result("continual_clip", dataset, 10, 0, rng, per_task=False))
     runs["main"].append(_result("gr4cil", "cifar100", 10, 2, rng))  # a seed without the other datasets
-    runs["main"] += [_result("my_new_method", d, 10, 0, rng, per_task=False)  # a user's strategy
-                     for d in ("cifar100", "imagenet_r")]
-    runs["seq"] = [_result("gr4cil", "cifar100", 5, 0, rng), _result("gr4cil", "cifar100", 5, 1, rng),
-                   _result("continual_clip", "cifar100", 20, 0, rng), _result("gr4cil", "imagenet_r", 20, 0, rng)]
+    runs["main"] += [
+        _result("my_new_method", d, 10, 0, rng, per_task=False)  # a user's strategy
+        for d in ("cifar100", "imagenet_r")
+    ]
+    runs["seq"] = [
+        _result("gr4cil", "cifar100", 5, 0, rng),
+        _result("gr4cil", "cifar100", 5, 1, rng),
+        _result("continual_clip", "cifar100", 20, 0, rng),
+        _result("gr4cil", "imagenet_r", 20, 0, rng),
+    ]
     for label, (_, options) in ABLATIONS.items():
         seeds = (0, 1) if label in ("v01", "v07") else (0,)
         # Without acc_per_task (as the baselines above): fewer heat maps keep the test fast, and
         # the report must skip such runs.
-        runs["ablation"] += [_result(label, "cifar100", 10, s, rng, "gr4cil", options, per_task=False) for s in seeds]
+        runs["ablation"] += [
+            _result(label, "cifar100", 10, s, rng, "gr4cil", options, per_task=False) for s in seeds
+        ]
     # The "full" row of an ablation suite: the default configuration again, same numbers as the
     # main run with that seed; it must not count twice in default-config tables.
-    runs["ablation"] += [dict(r, label="full") for r in runs["main"]
-                         if r["label"] == "gr4cil" and r["dataset"] == "cifar100" and r["seed"] < 2]
+    runs["ablation"] += [
+        dict(r, label="full")
+        for r in runs["main"]
+        if r["label"] == "gr4cil" and r["dataset"] == "cifar100" and r["seed"] < 2
+    ]
     for dataset in ("cifar100", "imagenet_r"):
-        zs = {t: {"clip": float(rng.uniform(60, 85)), "fusion": float(rng.uniform(60, 88)),
-                  "routed": float(rng.uniform(60, 88)), "n_test": 100, "unknown_rate": 10.0}
-              for t in ("pets", "food101", "imagenet1k")}
+        zs = {
+            t: {
+                "clip": float(rng.uniform(60, 85)),
+                "fusion": float(rng.uniform(60, 88)),
+                "routed": float(rng.uniform(60, 88)),
+                "n_test": 100,
+                "unknown_rate": 10.0,
+            }
+            for t in ("pets", "food101", "imagenet1k")
+        }
         # Same key as a main run (label gr4cil, seed 0) but trained with held-out images.
-        runs["zero_shot"].append(_result("gr4cil", dataset, 10, 0, rng, options={"threshold_holdout": 0.1},
-                                         zero_shot=zs))
+        runs["zero_shot"].append(
+            _result("gr4cil", dataset, 10, 0, rng, options={"threshold_holdout": 0.1}, zero_shot=zs)
+        )
     for role, results in runs.items():
         for result in results:
             _write(root, result, "zeroshot" if role == "zero_shot" else "")
@@ -159,13 +253,18 @@ def _check(report, name, expected, decimals=2):
     """The table's reproduced cells are exactly ``expected`` ({(row, column): [values]}); every
     other reproduced cell is empty."""
     cells, kinds = _csv(report, name)
-    got = {(row, col): v for row, cols in cells.items() if kinds[row] == "reproduced"
-           for col, v in cols.items() if v != "–"}
+    got = {
+        (row, col): v
+        for row, cols in cells.items()
+        if kinds[row] == "reproduced"
+        for col, v in cols.items()
+        if v != "–"
+    }
     assert got == {key: _cell(values, decimals) for key, values in expected.items()}
 
 
 def _add(expected, row, column, value):
-    """Expect ``value`` in the cell of run label ``row`` (shown under its D9 row label)."""
+    """Expect ``value`` in the cell of run label ``row`` (shown under its docs/decisions.md D9 row label)."""
     expected.setdefault((paper_tables.row_label(row), column), []).append(value)
 
 
@@ -183,7 +282,9 @@ def test_against_gr4cil_pairs_every_strategy_with_gr4cil_on_its_shared_seeds(rep
     last = {(r["label"], r["dataset"], r["seed"]): r["summary"]["last_acc"] for r in main}
     for row in table[table["method"].isin(["continual_clip", "my_new_method"])].itertuples():
         seeds = [int(s) for s in str(row.paired_seeds).split()]
-        expected = np.mean([last[(row.method, row.dataset, s)] - last[("gr4cil", row.dataset, s)] for s in seeds])
+        expected = np.mean(
+            [last[(row.method, row.dataset, s)] - last[("gr4cil", row.dataset, s)] for s in seeds]
+        )
         assert seeds == [0] and row.difference == pytest.approx(expected)
         assert row.verdict == "no interval"  # one seed and no stored predictions: nothing to resample
     assert set(table["method"]) >= {"continual_clip", "my_new_method", "full", "v01"}
@@ -241,19 +342,47 @@ def test_anchor_table_has_one_row_per_gr4cil_label(report):
     _check(report, "table_anchor", expected, decimals=4)
 
 
-@pytest.mark.parametrize("table, metrics, decimals", [
-    ("table4_ablation", {"Avg-Acc": "avg_acc", "Last-Acc": "last_acc", "Avg-AUROC": "avg_auroc",
-                         "Last-AUROC": "last_auroc"}, 2),
-    ("table5_compensation", {"Avg-Acc": "avg_acc", "Last-Acc": "last_acc"}, 2),
-    ("table_tau", {"Avg-Acc": "avg_acc", "Last-Acc": "last_acc", "Last-Routing Acc": "routing"}, 2),
-    ("table_beta_gamma", {"Avg-Acc": "avg_acc", "Last-Acc": "last_acc", "Last-Routing Acc": "routing"}, 2),
-    ("table_adjacent_subspace", {"Compensation-space distance": "adjacent_compensation_distance",
-                                 "Text-space distance": "adjacent_text_distance"}, 4),
-])
+@pytest.mark.parametrize(
+    "table, metrics, decimals",
+    [
+        (
+            "table4_ablation",
+            {
+                "Avg-Acc": "avg_acc",
+                "Last-Acc": "last_acc",
+                "Avg-AUROC": "avg_auroc",
+                "Last-AUROC": "last_auroc",
+            },
+            2,
+        ),
+        ("table5_compensation", {"Avg-Acc": "avg_acc", "Last-Acc": "last_acc"}, 2),
+        ("table_tau", {"Avg-Acc": "avg_acc", "Last-Acc": "last_acc", "Last-Routing Acc": "routing"}, 2),
+        (
+            "table_beta_gamma",
+            {"Avg-Acc": "avg_acc", "Last-Acc": "last_acc", "Last-Routing Acc": "routing"},
+            2,
+        ),
+        (
+            "table_adjacent_subspace",
+            {
+                "Compensation-space distance": "adjacent_compensation_distance",
+                "Text-space distance": "adjacent_text_distance",
+            },
+            4,
+        ),
+    ],
+)
 def test_config_identified_rows(report, table, metrics, decimals):
-    rows = [(ABLATIONS[r["label"]][0].get(table), r) for r in report["runs"]["ablation"] if r["label"] in ABLATIONS]
-    rows += [(DEFAULT_ROWS[table], r) for r in report["runs"]["main"]
-             if r["label"] == "gr4cil" and r["dataset"] == "cifar100"]
+    rows = [
+        (ABLATIONS[r["label"]][0].get(table), r)
+        for r in report["runs"]["ablation"]
+        if r["label"] in ABLATIONS
+    ]
+    rows += [
+        (DEFAULT_ROWS[table], r)
+        for r in report["runs"]["main"]
+        if r["label"] == "gr4cil" and r["dataset"] == "cifar100"
+    ]
     expected = {}
     for row, r in rows:
         if row is None:
@@ -267,8 +396,13 @@ def test_config_identified_rows(report, table, metrics, decimals):
 def test_rows_follow_the_paper_order(report):
     def reproduced(name):
         return [row for row, kind in _csv(report, name)[1].items() if kind == "reproduced"]
-    assert reproduced("table4_ablation") == ["Base", "+ L_anc and L_sep", "+ Compensation term",
-                                             "+ Prototype term (Full model)"]
+
+    assert reproduced("table4_ablation") == [
+        "Base",
+        "+ L_anc and L_sep",
+        "+ Compensation term",
+        "+ Prototype term (Full model)",
+    ]
     assert reproduced("table_tau") == ["τ=0.5", "τ=0.6", "τ=0.7", "τ=0.8"]
     assert reproduced("table_adjacent_subspace") == ["w/o", "τ=0.5", "τ=0.6", "τ=0.7", "τ=0.8"]
     assert reproduced("table_beta_gamma") == ["(β,γ)=(0.1,0.1)", "(β,γ)=(0.2,0.2)", "(β,γ)=(0.5,0.2)"]
@@ -304,11 +438,17 @@ def test_latex_is_well_formed(report):
     for path in sorted((report["out"] / "tables").glob("*.tex")):
         tex = path.read_text()
         assert tex.count("{") == tex.count("}"), path.name
-        assert "\\toprule" in tex and "\\bottomrule" in tex and "\\begin{table}" in tex and "\\end{table}" in tex
+        assert (
+            "\\toprule" in tex and "\\bottomrule" in tex and "\\begin{table}" in tex and "\\end{table}" in tex
+        )
         spec = re.search(r"\\begin\{tabular\}\{(l)(c+)\}", tex)
         n_columns = 1 + len(spec.group(2))
         body = tex.split("\\toprule")[1].split("\\bottomrule")[0]
-        rows = [line for line in body.strip().splitlines() if line not in ("\\midrule",) and not line.startswith("\\cmidrule")]
+        rows = [
+            line
+            for line in body.strip().splitlines()
+            if line not in ("\\midrule",) and not line.startswith("\\cmidrule")
+        ]
         for row in rows:
             assert row.count("\\\\") == 1 and row.endswith("\\\\"), (path.name, row)
             spans = sum(int(s) - 1 for s in re.findall(r"\\multicolumn\{(\d+)\}", row))
@@ -319,12 +459,21 @@ def _md_rows(report, name):
     lines = (report["out"] / "tables" / f"{name}.md").read_text().splitlines()
     table = [line for line in lines if line.startswith("| ")]
     header = [c.strip() for c in table[0].split("|")[1:-1]]
-    return header, {cells[0]: cells[1:] for cells in ([c.strip() for c in line.split("|")[1:-1]] for line in table[1:])}
+    return header, {
+        cells[0]: cells[1:] for cells in ([c.strip() for c in line.split("|")[1:-1]] for line in table[1:])
+    }
 
 
-@pytest.mark.parametrize("name, lower_is_better", [("table1_main", False), ("table2_ood", False),
-                                                    ("table_tau", False), ("table3_subspace", True),
-                                                    ("table_adjacent_subspace", True)])
+@pytest.mark.parametrize(
+    "name, lower_is_better",
+    [
+        ("table1_main", False),
+        ("table2_ood", False),
+        ("table_tau", False),
+        ("table3_subspace", True),
+        ("table_adjacent_subspace", True),
+    ],
+)
 def test_bold_and_italic_mark_best_and_second_best(report, name, lower_is_better):
     header, rows = _md_rows(report, name)
     _, kinds = _csv(report, name)
@@ -348,8 +497,10 @@ def test_bold_and_italic_mark_best_and_second_best(report, name, lower_is_better
 
 
 def test_figures_are_images_of_the_expected_size(report):
-    panels = {"fig7_routing": 4,  # default GR4CIL 10-task runs on four datasets
-              "fig_accuracy_curves": 7}  # (dataset, tasks): CIFAR-100 5/10/20, ImageNet-R 10/20, ImageNet-100/1K 10
+    panels = {
+        "fig7_routing": 4,  # default GR4CIL 10-task runs on four datasets
+        "fig_accuracy_curves": 7,
+    }  # (dataset, tasks): CIFAR-100 5/10/20, ImageNet-R 10/20, ImageNet-100/1K 10
     n_runs = 0
     for name, item in report["items"].items():
         if item.kind != "figure":
@@ -359,14 +510,21 @@ def test_figures_are_images_of_the_expected_size(report):
             assert path.stat().st_size > 1000, path
             if path.suffix == ".png":
                 height, width = mpimg.imread(path).shape[:2]
-                assert (width, height) == (round(size[0] * figures.DPI), round(size[1] * figures.DPI)), path.name
+                assert (width, height) == (round(size[0] * figures.DPI), round(size[1] * figures.DPI)), (
+                    path.name
+                )
             else:
                 assert path.read_bytes()[:4] == b"%PDF"
         if name == "acc_matrix":
             n_runs = len(item.paths) // 2
     # one heat map per result with acc_per_task (not the zero-shot runs: their keys are taken)
-    assert n_runs == sum(1 for role, runs in report["runs"].items() if role != "zero_shot"
-                         for r in runs if r["stages"][0]["acc_per_task"])
+    assert n_runs == sum(
+        1
+        for role, runs in report["runs"].items()
+        if role != "zero_shot"
+        for r in runs
+        if r["stages"][0]["acc_per_task"]
+    )
 
 
 def test_missing_inputs_are_one_line_skips(tmp_path, capsys):
@@ -376,10 +534,22 @@ def test_missing_inputs_are_one_line_skips(tmp_path, capsys):
     assert report_main(["--results-dir", str(root), "--out", str(tmp_path / "out")]) == 0
     err = capsys.readouterr().err.splitlines()
     skipped = {line.split(":")[0].removeprefix("skipped ") for line in err}
-    assert skipped == {"table2_seq", "table3_zeroshot", "table3_subspace", "table4_ablation", "table5_compensation",
-                       "table_anchor", "table_adjacent_subspace", "table_tau", "table_beta_gamma",
-                       "fig2_gap_training", "fig3_gap_final", "fig5_confidence_margin", "fig7_routing",
-                       "against_gr4cil"}  # no GR4CIL run to compare with
+    assert skipped == {
+        "table2_seq",
+        "table3_zeroshot",
+        "table3_subspace",
+        "table4_ablation",
+        "table5_compensation",
+        "table_anchor",
+        "table_adjacent_subspace",
+        "table_tau",
+        "table_beta_gamma",
+        "fig2_gap_training",
+        "fig3_gap_final",
+        "fig5_confidence_margin",
+        "fig7_routing",
+        "against_gr4cil",
+    }  # no GR4CIL run to compare with
     cells, kinds = _csv({"out": tmp_path / "out"}, "table1_main")
     assert kinds["my_new_method"] == "reproduced" and kinds["Continual-CLIP"] == "reproduced"
     assert (tmp_path / "out/figures/fig_accuracy_curves.png").exists()
@@ -396,8 +566,14 @@ def test_reference_numbers():
     assert paper.loc[("tab:main_results", "GR4CIL (Ours)", "imagenet1k", "last_acc"), "std"] == 0.31
     assert paper.loc[("tab:ood_detection", "GR4CIL (Ours)", "imagenet_r", "last_auroc"), "value"] == 83.09
     assert paper.loc[("tab:subspace_distance", "I-TC", "imagenet100", "distance"), "value"] == 0.420
-    assert paper.loc[("tab:adjacent_subspace_distance", "w/o", "cifar100", "adjacent_text_distance"), "value"] == 0.8860
-    assert paper.loc[("tab:beta_gamma_analysis", "(β,γ)=(0.5,0.2)", "cifar100", "last_routing_acc"), "value"] == 83.40
+    assert (
+        paper.loc[("tab:adjacent_subspace_distance", "w/o", "cifar100", "adjacent_text_distance"), "value"]
+        == 0.8860
+    )
+    assert (
+        paper.loc[("tab:beta_gamma_analysis", "(β,γ)=(0.5,0.2)", "cifar100", "last_routing_acc"), "value"]
+        == 83.40
+    )
 
 
 TEX = Path(__file__).resolve().parents[3] / "shared" / "paper" / "GR4CIL.tex"
@@ -408,8 +584,10 @@ def test_every_reference_number_is_printed_in_its_source_table():
     tex = TEX.read_text()
     for record in csv.DictReader(REFERENCE_FILE.open()):
         at = tex.index(f"\\label{{{record['source']}}}")
-        start, env = max((tex.rfind(f"\\begin{{{e}}}", 0, at), e) for e in ("subtable", "table", "table*", "minipage"))
-        block = tex[start:tex.index(f"\\end{{{env}}}", at)]
+        start, env = max(
+            (tex.rfind(f"\\begin{{{e}}}", 0, at), e) for e in ("subtable", "table", "table*", "minipage")
+        )
+        block = tex[start : tex.index(f"\\end{{{env}}}", at)]
         numbers = re.findall(r"[+]?\d+\.\d+", block)
         assert record["value"] in numbers, record
         assert not record["std"] or record["std"] in numbers, record
@@ -418,17 +596,28 @@ def test_every_reference_number_is_printed_in_its_source_table():
 def test_gr4cil_defaults_match_the_strategy_config():
     # Read the dataclass defaults from the source: importing the strategy would load torch.
     source = (Path(__file__).resolve().parents[2] / "strategies" / "gr4cil.py").read_text()
-    config = next(node for node in ast.walk(ast.parse(source))
-                  if isinstance(node, ast.ClassDef) and node.name == "GR4CILConfig")
-    defaults = {node.target.id: ast.literal_eval(node.value) for node in config.body
-                if isinstance(node, ast.AnnAssign) and node.value is not None}
+    config = next(
+        node
+        for node in ast.walk(ast.parse(source))
+        if isinstance(node, ast.ClassDef) and node.name == "GR4CILConfig"
+    )
+    defaults = {
+        node.target.id: ast.literal_eval(node.value)
+        for node in config.body
+        if isinstance(node, ast.AnnAssign) and node.value is not None
+    }
     assert {k: defaults[k] for k in GR4CIL_DEFAULTS} == GR4CIL_DEFAULTS
 
 
 def test_cost_figure_has_every_method_that_ran_under_its_paper_label(report):
     dataset, frame = figures.cost_frame(load_inputs(report["root"]))
     assert dataset == "cifar100"  # where most labels ran
-    labels = {r["label"] for role in ("main", "ablation") for r in report["runs"][role] if r["dataset"] == "cifar100"}
+    labels = {
+        r["label"]
+        for role in ("main", "ablation")
+        for r in report["runs"][role]
+        if r["dataset"] == "cifar100"
+    }
     assert set(frame["label"]) == {paper_tables.row_label(label) for label in labels}
     assert {"GR4CIL", "Continual-CLIP", "my_new_method"} <= set(frame["label"])
 
@@ -441,8 +630,19 @@ def test_reproducibility_has_one_row_per_strategy_and_fills_real_data_from_resul
     rows = [line for line in empty.splitlines() if line.startswith("| `")]
     assert sorted(line.split("`")[1] for line in rows) == sorted(available())
     assert all(line.rstrip().endswith("| not yet run |") for line in rows)
-    for paper_row in ("L2P++", "DualPrompt", "CODA", "Aper-Adapter", "CLAP", "AdapterVLM", "MG-CLIP", "MOE4CL",
-                      "MagMax", "Continual-CLIP", "GR4CIL"):
+    for paper_row in (
+        "L2P++",
+        "DualPrompt",
+        "CODA",
+        "Aper-Adapter",
+        "CLAP",
+        "AdapterVLM",
+        "MG-CLIP",
+        "MOE4CL",
+        "MagMax",
+        "Continual-CLIP",
+        "GR4CIL",
+    ):
         assert f"| {paper_row} |" in empty
     assert "CIFAR-100 81.90 / 73.08" in empty  # L2P++'s Table 1 cell
     rng = np.random.default_rng(0)
@@ -470,8 +670,10 @@ def test_reproducibility_flags_miniature_results_of_another_checkpoint_or_recipe
     _write(tmp_path / "current", result)
     assert "Stale" not in reproducibility_markdown(tmp_path / "current")
 
-    for name, change in (("checkpoint", {"backbone": {**spec.backbone, "weights_sha256": "0" * 16}}),
-                         ("recipe", {"strategy_options": {**spec.config["strategy_options"], "epochs": 12}})):
+    for name, change in (
+        ("checkpoint", {"backbone": {**spec.backbone, "weights_sha256": "0" * 16}}),
+        ("recipe", {"strategy_options": {**spec.config["strategy_options"], "epochs": 12}}),
+    ):
         _write(tmp_path / name, {**result, "config": {**result["config"], **change}})
         assert "**Stale:** 1 of the 1 miniature results" in reproducibility_markdown(tmp_path / name), name
 
@@ -480,8 +682,9 @@ def test_the_committed_reproducibility_file_is_the_generated_one():
     from analysis.reproducibility import reproducibility_markdown
 
     root = Path(__file__).resolve().parents[2]
-    assert (root / "REPRODUCIBILITY.md").read_text() == reproducibility_markdown(root / "results"), \
+    assert (root / "REPRODUCIBILITY.md").read_text() == reproducibility_markdown(root / "results"), (
         "regenerate it: python -m analysis.reproducibility"
+    )
 
 
 def test_table_one_has_every_row_of_the_papers_table_one_when_every_strategy_ran(tmp_path):
@@ -510,7 +713,8 @@ def test_ranking_agreement_by_hand_and_its_bootstrap_over_seeds():
     swapped = ranking_agreement({"a": [80.0], "b": [70.0], "c": [50.0], "d": [60.0]}, paper)
     assert swapped[0] == pytest.approx(4 / 6)
     # seeds that straddle the swap: the interval covers both orders and holds the point
-    noisy = ranking_agreement({"a": [80.0, 81.0], "b": [70.0, 69.0], "c": [59.0, 52.0], "d": [56.0, 58.0]}, paper,
-                              draws=500)
+    noisy = ranking_agreement(
+        {"a": [80.0, 81.0], "b": [70.0, 69.0], "c": [59.0, 52.0], "d": [56.0, 58.0]}, paper, draws=500
+    )
     assert noisy[1] <= 4 / 6 + 1e-12 and noisy[2] == 1.0 and noisy[1] <= noisy[0] <= noisy[2]
     assert ranking_agreement({"a": [1.0], "b": [2.0]}, paper) is None  # two rows rank nothing

@@ -11,7 +11,9 @@ def test_stage_scores_by_hand():
     counted = np.array([[1, 1, 0, 0], [1, 1, 1, 1]], bool)  # stage 1 sees images 0 and 1 only
     np.testing.assert_allclose(stage_scores(values, counted), [50.0, 50.0])
     weights = np.array([[2, 0, 1, 1], [0, 1, 0, 3]], float)  # image 0 twice, image 1 not, ...
-    np.testing.assert_allclose(stage_scores(values, counted, weights), [[100.0, 100 * 1 / 4], [0.0, 100 * 1 / 4]])
+    np.testing.assert_allclose(
+        stage_scores(values, counted, weights), [[100.0, 100 * 1 / 4], [0.0, 100 * 1 / 4]]
+    )
 
 
 def test_identical_predictions_give_exactly_zero():
@@ -33,7 +35,9 @@ def test_one_seed_without_image_resampling_has_no_spread():
 
 def test_seed_only_resampling_spans_the_seed_means():
     per_seed = np.array([[[0.50]], [[0.60]], [[0.70]]])
-    replicates = bootstrap_stage_means(per_seed, np.ones((1, 1), bool), draws=4000, resample_images=False)[:, 0]
+    replicates = bootstrap_stage_means(per_seed, np.ones((1, 1), bool), draws=4000, resample_images=False)[
+        :, 0
+    ]
     assert replicates.min() == pytest.approx(50.0) and replicates.max() == pytest.approx(70.0)
     assert replicates.mean() == pytest.approx(60.0, abs=0.2)
     # the bootstrap variance of a mean of 3 resampled values is var_pop / 3
@@ -72,8 +76,10 @@ def test_the_interval_covers_a_known_difference_at_about_the_nominal_rate():
         difference = []
         for _ in range(n_seeds):
             u, v = rng.normal(0, seed_sd, 2)
-            difference.append((rng.random(n_images) < _sigmoid(b + u)).astype(float)
-                              - (rng.random(n_images) < _sigmoid(a + v)))
+            difference.append(
+                (rng.random(n_images) < _sigmoid(b + u)).astype(float)
+                - (rng.random(n_images) < _sigmoid(a + v))
+            )
         difference = np.array(difference)[:, None, :]
         estimate = stage_scores(difference.mean(axis=0), counted)[-1]
         replicates = bootstrap_stage_means(difference, counted, draws=600, seed=experiment)

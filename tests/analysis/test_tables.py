@@ -10,16 +10,31 @@ from analysis.tables import write_tables
 
 
 def _result(label, dataset, seed, stage_accs, n_tasks=10):
-    return {"schema_version": 1, "strategy": label, "label": label, "dataset": dataset,
-            "n_tasks": n_tasks, "seed": seed, "stages": [{"acc": a} for a in stage_accs],
-            "summary": {"avg_acc": float(np.mean(stage_accs)), "last_acc": stage_accs[-1],
-                        "avg_auroc": None, "last_auroc": None}}
+    return {
+        "schema_version": 1,
+        "strategy": label,
+        "label": label,
+        "dataset": dataset,
+        "n_tasks": n_tasks,
+        "seed": seed,
+        "stages": [{"acc": a} for a in stage_accs],
+        "summary": {
+            "avg_acc": float(np.mean(stage_accs)),
+            "last_acc": stage_accs[-1],
+            "avg_auroc": None,
+            "last_auroc": None,
+        },
+    }
 
 
 @pytest.fixture
 def results_dir(tmp_path):
-    rows = [("gr4cil", "cifar100", 0, [90.0, 80.0]), ("gr4cil", "cifar100", 1, [92.0, 84.0]),
-            ("finetune", "cifar100", 0, [90.0, 40.0]), ("gr4cil", "imagenet_r", 0, [70.0, 60.0])]
+    rows = [
+        ("gr4cil", "cifar100", 0, [90.0, 80.0]),
+        ("gr4cil", "cifar100", 1, [92.0, 84.0]),
+        ("finetune", "cifar100", 0, [90.0, 40.0]),
+        ("gr4cil", "imagenet_r", 0, [70.0, 60.0]),
+    ]
     for label, dataset, seed, accs in rows:
         path = tmp_path / dataset / label / f"T10-seed{seed}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
@@ -29,8 +44,10 @@ def results_dir(tmp_path):
 
 def test_cells_are_mean_and_population_std_over_seeds(results_dir):
     markdown = write_tables(results_dir)
-    lines = {line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
-             for line in markdown.splitlines()[2:]}
+    lines = {
+        line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
+        for line in markdown.splitlines()[2:]
+    }
     # gr4cil cifar100: Avg over seeds = mean(85, 88) = 86.5, std 1.5; Last = mean(80, 84) = 82, std 2
     assert lines["gr4cil"][:2] == ["86.50 ± 1.50", "82.00 ± 2.00"]
     assert lines["gr4cil"][2:] == ["65.00 (n = 1)", "60.00 (n = 1)"]  # one seed: no "± 0.00"

@@ -28,7 +28,12 @@ from benchmarks.core.errors import UserError, WeightsNotFoundError
 
 PROMPTS = ["a photo of a cat.", "a photo of a very large and rather fluffy orange dog.", "x"]
 # Prompts of one template: they share "<sot> a photo of a", which the text encoder runs only once.
-TEMPLATED = ["a photo of a cat.", "a photo of a red striped triangle.", "a photo of a dog.", "a photo of a lynx."]
+TEMPLATED = [
+    "a photo of a cat.",
+    "a photo of a red striped triangle.",
+    "a photo of a dog.",
+    "a photo of a lynx.",
+]
 
 
 def _randomize(backbone: CLIPBackbone, name: str, seed: int) -> None:
@@ -84,11 +89,16 @@ def images() -> torch.Tensor:
 def test_tiny_model_is_small_and_configured(tiny: CLIPBackbone) -> None:
     n_params = sum(p.numel() for p in tiny.parameters())
     assert 1_000_000 < n_params <= 5_000_000
-    assert (tiny.image_size, tiny.embed_dim) == (32, 256)  # the joint embedding is wider than the text tower (README)
+    assert (tiny.image_size, tiny.embed_dim) == (
+        32,
+        256,
+    )  # the joint embedding is wider than the text tower (docs/miniature.md)
     assert tiny.mean == pytest.approx((0.48145466, 0.4578275, 0.40821073))
     assert tiny.logit_scale == pytest.approx(1 / 0.07, rel=1e-5)
     assert not any(p.requires_grad for p in tiny.parameters())
-    attns = [block.attn for t in (tiny.model.visual.transformer, tiny.model.transformer) for block in t.resblocks]
+    attns = [
+        block.attn for t in (tiny.model.visual.transformer, tiny.model.transformer) for block in t.resblocks
+    ]
     assert len(attns) == 8 and all(isinstance(a, SplitAttention) for a in attns)
     tokens = tiny.tokenize(PROMPTS)
     assert tokens.dtype == torch.long and tokens.shape == (3, 77)
@@ -153,7 +163,7 @@ def _check_surgery(
 ) -> tuple[float, float]:
     """Split ``reference`` (or a copy); return max |diff| of image and text features vs the fused model."""
     tokens = open_clip.get_tokenizer(model_name)(PROMPTS + TEMPLATED)
-    templated = tokens[len(PROMPTS):]
+    templated = tokens[len(PROMPTS) :]
     with torch.no_grad():
         image_ref = reference.encode_image(images, normalize=True)
         text_ref = reference.encode_text(tokens, normalize=True)
@@ -168,7 +178,7 @@ def _check_surgery(
         text_diff = max(
             _max_diff(backbone.model.encode_text(tokens, normalize=True), text_ref),
             _max_diff(backbone.encode_text(tokens), text_ref),
-            _max_diff(backbone.encode_text(templated), text_ref[len(PROMPTS):]),  # shared prefix
+            _max_diff(backbone.encode_text(templated), text_ref[len(PROMPTS) :]),  # shared prefix
         )
     print(f"{model_name}: max |diff| image {image_diff:.2e}, text {text_diff:.2e}")
     return image_diff, text_diff
@@ -250,9 +260,13 @@ def test_shared_prefix_gives_the_full_forward_and_its_gradients(tiny: CLIPBackbo
         return features.detach(), [p.grad.clone() for p in tiny.lora_parameters("text")]
 
     shared, shared_grads = features_and_grads(tiny.encode_text)
-    full, full_grads = features_and_grads(lambda t: tiny.model.encode_text(t, normalize=True))  # all 77 positions
+    full, full_grads = features_and_grads(
+        lambda t: tiny.model.encode_text(t, normalize=True)
+    )  # all 77 positions
     assert _max_diff(shared, full) < 1e-6
-    assert all(_max_diff(a, b) < 1e-5 * max(1.0, b.abs().max().item()) for a, b in zip(shared_grads, full_grads))
+    assert all(
+        _max_diff(a, b) < 1e-5 * max(1.0, b.abs().max().item()) for a, b in zip(shared_grads, full_grads)
+    )
     assert any(g.abs().sum() > 0 for g in shared_grads)
 
 
@@ -321,7 +335,9 @@ def test_set_trainable_owns_requires_grad_and_optimizer_touches_only_it(tiny: CL
     loss.backward()
     optimizer.step()
     changed = {name for name, p in tiny.named_parameters() if not torch.equal(p, before[name])}
-    assert changed and all(".v1." in name and "lora_B" in name for name in changed)  # A gets no grad while B = 0
+    assert changed and all(
+        ".v1." in name and "lora_B" in name for name in changed
+    )  # A gets no grad while B = 0
 
 
 def test_copy_lora_and_safetensors_round_trip(tiny: CLIPBackbone, images, tmp_path) -> None:
@@ -375,7 +391,10 @@ def test_encode_image_multi_matches_single_adapter_forwards(tiny: CLIPBackbone, 
         with torch.no_grad():
             grouped = tiny.encode_image_multi(images, adapters, max_images_per_forward=cap)
         assert _max_diff(grouped, multi) < 1e-5
-        assert tiny.active_adapters == {"visual": "b", "text": "t"}  # a branch alone ran plainly, then restored
+        assert tiny.active_adapters == {
+            "visual": "b",
+            "text": "t",
+        }  # a branch alone ran plainly, then restored
 
 
 def test_efficient_images_per_forward_by_hand(tiny: CLIPBackbone) -> None:

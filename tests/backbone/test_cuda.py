@@ -1,5 +1,5 @@
-"""Checks that need a GPU (skipped without one; the README's speed and reproducibility figures for
-CUDA come from running this file, ``benchmarks.tools.speed`` and ``benchmarks.tools.loader_speed`` on one)."""
+"""Checks that need a GPU (skipped without one; the speed and reproducibility figures for CUDA in
+docs/ come from running this file, ``benchmarks.tools.speed`` and ``benchmarks.tools.loader_speed`` on one)."""
 
 import pytest
 import torch
@@ -8,9 +8,9 @@ from benchmarks import run
 from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.core.environment import set_deterministic
 from benchmarks.runner.results import iter_results
-from tests.helpers import MINI_SUITE, kill_in_task
 from strategies.finetune import Finetune
 from strategies.gr4cil import GR4CIL
+from tests.helpers import MINI_SUITE, kill_in_task
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 
@@ -31,8 +31,14 @@ def test_stage1_step_never_waits_for_the_device(precision, chunk):
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec("ViT-B-16-quickgelu", None), "cuda")
     names = [f"class {i}" + " x" * (i % 5) for i in range(30)]  # prompts of several lengths
-    strategy = GR4CIL(backbone=backbone, class_names=names, device="cuda", precision=precision, show_progress=False,
-                      config=GR4CIL.Config(text_chunk_size=chunk))
+    strategy = GR4CIL(
+        backbone=backbone,
+        class_names=names,
+        device="cuda",
+        precision=precision,
+        show_progress=False,
+        config=GR4CIL.Config(text_chunk_size=chunk),
+    )
     strategy.setup_task(0, list(range(20, 30)))
     strategy.seen_classes, strategy.current_classes = list(range(20)), list(range(20, 30))
     strategy.anchors = torch.nn.functional.normalize(torch.randn(20, backbone.embed_dim), dim=1)
@@ -55,7 +61,9 @@ def test_stage1_step_never_waits_for_the_device(precision, chunk):
         torch.cuda.set_sync_debug_mode("default")
 
 
-def test_killed_fp16_run_resumes_bit_identically_with_deterministic_kernels(mini_suite, tmp_path, monkeypatch):
+def test_killed_fp16_run_resumes_bit_identically_with_deterministic_kernels(
+    mini_suite, tmp_path, monkeypatch
+):
     args = ("--strategies", "finetune", "--precision", "fp16", "--deterministic")
     try:
         assert _run(mini_suite, tmp_path / "reference", *args) == 0
@@ -73,8 +81,10 @@ def test_killed_fp16_run_resumes_bit_identically_with_deterministic_kernels(mini
 
 def test_deterministic_reruns_are_bit_identical(mini_suite, tmp_path):
     suite = tmp_path / "gr.toml"
-    suite.write_text(MINI_SUITE.replace('strategies = ["continual_clip", "finetune"]', 'strategies = ["gr4cil"]')
-                     + "[strategy.gr4cil]\nepochs = 2\ncompensation_epochs = 1\n")
+    suite.write_text(
+        MINI_SUITE.replace('strategies = ["continual_clip", "finetune"]', 'strategies = ["gr4cil"]')
+        + "[strategy.gr4cil]\nepochs = 2\ncompensation_epochs = 1\n"
+    )
     try:
         for name in ("a", "b"):
             assert _run(str(suite), tmp_path / name, "--deterministic") == 0

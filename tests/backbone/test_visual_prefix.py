@@ -1,4 +1,4 @@
-"""The visual prefix hook (BASELINES.md section 2.8): prefix keys and values at chosen visual blocks,
+"""The visual prefix hook (docs/baselines.md §2.8): prefix keys and values at chosen visual blocks,
 per forward and per sample. Equivalence tests on the tiny model."""
 
 import pytest
@@ -41,8 +41,8 @@ def test_a_prefix_equal_to_a_tokens_projection_matches_duplicating_that_token(ti
     tokens = torch.randn(2, 7, _width(tiny), generator=generator)  # batch first
     j = 4
     with torch.no_grad():
-        keys, values = attention.k_proj(tokens[:, j:j + 1]), attention.v_proj(tokens[:, j:j + 1])
-        duplicated = torch.cat([tokens[:, j:j + 1], tokens], dim=1)
+        keys, values = attention.k_proj(tokens[:, j : j + 1]), attention.v_proj(tokens[:, j : j + 1])
+        duplicated = torch.cat([tokens[:, j : j + 1], tokens], dim=1)
 
         def call(x):
             x = x if attention.batch_first else x.transpose(0, 1)
@@ -78,9 +78,9 @@ def test_each_sample_attends_over_its_own_prefix_row(tiny, images):
     with tiny.visual_prefix({2: (keys, values)}):
         batch = tiny.encode_image(images)
     for i in range(len(images)):
-        with tiny.visual_prefix({2: (keys[i:i + 1], values[i:i + 1])}):
-            alone = tiny.encode_image(images[i:i + 1])
-        torch.testing.assert_close(batch[i:i + 1], alone, atol=1e-5, rtol=1e-5)
+        with tiny.visual_prefix({2: (keys[i : i + 1], values[i : i + 1])}):
+            alone = tiny.encode_image(images[i : i + 1])
+        torch.testing.assert_close(batch[i : i + 1], alone, atol=1e-5, rtol=1e-5)
     with tiny.visual_prefix({2: (keys[:1], values[:1])}):  # one row serves the whole batch
         shared = tiny.encode_image(images)
     assert not torch.allclose(shared[1], batch[1], atol=1e-4)

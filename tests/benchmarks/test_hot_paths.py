@@ -39,8 +39,15 @@ def test_gr4cil_unified_scores_over_ten_branches(benchmark):
     prototypes = [F.normalize(torch.randn(PER_TASK, WIDTH), dim=1) for _ in range(TASKS)]
 
     def all_branches():
-        return torch.cat([unified_scores(images[t], text[t * PER_TASK:(t + 1) * PER_TASK], heads[t], prototypes[t],
-                                         0.2, 0.2) for t in range(TASKS)], dim=1)
+        return torch.cat(
+            [
+                unified_scores(
+                    images[t], text[t * PER_TASK : (t + 1) * PER_TASK], heads[t], prototypes[t], 0.2, 0.2
+                )
+                for t in range(TASKS)
+            ],
+            dim=1,
+        )
 
     scores = benchmark(all_branches)
     assert scores.shape == (256, TASKS * PER_TASK)
@@ -72,7 +79,9 @@ def test_one_gr4cil_stage1_step(benchmark):
     strategy.backbone.train()
     strategy.seen_classes = list(range((TASKS - 1) * PER_TASK))
     strategy.current_classes = list(range((TASKS - 1) * PER_TASK, TASKS * PER_TASK))
-    strategy.anchors = F.normalize(torch.randn(len(strategy.seen_classes), strategy.backbone.embed_dim), dim=1)
+    strategy.anchors = F.normalize(
+        torch.randn(len(strategy.seen_classes), strategy.backbone.embed_dim), dim=1
+    )
     size = strategy.backbone.image_size
     images, targets = torch.randn(32, 3, size, size), torch.randint(0, PER_TASK, (32,))
 
@@ -90,8 +99,12 @@ def test_one_evaluation_stage_of_a_prompt_method(benchmark):
     transform = eval_transform(backbone.image_size, backbone.mean, backbone.std)
     stream = build_stream(data, 2, seeded_order(20), transform, transform)
     cls = get_strategy("l2p_pp")
-    strategy = cls(backbone=backbone, class_names=stream.class_names, show_progress=False,
-                   config=cls.Config.from_dict({"epochs": 1, "batch_size": 8, "eval_batch_size": 100}, "l2p_pp"))
+    strategy = cls(
+        backbone=backbone,
+        class_names=stream.class_names,
+        show_progress=False,
+        config=cls.Config.from_dict({"epochs": 1, "batch_size": 8, "eval_batch_size": 100}, "l2p_pp"),
+    )
     strategy.learn(stream.train_stream[0])
 
     scores = benchmark(strategy.score_dataset, stream.test_set)
@@ -102,13 +115,37 @@ def test_one_evaluation_stage_of_a_prompt_method(benchmark):
 def test_results_store_writes_a_run(benchmark, tmp_path):
     """One 10-task result JSON and its predictions sidecar (2,000 images x 10 stages), written atomically."""
     rng = np.random.default_rng(0)
-    stages = [{"task": t, "acc": 50.0, "acc_per_task": [50.0] * t, "n_test_per_task": [200] * t,
-               "routing_acc": 60.0, "auroc": 70.0, "fpr95": 80.0, "diagnostics": {}} for t in range(1, 11)]
-    result = {"schema_version": 2, "strategy": "gr4cil", "label": "gr4cil", "dataset": "synthetic", "n_tasks": 10,
-              "seed": 0, "config": {"backbone": {"model": TINY_MODEL}}, "config_hash": "0" * 16,
-              "class_order": list(range(100)), "class_names": [f"c{i}" for i in range(100)],
-              "tasks": [list(range(10 * t, 10 * t + 10)) for t in range(10)], "stages": stages,
-              "summary": {"avg_acc": 50.0, "last_acc": 50.0}, "diagnostics": {}, "env": {}, "cost": {}}
+    stages = [
+        {
+            "task": t,
+            "acc": 50.0,
+            "acc_per_task": [50.0] * t,
+            "n_test_per_task": [200] * t,
+            "routing_acc": 60.0,
+            "auroc": 70.0,
+            "fpr95": 80.0,
+            "diagnostics": {},
+        }
+        for t in range(1, 11)
+    ]
+    result = {
+        "schema_version": 2,
+        "strategy": "gr4cil",
+        "label": "gr4cil",
+        "dataset": "synthetic",
+        "n_tasks": 10,
+        "seed": 0,
+        "config": {"backbone": {"model": TINY_MODEL}},
+        "config_hash": "0" * 16,
+        "class_order": list(range(100)),
+        "class_names": [f"c{i}" for i in range(100)],
+        "tasks": [list(range(10 * t, 10 * t + 10)) for t in range(10)],
+        "stages": stages,
+        "summary": {"avg_acc": 50.0, "last_acc": 50.0},
+        "diagnostics": {},
+        "env": {},
+        "cost": {},
+    }
     targets = np.repeat(np.arange(100), 20)
     predictions = Predictions(rng.integers(0, 100, size=(10, 2000)), targets, np.arange(2000))
     store, key = ResultStore(tmp_path), RunKey("gr4cil", "synthetic", 10, 0)

@@ -3,8 +3,7 @@
 import numpy as np
 import pytest
 
-from benchmarks.core.metrics import (accuracy, ood_metrics, routing_accuracy, softmax, stage_metrics,
-                              summarize)
+from benchmarks.core.metrics import accuracy, ood_metrics, routing_accuracy, softmax, stage_metrics, summarize
 
 
 def test_accuracy_is_micro_percent():
@@ -21,13 +20,15 @@ def test_stage_metrics_by_hand():
     task_of_class = {0: 0, 1: 0, 2: 1, 3: 1, 4: 2}
     seen = [0, 1, 2, 3]
     targets = np.array([0, 1, 2, 3, 4])
-    scores = np.array([
-        [0.9, 0.1, 0.0, 0.0],   # -> 0 correct
-        [0.8, 0.2, 0.0, 0.0],   # -> 0 wrong, right task
-        [0.0, 0.5, 0.4, 0.0],   # -> 1 wrong, wrong task
-        [0.0, 0.0, 0.1, 0.7],   # -> 3 correct
-        [0.2, 0.2, 0.2, 0.2],   # future sample, uniform: lowest confidence
-    ])
+    scores = np.array(
+        [
+            [0.9, 0.1, 0.0, 0.0],  # -> 0 correct
+            [0.8, 0.2, 0.0, 0.0],  # -> 0 wrong, right task
+            [0.0, 0.5, 0.4, 0.0],  # -> 1 wrong, wrong task
+            [0.0, 0.0, 0.1, 0.7],  # -> 3 correct
+            [0.2, 0.2, 0.2, 0.2],  # future sample, uniform: lowest confidence
+        ]
+    )
     stage = stage_metrics(scores, seen, targets, task_of_class, n_tasks_seen=2)
     assert stage["acc"] == 50.0
     assert stage["acc_per_task"] == [50.0, 50.0]

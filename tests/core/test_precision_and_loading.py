@@ -10,21 +10,21 @@ import pytest
 import torch
 
 from benchmarks import run
-from benchmarks.runner import execute
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip, use_compact_text
-from benchmarks.data.datasets import load_dataset
 from benchmarks.core.environment import set_deterministic
 from benchmarks.core.errors import UserError
-from benchmarks.tools.loader_speed import LoaderProbe, loader_workers
 from benchmarks.core.precision import INITIAL_LOSS_SCALE, resolve_precision
-from benchmarks.runner.results import iter_results
+from benchmarks.data.datasets import load_dataset
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
-from tests.helpers import MINI_SUITE, kill_in_task
+from benchmarks.runner import execute
+from benchmarks.runner.results import iter_results
+from benchmarks.tools.loader_speed import LoaderProbe, loader_workers
 from strategies import base as strategy_base
 from strategies.continual_clip import ContinualCLIP
 from strategies.finetune import Finetune
 from strategies.gr4cil import GR4CIL
+from tests.helpers import MINI_SUITE, kill_in_task
 
 
 def _run(suite, results, *extra):
@@ -45,10 +45,21 @@ def tiny_stream():
 def _strategy(cls, stream, precision="fp32", **config):
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec(TINY_MODEL, "synthetic"))
-    options = {"batch_size": 16, "eval_batch_size": 16, "lora_rank": 4, "lora_alpha": 4.0,
-               **({} if cls is ContinualCLIP else {"epochs": 1}), **config}
-    return cls(backbone=backbone, class_names=stream.class_names, config=cls.Config(**options),
-               precision=precision, show_progress=False)
+    options = {
+        "batch_size": 16,
+        "eval_batch_size": 16,
+        "lora_rank": 4,
+        "lora_alpha": 4.0,
+        **({} if cls is ContinualCLIP else {"epochs": 1}),
+        **config,
+    }
+    return cls(
+        backbone=backbone,
+        class_names=stream.class_names,
+        config=cls.Config(**options),
+        precision=precision,
+        show_progress=False,
+    )
 
 
 # --------------------------------------------------------------------------- precision
@@ -101,9 +112,15 @@ def test_gr4cil_thresholds_and_zero_shot_msps_are_fp32(tiny_stream):
 def test_loss_scale_overflows_skip_steps_and_the_schedule_follows_the_steps_taken(tiny_stream, monkeypatch):
     """A first scale far too large overflows: those steps are skipped and counted, and the cosine
     schedule advances only with the steps taken. INITIAL_LOSS_SCALE skips none at logit scale 100."""
+
     def first_step_skipped(init_scale):
-        monkeypatch.setattr(strategy_base, "loss_scaler", lambda precision, device: torch.amp.GradScaler(
-            "cpu", init_scale=init_scale, enabled=precision == "fp16"))
+        monkeypatch.setattr(
+            strategy_base,
+            "loss_scaler",
+            lambda precision, device: torch.amp.GradScaler(
+                "cpu", init_scale=init_scale, enabled=precision == "fp16"
+            ),
+        )
         strategy = _strategy(Finetune, tiny_stream, "fp16", batch_size=64)
         strategy.backbone.logit_scale = 100.0  # the openai value (the tiny CLIP learnt a smaller one)
         strategy.learn(tiny_stream.train_stream[0])  # 80 images: 2 steps
@@ -114,11 +131,18 @@ def test_loss_scale_overflows_skip_steps_and_the_schedule_follows_the_steps_take
     assert first_step_skipped(INITIAL_LOSS_SCALE) == (0, 2)
 
 
-def test_killed_fp16_run_resumes_with_its_loss_scaler_and_identical_metrics(mini_suite, tmp_path, monkeypatch):
+def test_killed_fp16_run_resumes_with_its_loss_scaler_and_identical_metrics(
+    mini_suite, tmp_path, monkeypatch
+):
     # A scaler whose scale doubles after every clean step overflows every few steps: its state at a
     # task boundary decides which later steps are skipped, so a resume must restore it exactly.
-    monkeypatch.setattr(strategy_base, "loss_scaler", lambda precision, device: torch.amp.GradScaler(
-        "cpu", init_scale=INITIAL_LOSS_SCALE, growth_interval=1, enabled=precision == "fp16"))
+    monkeypatch.setattr(
+        strategy_base,
+        "loss_scaler",
+        lambda precision, device: torch.amp.GradScaler(
+            "cpu", init_scale=INITIAL_LOSS_SCALE, growth_interval=1, enabled=precision == "fp16"
+        ),
+    )
     args = ("--strategies", "finetune", "--precision", "fp16")
     reference = tmp_path / "reference"
     assert _run(mini_suite, reference, *args) == 0
@@ -175,9 +199,22 @@ def test_deterministic_flag_is_recorded_and_enables_deterministic_kernels(mini_s
 def test_continual_clip_ignores_default_epochs_and_says_so_once(tmp_path):
     suite = tmp_path / "epochs.toml"
     suite.write_text(MINI_SUITE.replace("[defaults]", "[defaults]\nepochs = 2"))
-    proc = subprocess.run([sys.executable, "-m", "benchmarks.run", "--suite", str(suite), "--results-dir",
-                           str(tmp_path / "r"), "--quiet", "--strategies", "continual_clip"],
-                          capture_output=True, text=True)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "benchmarks.run",
+            "--suite",
+            str(suite),
+            "--results-dir",
+            str(tmp_path / "r"),
+            "--quiet",
+            "--strategies",
+            "continual_clip",
+        ],
+        capture_output=True,
+        text=True,
+    )
     assert proc.returncode == 0, proc.stderr
     notice = "warning: continual_clip trains nothing: it ignores epochs = 2 and records 0\n"
     assert proc.stderr.count(notice) == 1 and "Traceback" not in proc.stderr
@@ -190,9 +227,13 @@ def test_continual_clip_ignores_default_epochs_and_says_so_once(tmp_path):
 def test_avalanche_builds_the_training_loader_with_the_configured_workers(tiny_stream):
     probe = LoaderProbe()
     torch.manual_seed(0)
-    strategy = Finetune(backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
-                        class_names=tiny_stream.class_names, show_progress=False, plugins=[probe],
-                        config=Finetune.Config(epochs=2, batch_size=16, num_workers=2, lora_rank=4, lora_alpha=4.0))
+    strategy = Finetune(
+        backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
+        class_names=tiny_stream.class_names,
+        show_progress=False,
+        plugins=[probe],
+        config=Finetune.Config(epochs=2, batch_size=16, num_workers=2, lora_rank=4, lora_alpha=4.0),
+    )
     strategy.learn(tiny_stream.train_stream[0])  # Avalanche's own train(): no loader arguments passed
     assert loader_workers(probe.loader) == 2 and probe.loader.persistent_workers
     assert not probe.loader.pin_memory  # pinned only on CUDA
@@ -203,14 +244,31 @@ def test_loading_benchmark_reports_images_per_second_for_each_worker_count(tmp_p
     from benchmarks.tools import loader_speed as loading
 
     out = tmp_path / "loading.json"
-    results = loading.main(["--workers", "0,2", "--epochs", "1", "--train-per-class", "4", "--batch-size", "8",
-                            "--out", str(out)])
+    results = loading.main(
+        [
+            "--workers",
+            "0,2",
+            "--epochs",
+            "1",
+            "--train-per-class",
+            "4",
+            "--batch-size",
+            "8",
+            "--out",
+            str(out),
+        ]
+    )
     assert json.loads(out.read_text()) == json.loads(json.dumps(results))
     assert [row["loader_workers"] for row in results["rows"]] == [0, 2]
     for row in results["rows"]:
-        assert row["images"] == 40 and row["loader_images_per_second"] > 0 and row["training_images_per_second"] > 0
-        assert row["seeding_cost"] == pytest.approx(row["plain_loader_images_per_second"]
-                                                    / row["loader_images_per_second"])
+        assert (
+            row["images"] == 40
+            and row["loader_images_per_second"] > 0
+            and row["training_images_per_second"] > 0
+        )
+        assert row["seeding_cost"] == pytest.approx(
+            row["plain_loader_images_per_second"] / row["loader_images_per_second"]
+        )
     assert results["rows"][0]["training_speedup"] == 1.0
 
 
@@ -244,11 +302,17 @@ threshold_holdout = 0.25
 def _run_with_start_method(root, method: str, workers: int):
     suite = root / f"workers-{method}-{workers}.toml"
     suite.write_text(WORKER_SUITE.replace("num_workers = 2", f"num_workers = {workers}"))
-    code = ("import multiprocessing, sys; multiprocessing.set_start_method(sys.argv[1]); "
-            "from benchmarks import run; sys.exit(run.main(sys.argv[2:]))")
+    code = (
+        "import multiprocessing, sys; multiprocessing.set_start_method(sys.argv[1]); "
+        "from benchmarks import run; sys.exit(run.main(sys.argv[2:]))"
+    )
     results = root / f"r-{method}-{workers}"
-    proc = subprocess.run([sys.executable, "-c", code, method, "--suite", str(suite), "--results-dir",
-                           str(results), "--quiet"], capture_output=True, text=True, timeout=600)
+    proc = subprocess.run(
+        [sys.executable, "-c", code, method, "--suite", str(suite), "--results-dir", str(results), "--quiet"],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return results
 
@@ -302,7 +366,9 @@ def test_length_buckets_equal_the_padded_encoding_in_fp32_with_gradients():
     assert (features[0] - features[1]).abs().max() <= 1e-6
     assert (grads[0] - grads[1]).abs().max() <= 1e-6 * grads[1].abs().max()
     with torch.no_grad():  # and both equal open_clip's own 77-token forward
-        torch.testing.assert_close(features[0], backbone.model.encode_text(tokens, normalize=True), atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            features[0], backbone.model.encode_text(tokens, normalize=True), atol=1e-6, rtol=0
+        )
 
 
 def test_compact_text_only_where_it_pays():
@@ -318,12 +384,19 @@ def test_evaluation_encodes_the_text_once_per_call(tiny_stream, monkeypatch):
     strategy.learn(tiny_stream.train_stream[0])
     calls = []
     real_encode = type(strategy.backbone).encode_text
-    monkeypatch.setattr(type(strategy.backbone), "encode_text",
-                        lambda self, *a, **k: calls.append(1) or real_encode(self, *a, **k))
+    monkeypatch.setattr(
+        type(strategy.backbone),
+        "encode_text",
+        lambda self, *a, **k: calls.append(1) or real_encode(self, *a, **k),
+    )
     scores = strategy.score_dataset(tiny_stream.test_set)
     assert len(calls) == 1 and scores.shape == (60, 10)
     with torch.no_grad():
-        per_batch = torch.cat([strategy.scores(torch.stack([tiny_stream.test_set[i][0] for i in range(j, j + 4)]))
-                               for j in range(0, 8, 4)])
+        per_batch = torch.cat(
+            [
+                strategy.scores(torch.stack([tiny_stream.test_set[i][0] for i in range(j, j + 4)]))
+                for j in range(0, 8, 4)
+            ]
+        )
     torch.testing.assert_close(scores[:8], per_batch, atol=0, rtol=0)
     assert len(calls) == 3  # outside an evaluation pass the text is encoded per call, as it may be training

@@ -5,8 +5,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from benchmarks.data.class_orders import DYTOX_CIFAR100_ORDER, resolve_class_order, seeded_order
 from benchmarks.core.errors import UserError
+from benchmarks.data.class_orders import DYTOX_CIFAR100_ORDER, resolve_class_order, seeded_order
 
 
 def test_cifar100_default_order_starts_like_the_protocol() -> None:

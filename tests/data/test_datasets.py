@@ -14,6 +14,7 @@ from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES
 from PIL import Image
 from torchvision import transforms as T
 
+from benchmarks.core.errors import DataNotFoundError, UserError
 from benchmarks.data import datasets as datasets_module
 from benchmarks.data.datasets import (
     DATASETS,
@@ -24,7 +25,6 @@ from benchmarks.data.datasets import (
     load_zero_shot_target,
     stratified_split,
 )
-from benchmarks.core.errors import DataNotFoundError, UserError
 from benchmarks.data.transforms import CLIP_MEAN, CLIP_STD, crop_padding, eval_transform, train_transform
 
 GOLDFISH, TENCH, SHARK = "n01443537", "n01440764", "n01484850"
@@ -209,7 +209,9 @@ def test_imagenet1k_needs_all_1000_wnids_and_sorted_val(tmp_path: Path) -> None:
 
     flat = tmp_path / "flat"  # raw ILSVRC val: one flat folder, not sorted into wnids
     _write_imagenet(flat, [GOLDFISH, TENCH], val_wnids=[TENCH])
-    with pytest.raises(DataNotFoundError, match=str(flat / "imagenet" / "val" / "n0") + ".*sort the val images"):
+    with pytest.raises(
+        DataNotFoundError, match=str(flat / "imagenet" / "val" / "n0") + ".*sort the val images"
+    ):
         load_dataset("imagenet1k", flat)
 
 
@@ -217,7 +219,9 @@ def test_zero_shot_targets_read_only_their_test_split(tmp_path: Path, monkeypatc
     _write_full_imagenet(tmp_path)
     scanned = []
     real_scan = datasets_module._scan_folder
-    monkeypatch.setattr(datasets_module, "_scan_folder", lambda d, *a: scanned.append(Path(d).name) or real_scan(d, *a))
+    monkeypatch.setattr(
+        datasets_module, "_scan_folder", lambda d, *a: scanned.append(Path(d).name) or real_scan(d, *a)
+    )
     data = load_zero_shot_target("imagenet1k", tmp_path)
     assert scanned == ["val"] and data.train is None and data.n_classes == 1000
     shutil.rmtree(tmp_path / "imagenet" / "train")  # a val-only copy is enough for a zero-shot target
@@ -229,7 +233,9 @@ def test_wnid_map_pairs_sorted_wnids_with_open_clip_names() -> None:
     wnids = list(names)
     assert len(wnids) == len(set(wnids)) == 1000 and wnids == sorted(wnids)
     assert wnids[0] == TENCH and names[TENCH] == "tench"
-    assert names["n01443537"] == "goldfish" and names[wnids[-1]] == "toilet paper"  # open_clip's names, by wnid
+    assert (
+        names["n01443537"] == "goldfish" and names[wnids[-1]] == "toilet paper"
+    )  # open_clip's names, by wnid
     assert list(names.values()) == list(IMAGENET_CLASSNAMES)
 
 
@@ -342,8 +348,14 @@ def test_paper_scaled_augmentation_scales_the_crop_padding_to_the_image() -> Non
 
 
 def test_rrc90_is_open_clips_random_resized_crop() -> None:
-    (crop,) = [t for t in train_transform(32, augmentation="rrc90").transforms if isinstance(t, T.RandomResizedCrop)]
-    assert crop.size == (32, 32) and crop.scale == (0.9, 1.0) and crop.interpolation == T.InterpolationMode.BICUBIC
+    (crop,) = [
+        t for t in train_transform(32, augmentation="rrc90").transforms if isinstance(t, T.RandomResizedCrop)
+    ]
+    assert (
+        crop.size == (32, 32)
+        and crop.scale == (0.9, 1.0)
+        and crop.interpolation == T.InterpolationMode.BICUBIC
+    )
     image = Image.fromarray(np.random.RandomState(2).randint(0, 256, (40, 30, 3), dtype=np.uint8))
     assert train_transform(32, augmentation="rrc90")(image).shape == (3, 32, 32)
 
@@ -351,11 +363,19 @@ def test_rrc90_is_open_clips_random_resized_crop() -> None:
 def test_rrc_flip_is_the_coda_prompt_codebases_crop_and_flip() -> None:
     steps = train_transform(32, augmentation="rrc_flip").transforms
     (crop,) = [t for t in steps if isinstance(t, T.RandomResizedCrop)]
-    assert crop.size == (32, 32) and crop.scale == (0.08, 1.0) and crop.interpolation == T.InterpolationMode.BILINEAR
+    assert (
+        crop.size == (32, 32)
+        and crop.scale == (0.08, 1.0)
+        and crop.interpolation == T.InterpolationMode.BILINEAR
+    )
     assert any(isinstance(t, T.RandomHorizontalFlip) for t in steps)
     image = Image.fromarray(np.random.RandomState(3).randint(0, 256, (40, 30, 3), dtype=np.uint8))
     assert train_transform(32, augmentation="rrc_flip")(image).shape == (3, 32, 32)
-    (wide,) = [t for t in train_transform(32, augmentation="rrc05_flip").transforms if isinstance(t, T.RandomResizedCrop)]
+    (wide,) = [
+        t
+        for t in train_transform(32, augmentation="rrc05_flip").transforms
+        if isinstance(t, T.RandomResizedCrop)
+    ]
     assert wide.scale == (0.05, 1.0) and wide.ratio == (3 / 4, 4 / 3)  # APER's RevisitingCIL option
 
 
@@ -366,6 +386,10 @@ def test_transformed_dataset_applies_the_transform_and_pickles() -> None:
     for data in (dataset, again):
         image, label = data[1]
         assert image.shape == (3, 16, 16) and label == 7
-        torch.testing.assert_close(image[:, 0, 0], (torch.full((3,), 128 / 255) - torch.tensor(CLIP_MEAN))
-                                   / torch.tensor(CLIP_STD), atol=1e-6, rtol=0)
+        torch.testing.assert_close(
+            image[:, 0, 0],
+            (torch.full((3,), 128 / 255) - torch.tensor(CLIP_MEAN)) / torch.tensor(CLIP_STD),
+            atol=1e-6,
+            rtol=0,
+        )
     assert len(again) == 2

@@ -24,8 +24,12 @@ def test_template_lists_have_their_published_sizes():
 @pytest.mark.parametrize("ensemble", ["cifar", "imagenet"])
 def test_ensemble_feature_is_the_renormalised_mean_of_template_features(ensemble):
     backbone = create_clip(BackboneSpec(TINY_MODEL, "synthetic"))
-    strategy = Finetune(backbone=backbone, class_names=NAMES, show_progress=False,
-                        config=Finetune.Config.from_dict({"prompt_ensemble": ensemble}))
+    strategy = Finetune(
+        backbone=backbone,
+        class_names=NAMES,
+        show_progress=False,
+        config=Finetune.Config.from_dict({"prompt_ensemble": ensemble}),
+    )
     with torch.no_grad():
         features = strategy.text_features([2, 0])
         per_template = strategy.template_features([2, 0])

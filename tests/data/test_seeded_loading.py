@@ -12,8 +12,12 @@ import torch
 from benchmarks.data.datasets import load_dataset
 from benchmarks.data.loaders import SeededSampler, SeededSamples, derive_seed, seed_words, seeded_loader
 from benchmarks.data.streams import build_stream
-from benchmarks.data.transforms import (TRAIN_AUGMENTATIONS, eval_transform, patch_shuffled_train_transform,
-                                   train_transform)
+from benchmarks.data.transforms import (
+    TRAIN_AUGMENTATIONS,
+    eval_transform,
+    patch_shuffled_train_transform,
+    train_transform,
+)
 from tests.helpers import kill_in_task
 
 
@@ -24,8 +28,9 @@ def faded_images():
 
 
 def _augmented(data, augmentation: str, size: int = 32):
-    stream = build_stream(data, 1, list(range(10)), train_transform(size, augmentation=augmentation),
-                          eval_transform(size))
+    stream = build_stream(
+        data, 1, list(range(10)), train_transform(size, augmentation=augmentation), eval_transform(size)
+    )
     return stream.train_stream[0].dataset.train()
 
 
@@ -40,8 +45,17 @@ def test_seeds_are_stable_and_depend_on_every_part():
     # word i does not depend on how many words are drawn, so sample i's seed ignores the pass length
     assert np.array_equal(seed_words((0, 1, "augment"), 7)[:3], seed_words((0, 1, "augment"), 3))
     assert derive_seed(0, 1, "train") == derive_seed(0, 1, "train") < 2**63
-    assert len({derive_seed(0, 1, "train"), derive_seed(1, 1, "train"), derive_seed(0, 2, "train"),
-                derive_seed(0, 1, "eval")}) == 4
+    assert (
+        len(
+            {
+                derive_seed(0, 1, "train"),
+                derive_seed(1, 1, "train"),
+                derive_seed(0, 2, "train"),
+                derive_seed(0, 1, "eval"),
+            }
+        )
+        == 4
+    )
     # strings go through CRC-32, never Python's salted hash: the same value in a fresh interpreter
     code = "from benchmarks.data.loaders import derive_seed; print(derive_seed(3, 'compensation', -1))"
     fresh = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
@@ -58,7 +72,9 @@ def test_a_pass_is_counted_when_it_draws_and_orders_come_from_key_and_pass():
     again = SeededSampler(10, (0, 0, "train"), shuffle=True)
     assert list(again) == first and list(again) == second  # a new loader repeats pass by pass
     # the seed of a sample depends on (key, pass, index), not on where the shuffle put it
-    assert dict((i, s) for s, i in first) == dict(enumerate(seed_words((0, 0, "train", 0, "augment"), 10).tolist()))
+    assert dict((i, s) for s, i in first) == dict(
+        enumerate(seed_words((0, 0, "train", 0, "augment"), 10).tolist())
+    )
     ordered = list(SeededSampler(4, (0, 0, "eval"), shuffle=False))
     assert [i for _, i in ordered] == [0, 1, 2, 3]
 
@@ -67,8 +83,9 @@ def test_a_pass_is_counted_when_it_draws_and_orders_come_from_key_and_pass():
 
 
 @pytest.mark.parametrize("augmentation", TRAIN_AUGMENTATIONS)
-def test_every_augmentation_gives_a_sample_the_same_tensor_in_the_main_process_and_in_workers(faded_images,
-                                                                                               augmentation):
+def test_every_augmentation_gives_a_sample_the_same_tensor_in_the_main_process_and_in_workers(
+    faded_images, augmentation
+):
     dataset = _augmented(faded_images, augmentation)
     key = (0, 0, "train")
     main = _passes(seeded_loader(dataset, key, 8, shuffle=True))
@@ -87,7 +104,9 @@ def test_a_worker_under_fork_and_spawn_draws_what_the_main_process_draws(faded_i
     dataset = _augmented(faded_images, "paper-scaled")
     key = (5, 2, "compensation")
     main = _passes(seeded_loader(dataset, key, 16, shuffle=True), 1)
-    workers = _passes(seeded_loader(dataset, key, 16, shuffle=True, num_workers=1, multiprocessing_context=method), 1)
+    workers = _passes(
+        seeded_loader(dataset, key, 16, shuffle=True, num_workers=1, multiprocessing_context=method), 1
+    )
     assert all(torch.equal(a, b) for a, b in zip(main[0], workers[0]))
 
 
@@ -107,11 +126,14 @@ def test_the_global_generators_are_untouched_by_building_and_exhausting_a_loader
 def test_adaptervlms_patch_shuffled_augmentation_is_the_same_in_workers(faded_images):
     stream = build_stream(faded_images, 1, list(range(10)), eval_transform(32), eval_transform(32))
     shuffled = stream.train_stream[0].dataset.replace_current_transform_group(
-        patch_shuffled_train_transform(32, augmentation="paper-scaled", grid=4))
+        patch_shuffled_train_transform(32, augmentation="paper-scaled", grid=4)
+    )
     main = _passes(seeded_loader(shuffled, (0, 0, "pseudo-ood"), 8, shuffle=True), 2)
     workers = _passes(seeded_loader(shuffled, (0, 0, "pseudo-ood"), 8, shuffle=True, num_workers=2), 2)
     assert all(torch.equal(a, b) for pa, pb in zip(main, workers) for a, b in zip(pa, pb))
-    assert not torch.equal(torch.cat(main[0]), torch.cat(main[1]))  # the augmentation after the shuffle draws anew
+    assert not torch.equal(
+        torch.cat(main[0]), torch.cat(main[1])
+    )  # the augmentation after the shuffle draws anew
 
 
 class _NumpyJitter:
@@ -126,7 +148,9 @@ def test_a_transform_drawing_from_numpy_is_named_once(faded_images, monkeypatch)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         _passes(seeded_loader(dataset, (0, 0, "train"), 8, shuffle=True), 2)
-    assert [str(w.message)[:30] for w in caught if w.category is RuntimeWarning] == ["a transform drew from Python's"]
+    assert [str(w.message)[:30] for w in caught if w.category is RuntimeWarning] == [
+        "a transform drew from Python's"
+    ]
 
 
 # --------------------------------------------------------------------------- whole runs
@@ -158,25 +182,44 @@ compensation_epochs = 2
 threshold_holdout = 0.25
 """
 
-RUN_IN_FRESH_PROCESS = ("import multiprocessing, sys, torch; multiprocessing.set_start_method(sys.argv[1]); "
-                        "torch.set_num_threads(1); from benchmarks import run; sys.exit(run.main(sys.argv[2:]))")
+RUN_IN_FRESH_PROCESS = (
+    "import multiprocessing, sys, torch; multiprocessing.set_start_method(sys.argv[1]); "
+    "torch.set_num_threads(1); from benchmarks import run; sys.exit(run.main(sys.argv[2:]))"
+)
 
 
 def numbers_of_runs(results_dir) -> dict:
     """What a run found, per strategy: every stage, the summary, the diagnostics (no config, env, cost)."""
     from benchmarks.runner.results import iter_results
 
-    return {r["strategy"]: json.dumps({k: r.get(k) for k in ("stages", "summary", "diagnostics", "zero_shot")},
-                                      sort_keys=True)
-            for _, r in iter_results(results_dir)}
+    return {
+        r["strategy"]: json.dumps(
+            {k: r.get(k) for k in ("stages", "summary", "diagnostics", "zero_shot")}, sort_keys=True
+        )
+        for _, r in iter_results(results_dir)
+    }
 
 
 def _run_in_fresh_process(tmp_path, text: str, workers: int, method: str) -> dict:
     suite = tmp_path / f"w{workers}-{method}.toml"
     suite.write_text(text.format(workers=workers))
     results = tmp_path / f"r{workers}-{method}"
-    proc = subprocess.run([sys.executable, "-c", RUN_IN_FRESH_PROCESS, method, "--suite", str(suite),
-                           "--results-dir", str(results), "--quiet"], capture_output=True, text=True, timeout=900)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            RUN_IN_FRESH_PROCESS,
+            method,
+            "--suite",
+            str(suite),
+            "--results-dir",
+            str(results),
+            "--quiet",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     return numbers_of_runs(results)
 
@@ -185,7 +228,9 @@ def _run_in_fresh_process(tmp_path, text: str, workers: int, method: str) -> dic
 def test_a_suite_gives_identical_results_with_0_1_and_2_workers(tmp_path):
     """Under fork; spawn and forkserver are checked on a shorter run, where each spawned worker's
     import of Avalanche costs less in all (``test_precision_and_loading``)."""
-    found = {workers: _run_in_fresh_process(tmp_path, WORKERS_SUITE, workers, "fork") for workers in (0, 1, 2)}
+    found = {
+        workers: _run_in_fresh_process(tmp_path, WORKERS_SUITE, workers, "fork") for workers in (0, 1, 2)
+    }
     assert sorted(found[0]) == ["adaptervlm", "finetune", "gr4cil"]
     assert found[1] == found[0] and found[2] == found[0]
 

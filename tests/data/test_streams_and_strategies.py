@@ -4,9 +4,9 @@ import pytest
 import torch
 
 from benchmarks.backbone import BackboneSpec, create_clip
+from benchmarks.core.errors import UserError
 from benchmarks.data.class_orders import seeded_order
 from benchmarks.data.datasets import load_dataset
-from benchmarks.core.errors import UserError
 from benchmarks.data.streams import build_stream, split_classes
 from benchmarks.data.transforms import eval_transform, train_transform
 from strategies.base import CLIPStrategy, StrategyConfig
@@ -35,7 +35,7 @@ def test_stream_follows_the_explicit_order_without_touching_global_rng(small_dat
     stream = _stream(small_data, n_tasks)
     assert torch.equal(state, torch.get_rng_state())
     order = seeded_order(100)
-    assert stream.tasks[0] == order[:100 // n_tasks]
+    assert stream.tasks[0] == order[: 100 // n_tasks]
     assert len(stream.train_stream) == n_tasks
     for task, experience in enumerate(stream.train_stream):
         assert set(experience.classes_in_this_experience) == set(stream.tasks[task])
@@ -73,12 +73,18 @@ def test_finetune_trains_only_its_lora_and_scores_all_seen_classes(small_data):
     backbone = create_clip(BackboneSpec("tiny-clip-32", None))
     base = {k: v.clone() for k, v in backbone.model.state_dict().items() if "lora" not in k}
     cls = get_strategy("finetune")
-    strategy = cls(backbone=backbone, class_names=stream.class_names,
-                   config=cls.Config(epochs=1, batch_size=16, lora_rank=4, lora_alpha=4.0), show_progress=False)
+    strategy = cls(
+        backbone=backbone,
+        class_names=stream.class_names,
+        config=cls.Config(epochs=1, batch_size=16, lora_rank=4, lora_alpha=4.0),
+        show_progress=False,
+    )
     for task in range(2):
         strategy.learn(stream.train_stream[task])
     assert strategy.seen_classes == sorted(stream.tasks[0]) + sorted(stream.tasks[1])
-    after = {k.replace(".base_layer", ""): v for k, v in backbone.model.state_dict().items() if "lora" not in k}
+    after = {
+        k.replace(".base_layer", ""): v for k, v in backbone.model.state_dict().items() if "lora" not in k
+    }
     assert after.keys() == base.keys()
     assert all(torch.equal(value, after[key]) for key, value in base.items())  # base frozen
     lora_b = strategy.backbone.lora_state_dict("visual")

@@ -57,17 +57,27 @@ def graph() -> dict[str, set[str]]:
 
 
 def test_every_import_goes_to_the_same_layer_or_below():
-    upward = [f"{module} (layer {layer_of(module)}) imports {target} (layer {layer_of(target)})"
-              for module, targets in graph().items() for target in sorted(targets)
-              if layer_of(target) > layer_of(module)]
+    upward = [
+        f"{module} (layer {layer_of(module)}) imports {target} (layer {layer_of(target)})"
+        for module, targets in graph().items()
+        for target in sorted(targets)
+        if layer_of(target) > layer_of(module)
+    ]
     assert not upward, "\n".join(upward)
 
 
 def test_strategies_never_import_analysis_and_benchmarks_only_for_the_results_table():
     edges = graph()
-    assert not [m for m in edges if m.startswith("strategies") and any(t.startswith("analysis") for t in edges[m])]
-    analysis_users = {(m, t) for m, targets in edges.items() if m.startswith("benchmarks")
-                      for t in targets if t.startswith("analysis")}
+    assert not [
+        m for m in edges if m.startswith("strategies") and any(t.startswith("analysis") for t in edges[m])
+    ]
+    analysis_users = {
+        (m, t)
+        for m, targets in edges.items()
+        if m.startswith("benchmarks")
+        for t in targets
+        if t.startswith("analysis")
+    }
     assert analysis_users == {("benchmarks.run", "analysis.tables")}
 
 

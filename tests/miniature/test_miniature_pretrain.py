@@ -10,13 +10,13 @@ import numpy as np
 import pytest
 import torch
 
+from benchmarks.backbone import SYNTHETIC_WEIGHTS, TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.data.datasets import load_synthetic
 from benchmarks.data.synthetic import captions as C
 from benchmarks.data.synthetic import world as S
-from benchmarks.backbone import SYNTHETIC_WEIGHTS, TINY_MODEL, BackboneSpec, create_clip
-from benchmarks.miniature.report import evaluate_zero_shot
-from benchmarks.miniature.pretrain import images_to_tensor, main
 from benchmarks.data.transforms import eval_transform
+from benchmarks.miniature.pretrain import images_to_tensor, main
+from benchmarks.miniature.report import evaluate_zero_shot
 
 
 @functools.cache
@@ -44,10 +44,14 @@ def test_captions_are_deterministic_and_varied(pairs) -> None:
     first, again = (C.sample_pretraining_pairs(200, C.pretraining_rng(0)) for _ in range(2))
     assert again[2] == first[2] and np.array_equal(again[1], first[1])
     assert C.sample_pretraining_pairs(200, C.pretraining_rng(1))[2] != first[2]
-    assert C.captions(attributes, np.random.default_rng(5)) == C.captions(attributes, np.random.default_rng(5))
+    assert C.captions(attributes, np.random.default_rng(5)) == C.captions(
+        attributes, np.random.default_rng(5)
+    )
     assert len(set(texts)) > 0.5 * len(texts)
     # The zero-shot prompt form is among the captions, but only sometimes.
-    prompts = sum(text == C.ZERO_SHOT_PROMPT.format(S.class_name(int(c))) for text, c in zip(texts, attributes.class_id))
+    prompts = sum(
+        text == C.ZERO_SHOT_PROMPT.format(S.class_name(int(c))) for text, c in zip(texts, attributes.class_id)
+    )
     assert 0.05 < prompts / len(texts) < 0.3
 
 
@@ -68,9 +72,13 @@ def test_captions_mention_only_the_true_attributes(pairs) -> None:
             colour = C.COLOUR_WORDS[int(attributes.distractor_colour[row])][0]
             shape = C.SHAPE_WORDS[int(attributes.distractor_shape[row])][0]
             links = "|".join(C.DISTRACTOR_LINKS)
-            text, found = re.subn(rf" (?:{links}) an? {re.escape(colour)} {re.escape(shape)}(?![\w-])", "", text)
+            text, found = re.subn(
+                rf" (?:{links}) an? {re.escape(colour)} {re.escape(shape)}(?![\w-])", "", text
+            )
             mentioned["distractor"] += found
-        assert not _mentions(text, C.DISTRACTOR_LINKS[:1]), text  # no clause left, and none without a distractor
+        assert not _mentions(text, C.DISTRACTOR_LINKS[:1]), (
+            text
+        )  # no clause left, and none without a distractor
         for name, table in tables:
             value = int(getattr(attributes, name)[row])
             assert not _mentions(text, _others(table, value)), (text, name)
@@ -88,11 +96,17 @@ def test_held_out_combinations_never_reach_pretraining(pairs) -> None:
     cil = set(S.default_class_ids())
     held = set(C.PRETRAIN_HELD_OUT)
     assert held < cil and 0.3 * len(cil) <= len(held) <= 0.6 * len(cil)
-    assert held.isdisjoint(C.PRETRAIN_CLASS_IDS) and held | set(C.PRETRAIN_CLASS_IDS) == set(range(S.N_CLASSES))
+    assert held.isdisjoint(C.PRETRAIN_CLASS_IDS) and held | set(C.PRETRAIN_CLASS_IDS) == set(
+        range(S.N_CLASSES)
+    )
     assert held.isdisjoint(attributes.class_id.tolist())
     assert len(cil - held) > 0 and (cil - held) & set(attributes.class_id.tolist())
     # Every single attribute value is still learnt, through other combinations.
-    for name, vocabulary in (("colour", S.COLOUR_NAMES), ("pattern", S.PATTERN_NAMES), ("shape", S.SHAPE_NAMES)):
+    for name, vocabulary in (
+        ("colour", S.COLOUR_NAMES),
+        ("pattern", S.PATTERN_NAMES),
+        ("shape", S.SHAPE_NAMES),
+    ):
         assert set(getattr(attributes, name).tolist()) == set(range(len(vocabulary))), name
 
 
@@ -155,8 +169,11 @@ def test_miniature_report_measures_the_smoke_cil_data(report_without_joint):
     the cue-balance targets measured."""
     code, out = report_without_joint
     assert code in (0, 1)
-    for target in ("NCM minus zero-shot in [-8, +4] points", "linear probe minus NCM >= 10 points",
-                   "I-C < I-T on frozen features, head at its initialisation"):
+    for target in (
+        "NCM minus zero-shot in [-8, +4] points",
+        "linear probe minus NCM >= 10 points",
+        "I-C < I-T on frozen features, head at its initialisation",
+    ):
         assert f"target: {target}: " in out
     assert "domain faded, 100 classes, 5000 train / 2000 test images" in out
     assert "target: zero-shot in [40%, 65%]: met" in out
@@ -173,8 +190,11 @@ def test_image_features_lie_more_in_the_compensation_space_than_in_the_text_span
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(strict=True, reason="issue 21, item 1: the world still misses the cue balance (NCM 14.7 points "
-                   "above zero-shot, the probe 2.9 above NCM; README 'The offline miniature' lists what was tried)")
+@pytest.mark.xfail(
+    strict=True,
+    reason="issue 21, item 1: the world still misses the cue balance (NCM 14.7 points "
+    "above zero-shot, the probe 2.9 above NCM; docs/miniature.md lists what was tried)",
+)
 def test_the_miniature_meets_every_target(report_without_joint):
     code, out = report_without_joint
     assert "MISSED" not in out and code == 0, out

@@ -8,8 +8,8 @@ import numpy as np
 import pytest
 from PIL import Image
 
-from benchmarks.data.datasets import load_dataset, load_synthetic
 from benchmarks.core.errors import UserError
+from benchmarks.data.datasets import load_dataset, load_synthetic
 from benchmarks.data.synthetic import domains
 from benchmarks.data.synthetic import world as S
 
@@ -69,8 +69,16 @@ def test_nuisances_vary_and_white_avoids_light_backgrounds() -> None:
     white = S.encode_class(S.COLOUR_NAMES.index("white"), 0, 0)
     attrs = S.sample_attributes([white] * 500 + [0] * 500, rng)
     assert not np.any(attrs.background[:500] == S.BACKGROUND_NAMES.index("light"))
-    for field in (attrs.size, attrs.dx, attrs.dy, attrs.background[500:], attrs.distractor,
-                  attrs.distractor_colour, attrs.distractor_shape, attrs.distractor_corner):
+    for field in (
+        attrs.size,
+        attrs.dx,
+        attrs.dy,
+        attrs.background[500:],
+        attrs.distractor,
+        attrs.distractor_colour,
+        attrs.distractor_shape,
+        attrs.distractor_corner,
+    ):
         assert len(np.unique(field)) > 1
     assert 0.5 < attrs.distractor.mean() < 0.7  # P_DISTRACTOR = 0.6
 

@@ -21,7 +21,7 @@ import stat
 import sys
 from pathlib import Path
 
-_COMMON = '''#!{python}
+_COMMON = """#!{python}
 import json, os, re, subprocess, sys
 from pathlib import Path
 
@@ -33,9 +33,11 @@ def start(script, env, after_pid=None):
     log = open(STATE / "bash.err", "a")
     subprocess.Popen(["sh", "-c", wait + f"exec bash {{script}}"], env=env, start_new_session=True,
                      stdout=log, stderr=log)
-'''
+"""
 
-_SBATCH = _COMMON + '''
+_SBATCH = (
+    _COMMON
+    + """
 script = Path(sys.argv[-1])
 counter = STATE / "next_id"
 job = int(counter.read_text()) if counter.exists() else 1000
@@ -54,9 +56,10 @@ for task in (range(int(array.group(1)) + 1) if array else [None]):
     if not (STATE / "hold").exists():  # "hold": jobs stay pending
         start(script, env)
 print(f"Submitted batch job {{job}}")
-'''
+"""
+)
 
-_SRUN = '''#!{python}
+_SRUN = """#!{python}
 import os, sys
 
 args, out, err = sys.argv[1:], None, None
@@ -74,9 +77,11 @@ for path, fd in ((out, 1), (err, 2)):
     if path:
         os.dup2(os.open(fill(path), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644), fd)
 os.execvp(args[0], args)
-'''
+"""
 
-_SCONTROL = _COMMON + '''
+_SCONTROL = (
+    _COMMON
+    + """
 assert sys.argv[1] == "requeue", sys.argv
 job_id = sys.argv[2]
 with open(STATE / "requeued", "a") as handle:
@@ -84,17 +89,18 @@ with open(STATE / "requeued", "a") as handle:
 record = json.loads((STATE / f"job-{{job_id}}.json").read_text())
 env = {{**record["env"], "SLURM_RESTART_COUNT": str(int(record["env"]["SLURM_RESTART_COUNT"]) + 1)}}
 start(record["script"], env, after_pid=os.getppid())
-'''
+"""
+)
 
-_SACCT = '''#!/bin/sh
+_SACCT = """#!/bin/sh
 echo "JobID|State|NodeList"
 cat "$FAKE_SLURM_DIR/sacct.txt" 2>/dev/null
 exit 0
-'''
+"""
 
-_SCANCEL = '''#!/bin/sh
+_SCANCEL = """#!/bin/sh
 exit 0
-'''
+"""
 
 
 def install(folder: Path) -> Path:
@@ -102,8 +108,13 @@ def install(folder: Path) -> Path:
     set ``FAKE_SLURM_DIR`` to ``folder``)."""
     bin_dir = folder / "bin"
     bin_dir.mkdir(parents=True, exist_ok=True)
-    for name, text in (("sbatch", _SBATCH), ("srun", _SRUN), ("scontrol", _SCONTROL), ("sacct", _SACCT),
-                       ("scancel", _SCANCEL)):
+    for name, text in (
+        ("sbatch", _SBATCH),
+        ("srun", _SRUN),
+        ("scontrol", _SCONTROL),
+        ("sacct", _SACCT),
+        ("scancel", _SCANCEL),
+    ):
         path = bin_dir / name
         path.write_text(text.format(python=sys.executable))
         path.chmod(path.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
@@ -112,4 +123,7 @@ def install(folder: Path) -> Path:
 
 def environment(folder: Path) -> dict[str, str]:
     """The variables that put the fake tools in front of any real ones."""
-    return {"PATH": f"{install(folder)}{os.pathsep}{os.environ.get('PATH', '')}", "FAKE_SLURM_DIR": str(folder)}
+    return {
+        "PATH": f"{install(folder)}{os.pathsep}{os.environ.get('PATH', '')}",
+        "FAKE_SLURM_DIR": str(folder),
+    }

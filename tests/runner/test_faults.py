@@ -10,8 +10,8 @@ from analysis.report import main as report_main
 from benchmarks import run
 from benchmarks.runner import execute
 from benchmarks.runner.results import iter_results
-from tests.helpers import kill_in_task, three_task_suite
 from strategies.finetune import Finetune
+from tests.helpers import kill_in_task, three_task_suite
 
 SUITE = three_task_suite("finetune", "epochs = 1\nbatch_size = 40\neval_batch_size = 100\nlora_rank = 2")
 
@@ -29,9 +29,14 @@ def _one_error_line(capsys) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize("option, expected", [('epochs = "two"', "must be an integer, not str"),
-                                              ("lr = true", "must be a number, not bool"),
-                                              ("epochs = 1.5", "must be an integer, not float")])
+@pytest.mark.parametrize(
+    "option, expected",
+    [
+        ('epochs = "two"', "must be an integer, not str"),
+        ("lr = true", "must be a number, not bool"),
+        ("epochs = 1.5", "must be an integer, not float"),
+    ],
+)
 def test_an_option_of_the_wrong_type_is_one_line(tmp_path, capsys, option, expected):
     assert _run(tmp_path, SUITE.replace("epochs = 1", option)) == 2
     assert expected in _one_error_line(capsys)
@@ -43,7 +48,9 @@ def test_results_dir_naming_a_file_is_one_line(tmp_path, capsys):
     assert "is a file, not a folder" in _one_error_line(capsys)
 
 
-def test_a_diverging_loss_names_run_task_and_epoch_and_keeps_the_finished_tasks(tmp_path, capsys, monkeypatch):
+def test_a_diverging_loss_names_run_task_and_epoch_and_keeps_the_finished_tasks(
+    tmp_path, capsys, monkeypatch
+):
     real_loss = Finetune.compute_loss
 
     def nan_in_task_2(self, logits, targets):
@@ -99,21 +106,30 @@ def test_a_result_of_another_schema_is_skipped_with_a_line_naming_it(tmp_path, c
         assert list(iter_results(tmp_path / "results")) == []
 
 
-@pytest.mark.parametrize("change, expected", [
-    (("tasks = [3]", 'tasks = ["3"]'), "tasks must be a non-empty list of whole numbers"),
-    (("tasks = [3]", "tasks = [0]"), "task counts must be >= 1"),
-    (('strategies = ["finetune"]', 'strategies = "finetune"'), "strategies must be a non-empty list of names"),
-    (("seeds = [0]", "seeds = []"), "seeds must be a non-empty list"),
-    (("seeds = [0]", ""), "has no seeds; add e.g. seeds = [0, 1, 2]"),
-    (('pretrained = "synthetic"', 'pretrained = "synthetic"\npretrain = "none"'), "[backbone] has unknown key(s) ['pretrain']"),
-    (("[strategy.finetune]", "[strategy.fintune]"), "there is no strategy 'fintune'"),
-    (("[dataset.synthetic]", "[dataset.synthetc]"), "there is no dataset 'synthetc'"),
-    (("epochs = 1", "epochs = 0"), "epochs = 0 must be at least 1"),
-    (("batch_size = 40", "batch_size = 0"), "batch_size = 0 must be at least 1"),
-    (("epochs = 1", "epochs = 1\nlr = -0.1"), "lr = -0.1 must be positive"),
-    (("n_test_per_class = 4", "n_test_per_class = 0"), "needs n_test_per_class >= 1"),
-    (("n_classes = 15", "n_classes = 15\nn_clases = 3"), "does not take option(s) n_clases; valid"),
-])
+@pytest.mark.parametrize(
+    "change, expected",
+    [
+        (("tasks = [3]", 'tasks = ["3"]'), "tasks must be a non-empty list of whole numbers"),
+        (("tasks = [3]", "tasks = [0]"), "task counts must be >= 1"),
+        (
+            ('strategies = ["finetune"]', 'strategies = "finetune"'),
+            "strategies must be a non-empty list of names",
+        ),
+        (("seeds = [0]", "seeds = []"), "seeds must be a non-empty list"),
+        (("seeds = [0]", ""), "has no seeds; add e.g. seeds = [0, 1, 2]"),
+        (
+            ('pretrained = "synthetic"', 'pretrained = "synthetic"\npretrain = "none"'),
+            "[backbone] has unknown key(s) ['pretrain']",
+        ),
+        (("[strategy.finetune]", "[strategy.fintune]"), "there is no strategy 'fintune'"),
+        (("[dataset.synthetic]", "[dataset.synthetc]"), "there is no dataset 'synthetc'"),
+        (("epochs = 1", "epochs = 0"), "epochs = 0 must be at least 1"),
+        (("batch_size = 40", "batch_size = 0"), "batch_size = 0 must be at least 1"),
+        (("epochs = 1", "epochs = 1\nlr = -0.1"), "lr = -0.1 must be positive"),
+        (("n_test_per_class = 4", "n_test_per_class = 0"), "needs n_test_per_class >= 1"),
+        (("n_classes = 15", "n_classes = 15\nn_clases = 3"), "does not take option(s) n_clases; valid"),
+    ],
+)
 def test_a_slip_in_the_suite_file_is_one_line_and_runs_nothing(tmp_path, capsys, change, expected):
     """Each was a traceback, or silently ran something else (no training, an ignored table)."""
     assert change[0] in SUITE

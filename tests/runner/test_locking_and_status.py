@@ -15,8 +15,8 @@ from benchmarks import run
 from benchmarks.runner import status
 from benchmarks.runner.locking import RunLock, read_holder
 from benchmarks.runner.results import ResultStore, RunKey, iter_results
-from tests.helpers import kill_in_task, three_task_suite
 from strategies.finetune import Finetune
+from tests.helpers import kill_in_task, three_task_suite
 
 KEY = RunKey("finetune", "synthetic", 3, 0)
 SUITE = three_task_suite("finetune", "epochs = 1\nbatch_size = 40\neval_batch_size = 100\nlora_rank = 2")
@@ -25,7 +25,9 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def _write_lock(path: Path, host: str, pid: int, age: float = 0.0) -> None:
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps({"host": host, "pid": pid, "job_id": None, "since": time.time() - age, "token": "x"}))
+    path.write_text(
+        json.dumps({"host": host, "pid": pid, "job_id": None, "since": time.time() - age, "token": "x"})
+    )
     os.utime(path, (time.time() - age, time.time() - age))
 
 
@@ -85,18 +87,29 @@ def test_a_runner_skips_a_run_another_process_holds(tmp_path, capsys):
     assert status.run_state(store, KEY).state == "running"
 
 
-def test_a_failed_run_releases_its_lock_records_its_error_and_a_success_clears_it(tmp_path, monkeypatch, capsys):
+def test_a_failed_run_releases_its_lock_records_its_error_and_a_success_clears_it(
+    tmp_path, monkeypatch, capsys
+):
     real_loss = Finetune.compute_loss
-    monkeypatch.setattr(Finetune, "compute_loss",
-                        lambda self, l, t: real_loss(self, l, t) * (float("nan") if self.task_classes else 1.0))
+    monkeypatch.setattr(
+        Finetune,
+        "compute_loss",
+        lambda self, l, t: real_loss(self, l, t) * (float("nan") if self.task_classes else 1.0),
+    )
     assert _run(tmp_path) == 2
     store = ResultStore(tmp_path / "results")
     assert not store.lock(KEY).path.exists()
     state = status.run_state(store, KEY)
-    assert state.state == "failed" and "loss became nan in epoch 1" in state.detail and "1/3 tasks kept" in state.detail
+    assert (
+        state.state == "failed"
+        and "loss became nan in epoch 1" in state.detail
+        and "1/3 tasks kept" in state.detail
+    )
     capsys.readouterr()
     assert status.main(["--results-dir", str(store.root)]) == 0
-    assert "| finetune / synthetic / 3 tasks / seed 0 | failed | finetune / synthetic" in capsys.readouterr().out
+    assert (
+        "| finetune / synthetic / 3 tasks / seed 0 | failed | finetune / synthetic" in capsys.readouterr().out
+    )
     monkeypatch.setattr(Finetune, "compute_loss", real_loss)
     assert _run(tmp_path) == 0
     assert status.run_state(store, KEY).state == "finished" and not store.lock(KEY).error_path.exists()
@@ -110,7 +123,9 @@ def test_dry_run_lists_states_and_estimates_from_finished_runs(tmp_path, monkeyp
     capsys.readouterr()
     assert _run(tmp_path, "--seeds", "0,1,2", "--dry-run") == 0
     out = capsys.readouterr().out
-    rows = {line.split(" | ")[0].strip("| "): line for line in out.splitlines() if line.startswith("| finetune")}
+    rows = {
+        line.split(" | ")[0].strip("| "): line for line in out.splitlines() if line.startswith("| finetune")
+    }
     assert "| finished (Avg" in rows["finetune / synthetic / 3 tasks / seed 0"]
     assert "| partial (2/3 tasks done) |" in rows["finetune / synthetic / 3 tasks / seed 1"]
     assert "| to run |" in rows["finetune / synthetic / 3 tasks / seed 2"]
@@ -126,12 +141,25 @@ def test_status_of_an_empty_or_missing_folder_is_one_line(tmp_path, capsys):
 
 def test_two_runners_started_together_compute_each_run_once(tmp_path):
     suite = tmp_path / "mini.toml"
-    suite.write_text(SUITE.replace('strategies = ["finetune"]', 'strategies = ["continual_clip", "finetune"]')
-                     .replace("seeds = [0]", "seeds = [0, 1]"))
-    command = [sys.executable, "-m", "benchmarks.run", "--suite", str(suite), "--results-dir",
-               str(tmp_path / "results"), "--quiet"]
-    runners = [subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-               for _ in range(2)]
+    suite.write_text(
+        SUITE.replace('strategies = ["finetune"]', 'strategies = ["continual_clip", "finetune"]').replace(
+            "seeds = [0]", "seeds = [0, 1]"
+        )
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "benchmarks.run",
+        "--suite",
+        str(suite),
+        "--results-dir",
+        str(tmp_path / "results"),
+        "--quiet",
+    ]
+    runners = [
+        subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
     outputs = [runner.communicate(timeout=600) for runner in runners]
     assert all(runner.returncode == 0 for runner in runners), outputs
     ran = [line for _, err in outputs for line in err.splitlines() if ": ran;" in line]
@@ -142,8 +170,11 @@ def test_two_runners_started_together_compute_each_run_once(tmp_path):
 
 def _suite_of_four(tmp_path) -> Path:
     suite = tmp_path / "four.toml"
-    suite.write_text(SUITE.replace('strategies = ["finetune"]', 'strategies = ["continual_clip", "finetune"]')
-                     .replace("seeds = [0]", "seeds = [0, 1]"))
+    suite.write_text(
+        SUITE.replace('strategies = ["finetune"]', 'strategies = ["continual_clip", "finetune"]').replace(
+            "seeds = [0]", "seeds = [0, 1]"
+        )
+    )
     return suite
 
 
@@ -151,8 +182,22 @@ def test_local_launcher_with_two_workers_gives_the_inline_results(tmp_path, caps
     suite = _suite_of_four(tmp_path)
     inline, local = tmp_path / "inline", tmp_path / "local"
     assert run.main(["--suite", str(suite), "--results-dir", str(inline), "--quiet"]) == 0
-    assert run.main(["--suite", str(suite), "--results-dir", str(local), "--quiet", "--launcher", "local",
-                     "--workers", "2"]) == 0
+    assert (
+        run.main(
+            [
+                "--suite",
+                str(suite),
+                "--results-dir",
+                str(local),
+                "--quiet",
+                "--launcher",
+                "local",
+                "--workers",
+                "2",
+            ]
+        )
+        == 0
+    )
     table = capsys.readouterr().out
     assert table.count("| continual_clip |") == 2 and table.count("| finetune |") == 2  # both runs printed
     expected = {str(p.relative_to(inline)): r["stages"] for p, r in iter_results(inline)}
@@ -166,8 +211,12 @@ def test_a_killed_local_worker_run_resumes_after_its_last_task(tmp_path, capsys)
     suite = tmp_path / "suite.toml"
     suite.write_text(SUITE.replace("epochs = 1", "epochs = 6"))
     argv = ["--suite", str(suite), "--results-dir", str(tmp_path / "results"), "--quiet"]
-    worker = subprocess.Popen([sys.executable, "-m", "benchmarks.run", *argv], cwd=ROOT,
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "benchmarks.run", *argv],
+        cwd=ROOT,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     # wait for the first task's checkpoint, then kill the worker outright
     deadline = time.time() + 300
     while time.time() < deadline and not list((tmp_path / "results" / ".checkpoints").rglob("state.json")):
@@ -176,22 +225,30 @@ def test_a_killed_local_worker_run_resumes_after_its_last_task(tmp_path, capsys)
     worker.wait()
     state = json.loads(next((tmp_path / "results" / ".checkpoints").rglob("state.json")).read_text())
     assert 1 <= state["tasks_done"] < 3
-    assert run.main([*argv, "--launcher", "local", "--workers", "1"]) == 0  # takes over the dead worker's lock
+    assert (
+        run.main([*argv, "--launcher", "local", "--workers", "1"]) == 0
+    )  # takes over the dead worker's lock
     log = (tmp_path / "results" / ".logs" / "local-worker-0.log").read_text()
     assert f"resumed after task {state['tasks_done']}" in log and "took over a stale lock" in log
 
 
-@pytest.mark.parametrize("extra, message", [
-    (["--launcher", "local", "--workers", "0"], "--workers must be at least 1"),
-    (["--launcher", "local", "--gpus", "0,1,2,3,4,5,6,7,8"], "names GPUs this machine does not have"),
-    (["--launcher", "local", "--force"], "--force with --launcher local"),
-    (["--workers", "2"], "belong to --launcher local"),
-    (["--launcher", "slurmish"], "invalid choice"),
-])
+@pytest.mark.parametrize(
+    "extra, message",
+    [
+        (["--launcher", "local", "--workers", "0"], "--workers must be at least 1"),
+        (["--launcher", "local", "--gpus", "0,1,2,3,4,5,6,7,8"], "names GPUs this machine does not have"),
+        (["--launcher", "local", "--force"], "--force with --launcher local"),
+        (["--workers", "2"], "belong to --launcher local"),
+        (["--launcher", "slurmish"], "invalid choice"),
+    ],
+)
 def test_bad_launcher_input_is_one_line_and_runs_nothing(tmp_path, capsys, extra, message):
     suite = _suite_of_four(tmp_path)
-    code = run.main(["--suite", str(suite), "--results-dir", str(tmp_path / "results"), "--quiet", *extra]) \
-        if extra[:2] != ["--launcher", "slurmish"] else _exit_code(["--suite", str(suite), *extra])
+    code = (
+        run.main(["--suite", str(suite), "--results-dir", str(tmp_path / "results"), "--quiet", *extra])
+        if extra[:2] != ["--launcher", "slurmish"]
+        else _exit_code(["--suite", str(suite), *extra])
+    )
     assert code == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and message in err[0]

@@ -31,8 +31,12 @@ def _resolved(tmp_path, tables: str, variant: bool = True) -> dict[str, tuple]:
         _, strategy_cfg, config = resolve(spec, "data")
         assert config["strategy_config"]["train_augmentation"] == strategy_cfg.train_augmentation
         sources = config["option_sources"]
-        out[spec.label] = (strategy_cfg.train_augmentation, sources["train_augmentation"],
-                           strategy_cfg.batch_size, sources["batch_size"])
+        out[spec.label] = (
+            strategy_cfg.train_augmentation,
+            sources["train_augmentation"],
+            strategy_cfg.batch_size,
+            sources["batch_size"],
+        )
     return out
 
 
@@ -46,14 +50,19 @@ def test_a_dataset_table_beats_the_strategys_default(tmp_path):
 
 
 def test_defaults_beat_the_dataset_table(tmp_path):
-    found = _resolved(tmp_path, '[dataset.synthetic]\ntrain_augmentation = "flip"\n'
-                                '[defaults]\ntrain_augmentation = "none"\nbatch_size = 16\n')
+    found = _resolved(
+        tmp_path,
+        '[dataset.synthetic]\ntrain_augmentation = "flip"\n'
+        '[defaults]\ntrain_augmentation = "none"\nbatch_size = 16\n',
+    )
     assert found["l2p_pp"] == ("none", "defaults", 16, "defaults")
 
 
-LAYERED = ('[dataset.synthetic]\ntrain_augmentation = "flip"\n'
-           '[defaults]\ntrain_augmentation = "none"\nbatch_size = 16\n'
-           '[strategy.l2p_pp]\ntrain_augmentation = "rrc90"\nbatch_size = 32\n')
+LAYERED = (
+    '[dataset.synthetic]\ntrain_augmentation = "flip"\n'
+    '[defaults]\ntrain_augmentation = "none"\nbatch_size = 16\n'
+    '[strategy.l2p_pp]\ntrain_augmentation = "rrc90"\nbatch_size = 32\n'
+)
 
 
 def test_a_strategy_table_beats_defaults(tmp_path):
@@ -73,7 +82,7 @@ def test_the_sources_do_not_change_a_runs_identity(tmp_path):
     from benchmarks.runner.results import config_hash
 
     path = tmp_path / "a.toml"
-    path.write_text(BASE + '[defaults]\nbatch_size = 16\n')
+    path.write_text(BASE + "[defaults]\nbatch_size = 16\n")
     _, _, from_defaults = resolve(expand(load_suite(str(path)))[0], "data")
     assert config_hash(from_defaults) == config_hash({**from_defaults, "option_sources": {}})
 

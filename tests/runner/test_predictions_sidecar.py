@@ -6,9 +6,17 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.runner.results import (
+    PREDICTIONS_SUFFIX,
+    Predictions,
+    ResultStore,
+    RunKey,
+    iter_results,
+    load_predictions,
+    predictions_path,
+    save_predictions,
+)
 from tests.helpers import killed_and_resumed, run_one_run_suite
-from benchmarks.runner.results import (PREDICTIONS_SUFFIX, Predictions, ResultStore, RunKey, iter_results,
-                                load_predictions, predictions_path, save_predictions)
 
 FINETUNE_5_TASKS = """
 datasets = ["synthetic"]
@@ -64,7 +72,9 @@ def test_the_sidecar_reproduces_every_stage_accuracy(finished):
         assert set(np.unique(pred)) <= seen  # a prediction is always a seen class
         assert _stage_accuracy(pred, predictions.targets, seen) == pytest.approx(stage["acc"], abs=1e-9)
         for task, task_acc in enumerate(stage["acc_per_task"]):
-            assert _stage_accuracy(pred, predictions.targets, set(result["tasks"][task])) == pytest.approx(task_acc)
+            assert _stage_accuracy(pred, predictions.targets, set(result["tasks"][task])) == pytest.approx(
+                task_acc
+            )
 
 
 def test_a_resumed_run_stores_the_same_predictions(finished, tmp_path, monkeypatch):
@@ -73,8 +83,9 @@ def test_a_resumed_run_stores_the_same_predictions(finished, tmp_path, monkeypat
     suite, path, result = finished
     resumed = killed_and_resumed(monkeypatch, Finetune, suite, tmp_path / "resumed", task=3)
     (resumed_path,) = [p for p, _ in iter_results(tmp_path / "resumed")]
-    np.testing.assert_array_equal(load_predictions(resumed_path, resumed).predictions,
-                                  load_predictions(path, result).predictions)
+    np.testing.assert_array_equal(
+        load_predictions(resumed_path, resumed).predictions, load_predictions(path, result).predictions
+    )
     assert resumed["predictions"]["sha256"] == result["predictions"]["sha256"]
 
 
@@ -120,7 +131,9 @@ def test_a_version_1_result_loads_without_predictions_and_without_a_word(finishe
 def test_the_sidecar_is_compact_and_widens_only_when_class_ids_need_it(tmp_path):
     stages, images = 10, 50_000  # ImageNet-1K's validation split, 10 stages
     rng = np.random.default_rng(0)
-    narrow = Predictions(rng.integers(0, 1000, (stages, images)), rng.integers(0, 1000, images), np.arange(images))
+    narrow = Predictions(
+        rng.integers(0, 1000, (stages, images)), rng.integers(0, 1000, images), np.arange(images)
+    )
     entry = save_predictions(tmp_path / "a" / "imagenet.predictions.safetensors", narrow)
     size = (tmp_path / "a" / "imagenet.predictions.safetensors").stat().st_size
     assert entry["dtype"] == "uint16" and size < (stages + 1) * images * 2 + images * 4 + 1024  # about 1.3 MB

@@ -5,8 +5,8 @@ import os
 
 import pytest
 
-from benchmarks.core.errors import UserError
 from benchmarks.core.atomic_io import atomic_write_text, read_json
+from benchmarks.core.errors import UserError
 from benchmarks.runner.results import REQUIRED_KEYS, ResultStore, RunKey, config_hash, iter_results
 from benchmarks.runner.suites import available_suites, expand, load_suite
 
@@ -33,8 +33,12 @@ def test_atomic_write_leaves_old_file_when_writing_fails(tmp_path, monkeypatch):
 def test_store_returns_finished_result_only_for_same_config(tmp_path):
     store = ResultStore(tmp_path)
     key = RunKey("finetune", "synthetic", 10, 0)
-    result = {k: None for k in REQUIRED_KEYS} | {"schema_version": 1, "config_hash": "abc",
-                                                 "stages": [], "label": "finetune"}
+    result = {k: None for k in REQUIRED_KEYS} | {
+        "schema_version": 1,
+        "config_hash": "abc",
+        "stages": [],
+        "label": "finetune",
+    }
     store.save(key, result)
     assert store.result_path(key) == tmp_path / "synthetic" / "finetune" / "T10-seed0.json"
     assert store.finished(key, "abc") == result
@@ -61,7 +65,17 @@ def test_iter_results_skips_checkpoints_and_foreign_json(tmp_path):
 def test_every_shipped_suite_resolves_to_valid_strategy_configs():
     from benchmarks.runner.execute import resolve
 
-    expected = {"smoke", "smoke-ablation", "smoke-baselines", "main", "seq", "ood", "zeroshot", "ablation", "params"}
+    expected = {
+        "smoke",
+        "smoke-ablation",
+        "smoke-baselines",
+        "main",
+        "seq",
+        "ood",
+        "zeroshot",
+        "ablation",
+        "params",
+    }
     assert expected <= set(available_suites())
     for name in available_suites():
         runs = expand(load_suite(name), device="cpu")
@@ -89,19 +103,27 @@ def test_real_suites_mirror_the_paper_protocol():
     assert gr4cil.backbone == {"model": "ViT-B-16-quickgelu", "pretrained": "openai"}
     assert gr4cil.strategy_options["epochs"] == 70 and gr4cil.strategy_options["compensation_epochs"] == 3
     assert main[("gr4cil", "imagenet1k")].strategy_options["epochs"] == 10
-    assert {r.seed for r in expand(load_suite('main'), device='cpu')} == {0, 1, 2}
+    assert {r.seed for r in expand(load_suite("main"), device="cpu")} == {0, 1, 2}
     assert {r.n_tasks for r in expand(load_suite("seq"), device="cpu")} == {5, 20}
     peers = {"adaptervlm", "mg_clip", "moe4cl", "magmax"}  # the rows of the paper's Tables 1 and 2 (left)
     for name in ("main", "seq"):
         assert peers <= {r.strategy for r in expand(load_suite(name), device="cpu")}, name
-    ood_rows = {"continual_clip", "moe4cl", "adaptervlm", "gr4cil"}  # Table 2 (right), CODA comes with issue 15
+    ood_rows = {
+        "continual_clip",
+        "moe4cl",
+        "adaptervlm",
+        "gr4cil",
+    }  # Table 2 (right), CODA comes with issue 15
     assert ood_rows <= {r.strategy for r in expand(load_suite("ood"), device="cpu")}
     zeroshot = expand(load_suite("zeroshot"), device="cpu")
     assert all(r.zero_shot_targets == ("pets", "food101", "imagenet1k") for r in zeroshot)
     ablation = {r.label: r.strategy_options for r in expand(load_suite("ablation"), device="cpu")}
     assert ablation["gr4cil-base"]["compensation"] == "off"
-    assert ablation["gr4cil-free-random"] == {**ablation["gr4cil"], "compensation": "unconstrained",
-                                              "compensation_init": "random"}
+    assert ablation["gr4cil-free-random"] == {
+        **ablation["gr4cil"],
+        "compensation": "unconstrained",
+        "compensation_init": "random",
+    }
 
 
 def test_unknown_suite_is_a_user_error_listing_suites():
@@ -142,7 +164,9 @@ lr = 0.1
 
 def test_missing_per_dataset_value_is_a_user_error(tmp_path):
     path = tmp_path / "bad.toml"
-    path.write_text('datasets = ["food101"]\ntasks = [10]\nseeds = [0]\nstrategies = ["finetune"]\n'
-                    'device = "cpu"\n[strategy.finetune]\nepochs = { cifar100 = 70 }\n')
+    path.write_text(
+        'datasets = ["food101"]\ntasks = [10]\nseeds = [0]\nstrategies = ["finetune"]\n'
+        'device = "cpu"\n[strategy.finetune]\nepochs = { cifar100 = 70 }\n'
+    )
     with pytest.raises(UserError, match="food101"):
         expand(load_suite(str(path)))

@@ -12,10 +12,10 @@ from safetensors.torch import save_file
 
 from benchmarks import run
 from benchmarks.data.datasets import load_dataset
-from benchmarks.runner.results import REQUIRED_KEYS, iter_results
 from benchmarks.data.transforms import eval_transform
-from tests.helpers import MINI_SUITE, kill_in_task
+from benchmarks.runner.results import REQUIRED_KEYS, iter_results
 from strategies.finetune import Finetune
+from tests.helpers import MINI_SUITE, kill_in_task
 
 STAGE_KEYS = {"task", "acc", "acc_per_task", "n_test_per_task", "routing_acc", "auroc", "fpr95"}
 
@@ -43,8 +43,9 @@ def test_mini_suite_writes_complete_results_and_skips_finished_runs(mini_suite, 
             assert len(stage["acc_per_task"]) == stage["task"]
             assert stage["n_test_per_task"] == [20 * 4] * stage["task"]  # 20 classes x 4 images
             # micro accuracy is the image-weighted mean of the per-task accuracies
-            assert stage["acc"] == pytest.approx(np.average(stage["acc_per_task"],
-                                                            weights=stage["n_test_per_task"]))
+            assert stage["acc"] == pytest.approx(
+                np.average(stage["acc_per_task"], weights=stage["n_test_per_task"])
+            )
             assert stage["routing_acc"] >= stage["acc"]
         assert result["stages"][-1]["auroc"] is None
         assert all(s["auroc"] is not None for s in result["stages"][:-1])
@@ -68,7 +69,9 @@ def test_mini_suite_writes_complete_results_and_skips_finished_runs(mini_suite, 
     assert (results / "synthetic" / "finetune" / "T5-seed0.json").stat().st_mtime_ns == mtime
 
 
-def test_killed_run_resumes_from_last_finished_task_with_identical_metrics(mini_suite, tmp_path, monkeypatch, capsys):
+def test_killed_run_resumes_from_last_finished_task_with_identical_metrics(
+    mini_suite, tmp_path, monkeypatch, capsys
+):
     reference = tmp_path / "reference"
     assert _run(mini_suite, reference, "--strategies", "finetune") == 0
 
@@ -113,22 +116,27 @@ def test_continual_clip_last_stage_equals_direct_open_clip_zero_shot(mini_suite,
     assert last_acc == pytest.approx(direct_acc, abs=1e-9)
 
 
-@pytest.mark.parametrize("args, cause", [
-    (["--suite", "no-such-suite"], "unknown suite"),
-    (["--strategies", "no_such_strategy"], "unknown strategy"),
-    (["--datasets", "no_such_dataset"], "unknown dataset"),
-    (["--tasks", "7"], "do not divide"),
-    (["--datasets", "cifar100", "--data-root", "/nonexistent/data"], "/nonexistent/data"),
-    (["--weights", "/nonexistent/w.pt"], "/nonexistent/w.pt"),
-    (["--suite", "BAD_AUGMENTATION"], "train_augmentation='heavy'"),
-])
+@pytest.mark.parametrize(
+    "args, cause",
+    [
+        (["--suite", "no-such-suite"], "unknown suite"),
+        (["--strategies", "no_such_strategy"], "unknown strategy"),
+        (["--datasets", "no_such_dataset"], "unknown dataset"),
+        (["--tasks", "7"], "do not divide"),
+        (["--datasets", "cifar100", "--data-root", "/nonexistent/data"], "/nonexistent/data"),
+        (["--weights", "/nonexistent/w.pt"], "/nonexistent/w.pt"),
+        (["--suite", "BAD_AUGMENTATION"], "train_augmentation='heavy'"),
+    ],
+)
 def test_bad_input_prints_one_line_and_exits_2(mini_suite, tmp_path, capsys, args, cause):
     argv = ["--suite", mini_suite, "--results-dir", str(tmp_path / "r"), "--quiet", *args]
     if args[0] == "--weights":  # a tag-less run needs pretrained weights to look for
         argv = ["--suite", "smoke", "--results-dir", str(tmp_path / "r"), "--quiet", *args]
     if args == ["--suite", "BAD_AUGMENTATION"]:
         suite = tmp_path / "bad.toml"
-        suite.write_text(MINI_SUITE.replace("n_test_per_class = 4", "n_test_per_class = 4\ntrain_augmentation = 'heavy'"))
+        suite.write_text(
+            MINI_SUITE.replace("n_test_per_class = 4", "n_test_per_class = 4\ntrain_augmentation = 'heavy'")
+        )
         argv = ["--suite", str(suite), "--results-dir", str(tmp_path / "r"), "--quiet"]
     assert run.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()

@@ -10,18 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from tests.runner import fake_slurm
 from benchmarks import run
+from benchmarks.core.errors import UserError
 from benchmarks.runner import slurm_launcher as slurm
 from benchmarks.runner.locking import RunLock, read_holder
 from benchmarks.runner.results import ResultStore, RunKey, iter_results
 from benchmarks.runner.slurm_launcher import SlurmOptions
 from benchmarks.runner.status import run_state
-from benchmarks.core.errors import UserError
 from tests.helpers import three_task_suite
+from tests.runner import fake_slurm
 
-SUITE = three_task_suite("finetune", "epochs = 6\nbatch_size = 40\neval_batch_size = 100\nlora_rank = 2") \
-    .replace("seeds = [0]", "seeds = [0, 1]")
+SUITE = three_task_suite(
+    "finetune", "epochs = 6\nbatch_size = 40\neval_batch_size = 100\nlora_rank = 2"
+).replace("seeds = [0]", "seeds = [0, 1]")
 SEED0, SEED1 = RunKey("finetune", "synthetic", 3, 0), RunKey("finetune", "synthetic", 3, 1)
 
 
@@ -45,14 +46,24 @@ def _suite(tmp_path, launcher_table: str = "") -> Path:
 
 
 def _argv(tmp_path, *extra):
-    return ["--suite", str(_suite(tmp_path)), "--results-dir", str(tmp_path / "results"), "--quiet",
-            "--device", "cpu", "--launcher", "slurm", *extra]
+    return [
+        "--suite",
+        str(_suite(tmp_path)),
+        "--results-dir",
+        str(tmp_path / "results"),
+        "--quiet",
+        "--device",
+        "cpu",
+        "--launcher",
+        "slurm",
+        *extra,
+    ]
 
 
 def _wait_for(condition, seconds=300.0):
     deadline = time.time() + seconds
     while time.time() < deadline:
-        if (value := condition()):
+        if value := condition():
             return value
         time.sleep(0.1)
     raise AssertionError("timed out")
@@ -66,21 +77,47 @@ def test_options_come_from_the_suite_table_with_the_command_line_on_top():
     assert parameters["timeout_min"] == 90 and parameters["gpus_per_node"] == 2
     assert parameters["slurm_partition"] == "gpu" and parameters["slurm_qos"] == "normal"
     assert parameters["slurm_setup"] == ["module load cuda"] and "slurm_constraint" not in parameters
-    assert "gpus_per_node" not in SlurmOptions(gpus=0).executor_parameters("x")  # a CPU-only job asks for none
-    for bad in ({"partiton": "gpu"}, {"time": "long"}, {"gpus": -1}, {"setup": "module load cuda"},
-                {"mem_gb": 0}, {"time": True}):
+    assert "gpus_per_node" not in SlurmOptions(gpus=0).executor_parameters(
+        "x"
+    )  # a CPU-only job asks for none
+    for bad in (
+        {"partiton": "gpu"},
+        {"time": "long"},
+        {"gpus": -1},
+        {"setup": "module load cuda"},
+        {"mem_gb": 0},
+        {"time": True},
+    ):
         with pytest.raises(UserError):
             SlurmOptions.resolve(bad, {})
 
 
 @pytest.mark.slow
 def test_a_job_array_is_submitted_and_a_preempted_job_is_requeued_and_resumes(tmp_path, cluster, capsys):
-    argv = _argv(tmp_path, "--slurm-partition", "gpu", "--slurm-time", "30", "--slurm-gpus", "1",
-                 "--slurm-array-parallelism", "2", "--slurm-setup", "export CIL_SETUP_RAN=1", "--no-wait")
+    argv = _argv(
+        tmp_path,
+        "--slurm-partition",
+        "gpu",
+        "--slurm-time",
+        "30",
+        "--slurm-gpus",
+        "1",
+        "--slurm-array-parallelism",
+        "2",
+        "--slurm-setup",
+        "export CIL_SETUP_RAN=1",
+        "--no-wait",
+    )
     assert run.main(argv) == 0  # submits and returns
     script = (cluster / "sbatch-1000.sh").read_text()
-    for line in ("#SBATCH --partition=gpu", "#SBATCH --time=30", "#SBATCH --gpus-per-node=1",
-                 "#SBATCH --array=0-1%2", "#SBATCH --signal=USR2@120", "export CIL_SETUP_RAN=1"):
+    for line in (
+        "#SBATCH --partition=gpu",
+        "#SBATCH --time=30",
+        "#SBATCH --gpus-per-node=1",
+        "#SBATCH --array=0-1%2",
+        "#SBATCH --signal=USR2@120",
+        "export CIL_SETUP_RAN=1",
+    ):
         assert line in script.splitlines(), line
     store = ResultStore(tmp_path / "results")
     assert store.lock(SEED0).read_queued()["job_id"] == "1000_0"
@@ -109,8 +146,22 @@ def test_a_job_array_is_submitted_and_a_preempted_job_is_requeued_and_resumes(tm
 
     # the requeued run ends exactly as a run that was never interrupted
     inline = tmp_path / "inline"
-    assert run.main(["--suite", str(_suite(tmp_path)), "--results-dir", str(inline), "--quiet", "--device", "cpu",
-                     "--seeds", "0"]) == 0
+    assert (
+        run.main(
+            [
+                "--suite",
+                str(_suite(tmp_path)),
+                "--results-dir",
+                str(inline),
+                "--quiet",
+                "--device",
+                "cpu",
+                "--seeds",
+                "0",
+            ]
+        )
+        == 0
+    )
     (expected,) = [r for _, r in iter_results(inline)]
     assert store.finished(SEED0, None)["stages"] == expected["stages"]
 
@@ -134,23 +185,38 @@ def test_a_rerun_submits_only_runs_whose_job_has_ended(tmp_path, cluster, capsys
     assert run_state(store, SEED1).state == "queued"
 
 
-@pytest.mark.parametrize("extra, table, message", [
-    ([], "", "needs SLURM's sbatch and srun on PATH"),
-    (["--slurm-partition", "gpu", "--launcher", "inline"], "", "belong to --launcher slurm"),
-    (["--no-wait", "--launcher", "local"], "", "belong to --launcher slurm"),
-    (["--workers", "2"], "", "belong to --launcher local"),
-    (["--force"], "", "--force with --launcher slurm"),
-    (["--slurm-time", "soon"], "", "invalid int value"),
-    ([], 'partiton = "gpu"', "unknown key(s) ['partiton']"),
-    ([], 'time = "long"', "time must be a whole number"),
-])
-def test_bad_slurm_input_is_one_line_and_submits_nothing(tmp_path, monkeypatch, capsys, extra, table, message):
+@pytest.mark.parametrize(
+    "extra, table, message",
+    [
+        ([], "", "needs SLURM's sbatch and srun on PATH"),
+        (["--slurm-partition", "gpu", "--launcher", "inline"], "", "belong to --launcher slurm"),
+        (["--no-wait", "--launcher", "local"], "", "belong to --launcher slurm"),
+        (["--workers", "2"], "", "belong to --launcher local"),
+        (["--force"], "", "--force with --launcher slurm"),
+        (["--slurm-time", "soon"], "", "invalid int value"),
+        ([], 'partiton = "gpu"', "unknown key(s) ['partiton']"),
+        ([], 'time = "long"', "time must be a whole number"),
+    ],
+)
+def test_bad_slurm_input_is_one_line_and_submits_nothing(
+    tmp_path, monkeypatch, capsys, extra, table, message
+):
     empty = tmp_path / "no-slurm"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))  # no sbatch anywhere
     suite = _suite(tmp_path, table)
-    argv = ["--suite", str(suite), "--results-dir", str(tmp_path / "results"), "--quiet", "--device", "cpu",
-            "--launcher", "slurm", *extra]
+    argv = [
+        "--suite",
+        str(suite),
+        "--results-dir",
+        str(tmp_path / "results"),
+        "--quiet",
+        "--device",
+        "cpu",
+        "--launcher",
+        "slurm",
+        *extra,
+    ]
     try:
         code = run.main(argv)
     except SystemExit as exit_:  # argparse's own errors
@@ -163,7 +229,9 @@ def test_bad_slurm_input_is_one_line_and_submits_nothing(tmp_path, monkeypatch, 
 
 def test_a_requeued_job_takes_over_the_lock_of_its_previous_life(tmp_path, monkeypatch):
     path = tmp_path / "run.lock"
-    path.write_text(json.dumps({"host": "node7", "pid": 4242, "job_id": "77_3", "since": time.time(), "token": "x"}))
+    path.write_text(
+        json.dumps({"host": "node7", "pid": 4242, "job_id": "77_3", "since": time.time(), "token": "x"})
+    )
     monkeypatch.setenv("SLURM_ARRAY_JOB_ID", "78")
     monkeypatch.setenv("SLURM_ARRAY_TASK_ID", "3")
     assert not RunLock(path).acquire()  # another job's live lock

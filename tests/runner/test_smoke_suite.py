@@ -2,7 +2,6 @@
 
 import pytest
 import torch
-from tests.helpers import TORCH_DEFAULT_THREADS
 
 from analysis.paper_tables import row_label
 from analysis.report import build_report
@@ -11,6 +10,7 @@ from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.miniature.report import ZERO_SHOT_TARGET, cil_data, evaluate_zero_shot, joint_run
 from benchmarks.runner.results import iter_results
 from benchmarks.runner.suites import load_suite
+from tests.helpers import TORCH_DEFAULT_THREADS
 
 pytestmark = pytest.mark.slow
 
@@ -49,9 +49,12 @@ def test_gr4cil_beats_zero_shot_clip_by_5_points(smoke_results):
     assert last["gr4cil"] >= last["continual_clip"] + 5.0, last
 
 
-@pytest.mark.xfail(strict=True, reason="known miss of issue 21: in world 2 with the official recipes scaled by the "
-                   "smoke's epoch_scale, GR4CIL ends 4.05 points above fine-tuning (54.50 against 50.45), not 5; "
-                   "reported, not tuned (README 'The offline miniature')")
+@pytest.mark.xfail(
+    strict=True,
+    reason="known miss of issue 21: in world 2 with the official recipes scaled by the "
+    "smoke's epoch_scale, GR4CIL ends 4.05 points above fine-tuning (54.50 against 50.45), not 5; "
+    "reported, not tuned (docs/miniature.md)",
+)
 def test_gr4cil_beats_finetuning_by_5_points(smoke_results):
     _, runs = smoke_results
     last = {label: runs[label]["summary"]["last_acc"] for label in runs}
@@ -60,7 +63,7 @@ def test_gr4cil_beats_finetuning_by_5_points(smoke_results):
 
 def test_gr4cils_strongest_peers_also_beat_zero_shot_clip_and_finetuning(smoke_results):
     """Paper Table 1: AdapterVLM and MG-CLIP end far above Continual-CLIP. Here too, by 5 points
-    over both zero-shot CLIP and sequential fine-tuning (README says how they compare with GR4CIL)."""
+    over both zero-shot CLIP and sequential fine-tuning (docs/miniature.md says how they compare with GR4CIL)."""
     _, runs = smoke_results
     last = {label: runs[label]["summary"]["last_acc"] for label in runs}
     for peer in ("adaptervlm", "mg_clip"):
@@ -112,7 +115,9 @@ def test_routing_improves_with_each_score_term_at_the_last_stage(smoke_results):
     """Fig. 7: routing with compensation >= text + prototype >= text only."""
     _, runs = smoke_results
     last = runs["gr4cil"]["stages"][-1]["diagnostics"]
-    assert last["routing_acc_full"] >= last["routing_acc_text_prototype"] >= last["routing_acc_text_only"], last
+    assert last["routing_acc_full"] >= last["routing_acc_text_prototype"] >= last["routing_acc_text_only"], (
+        last
+    )
 
 
 def test_joint_text_compensation_space_is_closest_to_the_image_space(smoke_results):
@@ -132,13 +137,30 @@ def test_compensation_space_is_closer_to_the_image_space_than_the_text_space(smo
 def test_report_builds_from_the_smoke_run(smoke_results, tmp_path):
     results, runs = smoke_results
     items = {item.name: item for item in build_report(results, tmp_path / "report")}
-    rows = {line.split("|")[1].strip(): line for line in
-            (tmp_path / "report" / "tables" / "table1_main.md").read_text().splitlines() if line.startswith("| ")}
+    rows = {
+        line.split("|")[1].strip(): line
+        for line in (tmp_path / "report" / "tables" / "table1_main.md").read_text().splitlines()
+        if line.startswith("| ")
+    }
     for label, result in runs.items():  # every cell is its run's summary
-        cells = [c.strip("* ") for c in rows[row_label(label)].split("|")[2:4]]  # the D9 row label
+        cells = [
+            c.strip("* ") for c in rows[row_label(label)].split("|")[2:4]
+        ]  # the docs/decisions.md D9 row label
         assert cells == [f"{result['summary'][m]:.2f} (n = 1)" for m in ("avg_acc", "last_acc")], label
-    for name in ("table1_main", "table2_ood", "table3_subspace", "table_anchor", "fig2_gap_training",
-                 "fig3_gap_final", "fig5_confidence_margin", "fig6_cost", "fig7_routing", "acc_matrix"):
+    for name in (
+        "table1_main",
+        "table2_ood",
+        "table3_subspace",
+        "table_anchor",
+        "fig2_gap_training",
+        "fig3_gap_final",
+        "fig5_confidence_margin",
+        "fig6_cost",
+        "fig7_routing",
+        "acc_matrix",
+    ):
         assert items[name].written, (name, items[name].skipped)
-        assert all(path.stat().st_size > 1000 for path in items[name].paths if path.suffix in (".png", ".pdf"))
+        assert all(
+            path.stat().st_size > 1000 for path in items[name].paths if path.suffix in (".png", ".pdf")
+        )
     assert items["table2_seq"].skipped  # smoke has no 5- or 20-task runs: a one-line reason, not a crash

@@ -63,7 +63,7 @@ def test_the_smoke_runs_smoke_baselines_recipes_with_one_common_epoch_factor():
 
 def _write_suite(tmp_path, scale) -> str:
     path = tmp_path / "scaled.toml"
-    path.write_text(f'''datasets = ["synthetic"]
+    path.write_text(f"""datasets = ["synthetic"]
 tasks = [10]
 seeds = [0]
 strategies = ["continual_clip", "finetune", "gr4cil"]
@@ -75,7 +75,7 @@ pretrained = "synthetic"
 epochs = 12
 [strategy.gr4cil]
 epochs = 70
-''')
+""")
     return str(path)
 
 
@@ -110,7 +110,10 @@ def test_the_shipped_checkpoints_digest_joins_the_hashed_config(tmp_path):
     weights = tmp_path / "w.safetensors"
     weights.write_bytes(SYNTHETIC_WEIGHTS.read_bytes())
     (by_path,) = expand(load_suite("smoke"), strategies=["gr4cil"], device="cpu", weights=str(weights))
-    assert resolve(by_path, data_root=".")[2]["backbone"] == {"model": "tiny-clip-32", "pretrained": str(weights)}
+    assert resolve(by_path, data_root=".")[2]["backbone"] == {
+        "model": "tiny-clip-32",
+        "pretrained": str(weights),
+    }
 
 
 def test_the_ablation_suites_full_gr4cil_row_is_the_smokes_run():

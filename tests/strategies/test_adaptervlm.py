@@ -1,4 +1,4 @@
-"""AdapterVLM: its equations by hand, the invariants of BASELINES.md section 4, its parameter count
+"""AdapterVLM: its equations by hand, the invariants of docs/baselines.md §4, its parameter count
 on ViT-B/16, and exact save/load and resume on a small offline stream."""
 
 import math
@@ -11,8 +11,8 @@ from PIL import Image
 
 from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.data.transforms import PatchShuffle, eval_transform
-from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 from strategies.adaptervlm import AdapterVLM, distance_loss, prototype, task_scores
+from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 
 SUITE = three_task_suite("adaptervlm", "epochs = 2\nbatch_size = 16\neval_batch_size = 100\nlora_rank = 4")
 
@@ -36,7 +36,9 @@ def test_prototype_is_the_normalised_sum_of_raw_embeddings():
 def test_flat_argmax_equals_the_task_then_class_argmax():
     torch.manual_seed(0)
     image = F.normalize(torch.randn(50, 8), dim=-1)
-    tasks = [(F.normalize(torch.randn(3, 8), dim=-1), F.normalize(torch.randn(3, 8), dim=-1)) for _ in range(4)]
+    tasks = [
+        (F.normalize(torch.randn(3, 8), dim=-1), F.normalize(torch.randn(3, 8), dim=-1)) for _ in range(4)
+    ]
     q = [task_scores(image, p, t, 1.0, 1.0) for p, t in tasks]
     flat = torch.cat(q, dim=1).argmax(dim=1)
     best_task = torch.stack([s.max(dim=1).values for s in q], dim=1).argmax(dim=1)
@@ -48,7 +50,9 @@ def test_patch_shuffle_moves_patches_only_and_is_deterministic():
     pixels = np.random.RandomState(0).randint(0, 256, (32, 32, 3), dtype=np.uint8)
     shuffled = np.asarray(PatchShuffle(8)(Image.fromarray(pixels)))
     assert np.array_equal(np.sort(pixels.ravel()), np.sort(shuffled.ravel()))
-    patches = lambda a: sorted(a[r:r + 4, c:c + 4].tobytes() for r in range(0, 32, 4) for c in range(0, 32, 4))  # noqa: E731
+    patches = lambda a: sorted(
+        a[r : r + 4, c : c + 4].tobytes() for r in range(0, 32, 4) for c in range(0, 32, 4)
+    )  # noqa: E731
     assert patches(pixels) == patches(shuffled) and not np.array_equal(pixels, shuffled)
     assert np.array_equal(shuffled, np.asarray(PatchShuffle(8)(Image.fromarray(pixels))))
 
@@ -57,8 +61,12 @@ def test_trainable_parameters_on_vit_b16_match_the_count_of_baselines_md():
     """Ten visual LoRAs of 884,736, one text LoRA of 589,824 and 100 prototypes of 512: 9,488,384."""
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec("ViT-B-16-quickgelu", None))
-    strategy = AdapterVLM(backbone=backbone, class_names=[f"c{i}" for i in range(100)],
-                          config=AdapterVLM.Config(), show_progress=False)
+    strategy = AdapterVLM(
+        backbone=backbone,
+        class_names=[f"c{i}" for i in range(100)],
+        config=AdapterVLM.Config(),
+        show_progress=False,
+    )
     strategy.add_adapter("text", "text")
     for task in range(10):
         strategy.add_adapter(f"visual_{task + 1}", "visual")
@@ -91,8 +99,14 @@ def test_frozen_branch_keeps_its_scores_and_a_new_branch_starts_as_a_copy(adapte
     from benchmarks.data.class_orders import resolve_class_order
     from benchmarks.data.streams import build_stream
     from benchmarks.data.transforms import train_transform
-    stream = build_stream(data, 3, resolve_class_order(spec.class_order, 15, "synthetic"),
-                          train_transform(32, augmentation="paper-scaled"), eval_transform(32))
+
+    stream = build_stream(
+        data,
+        3,
+        resolve_class_order(spec.class_order, 15, "synthetic"),
+        train_transform(32, augmentation="paper-scaled"),
+        eval_transform(32),
+    )
     torch.manual_seed(0)
     strategy.learn(stream.train_stream[0])
     after_task_1 = strategy.score_dataset(stream.test_set)
@@ -101,8 +115,13 @@ def test_frozen_branch_keeps_its_scores_and_a_new_branch_starts_as_a_copy(adapte
     # with no text term, task 1's columns depend only on its frozen branch and prototypes
     assert torch.equal(after_task_2[:, :5], after_task_1)
     strategy.setup_task(2, stream.tasks[2])
-    assert all(torch.equal(a, b) for a, b in zip(strategy.backbone.lora_state_dict("visual_2").values(),
-                                                  strategy.backbone.lora_state_dict("visual_3").values()))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(
+            strategy.backbone.lora_state_dict("visual_2").values(),
+            strategy.backbone.lora_state_dict("visual_3").values(),
+        )
+    )
 
 
 def test_save_load_gives_identical_scores(adaptervlm_run):
@@ -116,7 +135,8 @@ def test_save_load_gives_identical_scores(adaptervlm_run):
         batched = strategy.scores(images)
         one_by_one = strategy._scores_from_features(
             [strategy._encode_dataset([(img, 0) for img in images], b)[0] for b in strategy.branches],
-            strategy.text_features(strategy.seen_classes))
+            strategy.text_features(strategy.seen_classes),
+        )
     torch.testing.assert_close(batched, one_by_one, atol=1e-5, rtol=0)
 
 

@@ -1,4 +1,4 @@
-"""APER-Adapter (BASELINES.md section 12): the adapted tower equals the pretrained one at
+"""APER-Adapter (docs/baselines.md §12): the adapted tower equals the pretrained one at
 initialisation, adapters train on task 1 only, prototypes are class means of [base, adapted],
 scores are cosines to them, the parameter count, and a run with exact save/load and resume."""
 
@@ -8,11 +8,12 @@ import torch.nn.functional as F
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.backbone.mlp_adapters import mlp_adapter_parameter_count
-from tests.helpers import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, three_task_suite
 from strategies.aper_adapter import AperAdapter
+from tests.helpers import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, three_task_suite
 
-SUITE = three_task_suite("aper_adapter", "epochs = 3\nbatch_size = 20\neval_batch_size = 100\nlr = 0.05",
-                         augmentation="none")
+SUITE = three_task_suite(
+    "aper_adapter", "epochs = 3\nbatch_size = 20\neval_batch_size = 100\nlr = 0.05", augmentation="none"
+)
 
 
 def test_the_adapted_tower_equals_the_pretrained_one_at_initialisation(tmp_path):
@@ -30,7 +31,10 @@ def test_adapters_train_on_task_one_only_and_prototypes_are_class_means(tmp_path
     after_first = [p.detach().clone() for p in strategy.backbone.mlp_adapter_parameters()]
     assert any(not torch.equal(a, b) for a, b in zip(initial, after_first, strict=True))
     strategy.learn(stream.train_stream[1])
-    assert all(torch.equal(a, b) for a, b in zip(after_first, strategy.backbone.mlp_adapter_parameters(), strict=True))
+    assert all(
+        torch.equal(a, b)
+        for a, b in zip(after_first, strategy.backbone.mlp_adapter_parameters(), strict=True)
+    )
     # prototypes of task 2: the mean of [base, adapted] over each class's training images, eval transform
     train = stream.train_stream[1].dataset.eval()
     images = torch.stack([train[i][0] for i in range(len(train))])
@@ -40,7 +44,9 @@ def test_adapters_train_on_task_one_only_and_prototypes_are_class_means(tmp_path
     with torch.no_grad():
         phi = torch.cat([base, strategy.backbone.encode_image(images, normalize=False)], dim=1)
     for row, c in enumerate(stream.tasks[1]):
-        torch.testing.assert_close(strategy.prototypes[5 + row], phi[labels == c].mean(0), atol=1e-5, rtol=1e-5)
+        torch.testing.assert_close(
+            strategy.prototypes[5 + row], phi[labels == c].mean(0), atol=1e-5, rtol=1e-5
+        )
     tests = torch.stack([stream.test_set[i][0] for i in range(6)])
     expected = F.normalize(strategy.phi(tests), dim=-1) @ F.normalize(strategy.prototypes, dim=-1).T
     torch.testing.assert_close(strategy.scores(tests), expected, atol=1e-5, rtol=0)
@@ -49,13 +55,23 @@ def test_adapters_train_on_task_one_only_and_prototypes_are_class_means(tmp_path
 def test_trainable_parameters_match_baselines_md():
     assert mlp_adapter_parameter_count(768, 12, 1, 64, False) == 1_189_632
     torch.manual_seed(0)
-    vit = AperAdapter(backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)),
-                      class_names=[str(c) for c in range(100)], config=AperAdapter.Config(), show_progress=False)
+    vit = AperAdapter(
+        backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)),
+        class_names=[str(c) for c in range(100)],
+        config=AperAdapter.Config(),
+        show_progress=False,
+    )
     vit.prototypes = torch.zeros(100, 1024)  # after the last task
     assert vit.trainable_parameter_count() == 1_292_032
-    tiny = AperAdapter(backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")), class_names=["a", "b"],
-                       config=AperAdapter.Config(), show_progress=False)
-    assert {p for p in tiny.backbone.parameters() if p.requires_grad} == set(tiny.backbone.mlp_adapter_parameters())
+    tiny = AperAdapter(
+        backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
+        class_names=["a", "b"],
+        config=AperAdapter.Config(),
+        show_progress=False,
+    )
+    assert {p for p in tiny.backbone.parameters() if p.requires_grad} == set(
+        tiny.backbone.mlp_adapter_parameters()
+    )
 
 
 @pytest.fixture(scope="module")

@@ -10,8 +10,8 @@ from avalanche.evaluation.metrics import accuracy_metrics, loss_metrics
 from avalanche.logging import InteractiveLogger
 from avalanche.training.plugins import EvaluationPlugin, SupervisedPlugin
 
-from benchmarks.core.metrics import stage_metrics
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
+from benchmarks.core.metrics import stage_metrics
 from benchmarks.data.class_orders import seeded_order
 from benchmarks.data.datasets import load_dataset
 from benchmarks.data.streams import build_stream
@@ -43,7 +43,10 @@ def stream():
 
 
 # The tiny model has 4 visual blocks and 64-d queries: prompt blocks and components that fit it.
-TINY_MODEL_OPTIONS = {"dualprompt": {"e_layers": [2, 3]}, "coda_prompt": {"prompt_layers": [0, 1, 2, 3], "components": 12}}
+TINY_MODEL_OPTIONS = {
+    "dualprompt": {"e_layers": [2, 3]},
+    "coda_prompt": {"prompt_layers": [0, 1, 2, 3], "components": 12},
+}
 
 
 def _stream_accuracy(metrics: dict) -> float:
@@ -55,28 +58,53 @@ def _stream_accuracy(metrics: dict) -> float:
 def test_avalanche_train_and_eval_match_the_runner(name, stream, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLE))  # the example from outside the repository, installed nowhere
     cls = get_strategy(name)
-    config = cls.Config.from_dict({"epochs": 0 if name == "continual_clip" else 1, "batch_size": 16,
-                                   "eval_batch_size": 7, "lora_rank": 2, "lr": 0.01, "num_workers": 0,
-                                   **TINY_MODEL_OPTIONS.get(name, {})}, name)
+    config = cls.Config.from_dict(
+        {
+            "epochs": 0 if name == "continual_clip" else 1,
+            "batch_size": 16,
+            "eval_batch_size": 7,
+            "lora_rank": 2,
+            "lr": 0.01,
+            "num_workers": 0,
+            **TINY_MODEL_OPTIONS.get(name, {}),
+        },
+        name,
+    )
     if hasattr(config, "compensation_epochs"):
         config.compensation_epochs = 1
     plugin = CountCalls()
-    evaluator = EvaluationPlugin(accuracy_metrics(experience=True, stream=True), loss_metrics(stream=True),
-                                 loggers=[InteractiveLogger()])
-    strategy = cls(backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")), class_names=stream.class_names,
-                   config=config, show_progress=False, plugins=[plugin], evaluator=evaluator)
+    evaluator = EvaluationPlugin(
+        accuracy_metrics(experience=True, stream=True),
+        loss_metrics(stream=True),
+        loggers=[InteractiveLogger()],
+    )
+    strategy = cls(
+        backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
+        class_names=stream.class_names,
+        config=config,
+        show_progress=False,
+        plugins=[plugin],
+        evaluator=evaluator,
+    )
     targets = np.asarray(stream.test_targets)
     test_stream = stream.benchmark.test_stream
     for task, experience in enumerate(stream.train_stream):
         strategy.train(experience)
         adapters = dict(strategy.adapters)
-        metrics = strategy.eval(test_stream[:task + 1])
+        metrics = strategy.eval(test_stream[: task + 1])
         assert strategy.adapters == adapters  # evaluation added or changed nothing
 
-        runner = stage_metrics(strategy.score_dataset(stream.test_set).numpy(), strategy.seen_classes, targets,
-                               stream.task_of_class, task + 1)
+        runner = stage_metrics(
+            strategy.score_dataset(stream.test_set).numpy(),
+            strategy.seen_classes,
+            targets,
+            stream.task_of_class,
+            task + 1,
+        )
         assert _stream_accuracy(metrics) == pytest.approx(runner["acc"], abs=1e-9), (task, metrics)
-        per_task = [v for k, v in sorted(metrics.items()) if k.startswith("Top1_Acc_Exp/eval_phase/test_stream")]
+        per_task = [
+            v for k, v in sorted(metrics.items()) if k.startswith("Top1_Acc_Exp/eval_phase/test_stream")
+        ]
         assert [100.0 * v for v in per_task] == pytest.approx(runner["acc_per_task"], abs=1e-9)
         assert np.isfinite([v for k, v in metrics.items() if k.startswith("Loss_Stream")]).all()
 

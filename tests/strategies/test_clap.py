@@ -1,4 +1,4 @@
-"""CLAP (BASELINES.md section 13), replay-free: the language-aware initialisation, frozen past
+"""CLAP (docs/baselines.md §13), replay-free: the language-aware initialisation, frozen past
 encoders, scores against the formula, batch-size independence with the per-image VGA context, the
 parameter count, and runs that repeat, save/load and resume exactly."""
 
@@ -8,20 +8,27 @@ import pytest
 import torch
 
 from benchmarks.backbone import BackboneSpec, create_clip
-from tests.helpers import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, three_task_suite
 from strategies.clap import CLAP, language_aware_init, lasp_loss, task_mask
+from tests.helpers import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, three_task_suite
 
 # CLAP's official 5 epochs: with 2 (4 SGD steps a task, 30 % of them warm-up) world 2's task 3 ends
 # at 25 % on its 5 classes, too little to tell learning from chance; with 5 each task reaches 80-100 %.
-SUITE = three_task_suite("clap", "epochs = 5\nbatch_size = 20\neval_batch_size = 100\nlr = 0.01\nsamples = 4\n"
-                                 "vga_feedforward = 128", augmentation="flip")
+SUITE = three_task_suite(
+    "clap",
+    "epochs = 5\nbatch_size = 20\neval_batch_size = 100\nlr = 0.01\nsamples = 4\nvga_feedforward = 128",
+    augmentation="flip",
+)
 
 
 def test_language_aware_init_by_hand():
-    """BASELINES.md section 13: W_mu = E^T E / d, W_sigma = V^T V / d, E the template means (not
+    """docs/baselines.md §13: W_mu = E^T E / d, W_sigma = V^T V / d, E the template means (not
     renormalised), V the unbiased variance over templates, d the width (here 2)."""
-    templates = torch.tensor([[[1.0, 0.0], [0.0, 1.0]],    # class 0: E = (0.5, 0.5), V = (0.5, 0.5)
-                              [[1.0, 0.0], [1.0, 0.0]]])   # class 1: E = (1, 0), V = (0, 0)
+    templates = torch.tensor(
+        [
+            [[1.0, 0.0], [0.0, 1.0]],  # class 0: E = (0.5, 0.5), V = (0.5, 0.5)
+            [[1.0, 0.0], [1.0, 0.0]],
+        ]
+    )  # class 1: E = (1, 0), V = (0, 0)
     w_mu, w_sigma = language_aware_init(templates)
     torch.testing.assert_close(w_mu, torch.tensor([[0.625, 0.125], [0.125, 0.125]]), atol=1e-7, rtol=0)
     torch.testing.assert_close(w_sigma, torch.tensor([[0.125, 0.125], [0.125, 0.125]]), atol=1e-7, rtol=0)
@@ -36,7 +43,9 @@ def test_lasp_is_one_cross_entropy_of_raw_dot_products_by_hand():
     # no logit scale and no normalisation: z three times longer gives S = 3 I
     assert lasp_loss(features, 3 * z).item() == pytest.approx(math.log(1 + math.exp(-3)), abs=1e-6)
     # the mean runs over every leading dimension (samples, and images with a per-image context)
-    assert lasp_loss(features, z.unsqueeze(1).expand(2, 5, 2, 2)).item() == pytest.approx(lasp_loss(features, z).item())
+    assert lasp_loss(features, z.unsqueeze(1).expand(2, 5, 2, 2)).item() == pytest.approx(
+        lasp_loss(features, z).item()
+    )
 
 
 def test_the_learning_rate_follows_the_batch():
@@ -57,7 +66,9 @@ def test_encoders_start_language_aware_and_past_ones_never_change(tmp_path):
     strategy.learn(stream.train_stream[1])
     assert all(torch.equal(v, first[k]) for k, v in strategy.encoders[0].state_dict().items())
     strategy.setup_task(2, stream.tasks[2])  # a new pair, before its training: over every class seen so far
-    w_mu, _ = language_aware_init(strategy.class_templates(stream.tasks[0] + stream.tasks[1] + stream.tasks[2]))
+    w_mu, _ = language_aware_init(
+        strategy.class_templates(stream.tasks[0] + stream.tasks[1] + stream.tasks[2])
+    )
     torch.testing.assert_close(strategy.encoders[2].mu.weight, w_mu, atol=1e-6, rtol=0)
 
 
@@ -67,7 +78,7 @@ def test_scores_follow_the_formula_and_do_not_depend_on_the_batch(tmp_path):
     strategy.learn(stream.train_stream[1])
     images = torch.stack([stream.test_set[i][0] for i in range(7)])
     scores = strategy.scores(images)
-    one_by_one = torch.cat([strategy.scores(images[i:i + 1]) for i in range(7)])
+    one_by_one = torch.cat([strategy.scores(images[i : i + 1]) for i in range(7)])
     torch.testing.assert_close(one_by_one, scores, atol=1e-5, rtol=1e-5)  # batch size 1 vs 7
     with torch.no_grad():  # s <v, t + VGA + mu + sigma eps>, averaged over the R samples
         v = strategy.backbone.encode_image(images, normalize=True)
@@ -76,7 +87,7 @@ def test_scores_follow_the_formula_and_do_not_depend_on_the_batch(tmp_path):
         queries = text.unsqueeze(0).expand(7, -1, -1)
         adapted = queries + strategy.vga(queries, v.unsqueeze(1), tgt_mask=task_mask([5, 5], "cpu"))
         noise = torch.cat(strategy.evaluation_noise(), dim=2)
-        mus, sigmas = zip(*(strategy.encoders[i](adapted[:, 5 * i:5 * i + 5]) for i in range(2)))
+        mus, sigmas = zip(*(strategy.encoders[i](adapted[:, 5 * i : 5 * i + 5]) for i in range(2)))
         z = torch.cat(mus, 1) + torch.cat(sigmas, 1) * noise
         expected = strategy.backbone.logit_scale * torch.einsum("bd,rbcd->rbc", v, adapted + z).mean(0)
     torch.testing.assert_close(scores, expected, atol=1e-4, rtol=1e-5)
@@ -84,8 +95,12 @@ def test_scores_follow_the_formula_and_do_not_depend_on_the_batch(tmp_path):
 
 def test_trainable_parameters_match_baselines_md():
     torch.manual_seed(0)
-    vit = CLAP(backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)), class_names=[str(c) for c in range(100)],
-               config=CLAP.Config(prompt_ensemble=""), show_progress=False)
+    vit = CLAP(
+        backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)),
+        class_names=[str(c) for c in range(100)],
+        config=CLAP.Config(prompt_ensemble=""),
+        show_progress=False,
+    )
     assert vit.trainable_parameter_count() == 4_204_032  # the VGA
     for task in range(10):
         vit.setup_task(task, list(range(10 * task, 10 * task + 10)))

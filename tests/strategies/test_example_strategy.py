@@ -35,15 +35,27 @@ epochs = 1
 
 def _python(*argv, cwd):
     env = {**os.environ, "PYTHONPATH": str(EXAMPLE), "OMP_NUM_THREADS": "1"}  # installs nothing
-    return subprocess.run([sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=1200)
+    return subprocess.run(
+        [sys.executable, *argv], cwd=cwd, env=env, capture_output=True, text=True, timeout=1200
+    )
 
 
 @pytest.mark.slow
 def test_the_example_strategy_runs_beside_gr4cil_and_compares(tmp_path):
     (tmp_path / "suite.toml").write_text(SUITE)
     results = tmp_path / "results"
-    ran = _python("-m", "benchmarks.run", "--suite", str(tmp_path / "suite.toml"), "--strategies", f"{LABEL},gr4cil",
-                  "--results-dir", str(results), "--quiet", cwd=REPO)
+    ran = _python(
+        "-m",
+        "benchmarks.run",
+        "--suite",
+        str(tmp_path / "suite.toml"),
+        "--strategies",
+        f"{LABEL},gr4cil",
+        "--results-dir",
+        str(results),
+        "--quiet",
+        cwd=REPO,
+    )
     assert ran.returncode == 0, ran.stderr[-2000:]
     last = {}
     for path in results.glob("synthetic/*/T5-seed*.json"):
@@ -52,14 +64,24 @@ def test_the_example_strategy_runs_beside_gr4cil_and_compares(tmp_path):
         last[(result["label"], result["seed"])] = result["summary"]["last_acc"]
     assert set(last) == {(label, seed) for label in (LABEL, "gr4cil") for seed in (0, 1)}
 
-    compared = _python("-m", "analysis.compare", "--results-dir", str(results), "--baseline", "gr4cil", cwd=tmp_path)
+    compared = _python(
+        "-m", "analysis.compare", "--results-dir", str(results), "--baseline", "gr4cil", cwd=tmp_path
+    )
     assert compared.returncode == 0, compared.stderr
     (row,) = pd.read_csv(results / "compare" / "compare-last.csv").to_dict("records")
-    assert (row["method"], row["baseline"], row["n"], row["baseline_n"], row["paired_seeds"]) == (LABEL, "gr4cil", 2, 2, "0 1")
+    assert (row["method"], row["baseline"], row["n"], row["baseline_n"], row["paired_seeds"]) == (
+        LABEL,
+        "gr4cil",
+        2,
+        2,
+        "0 1",
+    )
     expected = np.mean([last[(LABEL, s)] - last[("gr4cil", s)] for s in (0, 1)])
     assert row["difference"] == pytest.approx(expected)
     assert row["low"] <= row["difference"] <= row["high"] and row["detectable"] > 0
-    verdict = "better" if row["low"] > 0 else "worse" if row["high"] < 0 else "no detectable difference at 95 %"
+    verdict = (
+        "better" if row["low"] > 0 else "worse" if row["high"] < 0 else "no detectable difference at 95 %"
+    )
     assert row["verdict"] == verdict
     assert f"| {LABEL} | synthetic | 5 |" in compared.stdout and f"{expected:+.2f}" in compared.stdout
     assert (results / "compare" / "compare-my_strategy.strategy_MyStrategy-last.png").stat().st_size > 0

@@ -7,11 +7,31 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks.core.subspace import directional_distance, energy_basis, joint_basis, orthonormal_basis, symmetric_distance
-from strategies.gr4cil import (_confidence_and_margin, anchor_loss, class_prototypes, clip_loss, compensation_head,
-                               compensation_logits, compensation_loss, fused_zero_shot_logits, fusion_weights,
-                               msp_threshold, orthogonal_projector, prototype_score, separation_loss, task_msp,
-                               text_subspace_basis, unified_scores)
+from benchmarks.core.subspace import (
+    directional_distance,
+    energy_basis,
+    joint_basis,
+    orthonormal_basis,
+    symmetric_distance,
+)
+from strategies.gr4cil import (
+    _confidence_and_margin,
+    anchor_loss,
+    class_prototypes,
+    clip_loss,
+    compensation_head,
+    compensation_logits,
+    compensation_loss,
+    fused_zero_shot_logits,
+    fusion_weights,
+    msp_threshold,
+    orthogonal_projector,
+    prototype_score,
+    separation_loss,
+    task_msp,
+    text_subspace_basis,
+    unified_scores,
+)
 
 
 def test_anchor_loss_eq1():
@@ -42,7 +62,9 @@ def test_clip_loss_eq3_is_scaled_cross_entropy_over_task_classes():
     logits = 10.0 * torch.tensor([math.sqrt(0.5), math.sqrt(0.5), -math.sqrt(0.5)])
     expected = -(logits[1] - torch.logsumexp(logits, 0))
     # compute_logits gives logit_scale * <v, t_c>; eq. 3 is the cross-entropy on it
-    assert clip_loss(10.0 * image @ text.T, torch.tensor([1])).item() == pytest.approx(expected.item(), rel=1e-6)
+    assert clip_loss(10.0 * image @ text.T, torch.tensor([1])).item() == pytest.approx(
+        expected.item(), rel=1e-6
+    )
 
 
 @pytest.fixture
@@ -129,7 +151,9 @@ def test_fusion_weights_and_fused_logits_eq8():
 def test_confidence_and_margin_by_hand():
     # columns: classes of task 0 (cols 0, 1) and task 1 (col 2); one sample of class col 0
     q = torch.tensor([[2.0, 0.0, 1.5]], dtype=torch.float64)
-    confidence, margin = _confidence_and_margin(q, torch.tensor([0]), torch.tensor([0]), torch.tensor([0, 0, 1]))
+    confidence, margin = _confidence_and_margin(
+        q, torch.tensor([0]), torch.tensor([0]), torch.tensor([0, 0, 1])
+    )
     assert confidence == pytest.approx(math.exp(2) / (math.exp(2) + 1))
     assert margin == pytest.approx(0.5)
     _, single = _confidence_and_margin(q[:, :2], torch.tensor([0]), torch.tensor([0]), torch.tensor([0, 0]))

@@ -9,11 +9,11 @@ import torch
 from safetensors import safe_open
 
 from benchmarks import run
-from benchmarks.runner import execute
 from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.core.errors import UserError
-from tests.helpers import killed_and_resumed, run_one_run_suite
+from benchmarks.runner import execute
 from strategies.gr4cil import GR4CIL
+from tests.helpers import killed_and_resumed, run_one_run_suite
 
 SUITE = """
 datasets = ["synthetic"]
@@ -53,8 +53,12 @@ def test_stages_have_routing_at_least_accuracy_and_the_diagnostics(gr4cil_run):
         assert stage["routing_acc"] >= stage["acc"]
         diagnostics = stage["diagnostics"]
         assert diagnostics["routing_acc_full"] == pytest.approx(stage["routing_acc"])
-        for key in ("routing_acc_text_only", "routing_acc_text_prototype", "confidence_with_compensation",
-                    "confidence_without_compensation"):
+        for key in (
+            "routing_acc_text_only",
+            "routing_acc_text_prototype",
+            "confidence_with_compensation",
+            "confidence_without_compensation",
+        ):
             assert diagnostics[key] is not None
         assert (diagnostics["margin_with_compensation"] is None) == (stage["task"] == 1)
     run_diagnostics = result["diagnostics"]
@@ -105,8 +109,12 @@ def test_saved_model_keys_are_documented_and_loading_restores_the_scores(gr4cil_
         basis = f.get_tensor("tasks/1/text_basis")
         head = f.get_tensor("tasks/1/compensation_head")
     for i in range(1, 5):
-        assert {f"tasks/{i}/text_basis", f"tasks/{i}/compensation_head", f"tasks/{i}/prototypes",
-                f"tasks/{i}/class_ids"} <= keys
+        assert {
+            f"tasks/{i}/text_basis",
+            f"tasks/{i}/compensation_head",
+            f"tasks/{i}/prototypes",
+            f"tasks/{i}/class_ids",
+        } <= keys
     assert {"anchors/features", "anchors/class_ids"} <= keys
     assert (basis.T @ head).abs().max() < 1e-5  # W_hat stays orthogonal to the text span
     meta = json.loads((stem.parent / "T4-seed0.model.json").read_text())
@@ -116,11 +124,16 @@ def test_saved_model_keys_are_documented_and_loading_restores_the_scores(gr4cil_
     data = execute._load_data(spec, "data")
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec("tiny-clip-32", None))
-    strategy = GR4CIL(backbone=backbone, class_names=data.class_names,
-                      config=GR4CIL.Config.from_dict(spec.strategy_options), show_progress=False)
+    strategy = GR4CIL(
+        backbone=backbone,
+        class_names=data.class_names,
+        config=GR4CIL.Config.from_dict(spec.strategy_options),
+        show_progress=False,
+    )
     strategy.load_model(stem)
     assert strategy.seen_classes == [c for task in result["tasks"] for c in sorted(task)]
     from benchmarks.data.transforms import eval_transform
+
     transform = eval_transform(32)
     images = torch.stack([transform(data.test[i][0]) for i in range(8)])
     strategy.backbone.set_adapters(visual=None, text="text")
@@ -128,7 +141,8 @@ def test_saved_model_keys_are_documented_and_loading_restores_the_scores(gr4cil_
         batched = strategy.scores(images)  # all branches in one forward (deployed inference)
         one_by_one = strategy._scores_from_features(
             [strategy._encode_dataset([(img, 0) for img in images], t.adapter)[0] for t in strategy.tasks],
-            strategy.text_features(strategy.seen_classes))
+            strategy.text_features(strategy.seen_classes),
+        )
     torch.testing.assert_close(batched, one_by_one, atol=1e-5, rtol=0)
 
 
@@ -138,8 +152,9 @@ def test_killed_gr4cil_run_resumes_with_identical_results(gr4cil_run, tmp_path, 
     for a, b in zip(resumed["stages"], reference["stages"]):
         assert {k: v for k, v in a.items()} == {k: v for k, v in b.items()}
     ignore = {"eval_branch_forwards"}  # a resumed run re-encodes the branches of finished tasks once
-    assert {k: v for k, v in resumed["diagnostics"].items() if k not in ignore} == \
-           {k: v for k, v in reference["diagnostics"].items() if k not in ignore}
+    assert {k: v for k, v in resumed["diagnostics"].items() if k not in ignore} == {
+        k: v for k, v in reference["diagnostics"].items() if k not in ignore
+    }
     assert np.isclose(resumed["summary"]["last_acc"], reference["summary"]["last_acc"])
 
 
@@ -150,13 +165,19 @@ def test_chunked_text_backward_gives_the_same_gradients_as_the_direct_one():
     for chunk in (256, 5):  # direct graph, then 12 prompts in chunks of 5
         torch.manual_seed(0)
         backbone = create_clip(BackboneSpec("tiny-clip-32", None))
-        strategy = GR4CIL(backbone=backbone, class_names=names, show_progress=False,
-                          config=GR4CIL.Config(lora_rank=4, lora_alpha=4.0, text_chunk_size=chunk, tau=0.0))
+        strategy = GR4CIL(
+            backbone=backbone,
+            class_names=names,
+            show_progress=False,
+            config=GR4CIL.Config(lora_rank=4, lora_alpha=4.0, text_chunk_size=chunk, tau=0.0),
+        )
         strategy.setup_task(0, list(range(4)))
         for p in strategy.backbone.lora_parameters("text") + strategy.backbone.lora_parameters("visual_1"):
             torch.nn.init.normal_(p, std=0.1)  # non-zero B so every LoRA parameter gets a gradient
         strategy.seen_classes, strategy.current_classes = list(range(8)), list(range(8, 12))
-        strategy.anchors = torch.nn.functional.normalize(torch.randn(8, backbone.embed_dim, generator=torch.Generator().manual_seed(1)), dim=1)
+        strategy.anchors = torch.nn.functional.normalize(
+            torch.randn(8, backbone.embed_dim, generator=torch.Generator().manual_seed(1)), dim=1
+        )
         images = torch.randn(6, 3, 32, 32, generator=torch.Generator().manual_seed(2))
         logits = strategy.compute_logits(images)
         strategy.loss = strategy.compute_loss(logits, torch.tensor([0, 1, 2, 3, 0, 1]))
@@ -169,9 +190,15 @@ def test_chunked_text_backward_gives_the_same_gradients_as_the_direct_one():
 
 def test_images_per_forward_option_resolves_auto_and_rejects_bad_values():
     backbone = create_clip(BackboneSpec("tiny-clip-32", None))
+
     def strategy(cap):
-        return GR4CIL(backbone=backbone, class_names=["a", "b"], show_progress=False,
-                      config=GR4CIL.Config(max_images_per_forward=cap))
+        return GR4CIL(
+            backbone=backbone,
+            class_names=["a", "b"],
+            show_progress=False,
+            config=GR4CIL.Config(max_images_per_forward=cap),
+        )
+
     assert strategy("auto").images_per_forward() == backbone.efficient_images_per_forward() == 240
     assert strategy(0).images_per_forward() == 0 and strategy(64).images_per_forward() == 64
     for bad in (-1, "many", 2.5, True):

@@ -1,5 +1,5 @@
 """MagMax: the max-magnitude merge against a batch reference (ties included), the invariants of
-BASELINES.md section 7, its parameter count on ViT-B/16, and exact save/load and resume."""
+docs/baselines.md §7, its parameter count on ViT-B/16, and exact save/load and resume."""
 
 import pytest
 import torch
@@ -9,11 +9,14 @@ from benchmarks.backbone.full_tuning import difference, max_magnitude, visual_st
 from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
-from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 from strategies.magmax import MagMax, merged
+from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 
-SUITE = three_task_suite("magmax", "epochs = 1\nbatch_size = 16\neval_batch_size = 100\nlr = 1e-4\nwarmup_steps = 2\n"
-                                   "prompt_ensemble = \"\"", augmentation="rrc90")
+SUITE = three_task_suite(
+    "magmax",
+    'epochs = 1\nbatch_size = 16\neval_batch_size = 100\nlr = 1e-4\nwarmup_steps = 2\nprompt_ensemble = ""',
+    augmentation="rrc90",
+)
 
 
 def test_incremental_merge_equals_the_batch_rule_with_ties_to_the_later_task():
@@ -23,7 +26,9 @@ def test_incremental_merge_equals_the_batch_rule_with_ties_to_the_later_task():
     for tau in taus:
         running = max_magnitude(running, tau)
     stacked = torch.stack([t["w"] for t in taus])
-    last_of_max = len(taus) - 1 - stacked.abs().flip(0).argmax(dim=0)  # argmax takes the first: flip for the last
+    last_of_max = (
+        len(taus) - 1 - stacked.abs().flip(0).argmax(dim=0)
+    )  # argmax takes the first: flip for the last
     assert torch.equal(running["w"], stacked.gather(0, last_of_max[None])[0])
     tie = {"w": torch.tensor([2.0])}, {"w": torch.tensor([-2.0])}
     assert max_magnitude(max_magnitude(None, tie[0]), tie[1])["w"].item() == -2.0  # the later task wins
@@ -32,8 +37,12 @@ def test_incremental_merge_equals_the_batch_rule_with_ties_to_the_later_task():
 def test_trainable_parameters_on_vit_b16_are_the_visual_tower():
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec("ViT-B-16-quickgelu", None))
-    strategy = MagMax(backbone=backbone, class_names=["a", "b"], config=MagMax.Config(prompt_ensemble=""),
-                      show_progress=False)
+    strategy = MagMax(
+        backbone=backbone,
+        class_names=["a", "b"],
+        config=MagMax.Config(prompt_ensemble=""),
+        show_progress=False,
+    )
     assert strategy.trainable_parameter_count() == 86_192_640
 
 
@@ -45,8 +54,13 @@ def magmax_run(tmp_path_factory):
 def test_one_task_gives_the_midpoint_text_stays_frozen_and_task_2_starts_from_theta_1(magmax_run):
     suite, _, _ = magmax_run
     strategy, spec, data = strategy_from_suite(suite)
-    stream = build_stream(data, 3, resolve_class_order(spec.class_order, 15, "synthetic"), eval_transform(32),
-                          eval_transform(32))
+    stream = build_stream(
+        data,
+        3,
+        resolve_class_order(spec.class_order, 15, "synthetic"),
+        eval_transform(32),
+        eval_transform(32),
+    )
     text_before = {k: v.clone() for k, v in strategy.backbone.model.transformer.state_dict().items()}
     with torch.no_grad():
         head_before = strategy.text_features(list(range(15)))
@@ -57,7 +71,9 @@ def test_one_task_gives_the_midpoint_text_stays_frozen_and_task_2_starts_from_th
     assert any(not torch.equal(theta_1[k], theta_0[k]) for k in theta_0)  # training moved the tower
     now = visual_state(strategy.backbone.model)
     assert all(torch.allclose(now[k], (theta_0[k] + theta_1[k]) / 2, atol=1e-6) for k in theta_0)
-    assert all(torch.equal(v, text_before[k]) for k, v in strategy.backbone.model.transformer.state_dict().items())
+    assert all(
+        torch.equal(v, text_before[k]) for k, v in strategy.backbone.model.transformer.state_dict().items()
+    )
     with torch.no_grad():
         assert torch.equal(strategy.text_features(list(range(15))), head_before)
     strategy.setup_task(1, stream.tasks[1])

@@ -1,4 +1,4 @@
-"""MG-CLIP: the fusion and the epoch rule by hand, the invariants of BASELINES.md section 5, its
+"""MG-CLIP: the fusion and the epoch rule by hand, the invariants of docs/baselines.md §5, its
 parameter count on ViT-B/16, the "auto" probe, and exact save/load and resume."""
 
 import pytest
@@ -9,10 +9,14 @@ from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
-from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 from strategies.mg_clip import MGCLIP, fused_scores, gap_epoch_budget, mean_non_target_logit
+from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 
-SUITE = three_task_suite("mg_clip", "epochs = 2\nbatch_size = 16\neval_batch_size = 100\nvisual_batch_size = 16", augmentation="none")
+SUITE = three_task_suite(
+    "mg_clip",
+    "epochs = 2\nbatch_size = 16\neval_batch_size = 100\nvisual_batch_size = 16",
+    augmentation="none",
+)
 
 
 def test_fused_scores_by_hand():
@@ -38,8 +42,12 @@ def test_epoch_budget_rule_on_scripted_negatives():
 def test_trainable_parameters_on_vit_b16_match_the_count_of_baselines_md():
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec("ViT-B-16-quickgelu", None))
-    strategy = MGCLIP(backbone=backbone, class_names=[f"c{i}" for i in range(100)], config=MGCLIP.Config(),
-                      show_progress=False)
+    strategy = MGCLIP(
+        backbone=backbone,
+        class_names=[f"c{i}" for i in range(100)],
+        config=MGCLIP.Config(),
+        show_progress=False,
+    )
     strategy.setup_task(0, list(range(10)))
     layer = backbone.model.visual.transformer.resblocks[0].attn.k_proj
     assert layer.scaling["mg_visual"] == pytest.approx(1 / 8)
@@ -54,8 +62,13 @@ def mg_run(tmp_path_factory):
 
 def _strategy_and_stream(suite, **options):
     strategy, spec, data = strategy_from_suite(suite, **options)
-    stream = build_stream(data, 3, resolve_class_order(spec.class_order, 15, "synthetic"), eval_transform(32),
-                          eval_transform(32))
+    stream = build_stream(
+        data,
+        3,
+        resolve_class_order(spec.class_order, 15, "synthetic"),
+        eval_transform(32),
+        eval_transform(32),
+    )
     return strategy, stream
 
 
@@ -88,7 +101,9 @@ def test_auto_epochs_run_the_probe_once_and_restore_the_lora(mg_run):
     strategy.setup_task(0, strategy.current_classes)
     assert strategy.auto_epochs == 1 and strategy.train_epochs == 1  # any change crosses a tiny threshold
     assert len(strategy.probe_negatives) == 2  # untrained, then one epoch
-    assert all(not b.any() for k, b in strategy.backbone.lora_state_dict("mg_visual").items() if k.endswith("lora_B"))
+    assert all(
+        not b.any() for k, b in strategy.backbone.lora_state_dict("mg_visual").items() if k.endswith("lora_B")
+    )
 
 
 def test_scores_are_fused_probabilities_and_save_load_restores_them(mg_run):
@@ -102,7 +117,9 @@ def test_scores_are_fused_probabilities_and_save_load_restores_them(mg_run):
         image = strategy.backbone.encode_image(images)
         text = strategy.text_features(strategy.seen_classes)
     p_text = torch.softmax(strategy.backbone.logit_scale * image @ text.T, dim=1)
-    expected = (torch.softmax(p_text, dim=1) + 4 * torch.softmax(image @ F.normalize(strategy.classifier).T, dim=1)) / 5
+    expected = (
+        torch.softmax(p_text, dim=1) + 4 * torch.softmax(image @ F.normalize(strategy.classifier).T, dim=1)
+    ) / 5
     torch.testing.assert_close(scores, expected, atol=1e-6, rtol=0)
     assert torch.allclose(scores.sum(dim=1), torch.ones(6), atol=1e-6)
 

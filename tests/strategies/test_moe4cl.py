@@ -1,5 +1,5 @@
 """MOE4CL and the parallel MLP adapters it uses: identity at initialisation, gates, SOT routing,
-text features against a hand-written block-by-block forward, the parameter counts of BASELINES.md
+text features against a hand-written block-by-block forward, the parameter counts of docs/baselines.md
 section 6, and exact save/load and resume."""
 
 import pytest
@@ -7,11 +7,14 @@ import torch
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.backbone.mlp_adapters import mlp_adapter_parameter_count, noisy_top_k_gates
-from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 from strategies.moe4cl import MOE4CL
+from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 
-SUITE = three_task_suite("moe4cl", "epochs = 2\nbatch_size = 16\neval_batch_size = 100\nlr = 0.01\nwarmup_steps = 2",
-                         augmentation="rrc90")
+SUITE = three_task_suite(
+    "moe4cl",
+    "epochs = 2\nbatch_size = 16\neval_batch_size = 100\nlr = 0.01\nwarmup_steps = 2",
+    augmentation="rrc90",
+)
 PROMPTS = ["a bad photo of a cat.", "a bad photo of a small red boat.", "a bad photo of a dog."]
 
 
@@ -31,14 +34,20 @@ def _backbone_with_experts(nonzero: bool = True):
 
 
 def test_noisy_top_k_gates_by_hand():
-    x0, w_gate, w_noise = torch.tensor([[1.0, 2.0]]), torch.tensor([[1.0, 0.0, 0.5], [0.0, 1.0, 0.5]]), torch.zeros(2, 3)
+    x0, w_gate, w_noise = (
+        torch.tensor([[1.0, 2.0]]),
+        torch.tensor([[1.0, 0.0, 0.5], [0.0, 1.0, 0.5]]),
+        torch.zeros(2, 3),
+    )
     logits = torch.tensor([1.0, 2.0, 1.5])  # x0 W_g
     assert torch.allclose(noisy_top_k_gates(x0, w_gate, w_noise, 3, None)[0], logits.softmax(0))
     top2 = torch.tensor([0.0, 2.0, 1.5]).exp() * torch.tensor([0.0, 1.0, 1.0])
     assert torch.allclose(noisy_top_k_gates(x0, w_gate, w_noise, 2, None)[0], top2 / top2.sum())
     noise = torch.tensor([[1.0, -1.0, 0.0]])  # softplus(0) + 0.01 scales the noise
     scale = torch.nn.functional.softplus(torch.zeros(())) + 0.01
-    assert torch.allclose(noisy_top_k_gates(x0, w_gate, w_noise, 3, noise)[0], (logits + noise[0] * scale).softmax(0))
+    assert torch.allclose(
+        noisy_top_k_gates(x0, w_gate, w_noise, 3, noise)[0], (logits + noise[0] * scale).softmax(0)
+    )
 
 
 def test_new_experts_leave_clip_bit_identical_in_train_and_eval_mode():
@@ -77,7 +86,9 @@ def test_text_with_experts_equals_a_plain_block_by_block_forward():
         compact = backbone.encode_text(backbone.prepare_prompts(tokens, compact=True))
         with backbone.mlp_adapters(enabled=False):  # the parts, then the branch added by hand
             x = model.token_embedding(tokens) + model.positional_embedding
-            for block, adapter in zip(model.transformer.resblocks, backbone.mlp_adapter_modules["text"], strict=True):
+            for block, adapter in zip(
+                model.transformer.resblocks, backbone.mlp_adapter_modules["text"], strict=True
+            ):
                 x = x + block.attention(block.ln_1(x), attn_mask=model.attn_mask)
                 x = x + block.mlp(block.ln_2(x)) + adapter(x, batch_first=True)
             x = model.ln_final(x[torch.arange(len(x)), tokens.argmax(-1)]) @ model.text_projection
@@ -89,12 +100,20 @@ def test_text_with_experts_equals_a_plain_block_by_block_forward():
 
 def test_trainable_parameters_match_the_counts_of_baselines_md():
     torch.manual_seed(0)
-    vit = MOE4CL(backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)), class_names=["a", "b"],
-                 config=MOE4CL.Config(), show_progress=False)
+    vit = MOE4CL(
+        backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)),
+        class_names=["a", "b"],
+        config=MOE4CL.Config(),
+        show_progress=False,
+    )
     assert vit.trainable_parameter_count() == 4_027_392
     assert mlp_adapter_parameter_count(768, 12, 2, 64, True) == 2_416_128  # the visual tower
-    tiny = MOE4CL(backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")), class_names=["a", "b"],
-                  config=MOE4CL.Config(), show_progress=False)
+    tiny = MOE4CL(
+        backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
+        class_names=["a", "b"],
+        config=MOE4CL.Config(),
+        show_progress=False,
+    )
     assert tiny.trainable_parameter_count() == 202_240
     trainable = {p for p in tiny.backbone.parameters() if p.requires_grad}
     assert trainable == set(tiny.backbone.mlp_adapter_parameters())  # CLIP itself stays frozen

@@ -8,11 +8,11 @@ import torch
 from avalanche.core import SupervisedPlugin
 
 from benchmarks import run
-from benchmarks.runner import execute
 from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.data.streams import build_stream
-from benchmarks.runner.suites import expand, load_suite
 from benchmarks.data.transforms import eval_transform, train_transform
+from benchmarks.runner import execute
+from benchmarks.runner.suites import expand, load_suite
 from strategies.registry import available, get_strategy
 
 pytestmark = pytest.mark.slow
@@ -20,9 +20,9 @@ pytestmark = pytest.mark.slow
 # Known misses, each with its measured numbers; strict, so a fix shows up as an unexpected pass.
 KNOWN_MISSES = {
     "l2p_pp": "official batch 128 and 20 epochs give 80 steps a task; the loss is dominated by the key loss, summed "
-              "over 128 images x top-5 of (1 - cos) against 256-d keys, which falls slowly: 628.1 to 588.2 (-6.4 %)",
+    "over 128 images x top-5 of (1 - cos) against 256-d keys, which falls slowly: 628.1 to 588.2 (-6.4 %)",
     "dualprompt": "official batch 128 and 20 epochs give 80 steps a task; the summed key loss over 128 images "
-                  "dominates and falls slowly: 126.8 to 117.7 (-7.2 %)",
+    "dominates and falls slowly: 126.8 to 117.7 (-7.2 %)",
 }  # Aper-Adapter's miss (80 steps) went with its official batch of 48 (issue 21)
 
 
@@ -72,14 +72,28 @@ def test_every_trained_tensor_moves_and_the_loss_falls_in_task_1(name, request):
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"]))
     record = TrainingRecord()
-    strategy = strategy_cls(backbone=backbone, class_names=data.class_names, config=config, show_progress=False,
-                            seed=0, plugins=[record])
-    stream = build_stream(data, spec.n_tasks, execute.resolve_class_order(spec.class_order, data.n_classes, spec.dataset),
-                          train_transform(backbone.image_size, backbone.mean, backbone.std, config.train_augmentation),
-                          eval_transform(backbone.image_size, backbone.mean, backbone.std))
+    strategy = strategy_cls(
+        backbone=backbone,
+        class_names=data.class_names,
+        config=config,
+        show_progress=False,
+        seed=0,
+        plugins=[record],
+    )
+    stream = build_stream(
+        data,
+        spec.n_tasks,
+        execute.resolve_class_order(spec.class_order, data.n_classes, spec.dataset),
+        train_transform(backbone.image_size, backbone.mean, backbone.std, config.train_augmentation),
+        eval_transform(backbone.image_size, backbone.mean, backbone.std),
+    )
     strategy.learn(stream.train_stream[0])
     assert record.tensors, f"{name} trained nothing in task 1"
     still = [tuple(p.shape) for p in record.tensors if torch.equal(p.detach(), record.initial[id(p)])]
-    assert not still, f"{name}: {len(still)} of {len(record.tensors)} trained tensors never moved: {still[:5]}"
+    assert not still, (
+        f"{name}: {len(still)} of {len(record.tensors)} trained tensors never moved: {still[:5]}"
+    )
     first, last = record.start_and_end_loss()
-    assert last <= 0.9 * first or last < 1.0, f"{name}: loss {first:.3f} -> {last:.3f} over {record.epoch_losses}"
+    assert last <= 0.9 * first or last < 1.0, (
+        f"{name}: loss {first:.3f} -> {last:.3f} over {record.epoch_losses}"
+    )

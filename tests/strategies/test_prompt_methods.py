@@ -1,6 +1,6 @@
 """The shared prompt module (strategies/prompting.py) and L2P++: selection against an independent
 top-k, the key losses against loops, prefix assembly, the CODA cosine, the parameter count of
-BASELINES.md section 9, and a run: frozen backbone, past head rows unchanged, accuracy above
+docs/baselines.md §9, and a run: frozen backbone, past head rows unchanged, accuracy above
 chance, exact save/load and resume."""
 
 import math
@@ -9,14 +9,24 @@ import pytest
 import torch
 
 from benchmarks.backbone import BackboneSpec, create_clip
-from tests.helpers import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, strategy_from_suite, three_task_suite
-from strategies.optim import coda_cosine_factor
 from strategies.l2p_pp import L2PPlusPlus
+from strategies.optim import coda_cosine_factor
 from strategies.prompting import cosine_matrix, key_loss, prefix_from_prompts, select_prompts
+from tests.helpers import (
+    check_save_load_and_resume,
+    run_one_run_suite,
+    strategy_and_stream,
+    strategy_from_suite,
+    three_task_suite,
+)
 
-# BASELINES.md section 9's smallest test: block 0, pool 6, length 4, top-2.
-SUITE = three_task_suite("l2p_pp", "epochs = 3\nbatch_size = 20\neval_batch_size = 100\nlr = 0.01\n"
-                                   "pool_size = 6\nprompt_length = 4\ntop_k = 2", augmentation="rrc_flip")
+# docs/baselines.md §9's smallest test: block 0, pool 6, length 4, top-2.
+SUITE = three_task_suite(
+    "l2p_pp",
+    "epochs = 3\nbatch_size = 20\neval_batch_size = 100\nlr = 0.01\n"
+    "pool_size = 6\nprompt_length = 4\ntop_k = 2",
+    augmentation="rrc_flip",
+)
 
 
 def test_selection_is_an_independent_top_k_of_the_cosines():
@@ -59,8 +69,12 @@ def test_the_coda_cosine_by_hand():
 
 def test_trainable_parameters_match_baselines_md():
     torch.manual_seed(0)
-    vit = L2PPlusPlus(backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)),
-                      class_names=[str(c) for c in range(100)], config=L2PPlusPlus.Config(), show_progress=False)
+    vit = L2PPlusPlus(
+        backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)),
+        class_names=[str(c) for c in range(100)],
+        config=L2PPlusPlus.Config(),
+        show_progress=False,
+    )
     assert vit.trainable_parameter_count() == 527_460  # 460,800 prompts + 15,360 keys + 51,300 head
     assert not any(p.requires_grad for p in vit.backbone.parameters())
 
@@ -89,7 +103,9 @@ def test_past_head_rows_do_not_change_and_selection_is_per_image(tmp_path):
     first = [c for c in strategy.seen_classes]
     rows = strategy.head.weight[first].detach().clone(), strategy.head.bias[first].detach().clone()
     strategy.learn(stream.train_stream[1])
-    assert torch.equal(strategy.head.weight[first], rows[0]) and torch.equal(strategy.head.bias[first], rows[1])
+    assert torch.equal(strategy.head.weight[first], rows[0]) and torch.equal(
+        strategy.head.bias[first], rows[1]
+    )
     images = torch.stack([stream.test_set[i][0] for i in range(6)])
     with torch.no_grad():
         strategy.scores(images)
@@ -103,18 +119,25 @@ def test_save_load_and_resume_are_exact(l2p_run, tmp_path, monkeypatch):
 
 
 # ---------------------------------------------------------------- DualPrompt
-# BASELINES.md section 10's smallest test: G at {0, 1}, E at {2, 3} (the tiny model has 4 blocks), 3 tasks.
-DUAL = three_task_suite("dualprompt", "epochs = 3\nbatch_size = 20\neval_batch_size = 100\nlr = 0.01\n"
-                                      "g_layers = [0, 1]\ne_layers = [2, 3]\npool_size = 3\ng_length = 4\ne_length = 4",
-                        augmentation="rrc_flip")
+# docs/baselines.md §10's smallest test: G at {0, 1}, E at {2, 3} (the tiny model has 4 blocks), 3 tasks.
+DUAL = three_task_suite(
+    "dualprompt",
+    "epochs = 3\nbatch_size = 20\neval_batch_size = 100\nlr = 0.01\n"
+    "g_layers = [0, 1]\ne_layers = [2, 3]\npool_size = 3\ng_length = 4\ne_length = 4",
+    augmentation="rrc_flip",
+)
 
 
 def test_dualprompt_trainable_parameters_match_baselines_md():
     from strategies.dualprompt import DualPrompt
 
     torch.manual_seed(0)
-    vit = DualPrompt(backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)),
-                     class_names=[str(c) for c in range(100)], config=DualPrompt.Config(), show_progress=False)
+    vit = DualPrompt(
+        backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)),
+        class_names=[str(c) for c in range(100)],
+        config=DualPrompt.Config(),
+        show_progress=False,
+    )
     assert vit.trainable_parameter_count() == 526_436  # G 9,216 + E 460,800 + keys 5,120 + head 51,300
 
 
@@ -124,12 +147,16 @@ def test_dualprompt_trains_only_the_tasks_own_prompt_and_key(tmp_path):
     before = strategy.prompts.e.detach().clone(), strategy.prompts.keys.detach().clone()
     strategy.learn(stream.train_stream[0])
     after_first = strategy.prompts.e.detach().clone(), strategy.prompts.keys.detach().clone()
-    assert not torch.equal(after_first[0][0], before[0][0]) and not torch.equal(after_first[1][0], before[1][0])
+    assert not torch.equal(after_first[0][0], before[0][0]) and not torch.equal(
+        after_first[1][0], before[1][0]
+    )
     assert torch.equal(after_first[0][1:], before[0][1:]) and torch.equal(after_first[1][1:], before[1][1:])
     strategy.learn(stream.train_stream[1])
     assert torch.equal(strategy.prompts.e[0], after_first[0][0])  # task 1's prompt and key are done
     assert torch.equal(strategy.prompts.keys[0], after_first[1][0])
-    assert not torch.equal(strategy.prompts.e[1], before[0][1]) and torch.equal(strategy.prompts.e[2], before[0][2])
+    assert not torch.equal(strategy.prompts.e[1], before[0][1]) and torch.equal(
+        strategy.prompts.e[2], before[0][2]
+    )
 
 
 def test_dualprompt_selects_the_task_whose_key_is_nearest_among_the_seen_tasks(tmp_path):
@@ -185,10 +212,13 @@ def test_prompt_blocks_beyond_the_model_are_one_line(tmp_path):
 
 
 # ---------------------------------------------------------------- CODA-Prompt
-# BASELINES.md section 11's smallest test: 12 components, length 4, blocks {0..3}, 3 tasks.
-CODA = three_task_suite("coda_prompt", "epochs = 2\nbatch_size = 20\neval_batch_size = 100\nlr = 0.01\n"
-                                       "components = 12\nprompt_length = 4\nprompt_layers = [0, 1, 2, 3]",
-                        augmentation="rrc_flip")
+# docs/baselines.md §11's smallest test: 12 components, length 4, blocks {0..3}, 3 tasks.
+CODA = three_task_suite(
+    "coda_prompt",
+    "epochs = 2\nbatch_size = 20\neval_batch_size = 100\nlr = 0.01\n"
+    "components = 12\nprompt_length = 4\nprompt_layers = [0, 1, 2, 3]",
+    augmentation="rrc_flip",
+)
 
 
 def test_gram_schmidt_gives_an_orthonormal_slice_orthogonal_to_the_old_rows():
@@ -221,8 +251,12 @@ def test_coda_trainable_parameters_match_baselines_md():
     from strategies.coda_prompt import CodaPrompt
 
     torch.manual_seed(0)
-    vit = CodaPrompt(backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)),
-                     class_names=[str(c) for c in range(100)], config=CodaPrompt.Config(), show_progress=False)
+    vit = CodaPrompt(
+        backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)),
+        class_names=[str(c) for c in range(100)],
+        config=CodaPrompt.Config(),
+        show_progress=False,
+    )
     assert vit.trainable_parameter_count() == 3_635_300  # 5 x (614,400 + 102,400) + 51,300
 
 
@@ -237,7 +271,9 @@ def test_coda_slices_new_components_per_task_and_never_changes_old_ones(tmp_path
     for before, after in zip(parameters, strategy.components.parameters(), strict=True):
         assert torch.equal(after[:, :4], before[:, :4])  # task 1's slice is frozen
         assert torch.count_nonzero(after[:, 4:8]) > 0 and torch.count_nonzero(after[:, 8:]) == 0
-    strategy.setup_task(2, stream.tasks[2])  # the next slice, before training: orthonormal, orthogonal to the rest
+    strategy.setup_task(
+        2, stream.tasks[2]
+    )  # the next slice, before training: orthonormal, orthogonal to the rest
     for parameter in strategy.components.parameters():
         for layer in range(parameter.shape[0]):
             flat = parameter[layer].detach().reshape(12, -1).double()

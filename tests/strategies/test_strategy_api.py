@@ -8,16 +8,16 @@ import torch
 from avalanche.training.plugins import SupervisedPlugin
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-from benchmarks.data.class_orders import seeded_order
-from benchmarks.data.datasets import load_dataset
 from benchmarks.core.errors import UserError
 from benchmarks.core.precision import resolve_precision
+from benchmarks.data.class_orders import seeded_order
+from benchmarks.data.datasets import load_dataset
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
 from strategies.checkpointing import pack_state, unpack_state
 from strategies.config import StrategyConfig
-from strategies.optim import warmup_cosine_factor
 from strategies.finetune import Finetune
+from strategies.optim import warmup_cosine_factor
 from strategies.registry import get_strategy
 
 LR = 0.01
@@ -53,8 +53,13 @@ def _train(first_task, strategy_cls=Finetune, **options) -> tuple[Finetune, Reco
     class_names, experience = first_task
     config = StrategyConfig.from_dict({"epochs": 3, "batch_size": 16, "lora_rank": 2, "lr": LR, **options})
     record = Record()
-    strategy = strategy_cls(backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")), class_names=class_names,
-                            config=config, show_progress=False, plugins=[record])
+    strategy = strategy_cls(
+        backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
+        class_names=class_names,
+        config=config,
+        show_progress=False,
+        plugins=[record],
+    )
     torch.manual_seed(0)
     strategy.train(experience)
     return strategy, record
@@ -117,8 +122,16 @@ def test_epoch_end_callback_stops_training(first_task):
     assert strategy.seen_classes  # the task still finished (prototypes, caches, bookkeeping)
 
 
-@pytest.mark.parametrize("options", [{"optimizer": "lion"}, {"schedule": "step"}, {"warmup_steps": 2, "warmup_fraction": 0.1},
-                                     {"min_lr_ratio": 2.0}, {"grad_clip": -1.0}])
+@pytest.mark.parametrize(
+    "options",
+    [
+        {"optimizer": "lion"},
+        {"schedule": "step"},
+        {"warmup_steps": 2, "warmup_fraction": 0.1},
+        {"min_lr_ratio": 2.0},
+        {"grad_clip": -1.0},
+    ],
+)
 def test_bad_training_options_are_user_errors(options):
     with pytest.raises(UserError):
         StrategyConfig.from_dict(options)
@@ -143,12 +156,16 @@ def test_compute_logits_may_return_any_object(first_task):
     assert StructuredOutput.seen_outputs == [16, 16, 16] and len(record.lrs) == ITERATIONS_PER_EPOCH
 
 
-@pytest.mark.parametrize("value", [
-    torch.arange(6.0).view(2, 3),
-    [torch.ones(2), torch.zeros(3, 1), torch.full((1,), 7.0)],
-    {"visual.proj": torch.eye(2), "conv1.weight": torch.ones(1, 2)},
-    None,
-], ids=["tensor", "list", "dict", "none"])
+@pytest.mark.parametrize(
+    "value",
+    [
+        torch.arange(6.0).view(2, 3),
+        [torch.ones(2), torch.zeros(3, 1), torch.full((1,), 7.0)],
+        {"visual.proj": torch.eye(2), "conv1.weight": torch.ones(1, 2)},
+        None,
+    ],
+    ids=["tensor", "list", "dict", "none"],
+)
 def test_pack_state_round_trips_every_kind(value):
     kind, packed = pack_state(value)
     restored = unpack_state(kind, {k: v.clone() for k, v in packed.items()})
@@ -157,7 +174,9 @@ def test_pack_state_round_trips_every_kind(value):
     elif isinstance(value, torch.Tensor):
         assert set(packed) == {""} and torch.equal(restored, value)
     elif isinstance(value, list):
-        assert sorted(packed) == ["/0", "/1", "/2"] and all(torch.equal(a, b) for a, b in zip(restored, value, strict=True))
+        assert sorted(packed) == ["/0", "/1", "/2"] and all(
+            torch.equal(a, b) for a, b in zip(restored, value, strict=True)
+        )
     else:
         assert restored.keys() == value.keys() and all(torch.equal(restored[k], value[k]) for k in value)
 
@@ -192,16 +211,24 @@ def test_checkpoint_attributes_are_saved_as_state_keys_and_restored(first_task, 
     assert meta["state_kinds"] == {"head": "module", "per_task": "list", "missing": "none"}
     strategy.save_model(tmp_path / "m")
     class_names, _ = first_task
-    fresh = WithHead(backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")), class_names=class_names,
-                     config=strategy.cfg, show_progress=False)
+    fresh = WithHead(
+        backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
+        class_names=class_names,
+        config=strategy.cfg,
+        show_progress=False,
+    )
     fresh.load_model(tmp_path / "m")
     assert torch.equal(fresh.head.weight, strategy.head.weight) and fresh.missing is None
     assert len(fresh.per_task) == 1 and torch.equal(fresh.per_task[0], strategy.per_task[0])
 
 
 def test_amp_false_keeps_auto_precision_fp32_and_an_explicit_precision_wins():
-    assert resolve_precision("auto", "cuda") == "fp16" and resolve_precision("auto", "cuda", amp=False) == "fp32"
-    assert resolve_precision("fp16", "cuda", amp=False) == "fp16" and resolve_precision("auto", "cpu") == "fp32"
+    assert (
+        resolve_precision("auto", "cuda") == "fp16" and resolve_precision("auto", "cuda", amp=False) == "fp32"
+    )
+    assert (
+        resolve_precision("fp16", "cuda", amp=False) == "fp16" and resolve_precision("auto", "cpu") == "fp32"
+    )
     for name in ("mg_clip", "magmax", "moe4cl"):
         assert get_strategy(name).Config().amp is False  # fp32 in their official code
     assert get_strategy("gr4cil").Config().amp is True

@@ -15,9 +15,9 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
+from benchmarks.core.environment import seed_everything
 from benchmarks.data.class_orders import seeded_order
 from benchmarks.data.datasets import load_dataset
-from benchmarks.core.environment import seed_everything
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform, train_transform
 from strategies.registry import get_strategy
@@ -29,19 +29,26 @@ OPTIONS = {"batch_size": 16, "eval_batch_size": 50, "lora_rank": 2, "lora_alpha"
 
 def _stage_scores(name: str) -> dict[str, torch.Tensor]:
     data = load_dataset("synthetic", n_classes=12, n_train_per_class=6, n_test_per_class=4, domain="faded")
-    stream = build_stream(data, 2, seeded_order(12), train_transform(32, augmentation="paper-scaled"),
-                          eval_transform(32))
+    stream = build_stream(
+        data, 2, seeded_order(12), train_transform(32, augmentation="paper-scaled"), eval_transform(32)
+    )
     cls = get_strategy(name)
     options = {**OPTIONS, "epochs": 0 if name == "continual_clip" else 1}
     if name == "gr4cil":
         options |= {"compensation_epochs": 1, "visual_init": "previous"}
-    strategy = cls(backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")), class_names=stream.class_names,
-                   config=cls.Config.from_dict(options, name), show_progress=False)
+    strategy = cls(
+        backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
+        class_names=stream.class_names,
+        config=cls.Config.from_dict(options, name),
+        show_progress=False,
+    )
     scores = {}
     for task, experience in enumerate(stream.train_stream):
         seed_everything(0, task)
         strategy.learn(experience)
-        scores[f"{name}/stage{task + 1}"] = strategy.score_dataset(stream.test_set, cache_key="test").contiguous()
+        scores[f"{name}/stage{task + 1}"] = strategy.score_dataset(
+            stream.test_set, cache_key="test"
+        ).contiguous()
     return scores
 
 
@@ -56,7 +63,10 @@ def test_scores_equal_the_stored_ones(name):
     stored = load_file(str(GOLDEN))
     for key, value in scores.items():
         assert value.shape == stored[key].shape, key
-        assert torch.allclose(value, stored[key], rtol=0, atol=1e-5), (key, float((value - stored[key]).abs().max()))
+        assert torch.allclose(value, stored[key], rtol=0, atol=1e-5), (
+            key,
+            float((value - stored[key]).abs().max()),
+        )
     if name != "continual_clip":  # training moved the scores: the comparison is not of zero-shot twice
         zero_shot = load_file(str(GOLDEN))["continual_clip/stage2"]
         assert not torch.allclose(scores[f"{name}/stage2"], zero_shot, atol=1e-3)

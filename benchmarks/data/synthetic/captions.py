@@ -175,7 +175,9 @@ def pretraining_rng(seed: int) -> np.random.Generator:
     return np.random.default_rng([_PRETRAIN_STREAM, seed])
 
 
-def sample_pretraining_pairs(n: int, rng: np.random.Generator) -> tuple[S.ImageAttributes, np.ndarray, list[str]]:
+def sample_pretraining_pairs(
+    n: int, rng: np.random.Generator
+) -> tuple[S.ImageAttributes, np.ndarray, list[str]]:
     """``n`` fresh pairs over ``PRETRAIN_CLASS_IDS``: attributes, ``uint8`` images ``(n, 32, 32, 3)``, captions."""
     # Classes without replacement (a fresh permutation per pass): up to the class count, a batch
     # never shows one combination twice, so few in-batch negatives are really positives.
@@ -183,4 +185,3 @@ def sample_pretraining_pairs(n: int, rng: np.random.Generator) -> tuple[S.ImageA
     class_ids = np.concatenate([rng.permutation(PRETRAIN_CLASS_IDS) for _ in range(passes)])[:n]
     attributes = S.sample_attributes(class_ids, rng)
     return attributes, S.render(attributes), captions(attributes, rng)
-

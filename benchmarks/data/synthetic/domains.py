@@ -8,7 +8,7 @@ draw their CIL images from "faded", a washed-out rendition the tiny CLIP never s
 "faded" pulls every pixel towards mid-grey, like an old print or a hazy exposure. It is a pure
 per-pixel function, so an image's class (colour, pattern, shape) stays visible to a model that
 adapts, and the domain stays a pure function of the dataset's seed. Lower-resolution and blurred
-renditions were measured too (README "The offline miniature"): they erase the 3 px patterns that
+renditions were measured too (docs/miniature.md): they erase the 3 px patterns that
 tell classes apart, so adaptation cannot win back what they cost.
 """
 
