@@ -116,11 +116,14 @@ def _gap_run(inputs: ReportInputs) -> dict:
         raise MissingInputs("no GR4CIL run with modality-gap diagnostics")
     defaults = {id(r) for r in default_gr4cil_runs(inputs, n_tasks=None)}
     order = ["imagenet100", *[d for d in PAPER_DATASETS if d != "imagenet100"]]
-    rank = lambda r: (
-        id(r) not in defaults,
-        order.index(r["dataset"]) if r["dataset"] in order else len(order),
-        r["_path"],
-    )
+
+    def rank(r):
+        return (
+            id(r) not in defaults,
+            order.index(r["dataset"]) if r["dataset"] in order else len(order),
+            r["_path"],
+        )
+
     return min(candidates, key=rank)
 
 
@@ -244,8 +247,8 @@ MEMORY_KINDS = {
 
 def cost_frame(inputs: ReportInputs) -> tuple[str, pd.DataFrame]:
     """Fig. 6's data: the 10-task dataset that most labels ran (the paper's datasets first on ties)
-    and one row per run on it: docs/decisions.md D9 row label, trainable parameters (millions), peak memory (bytes)
-    and its kind."""
+    and one row per run on it: docs/decisions.md D9 row label, trainable parameters (millions),
+    peak memory (bytes) and its kind."""
     runs = [r for r in inputs.runs if r["n_tasks"] == 10 and (r.get("cost") or {}).get("trainable_params")]
     if not runs:
         raise MissingInputs("no 10-task run with cost records")

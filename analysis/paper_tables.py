@@ -155,7 +155,8 @@ def load_inputs(results_dir: str | Path) -> ReportInputs:
     found = [dict(result, _path=str(path)) for path, result in iter_results(results_dir, skipped)]
     if not found:
         raise UserError(
-            f"no result JSON {'of this schema ' if skipped else ''}found under {results_dir}; run python -m benchmarks.run first "
+            f"no result JSON {'of this schema ' if skipped else ''}found under {results_dir}; "
+            "run python -m benchmarks.run first "
             "or point --results-dir at a folder of results"
         )
     distinct, seen = [], set()

@@ -158,7 +158,8 @@ def _index(items: list[ReportItem], tables_markdown: list[str], notes: list[str]
                 [f"![{item.name}]({pngs[0].relative_to(out_dir).as_posix()})", ""]
                 if len(pngs) == 1
                 else [
-                    f"- {item.name}: {len(pngs)} images in `{pngs[0].parent.relative_to(out_dir).as_posix()}/`",
+                    f"- {item.name}: {len(pngs)} images in "
+                    f"`{pngs[0].parent.relative_to(out_dir).as_posix()}/`",
                     "",
                 ]
             )

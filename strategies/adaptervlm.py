@@ -46,7 +46,7 @@ RECIPE (CIFAR-100; per-dataset values in the suites):
 | prototype | normalise(sum of raw embeddings), eval transform | code: _cal_image_prototype |
 | lam, beta | 1, 1 | code: eval_task |
 | precision | AMP fp16 with a loss scaler (here: the run's --precision, fp16 on CUDA by default) | code: clip_two.py |
-"""
+"""  # noqa: E501 (Markdown table rows must stay on one line)
 
 from __future__ import annotations
 

@@ -24,7 +24,7 @@ RECIPE (every dataset; C3Box's CLIP configuration is the only public one):
 | train augmentation | none | code: C3Box utils/data.py |
 | feature / prototypes | [base, adapted], 1024-d / class mean of phi, eval transform | code: utils/inc_net.py, models/aper_adapter.py |
 | scoring | sigma cos, sigma = 1 | code: MultiBranchCosineIncrementalNet |
-"""
+"""  # noqa: E501 (Markdown table rows must stay on one line)
 
 from __future__ import annotations
 
@@ -78,7 +78,8 @@ def prototype_scores(phi: torch.Tensor, prototypes: torch.Tensor, scale: float) 
 @register("aper_adapter")
 class AperAdapter(CLIPStrategy):
     Config = AperConfig
-    # the visual adapters (``state/visual_adapters/visual.<block>...``) and phi's class means, rows in seen_classes order
+    # the visual adapters (``state/visual_adapters/visual.<block>...``) and phi's class means, rows in
+    # seen_classes order
     checkpoint_attributes = ("visual_adapters", "prototypes")
 
     def __init__(self, **kwargs):

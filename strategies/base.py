@@ -142,7 +142,8 @@ class CLIPStrategy(SupervisedTemplate):
         raise NotImplementedError
 
     def compute_loss(self, logits: Any, local_targets: torch.Tensor) -> torch.Tensor:
-        """Training loss from ``compute_logits``'s output; ``local_targets`` index ``self.current_classes``."""
+        """Training loss from ``compute_logits``'s output; ``local_targets`` index
+        ``self.current_classes``."""
         return F.cross_entropy(logits, local_targets)
 
     def finish_task(self, task: int, classes: list[int]) -> None:
@@ -165,8 +166,8 @@ class CLIPStrategy(SupervisedTemplate):
         """Normalised fp32 text features of the classes' prompts under the active text adapter.
 
         The prompts are prepared (trimmed, in length buckets where that pays) once per class list,
-        so a training step that re-encodes them never reads token values on the device. Inside ``fixed_text`` the features
-        themselves are computed once per class list and text adapter.
+        so a training step that re-encodes them never reads token values on the device. Inside
+        ``fixed_text`` the features themselves are computed once per class list and text adapter.
         """
         key = tuple(class_ids)
         memo_key = (key, self.backbone.active_adapters["text"])
@@ -304,7 +305,7 @@ class CLIPStrategy(SupervisedTemplate):
                 out.append(self.scores(images.to(self.device, non_blocking=True)).float().cpu())
         return torch.cat(out)
 
-    # ------------------------------------------------------------------ state on disk (strategies.checkpointing)
+    # ----------------------------------------------------------- state on disk (strategies.checkpointing)
     def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         """Tensors (for safetensors) and JSON metadata that restore the strategy after a task
         (keys: ``strategies.checkpointing.strategy_state``)."""
@@ -314,7 +315,8 @@ class CLIPStrategy(SupervisedTemplate):
         load_strategy_state(self, tensors, meta)
 
     def save_model(self, path: str | Path, extra: dict[str, Any] | None = None) -> None:
-        """Write the learned state as ``PATH.safetensors`` plus ``PATH.json`` (``strategies.checkpointing.save_model``)."""
+        """Write the learned state as ``PATH.safetensors`` plus ``PATH.json``
+        (``strategies.checkpointing.save_model``)."""
         save_model(self, path, extra)
 
     def load_model(self, path: str | Path) -> None:

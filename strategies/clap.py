@@ -1,5 +1,6 @@
 """CLAP4CLIP (Jha et al., NeurIPS 2024): probabilistic fine-tuning of CLIP's class text features
-with a visual-guided attention (VGA) and one distribution encoder per task, replay-free (docs/decisions.md D5).
+with a visual-guided attention (VGA) and one distribution encoder per task, replay-free
+(docs/decisions.md D5).
 Paper row "CLAP" (docs/baselines.md §13; facts from the paper and its code, no code reused).
 
 * Frozen towers. t_c: the renormalised mean of class c's template features (the dataset's ensemble).
@@ -42,7 +43,7 @@ RECIPE (CIFAR-100 10 tasks):
 | train augmentation | flip | code: dataset/incremental_dataloader.py |
 | precision | trainables fp32 under autocast (official: cast to CLIP's fp16) | decision |
 | replay | none | D5 |
-"""
+"""  # noqa: E501 (Markdown table rows must stay on one line)
 
 from __future__ import annotations
 

@@ -1,6 +1,7 @@
 """CODA-Prompt (Smith et al., CVPR 2023): prompts composed from a growing set of components, weighted
 by attention on the query. Paper row "CODA" (docs/baselines.md §11; facts from the paper and the
-CODA-Prompt code, no code reused), on the shared prompt protocol (``strategies.prompting``, docs/decisions.md D6).
+CODA-Prompt code, no code reused), on the shared prompt protocol (``strategies.prompting``,
+docs/decisions.md D6).
 
 At each prompt block l, component m has a prompt P_m ``[L, width]``, a key K_m and an attention
 vector A_m ``[d]``; the prompt of an image is ``sum_m alpha_m P_m`` with alpha_m = cos(q * A_m, K_m)
@@ -26,7 +27,7 @@ RECIPE (CIFAR-100 10 tasks):
 | optimiser | Adam, lr 1e-3, wd 0, batch 128, CODA cosine per epoch | code: configs, utils/schedulers.py; D6 |
 | epochs | 20 (CIFAR-100), 50 (ImageNet-R), 10 (ImageNet-100, ImageNet-1K) | code: configs; fallback |
 | train augmentation | rrc_flip | code: dataloaders/utils.py |
-"""
+"""  # noqa: E501 (Markdown table rows must stay on one line)
 
 from __future__ import annotations
 

@@ -26,7 +26,7 @@ RECIPE (CIFAR-100 10 tasks):
 | optimiser | Adam, lr 1e-3, wd 0, batch 128, CODA cosine per epoch | code: configs, utils/schedulers.py; D6 |
 | epochs | 20 (CIFAR-100), 50 (ImageNet-R), 10 (ImageNet-100, ImageNet-1K) | code: configs; fallback |
 | train augmentation | rrc_flip | code: dataloaders/utils.py |
-"""
+"""  # noqa: E501 (Markdown table rows must stay on one line)
 
 from __future__ import annotations
 

@@ -433,7 +433,8 @@ class GR4CIL(CLIPStrategy):
         return self.backbone.efficient_images_per_forward() if cap == "auto" else cap
 
     def scores(self, images: torch.Tensor) -> torch.Tensor:
-        """Deployed inference: the branches in mixed-adapter batched forwards, then unified score competition."""
+        """Deployed inference: the branches in mixed-adapter batched forwards, then unified score
+        competition."""
         branches = self.backbone.encode_image_multi(
             images, [s.adapter for s in self.tasks], max_images_per_forward=self.images_per_forward()
         )

@@ -1,6 +1,7 @@
 """L2P++ (Smith et al., CODA-Prompt, CVPR 2023): Learning to Prompt (Wang et al., CVPR 2022) as
 prefix tuning. Paper row "L2P++" (docs/baselines.md §9; facts from the papers and the
-CODA-Prompt code, no code reused), on the shared prompt protocol (``strategies.prompting``, docs/decisions.md D6).
+CODA-Prompt code, no code reused), on the shared prompt protocol (``strategies.prompting``,
+docs/decisions.md D6).
 
 Per image: q = the frozen query; the ``top_k`` keys of the pool most similar to q (cosine) pick
 their prompts; at block ``prompt_layer`` the selected prompts' first halves join the keys and
@@ -25,7 +26,7 @@ RECIPE (CIFAR-100 10 tasks):
 | optimiser | Adam, lr 1e-3, wd 0, batch 128, CODA cosine per epoch | code: configs/cifar-100_prompt.yaml, utils/schedulers.py |
 | epochs | 20 (CIFAR-100), 50 (ImageNet-R), 10 (ImageNet-100, ImageNet-1K) | code: configs; fallback |
 | train augmentation | rrc_flip | code: dataloaders/utils.py |
-"""
+"""  # noqa: E501 (Markdown table rows must stay on one line)
 
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """MagMax (Marczak et al., ECCV 2024): sequential full fine-tuning of the visual tower, then a
 merge of the task vectors that keeps, per weight, the entry of largest magnitude.
 
-Paper row "MagMax" (docs/baselines.md §7 and docs/decisions.md D8; facts from its paper and code, no code reused).
+Paper row "MagMax" (docs/baselines.md §7 and docs/decisions.md D8; facts from its paper and code, no
+code reused).
 
 * Task t fine-tunes the whole visual tower from theta_{t-1} (not from a merge) with CE over the
   current classes against a frozen zero-shot head: the template-ensemble text features, times s.
@@ -28,7 +29,7 @@ RECIPE (CIFAR-100; per-dataset values in the suites):
 | grad clip / precision | 1.0 / fp32 (`amp = False`; an explicit --precision wins) | code: finetune_splitted.py |
 | train augmentation | rrc90 | open_clip's default train preprocessing |
 | merge | max magnitude, ties to the later task, lam 0.5, after every stage | code: merge_max_abs; D8 |
-"""
+"""  # noqa: E501 (Markdown table rows must stay on one line)
 
 from __future__ import annotations
 
@@ -111,7 +112,8 @@ class MagMax(CLIPStrategy):
         """The visual tower, fine-tuned in full for every task (counted once)."""
         return sum(t.numel() for t in self.theta_0.values())
 
-    # theta_t and tau_run (``state/theta/<name>``, ``state/tau_run/<name>``); theta_0 is the pretrained weights
+    # theta_t and tau_run (``state/theta/<name>``, ``state/tau_run/<name>``); theta_0 is the pretrained
+    # weights
     checkpoint_attributes = ("theta", "tau_run")
 
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:

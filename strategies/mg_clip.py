@@ -38,7 +38,7 @@ RECIPE (CIFAR-100; per-dataset values in the suites):
 | fusion | (softmax(p_text) + 4 p_vis) / 5 | code: main.py |
 | train augmentation | none (CLIP preprocessing) | code: continual_clip/datasets.py |
 | precision | fp32 (`amp = False`; an explicit --precision wins) | code: main.py |
-"""
+"""  # noqa: E501 (Markdown table rows must stay on one line)
 
 from __future__ import annotations
 

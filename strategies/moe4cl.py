@@ -30,7 +30,7 @@ RECIPE (CIFAR-100 10 tasks; the same on every dataset):
 | epochs / batch | 1 / 128 | code: configs (CIFAR 10-10) |
 | precision | fp32 (`amp = False`; an explicit --precision wins) | code: build_model |
 | train / test transform | rrc90 / shared eval transform | code: main.py; D4 |
-"""
+"""  # noqa: E501 (Markdown table rows must stay on one line)
 
 from __future__ import annotations
 

@@ -1,4 +1,5 @@
-"""What the three prompt methods share (L2P++, DualPrompt, CODA-Prompt; docs/baselines.md §8, docs/decisions.md D6):
+"""What the three prompt methods share (L2P++, DualPrompt, CODA-Prompt; docs/baselines.md §8,
+docs/decisions.md D6):
 a pool of prefix prompts with keys, key-query selection, prefix assembly, the key loss, a linear
 head on the prompted embedding, and the strategy skeleton around them.
 

@@ -39,6 +39,7 @@ def use_compact_text(prompts: int, longest: int, width: int, device_type: str) -
 
 
 def efficient_prompts_per_backward(tokens_per_prompt: int, width: int, device_type: str) -> int:
-    """How many prompts one text forward with a graph may hold within ``TEXT_BACKWARD_BUDGET`` (at least 1)."""
+    """How many prompts one text forward with a graph may hold within ``TEXT_BACKWARD_BUDGET``
+    (at least 1)."""
     budget = TEXT_BACKWARD_BUDGET.get(device_type, TEXT_BACKWARD_BUDGET["cuda"])
     return max(1, budget // (tokens_per_prompt * width))

@@ -30,7 +30,8 @@ DEFAULT_MODEL = "ViT-B-16-quickgelu"
 TINY_MODEL = "tiny-clip-32"
 
 _MODEL_CONFIG_DIR = Path(__file__).parent.parent / "model_configs"
-# pretrained="synthetic" for the tiny model: the shipped checkpoint of `python -m benchmarks.miniature.pretrain`.
+# pretrained="synthetic" for the tiny model: the shipped checkpoint of
+# `python -m benchmarks.miniature.pretrain`.
 SYNTHETIC_TAG = "synthetic"
 SYNTHETIC_WEIGHTS = Path(__file__).parent.parent / "assets" / "tiny-clip-32-synthetic.safetensors"
 # Extra entries in the state dict of the original OpenAI TorchScript checkpoints.
@@ -137,8 +138,9 @@ def _resolve_weights(spec: BackboneSpec) -> tuple[Path | None, dict[str, Any]]:
     model_quick_gelu = bool(open_clip.get_model_config(spec.model).get("quick_gelu", False))
     if bool(cfg.get("quick_gelu", False)) != model_quick_gelu:
         warnings.warn(
-            f"{spec.model} uses quick_gelu={model_quick_gelu} but the {spec.pretrained!r} weights were trained with "
-            f"quick_gelu={not model_quick_gelu}; features will be off (e.g. use ViT-B-16-quickgelu for openai)",
+            f"{spec.model} uses quick_gelu={model_quick_gelu} but the {spec.pretrained!r} weights were "
+            f"trained with quick_gelu={not model_quick_gelu}; features will be off "
+            "(e.g. use ViT-B-16-quickgelu for openai)",
             UserWarning,
             stacklevel=3,
         )
@@ -147,7 +149,8 @@ def _resolve_weights(spec: BackboneSpec) -> tuple[Path | None, dict[str, Any]]:
         example = os.path.basename(cfg.get("url", "")) or HF_SAFE_WEIGHTS_NAME
         raise WeightsNotFoundError(
             f"weights {spec.model}/{spec.pretrained} not found locally (looked in: {'; '.join(looked)}); "
-            f"nothing is downloaded: pass --weights /path/to/{example}, or a cache_dir holding an open_clip cache"
+            f"nothing is downloaded: pass --weights /path/to/{example}, "
+            "or a cache_dir holding an open_clip cache"
         )
     return found, cfg
 
@@ -217,7 +220,8 @@ def _build_model(spec: BackboneSpec, device: torch.device) -> open_clip.CLIP:
                 spec.model,
                 pretrained=file_for_open_clip,
                 device=device,
-                force_preprocess_cfg=pretrained_cfg,  # open_clip keeps only the preprocessing keys (mean, std, ...)
+                # open_clip keeps only the preprocessing keys (mean, std, ...)
+                force_preprocess_cfg=pretrained_cfg,
                 pretrained_text=False,
                 weights_only=True,
             )

@@ -138,7 +138,8 @@ class LoRAAdapters:
                 layer.lora_B[dst].weight.copy_(layer.lora_B[src].weight)
 
     def lora_state_dict(self, name: str) -> dict[str, torch.Tensor]:
-        """Adapter weights as CPU tensors keyed ``<module path>.lora_A`` / ``.lora_B`` (no adapter name in keys)."""
+        """Adapter weights as CPU tensors keyed ``<module path>.lora_A`` / ``.lora_B``
+        (no adapter name in keys)."""
         tower = self._check_adapter(name)
         state: dict[str, torch.Tensor] = {}
         for path, layer in self._named_lora_layers(tower):

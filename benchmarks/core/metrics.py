@@ -38,7 +38,8 @@ def accuracy_per_task(
 
 
 def routing_accuracy(pred: np.ndarray, target: np.ndarray, task_of_class: dict[int, int]) -> float:
-    """Percent of samples whose predicted class belongs to the ground-truth task: 1[task(argmax q) == task(y)]."""
+    """Percent of samples whose predicted class belongs to the ground-truth task:
+    1[task(argmax q) == task(y)]."""
     pred_task = np.array([task_of_class[int(c)] for c in pred])
     true_task = np.array([task_of_class[int(c)] for c in target])
     return accuracy(pred_task, true_task)

@@ -11,7 +11,8 @@ import torch
 
 
 def orthonormal_basis(vectors: torch.Tensor, rtol: float = 1e-5) -> torch.Tensor:
-    """Orthonormal basis ``[d, r]`` of the span of the rows of ``vectors`` ``[n, d]`` (SVD, numerical rank)."""
+    """Orthonormal basis ``[d, r]`` of the span of the rows of ``vectors`` ``[n, d]``
+    (SVD, numerical rank)."""
     _, s, vh = torch.linalg.svd(vectors.double(), full_matrices=False)
     rank = int((s > rtol * s.max()).sum()) if s.numel() else 0
     return vh[:rank].T.float()

@@ -277,7 +277,8 @@ def _load_imagenet(
         if missing:
             sort_hint = " (sort the val images into one folder per wnid)" if directory == val_dir else ""
             raise DataNotFoundError(
-                f"{name} needs the {len(wnids)} ImageNet wnid folders {wnids[0]}..{wnids[-1]} in {directory}, "
+                f"{name} needs the {len(wnids)} ImageNet wnid folders {wnids[0]}..{wnids[-1]} "
+                f"in {directory}, "
                 f"but {len(missing)} are missing, e.g. {directory / missing[0]}{sort_hint}; {how}"
             )
     class_to_idx = {w: i for i, w in enumerate(wnids)}

@@ -75,7 +75,8 @@ def train_transform(
     rotation in [0, 10] degrees (``TRAIN_AUGMENTATIONS`` names the variants).
 
     The offline miniature uses "paper-scaled": at 32 px the paper's 4 px of black border is a
-    large part of the image and lowers every adapted method (measured; docs/miniature.md). 224 px inputs get the paper's pipeline exactly under either name.
+    large part of the image and lowers every adapted method (measured; docs/miniature.md). 224 px
+    inputs get the paper's pipeline exactly under either name.
     """
     if augmentation not in TRAIN_AUGMENTATIONS:
         raise ValueError(f"augmentation must be one of {TRAIN_AUGMENTATIONS}, not {augmentation!r}")

@@ -1,8 +1,10 @@
 """Pretrain the tiny open_clip CLIP contrastively on synthetic image-caption pairs.
 
-    python -m benchmarks.miniature.pretrain [--steps N] [--batch-size B] [--seed S] [--out PATH] [--log-every K]
+    python -m benchmarks.miniature.pretrain [--steps N] [--batch-size B] [--seed S] [--out PATH]
+        [--log-every K]
 
-Every batch is freshly generated (``benchmarks.data.synthetic.captions``) in the "photo" domain, so nothing is read from disk. The
+Every batch is freshly generated (``benchmarks.data.synthetic.captions``) in the "photo" domain, so
+nothing is read from disk. The
 defaults reproduce the shipped checkpoint ``benchmarks/assets/tiny-clip-32-synthetic.safetensors``
 (fp16) and its JSON sidecar; the same arguments give the same loss trajectory on every run.
 """
@@ -93,7 +95,8 @@ def images_to_tensor(images: np.ndarray) -> torch.Tensor:
 
 
 def build_optimizer(model: torch.nn.Module, lr: float, weight_decay: float) -> torch.optim.AdamW:
-    """AdamW as in open_clip's trainer: no decay on gains, biases and the logit scale (the 0-d and 1-d tensors)."""
+    """AdamW as in open_clip's trainer: no decay on gains, biases and the logit scale
+    (the 0-d and 1-d tensors)."""
     decay = [p for p in model.parameters() if p.ndim >= 2]
     no_decay = [p for p in model.parameters() if p.ndim < 2]
     groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
@@ -114,7 +117,8 @@ def warmup_cosine(warmup: int, total: int) -> Any:
 
 @contextlib.contextmanager
 def _deterministic_torch(threads: int) -> Iterator[None]:
-    """Fixed thread count and deterministic kernels for the duration; the caller's settings come back after."""
+    """Fixed thread count and deterministic kernels for the duration; the caller's settings come
+    back after."""
     previous_threads, previous_deterministic = (
         torch.get_num_threads(),
         torch.are_deterministic_algorithms_enabled(),
@@ -212,7 +216,8 @@ def main(argv: Sequence[str] | None = None) -> None:
     }
     save_checkpoint(model, args.out, metadata)
     print(
-        f"saved {args.out} ({args.out.stat().st_size / 2**20:.1f} MiB) after {wall:.0f} s; final loss {trajectory[-1][1]:.4f}"
+        f"saved {args.out} ({args.out.stat().st_size / 2**20:.1f} MiB) after {wall:.0f} s; "
+        f"final loss {trajectory[-1][1]:.4f}"
     )
 
 

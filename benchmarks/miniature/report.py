@@ -270,7 +270,8 @@ def _report(args: argparse.Namespace) -> int:
     low, high = ZERO_SHOT_TARGET
     n_held = int(held_out_mask(data.n_classes).sum())
     print(
-        f"tiny-clip-32 weights={spec.backbone['pretrained']} on the {args.suite} suite's CIL data: synthetic, "
+        f"tiny-clip-32 weights={spec.backbone['pretrained']} on the {args.suite} suite's CIL data: "
+        "synthetic, "
         f"domain {domain}, {data.n_classes} classes, {len(data.train)} train / {len(data.test)} test images"
     )
     print(f"{'':28s}{domain:>8s}{'photo':>8s}")
@@ -298,7 +299,8 @@ def _report(args: argparse.Namespace) -> int:
         "after training: 0.814, 0.612, 0.224)"
     )
     print(
-        f"target: zero-shot in [{low:.0f}%, {high:.0f}%]: {_verdict(low <= zero_shot <= high)} ({zero_shot:.1f}%)"
+        f"target: zero-shot in [{low:.0f}%, {high:.0f}%]: {_verdict(low <= zero_shot <= high)} "
+        f"({zero_shot:.1f}%)"
     )
     print(f"target: modality gap (matched below both within-modality cosines): {_verdict(stats.gap_holds)}")
     ncm_gap, probe_gain = 100 * ncm - zero_shot, 100 * (probe - ncm)

@@ -1,5 +1,6 @@
 """The local launcher, ``--launcher local --workers N [--gpus 0,1,...]``: N worker processes on
-this machine, each the inline launcher over the same suite and results folder. The run locks (``benchmarks.runner.locking``) share the
+this machine, each the inline launcher over the same suite and results folder. The run locks
+  (``benchmarks.runner.locking``) share the
   runs out: a worker skips a run that another holds or has finished, so each run is computed once,
   by whichever worker reaches it first. With ``--gpus`` worker i sees GPU ``gpus[i % len(gpus)]``
   alone (``CUDA_VISIBLE_DEVICES``). Each worker logs every run to

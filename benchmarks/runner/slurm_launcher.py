@@ -239,7 +239,8 @@ class SlurmLauncher:
             if len(finished) < len(runs):
                 print(
                     f"not waiting: {len(finished)} of {len(runs)} run(s) finished. Watch them with python -m "
-                    f"benchmarks.runner.status --results-dir {store.root}; rerun this command to collect the results",
+                    f"benchmarks.runner.status --results-dir {store.root}; "
+                    "rerun this command to collect the results",
                     file=sys.stderr,
                 )
             return Outcome(0, finished, show_table=len(finished) == len(runs))
@@ -264,7 +265,8 @@ class SlurmLauncher:
         except KeyboardInterrupt:
             bar.close()
             print(
-                f"stopped waiting; the jobs keep running (scancel {' '.join(sorted(set(watched.values())))} stops "
+                "stopped waiting; the jobs keep running "
+                f"(scancel {' '.join(sorted(set(watched.values())))} stops "
                 "them). Rerun this command to collect the results",
                 file=sys.stderr,
             )

@@ -2,8 +2,8 @@
 
 ``python -m benchmarks.runner.status --results-dir DIR`` prints one row per run found in DIR: finished
 (with Avg/Last), running (host, pid or job id, since when), queued (its SLURM job), partial (tasks
-done), failed (the error its last attempt recorded). ``benchmarks.run --dry-run`` uses the same states for the runs
-of a suite, adding "to run".
+done), failed (the error its last attempt recorded). ``benchmarks.run --dry-run`` uses the same states
+for the runs of a suite, adding "to run".
 """
 
 from __future__ import annotations

@@ -21,7 +21,8 @@ runner executes those. Format (see ``benchmarks/suites/smoke.toml``)::
     [strategy.NAME]         options for one strategy
     [variants.LABEL]        strategy = "NAME" plus options: a labelled row (ablations)
     zero_shot_targets = ["pets", "food101"]   # optional: zero-shot datasets evaluated after the stream
-    [launcher]              SLURM options for --launcher slurm (benchmarks.runner.slurm_launcher.SlurmOptions):
+    [launcher]              SLURM options for --launcher slurm
+                            (benchmarks.runner.slurm_launcher.SlurmOptions):
                             partition, time (minutes), gpus, cpus, mem_gb, array_parallelism,
                             account, qos, constraint, setup (shell lines), max_requeues
 

@@ -1,5 +1,6 @@
 """Checks that need a GPU (skipped without one; the speed and reproducibility figures for CUDA in
-docs/ come from running this file, ``benchmarks.tools.speed`` and ``benchmarks.tools.loader_speed`` on one)."""
+docs/ come from running this file, ``benchmarks.tools.speed`` and ``benchmarks.tools.loader_speed``
+on one)."""
 
 import pytest
 import torch

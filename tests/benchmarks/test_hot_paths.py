@@ -73,7 +73,8 @@ def test_text_pass_over_1000_imagenet_prompts(benchmark):
 
 
 def test_one_gr4cil_stage1_step(benchmark):
-    """Forward and backward of one stage-1 batch at the last of 10 tasks (CLIP, anchor and separation losses)."""
+    """Forward and backward of one stage-1 batch at the last of 10 tasks (CLIP, anchor and separation
+    losses)."""
     strategy = _strategy(TINY_MODEL, TASKS * PER_TASK, "cpu", "fp32")
     strategy.setup_task(0, list(range(PER_TASK)))
     strategy.backbone.train()

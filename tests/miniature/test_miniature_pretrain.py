@@ -145,7 +145,8 @@ def test_shipped_checkpoint_is_a_faithful_miniature() -> None:
     chance = 1 / data.n_classes
     assert stats.accuracy > 5 * chance
     assert stats.accuracy_held_out > 2 * chance  # composition reaches classes pretraining never showed
-    # The modality gap: matched image-text pairs are less alike than images among themselves and texts among themselves.
+    # The modality gap: matched image-text pairs are less alike than images among themselves and texts
+    # among themselves.
     assert stats.matched_cosine < min(stats.image_image_cosine, stats.text_text_cosine)
 
 

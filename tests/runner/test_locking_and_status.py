@@ -94,7 +94,7 @@ def test_a_failed_run_releases_its_lock_records_its_error_and_a_success_clears_i
     monkeypatch.setattr(
         Finetune,
         "compute_loss",
-        lambda self, l, t: real_loss(self, l, t) * (float("nan") if self.task_classes else 1.0),
+        lambda self, logits, t: real_loss(self, logits, t) * (float("nan") if self.task_classes else 1.0),
     )
     assert _run(tmp_path) == 2
     store = ResultStore(tmp_path / "results")

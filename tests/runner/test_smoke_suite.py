@@ -63,7 +63,8 @@ def test_gr4cil_beats_finetuning_by_5_points(smoke_results):
 
 def test_gr4cils_strongest_peers_also_beat_zero_shot_clip_and_finetuning(smoke_results):
     """Paper Table 1: AdapterVLM and MG-CLIP end far above Continual-CLIP. Here too, by 5 points
-    over both zero-shot CLIP and sequential fine-tuning (docs/miniature.md says how they compare with GR4CIL)."""
+    over both zero-shot CLIP and sequential fine-tuning (docs/miniature.md says how they compare with
+    GR4CIL)."""
     _, runs = smoke_results
     last = {label: runs[label]["summary"]["last_acc"] for label in runs}
     for peer in ("adaptervlm", "mg_clip"):

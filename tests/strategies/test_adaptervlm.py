@@ -50,9 +50,10 @@ def test_patch_shuffle_moves_patches_only_and_is_deterministic():
     pixels = np.random.RandomState(0).randint(0, 256, (32, 32, 3), dtype=np.uint8)
     shuffled = np.asarray(PatchShuffle(8)(Image.fromarray(pixels)))
     assert np.array_equal(np.sort(pixels.ravel()), np.sort(shuffled.ravel()))
-    patches = lambda a: sorted(
-        a[r : r + 4, c : c + 4].tobytes() for r in range(0, 32, 4) for c in range(0, 32, 4)
-    )  # noqa: E731
+
+    def patches(a):
+        return sorted(a[r : r + 4, c : c + 4].tobytes() for r in range(0, 32, 4) for c in range(0, 32, 4))
+
     assert patches(pixels) == patches(shuffled) and not np.array_equal(pixels, shuffled)
     assert np.array_equal(shuffled, np.asarray(PatchShuffle(8)(Image.fromarray(pixels))))
 

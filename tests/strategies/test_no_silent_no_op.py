@@ -19,9 +19,11 @@ pytestmark = pytest.mark.slow
 
 # Known misses, each with its measured numbers; strict, so a fix shows up as an unexpected pass.
 KNOWN_MISSES = {
-    "l2p_pp": "official batch 128 and 20 epochs give 80 steps a task; the loss is dominated by the key loss, summed "
+    "l2p_pp": "official batch 128 and 20 epochs give 80 steps a task; "
+    "the loss is dominated by the key loss, summed "
     "over 128 images x top-5 of (1 - cos) against 256-d keys, which falls slowly: 628.1 to 588.2 (-6.4 %)",
-    "dualprompt": "official batch 128 and 20 epochs give 80 steps a task; the summed key loss over 128 images "
+    "dualprompt": "official batch 128 and 20 epochs give 80 steps a task; "
+    "the summed key loss over 128 images "
     "dominates and falls slowly: 126.8 to 117.7 (-7.2 %)",
 }  # Aper-Adapter's miss (80 steps) went with its official batch of 48 (issue 21)
 
@@ -50,7 +52,8 @@ class TrainingRecord(SupervisedPlugin):
         self.last_epoch_steps = list(self._losses)
 
     def start_and_end_loss(self) -> tuple[float, float]:
-        """Mean loss of the first and the last epoch; with one epoch, of its first and last quarter of steps."""
+        """Mean loss of the first and the last epoch; with one epoch, of its first and last quarter of
+        steps."""
         if len(self.epoch_losses) > 1:
             return self.epoch_losses[0], self.epoch_losses[-1]
         steps = self.last_epoch_steps

@@ -1,4 +1,5 @@
-"""``python -m benchmarks.tools.speed`` on a small problem: the counts it reports are exact, whatever the timings."""
+"""``python -m benchmarks.tools.speed`` on a small problem: the counts it reports are exact, whatever
+the timings."""
 
 import json
 

@@ -159,7 +159,10 @@ def caption(attributes: S.ImageAttributes, row: int, u: np.ndarray) -> str:
     if u[12] < _P_POSITION:
         words.append(_position_phrase(int(attributes.dx[row]), int(attributes.dy[row])))
     if attributes.distractor[row] and u[14] < _P_DISTRACTOR_MENTION:
-        other = f"{COLOUR_WORDS[int(attributes.distractor_colour[row])][0]} {SHAPE_WORDS[int(attributes.distractor_shape[row])][0]}"
+        other = (
+            f"{COLOUR_WORDS[int(attributes.distractor_colour[row])][0]} "
+            f"{SHAPE_WORDS[int(attributes.distractor_shape[row])][0]}"
+        )
         words.append(f"{_choice(DISTRACTOR_LINKS, u[15])} {_with_article(other)}")
     return _choice(FRAMES, u[13]).format(_with_article(" ".join(words)))
 
@@ -178,7 +181,8 @@ def pretraining_rng(seed: int) -> np.random.Generator:
 def sample_pretraining_pairs(
     n: int, rng: np.random.Generator
 ) -> tuple[S.ImageAttributes, np.ndarray, list[str]]:
-    """``n`` fresh pairs over ``PRETRAIN_CLASS_IDS``: attributes, ``uint8`` images ``(n, 32, 32, 3)``, captions."""
+    """``n`` fresh pairs over ``PRETRAIN_CLASS_IDS``: attributes, ``uint8`` images ``(n, 32, 32, 3)``,
+    captions."""
     # Classes without replacement (a fresh permutation per pass): up to the class count, a batch
     # never shows one combination twice, so few in-batch negatives are really positives.
     passes = -(-n // len(PRETRAIN_CLASS_IDS))

@@ -316,7 +316,8 @@ class SyntheticDataset(Dataset):
 def make_split(
     class_ids: list[int], n_per_class: int, rng: np.random.Generator, domain: str = DEFAULT_DOMAIN
 ) -> SyntheticDataset:
-    """Render ``n_per_class`` images of each global class id in ``domain``; label ``k`` means ``class_ids[k]``."""
+    """Render ``n_per_class`` images of each global class id in ``domain``; label ``k`` means
+    ``class_ids[k]``."""
     labels = np.repeat(np.arange(len(class_ids)), n_per_class)
     attributes = sample_attributes(np.asarray(class_ids, dtype=np.int64)[labels], rng)
     return SyntheticDataset(apply_domain(render(attributes), domain), labels.tolist(), attributes)

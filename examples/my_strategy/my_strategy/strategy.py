@@ -24,7 +24,7 @@ Run it beside GR4CIL, from the suite's checkout::
 
     PYTHONPATH=examples/my_strategy python -m benchmarks.run --suite smoke \\
         --strategies my_strategy.strategy:MyStrategy,gr4cil --seeds 0,1
-"""
+"""  # noqa: E501 (Markdown table rows must stay on one line)
 
 from __future__ import annotations
 
