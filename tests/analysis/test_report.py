@@ -268,6 +268,7 @@ def _add(expected, row, column, value):
     expected.setdefault((paper_tables.row_label(row), column), []).append(value)
 
 
+@pytest.mark.slow
 def test_every_table_and_figure_is_written(report):
     skipped = {name: item.skipped for name, item in report["items"].items() if not item.written}
     assert skipped == {}
@@ -276,6 +277,7 @@ def test_every_table_and_figure_is_written(report):
     assert len(report["notes"]) == 2 and all("\n" not in n for n in report["notes"])
 
 
+@pytest.mark.slow
 def test_against_gr4cil_pairs_every_strategy_with_gr4cil_on_its_shared_seeds(report):
     table = pd.read_csv(report["out"] / "tables" / "against_gr4cil-last.csv")
     main = report["runs"]["main"]
@@ -292,6 +294,7 @@ def test_against_gr4cil_pairs_every_strategy_with_gr4cil_on_its_shared_seeds(rep
     assert "# Last accuracy (%) against gr4cil" in text and "# Avg accuracy (%) against gr4cil" in text
 
 
+@pytest.mark.slow
 def test_table1_cells_are_mean_and_std_over_seeds(report):
     expected, per_seed = {}, {}
     for r in report["runs"]["main"] + report["runs"]["ablation"]:
@@ -307,6 +310,7 @@ def test_table1_cells_are_mean_and_std_over_seeds(report):
     assert cells["my_new_method"]["Average Avg-Acc"] == "–"  # ran on two datasets only
 
 
+@pytest.mark.slow
 def test_seq_and_ood_tables(report):
     expected = {}
     for r in report["runs"]["seq"]:
@@ -319,6 +323,7 @@ def test_seq_and_ood_tables(report):
     _check(report, "table2_ood", expected)
 
 
+@pytest.mark.slow
 def test_zero_shot_and_subspace_tables(report):
     expected = {}
     for r, row in zip(report["runs"]["zero_shot"], ("GR4CIL i", "GR4CIL ii")):
@@ -334,6 +339,7 @@ def test_zero_shot_and_subspace_tables(report):
     _check(report, "table3_subspace", expected, decimals=3)
 
 
+@pytest.mark.slow
 def test_anchor_table_has_one_row_per_gr4cil_label(report):
     expected = {}
     for r in report["runs"]["main"] + report["runs"]["ablation"]:
@@ -342,6 +348,7 @@ def test_anchor_table_has_one_row_per_gr4cil_label(report):
     _check(report, "table_anchor", expected, decimals=4)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "table, metrics, decimals",
     [
@@ -393,6 +400,7 @@ def test_config_identified_rows(report, table, metrics, decimals):
     _check(report, table, expected, decimals)
 
 
+@pytest.mark.slow
 def test_rows_follow_the_paper_order(report):
     def reproduced(name):
         return [row for row, kind in _csv(report, name)[1].items() if kind == "reproduced"]
@@ -409,6 +417,7 @@ def test_rows_follow_the_paper_order(report):
     assert reproduced("table3_zeroshot") == ["CLIP", "GR4CIL i", "GR4CIL ii"]
 
 
+@pytest.mark.slow
 def test_paper_rows_and_differences(report):
     cells, kinds = _csv(report, "table1_main")
     assert kinds["GR4CIL (Ours) [paper]"] == "paper" and kinds["GR4CIL Δ"] == "delta"  # D9 labels
@@ -434,6 +443,7 @@ def test_without_paper_there_are_only_reproduced_rows(tmp_path):
     assert [r[:2] for r in rows[1:]] == [["GR4CIL", "reproduced"]]
 
 
+@pytest.mark.slow
 def test_latex_is_well_formed(report):
     for path in sorted((report["out"] / "tables").glob("*.tex")):
         tex = path.read_text()
@@ -464,6 +474,7 @@ def _md_rows(report, name):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, lower_is_better",
     [
@@ -496,6 +507,7 @@ def test_bold_and_italic_mark_best_and_second_best(report, name, lower_is_better
     assert "\\textbf{" in tex and "\\textit{" in tex
 
 
+@pytest.mark.slow
 def test_figures_are_images_of_the_expected_size(report):
     panels = {
         "fig7_routing": 4,  # default GR4CIL 10-task runs on four datasets
@@ -527,6 +539,7 @@ def test_figures_are_images_of_the_expected_size(report):
     )
 
 
+@pytest.mark.slow
 def test_missing_inputs_are_one_line_skips(tmp_path, capsys):
     root = tmp_path / "results"
     _write(root, _result("continual_clip", "cifar100", 10, 0, np.random.default_rng(2)))
@@ -609,6 +622,7 @@ def test_gr4cil_defaults_match_the_strategy_config():
     assert {k: defaults[k] for k in GR4CIL_DEFAULTS} == GR4CIL_DEFAULTS
 
 
+@pytest.mark.slow
 def test_cost_figure_has_every_method_that_ran_under_its_paper_label(report):
     dataset, frame = figures.cost_frame(load_inputs(report["root"]))
     assert dataset == "cifar100"  # where most labels ran
@@ -678,6 +692,7 @@ def test_reproducibility_flags_miniature_results_of_another_checkpoint_or_recipe
         assert "**Stale:** 1 of the 1 miniature results" in reproducibility_markdown(tmp_path / name), name
 
 
+@pytest.mark.slow
 def test_the_committed_reproducibility_file_is_the_generated_one():
     from analysis.reproducibility import reproducibility_markdown
 
@@ -701,6 +716,7 @@ def test_table_one_has_every_row_of_the_papers_table_one_when_every_strategy_ran
         assert f"{paper_row} [paper]" in rows and f"{paper_row.removesuffix(' (Ours)')} Δ" in rows, paper_row
 
 
+@pytest.mark.slow
 def test_ranking_agreement_by_hand_and_its_bootstrap_over_seeds():
     from analysis.reproducibility import ranking_agreement
 

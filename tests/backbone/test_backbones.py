@@ -128,6 +128,7 @@ def test_unknown_tag_is_reported() -> None:
         create_clip(BackboneSpec(DEFAULT_MODEL, pretrained="no-such-tag"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", ["safetensors", "torch", "torchscript"])
 def test_checkpoint_file_loads_to_identical_outputs(fmt, tmp_path, tiny_reference, images) -> None:
     path = tmp_path / f"tiny.{'safetensors' if fmt == 'safetensors' else 'pt'}"
@@ -214,6 +215,7 @@ def test_split_attention_matches_fused_tiny(tiny_reference, images) -> None:
     assert image_diff < 1e-5 and text_diff < 1e-5
 
 
+@pytest.mark.slow
 def test_split_attention_matches_fused_vit_b16() -> None:
     # Built here rather than in a fixture: the only user, and splitting in place saves a 600 MB copy.
     torch.manual_seed(3)

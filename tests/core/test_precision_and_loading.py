@@ -72,6 +72,7 @@ def test_precision_resolves_by_device_and_rejects_unknown_names():
         resolve_precision("fp8", "cpu")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("precision", ["fp16", "bf16"])
 def test_towers_autocast_but_features_and_every_score_are_fp32(tiny_stream, precision):
     images = torch.stack([tiny_stream.test_set[i][0] for i in range(6)])
@@ -94,6 +95,7 @@ def test_towers_autocast_but_features_and_every_score_are_fp32(tiny_stream, prec
     assert text.dtype == torch.float32 and torch.allclose(text.norm(dim=-1), torch.ones(1))
 
 
+@pytest.mark.slow
 def test_gr4cil_thresholds_and_zero_shot_msps_are_fp32(tiny_stream):
     strategy = _strategy(GR4CIL, tiny_stream, "bf16", threshold_holdout=0.25, compensation_epochs=1)
     strategy.learn(tiny_stream.train_stream[0])
@@ -109,6 +111,7 @@ def test_gr4cil_thresholds_and_zero_shot_msps_are_fp32(tiny_stream):
     assert all(torch.equal(predictions[k], again[k]) for k in predictions)
 
 
+@pytest.mark.slow
 def test_loss_scale_overflows_skip_steps_and_the_schedule_follows_the_steps_taken(tiny_stream, monkeypatch):
     """A first scale far too large overflows: those steps are skipped and counted, and the cosine
     schedule advances only with the steps taken. INITIAL_LOSS_SCALE skips none at logit scale 100."""
@@ -131,6 +134,7 @@ def test_loss_scale_overflows_skip_steps_and_the_schedule_follows_the_steps_take
     assert first_step_skipped(INITIAL_LOSS_SCALE) == (0, 2)
 
 
+@pytest.mark.slow
 def test_killed_fp16_run_resumes_with_its_loss_scaler_and_identical_metrics(
     mini_suite, tmp_path, monkeypatch
 ):
@@ -171,6 +175,7 @@ def test_killed_fp16_run_resumes_with_its_loss_scaler_and_identical_metrics(
     assert fresh["cost"]["amp_skipped_steps"] != expected["cost"]["amp_skipped_steps"]
 
 
+@pytest.mark.slow
 def test_peak_memory_is_carried_across_a_resume(mini_suite, tmp_path, monkeypatch):
     revive = kill_in_task(monkeypatch, Finetune, task=3)
     monkeypatch.setattr(execute, "peak_memory", lambda device: (7 * 2**30, "cpu_max_rss"))  # before the kill
@@ -181,6 +186,7 @@ def test_peak_memory_is_carried_across_a_resume(mini_suite, tmp_path, monkeypatc
     assert _result(tmp_path, "finetune")["cost"]["peak_memory_bytes"] == 7 * 2**30
 
 
+@pytest.mark.slow
 def test_deterministic_flag_is_recorded_and_enables_deterministic_kernels(mini_suite, tmp_path, monkeypatch):
     monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
     try:
@@ -196,6 +202,7 @@ def test_deterministic_flag_is_recorded_and_enables_deterministic_kernels(mini_s
     assert first["config"]["deterministic"] is True and first["stages"] == second["stages"]
 
 
+@pytest.mark.slow
 def test_continual_clip_ignores_default_epochs_and_says_so_once(tmp_path):
     suite = tmp_path / "epochs.toml"
     suite.write_text(MINI_SUITE.replace("[defaults]", "[defaults]\nepochs = 2"))

@@ -41,6 +41,7 @@ def _passes(loader, n: int = 2) -> list[list[torch.Tensor]]:
 # --------------------------------------------------------------------------- seeds
 
 
+@pytest.mark.slow
 def test_seeds_are_stable_and_depend_on_every_part():
     # word i does not depend on how many words are drawn, so sample i's seed ignores the pass length
     assert np.array_equal(seed_words((0, 1, "augment"), 7)[:3], seed_words((0, 1, "augment"), 3))
@@ -99,6 +100,7 @@ def test_every_augmentation_gives_a_sample_the_same_tensor_in_the_main_process_a
         assert not torch.equal(torch.cat(main[0]), torch.cat(main[1]))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("method", ["fork", "spawn"])
 def test_a_worker_under_fork_and_spawn_draws_what_the_main_process_draws(faded_images, method):
     dataset = _augmented(faded_images, "paper-scaled")

@@ -118,6 +118,7 @@ def test_fast_normalisation_matches_eval_transform(pairs) -> None:
     assert torch.allclose(images_to_tensor(images), expected, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_short_pretraining_run_is_reproducible_and_loadable(tmp_path) -> None:
     trajectories = []
     for run in ("a", "b"):

@@ -74,6 +74,7 @@ def test_a_real_divergence_with_a_huge_learning_rate_is_one_line(tmp_path, capsy
     assert "training loss became nan" in _one_error_line(capsys)
 
 
+@pytest.mark.slow
 def test_a_damaged_checkpoint_restarts_the_run_and_says_so(tmp_path, capsys, monkeypatch):
     assert _run(tmp_path / "clean", SUITE) == 0
     (reference,) = [r for _, r in iter_results(tmp_path / "clean" / "results")]
@@ -89,6 +90,7 @@ def test_a_damaged_checkpoint_restarts_the_run_and_says_so(tmp_path, capsys, mon
     assert result["stages"] == reference["stages"]
 
 
+@pytest.mark.slow
 def test_a_result_of_another_schema_is_skipped_with_a_line_naming_it(tmp_path, capsys):
     assert _run(tmp_path, SUITE) == 0
     (path,) = (tmp_path / "results").rglob("T3-seed0.json")

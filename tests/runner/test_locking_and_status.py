@@ -139,6 +139,7 @@ def test_status_of_an_empty_or_missing_folder_is_one_line(tmp_path, capsys):
     assert all(line.startswith("error: ") for line in capsys.readouterr().err.splitlines())
 
 
+@pytest.mark.slow
 def test_two_runners_started_together_compute_each_run_once(tmp_path):
     suite = tmp_path / "mini.toml"
     suite.write_text(
@@ -178,6 +179,7 @@ def _suite_of_four(tmp_path) -> Path:
     return suite
 
 
+@pytest.mark.slow
 def test_local_launcher_with_two_workers_gives_the_inline_results(tmp_path, capsys):
     suite = _suite_of_four(tmp_path)
     inline, local = tmp_path / "inline", tmp_path / "local"
@@ -207,6 +209,7 @@ def test_local_launcher_with_two_workers_gives_the_inline_results(tmp_path, caps
     assert "synthetic/finetune/T3-seed1.log" in logs and "local-worker-1.log" in logs
 
 
+@pytest.mark.slow
 def test_a_killed_local_worker_run_resumes_after_its_last_task(tmp_path, capsys):
     suite = tmp_path / "suite.toml"
     suite.write_text(SUITE.replace("epochs = 1", "epochs = 6"))

@@ -28,6 +28,7 @@ def _results(results_dir):
     return {(r["label"], r["n_tasks"], r["seed"]): r for _, r in iter_results(results_dir)}
 
 
+@pytest.mark.slow
 def test_mini_suite_writes_complete_results_and_skips_finished_runs(mini_suite, tmp_path, capsys):
     results = tmp_path / "results"
     assert _run(mini_suite, results) == 0
@@ -69,6 +70,7 @@ def test_mini_suite_writes_complete_results_and_skips_finished_runs(mini_suite, 
     assert (results / "synthetic" / "finetune" / "T5-seed0.json").stat().st_mtime_ns == mtime
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_from_last_finished_task_with_identical_metrics(
     mini_suite, tmp_path, monkeypatch, capsys
 ):
@@ -95,6 +97,7 @@ def test_killed_run_resumes_from_last_finished_task_with_identical_metrics(
     assert res["summary"] == ref["summary"]
 
 
+@pytest.mark.slow
 def test_continual_clip_last_stage_equals_direct_open_clip_zero_shot(mini_suite, tmp_path):
     torch.manual_seed(123)
     reference_model = open_clip.create_model("tiny-clip-32").eval()
@@ -144,6 +147,7 @@ def test_bad_input_prints_one_line_and_exits_2(mini_suite, tmp_path, capsys, arg
     assert not (tmp_path / "r").exists() or not list((tmp_path / "r").rglob("*.json"))
 
 
+@pytest.mark.slow
 def test_cli_errors_have_no_traceback_in_a_real_process(tmp_path):
     for argv in (["--suite", "no-such-suite"], ["--tasks", "x"]):
         proc = subprocess.run([sys.executable, "-m", "benchmarks.run", *argv], capture_output=True, text=True)

@@ -58,6 +58,7 @@ def test_patch_shuffle_moves_patches_only_and_is_deterministic():
     assert np.array_equal(shuffled, np.asarray(PatchShuffle(8)(Image.fromarray(pixels))))
 
 
+@pytest.mark.slow
 def test_trainable_parameters_on_vit_b16_match_the_count_of_baselines_md():
     """Ten visual LoRAs of 884,736, one text LoRA of 589,824 and 100 prototypes of 512: 9,488,384."""
     torch.manual_seed(0)
@@ -84,6 +85,7 @@ def _strategy(suite, **options):
     return strategy_from_suite(suite, **options)
 
 
+@pytest.mark.slow
 def test_run_routes_at_least_as_well_as_it_classifies(adaptervlm_run):
     _, _, result = adaptervlm_run
     assert result["strategy"] == "adaptervlm" and len(result["stages"]) == 3
@@ -94,6 +96,7 @@ def test_run_routes_at_least_as_well_as_it_classifies(adaptervlm_run):
     assert result["cost"]["trainable_params"] == lora + 15 * d
 
 
+@pytest.mark.slow
 def test_frozen_branch_keeps_its_scores_and_a_new_branch_starts_as_a_copy(adaptervlm_run):
     suite, _, _ = adaptervlm_run
     strategy, spec, data = _strategy(suite, beta=0.0)
@@ -141,6 +144,7 @@ def test_save_load_gives_identical_scores(adaptervlm_run):
     torch.testing.assert_close(batched, one_by_one, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_with_identical_results(adaptervlm_run, tmp_path, monkeypatch):
     suite, _, reference = adaptervlm_run
     resumed = killed_and_resumed(monkeypatch, AdapterVLM, suite, tmp_path, task=2)

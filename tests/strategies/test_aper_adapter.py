@@ -52,6 +52,7 @@ def test_adapters_train_on_task_one_only_and_prototypes_are_class_means(tmp_path
     torch.testing.assert_close(strategy.scores(tests), expected, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_trainable_parameters_match_baselines_md():
     assert mlp_adapter_parameter_count(768, 12, 1, 64, False) == 1_189_632
     torch.manual_seed(0)
@@ -79,6 +80,7 @@ def aper_run(tmp_path_factory):
     return run_one_run_suite(tmp_path_factory.mktemp("aper"), SUITE, "--save-models")
 
 
+@pytest.mark.slow
 def test_a_run_learns_and_saves_and_resumes_exactly(aper_run, tmp_path, monkeypatch):
     assert aper_run[2]["summary"]["last_acc"] > 100 / 15 * 2
     loaded = check_save_load_and_resume(aper_run, AperAdapter, tmp_path, monkeypatch)

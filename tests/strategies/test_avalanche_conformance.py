@@ -54,6 +54,7 @@ def _stream_accuracy(metrics: dict) -> float:
     return 100.0 * value
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", [*available(), "my_strategy.strategy:MyStrategy"])
 def test_avalanche_train_and_eval_match_the_runner(name, stream, capsys, monkeypatch):
     monkeypatch.syspath_prepend(str(EXAMPLE))  # the example from outside the repository, installed nowhere

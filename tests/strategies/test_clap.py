@@ -72,6 +72,7 @@ def test_encoders_start_language_aware_and_past_ones_never_change(tmp_path):
     torch.testing.assert_close(strategy.encoders[2].mu.weight, w_mu, atol=1e-6, rtol=0)
 
 
+@pytest.mark.slow
 def test_scores_follow_the_formula_and_do_not_depend_on_the_batch(tmp_path):
     strategy, stream = strategy_and_stream(tmp_path, SUITE)
     strategy.learn(stream.train_stream[0])
@@ -93,6 +94,7 @@ def test_scores_follow_the_formula_and_do_not_depend_on_the_batch(tmp_path):
     torch.testing.assert_close(scores, expected, atol=1e-4, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_trainable_parameters_match_baselines_md():
     torch.manual_seed(0)
     vit = CLAP(
@@ -112,6 +114,7 @@ def clap_run(tmp_path_factory):
     return run_one_run_suite(tmp_path_factory.mktemp("clap"), SUITE, "--save-models")
 
 
+@pytest.mark.slow
 def test_a_run_learns_repeats_saves_and_resumes_exactly(clap_run, tmp_path, monkeypatch):
     from benchmarks import run
     from benchmarks.runner.results import iter_results

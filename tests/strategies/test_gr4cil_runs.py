@@ -47,6 +47,7 @@ def gr4cil_run(tmp_path_factory):
     return run_one_run_suite(tmp_path_factory.mktemp("gr4cil"), SUITE, "--save-models")
 
 
+@pytest.mark.slow
 def test_stages_have_routing_at_least_accuracy_and_the_diagnostics(gr4cil_run):
     _, _, result = gr4cil_run
     for stage in result["stages"]:
@@ -146,6 +147,7 @@ def test_saved_model_keys_are_documented_and_loading_restores_the_scores(gr4cil_
     torch.testing.assert_close(batched, one_by_one, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_killed_gr4cil_run_resumes_with_identical_results(gr4cil_run, tmp_path, monkeypatch):
     suite, _, reference = gr4cil_run
     resumed = killed_and_resumed(monkeypatch, GR4CIL, suite, tmp_path, task=3)

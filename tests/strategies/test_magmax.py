@@ -34,6 +34,7 @@ def test_incremental_merge_equals_the_batch_rule_with_ties_to_the_later_task():
     assert max_magnitude(max_magnitude(None, tie[0]), tie[1])["w"].item() == -2.0  # the later task wins
 
 
+@pytest.mark.slow
 def test_trainable_parameters_on_vit_b16_are_the_visual_tower():
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec("ViT-B-16-quickgelu", None))
@@ -51,6 +52,7 @@ def magmax_run(tmp_path_factory):
     return run_one_run_suite(tmp_path_factory.mktemp("magmax"), SUITE, "--save-models")
 
 
+@pytest.mark.slow
 def test_one_task_gives_the_midpoint_text_stays_frozen_and_task_2_starts_from_theta_1(magmax_run):
     suite, _, _ = magmax_run
     strategy, spec, data = strategy_from_suite(suite)

@@ -39,6 +39,7 @@ def test_epoch_budget_rule_on_scripted_negatives():
     assert mean_non_target_logit(logits, torch.tensor([0, 2])) == (7.0, 4)  # (1 + 2) + (0 + 4)
 
 
+@pytest.mark.slow
 def test_trainable_parameters_on_vit_b16_match_the_count_of_baselines_md():
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec("ViT-B-16-quickgelu", None))
@@ -72,6 +73,7 @@ def _strategy_and_stream(suite, **options):
     return strategy, stream
 
 
+@pytest.mark.slow
 def test_new_lora_is_frozen_clip_and_old_classifier_rows_never_move(mg_run):
     suite, _, _ = mg_run
     strategy, stream = _strategy_and_stream(suite)
@@ -124,6 +126,7 @@ def test_scores_are_fused_probabilities_and_save_load_restores_them(mg_run):
     assert torch.allclose(scores.sum(dim=1), torch.ones(6), atol=1e-6)
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_with_identical_results(mg_run, tmp_path, monkeypatch):
     suite, _, reference = mg_run
     resumed = killed_and_resumed(monkeypatch, MGCLIP, suite, tmp_path, task=2)

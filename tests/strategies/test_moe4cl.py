@@ -98,6 +98,7 @@ def test_text_with_experts_equals_a_plain_block_by_block_forward():
     torch.testing.assert_close(compact, reference, atol=1e-5, rtol=0)
 
 
+@pytest.mark.slow
 def test_trainable_parameters_match_the_counts_of_baselines_md():
     torch.manual_seed(0)
     vit = MOE4CL(
@@ -124,6 +125,7 @@ def moe_run(tmp_path_factory):
     return run_one_run_suite(tmp_path_factory.mktemp("moe4cl"), SUITE, "--save-models")
 
 
+@pytest.mark.slow
 def test_run_is_fp32_and_save_load_gives_identical_scores(moe_run):
     suite, results, result = moe_run
     assert result["config"]["precision"] == "fp32" and result["cost"]["trainable_params"] == 202_240
@@ -142,6 +144,7 @@ def test_run_is_fp32_and_save_load_gives_identical_scores(moe_run):
         assert not torch.allclose(untrained.scores(images), first.scores(images))  # the experts were restored
 
 
+@pytest.mark.slow
 def test_killed_run_resumes_with_identical_results(moe_run, tmp_path, monkeypatch):
     suite, _, reference = moe_run
     resumed = killed_and_resumed(monkeypatch, MOE4CL, suite, tmp_path, task=2)

@@ -84,6 +84,7 @@ def l2p_run(tmp_path_factory):
     return run_one_run_suite(tmp_path_factory.mktemp("l2p"), SUITE, "--save-models")
 
 
+@pytest.mark.slow
 def test_a_run_learns_with_the_backbone_frozen(l2p_run):
     suite, results, result = l2p_run
     assert result["summary"]["last_acc"] > 100 / 15 * 2  # well above chance over 15 classes
@@ -114,6 +115,7 @@ def test_past_head_rows_do_not_change_and_selection_is_per_image(tmp_path):
     assert torch.equal(strategy.last_selection, expected)
 
 
+@pytest.mark.slow
 def test_save_load_and_resume_are_exact(l2p_run, tmp_path, monkeypatch):
     check_save_load_and_resume(l2p_run, L2PPlusPlus, tmp_path, monkeypatch)
 
@@ -196,6 +198,7 @@ def dual_run(tmp_path_factory):
     return run_one_run_suite(tmp_path_factory.mktemp("dual"), DUAL, "--save-models")
 
 
+@pytest.mark.slow
 def test_dualprompt_learns_and_saves_and_resumes_exactly(dual_run, tmp_path, monkeypatch):
     from strategies.dualprompt import DualPrompt
 
@@ -287,6 +290,7 @@ def coda_run(tmp_path_factory):
     return run_one_run_suite(tmp_path_factory.mktemp("coda"), CODA, "--save-models")
 
 
+@pytest.mark.slow
 def test_coda_learns_repeats_and_resumes_exactly(coda_run, tmp_path, monkeypatch):
     from benchmarks import run
     from benchmarks.runner.results import iter_results

@@ -3,9 +3,12 @@ the timings."""
 
 import json
 
+import pytest
+
 from benchmarks.tools import speed
 
 
+@pytest.mark.slow
 def test_speed_counts_branch_forwards_and_writes_its_report(tmp_path):
     out = tmp_path / "speed.json"
     results = speed.main(
@@ -54,6 +57,7 @@ def test_speed_counts_branch_forwards_and_writes_its_report(tmp_path):
     assert text["device_uses"] == "one_batch"  # 40 short prompts on a CPU: compact would not pay
 
 
+@pytest.mark.slow
 def test_speed_checks_its_equalities_under_autocast():
     results = speed.main(
         [
@@ -104,6 +108,7 @@ def test_interleaved_rounds_rotate_the_order():
     assert all(len(t) == 3 for t in times.values())
 
 
+@pytest.mark.slow
 def test_strategy_evaluation_forwards_meet_their_limits():
     results = speed.main(
         [
