@@ -1,4 +1,4 @@
-"""The SLURM launcher through submitit, with SLURM's tools replaced by ``tests/fake_slurm.py``:
+"""The SLURM launcher through submitit, with SLURM's tools replaced by ``tests/runner/fake_slurm.py``:
 the job script submitit generates, a job preempted after its first task that is requeued and
 resumes, --no-wait and collecting, nothing submitted twice, and one-line errors."""
 

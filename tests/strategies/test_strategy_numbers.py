@@ -1,10 +1,10 @@
 """Refactors keep every strategy's numbers: the scores of continual_clip, finetune and gr4cil on a
-small 2-task stream equal the ones stored in ``tests/golden/strategy_scores.safetensors``.
+small 2-task stream equal the ones stored in ``tests/strategies/golden/strategy_scores.safetensors``.
 
 The stored scores were made before the backbone became a package and before the strategy API
 grew for the baselines (issue 13). One short epoch a task keeps CPU rounding differences between
 machines far below the tolerance. To regenerate after an intended change of numbers:
-``CLIP_CIL_UPDATE_GOLDEN=1 pytest tests/test_strategy_numbers.py`` (and say why in the commit).
+``CLIP_CIL_UPDATE_GOLDEN=1 pytest tests/strategies/test_strategy_numbers.py`` (and say why in the commit).
 """
 
 import os
