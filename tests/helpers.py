@@ -159,3 +159,17 @@ def check_save_load_and_resume(run, strategy_cls, tmp_path, monkeypatch):
     resumed = killed_and_resumed(monkeypatch, strategy_cls, suite, tmp_path / "resumed", task=2)
     assert resumed["stages"] == reference["stages"]
     return first
+
+
+def numbers_of_runs(results_dir) -> dict:
+    """What a run found, per strategy: every stage, the summary, the diagnostics (no config, env, cost)."""
+    import json
+
+    from benchmarks.runner.results import iter_results
+
+    return {
+        r["strategy"]: json.dumps(
+            {k: r.get(k) for k in ("stages", "summary", "diagnostics", "zero_shot")}, sort_keys=True
+        )
+        for _, r in iter_results(results_dir)
+    }

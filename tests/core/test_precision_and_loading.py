@@ -335,7 +335,7 @@ def test_training_and_zero_shot_run_with_workers_under_every_start_method(tmp_pa
     """Nothing that crosses to a worker may be a lambda or a local function (Python 3.14 makes
     forkserver Linux's default; macOS uses spawn); and the numbers are those of a run with no
     workers (``benchmarks.data.loaders``)."""
-    from test_seeded_loading import numbers_of_runs
+    from tests.helpers import numbers_of_runs
 
     results = _run_with_start_method(tmp_path, method, 2)
     result = _result(results, "gr4cil")

@@ -1,6 +1,5 @@
 """The same numbers whatever the worker count and start method (``benchmarks.data.loaders``)."""
 
-import json
 import subprocess
 import sys
 import warnings
@@ -18,7 +17,7 @@ from benchmarks.data.transforms import (
     patch_shuffled_train_transform,
     train_transform,
 )
-from tests.helpers import kill_in_task
+from tests.helpers import kill_in_task, numbers_of_runs
 
 
 @pytest.fixture(scope="module")
@@ -188,18 +187,6 @@ RUN_IN_FRESH_PROCESS = (
     "import multiprocessing, sys, torch; multiprocessing.set_start_method(sys.argv[1]); "
     "torch.set_num_threads(1); from benchmarks import run; sys.exit(run.main(sys.argv[2:]))"
 )
-
-
-def numbers_of_runs(results_dir) -> dict:
-    """What a run found, per strategy: every stage, the summary, the diagnostics (no config, env, cost)."""
-    from benchmarks.runner.results import iter_results
-
-    return {
-        r["strategy"]: json.dumps(
-            {k: r.get(k) for k in ("stages", "summary", "diagnostics", "zero_shot")}, sort_keys=True
-        )
-        for _, r in iter_results(results_dir)
-    }
 
 
 def _run_in_fresh_process(tmp_path, text: str, workers: int, method: str) -> dict:
