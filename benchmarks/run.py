@@ -12,16 +12,14 @@ from __future__ import annotations
 
 import argparse
 import errno
-import multiprocessing
 import sys
-import warnings
 from pathlib import Path
 
 from benchmarks.core.environment import set_deterministic
-from benchmarks.core.errors import UserError, one_line_user_errors, one_line_warning
+from benchmarks.core.errors import UserError, one_line_user_errors
 from benchmarks.core.precision import PRECISIONS
 from benchmarks.runner.execute import preflight, resolve
-from benchmarks.runner.launcher import LAUNCHERS, InlineLauncher, Launcher, RunOptions
+from benchmarks.runner.launcher import LAUNCHERS, InlineLauncher, Launcher, RunOptions, prepare_runner_process
 from benchmarks.runner.local_launcher import LocalLauncher, check_gpus
 from benchmarks.runner.results import ResultStore, config_hash, iter_results
 from benchmarks.runner.status import run_state
@@ -217,10 +215,7 @@ def _launcher(args: argparse.Namespace, argv: list[str] | None, slurm_options, s
 @one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    warnings.formatwarning = one_line_warning
-    # Under forkserver (Linux's default from Python 3.14) loader workers fork from a server that has
-    # imported the runner once, instead of importing torch and Avalanche (seconds) in every worker.
-    multiprocessing.set_forkserver_preload(["benchmarks.runner.execute"])
+    prepare_runner_process()
     try:
         suite = load_suite(args.suite)
         slurm_options = _check_launcher_options(

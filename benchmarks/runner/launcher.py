@@ -78,6 +78,19 @@ def run_log(store: ResultStore, key: RunKey) -> Iterator[None]:
             os.close(saved)
 
 
+def prepare_runner_process() -> None:
+    """What every process that executes runs needs first: warnings as one line for the user, and,
+    under forkserver (Linux's default from Python 3.14), loader workers that fork from a server
+    that has imported the runner once instead of importing torch and Avalanche (seconds) each."""
+    import multiprocessing
+    import warnings
+
+    from benchmarks.core.errors import one_line_warning
+
+    warnings.formatwarning = one_line_warning
+    multiprocessing.set_forkserver_preload(["benchmarks.runner.execute"])
+
+
 class InlineLauncher:
     """Every run, one after another, in this process. A run that another process holds is skipped
     (that process computes it); the outcome lists the runs finished here or found finished."""

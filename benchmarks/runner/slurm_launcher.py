@@ -33,7 +33,7 @@ import submitit
 from tqdm.auto import tqdm
 
 from benchmarks.core.errors import UserError
-from benchmarks.runner.launcher import InlineLauncher, Outcome, RunOptions
+from benchmarks.runner.launcher import InlineLauncher, Outcome, RunOptions, prepare_runner_process
 from benchmarks.runner.results import ResultStore, RunKey, config_hash
 from benchmarks.runner.status import run_state
 from benchmarks.runner.suites import RunSpec
@@ -131,14 +131,9 @@ class SlurmRun(submitit.helpers.Checkpointable):
     checkpoint, written after every task, is what carries its progress across a requeue."""
 
     def __call__(self, spec: RunSpec, results_dir: str, options: RunOptions) -> str:
-        import multiprocessing
-        import warnings
-
         from benchmarks.core.environment import set_deterministic
-        from benchmarks.core.errors import one_line_warning
 
-        warnings.formatwarning = one_line_warning
-        multiprocessing.set_forkserver_preload(["benchmarks.runner.execute"])
+        prepare_runner_process()
         if spec.deterministic:
             set_deterministic(True)  # before any CUDA work
         InlineLauncher().launch([spec], ResultStore(results_dir), options)
