@@ -452,7 +452,7 @@ def draw_figure(comparisons: list[Comparison], label: str, out_dir: Path) -> lis
         forest.axvline(0.0, color="grey", linewidth=1)
         forest.set_yticks(range(len(mine)), [f"{c.dataset}, T={c.n_tasks}" for c in mine])
         forest.set_ylim(-0.7, len(mine) - 0.3)
-        forest.set_xlabel(f"{METRICS[metric][1]}: {label} − {baseline} (pts)")
+        forest.set_xlabel(f"{METRICS[metric][1]} (pts):\n{label} − {baseline}")  # two lines fit the panel
         forest.set_title(f"Paired difference, {CONFIDENCE:.0%} interval".replace("%", " %"))
     return _save(
         fig, out_dir, f"compare-{re.sub(r'[^A-Za-z0-9._-]', '_', label)}-{metric}"

@@ -15,10 +15,11 @@ import argparse
 import sys
 from collections import defaultdict
 from pathlib import Path
-from statistics import fmean, stdev
+from statistics import fmean
 
 import numpy as np
 
+from analysis.formatting import mean_std_cell, population_std
 from analysis.paper_tables import (
     DATASET_NAMES,
     PAPER_DATASETS,
@@ -77,13 +78,14 @@ def _avg_last(runs: list[dict]) -> str:
 
 
 def _avg_last_spread(runs: list[dict]) -> str:
-    """ "Avg / Last" as mean ± std over seeds with n, or the one seed's numbers with "n = 1"."""
+    """ "Avg / Last" as mean ± std over seeds with n, or the one seed's numbers with "n = 1". The std
+    is the population std, as in ``analysis.tables``, so both files print the same cell."""
     if len(runs) == 1:
         return f"{_avg_last(runs)} (n = 1)"
     cells = []
     for metric in ("avg_acc", "last_acc"):
         values = [r["summary"][metric] for r in runs]
-        cells.append(f"{fmean(values):.2f} ± {stdev(values):.2f}")
+        cells.append(mean_std_cell(fmean(values), population_std(values)))
     return f"{' / '.join(cells)} (n = {len(runs)})"
 
 

@@ -692,6 +692,25 @@ def test_reproducibility_flags_miniature_results_of_another_checkpoint_or_recipe
         assert "**Stale:** 1 of the 1 miniature results" in reproducibility_markdown(tmp_path / name), name
 
 
+def test_reproducibility_miniature_cell_is_mean_and_population_std_as_in_the_tables(tmp_path):
+    from analysis.reproducibility import reproducibility_markdown
+    from analysis.tables import accuracy_table, load_runs
+
+    rng = np.random.default_rng(0)
+    for seed, (avg, last) in enumerate(((73.16, 58.70), (70.87, 56.40), (72.29, 58.40))):
+        result = _result("gr4cil", "synthetic", 10, seed, rng)
+        result["summary"] = {**result["summary"], "avg_acc": avg, "last_acc": last}
+        _write(tmp_path, result)
+    # By hand: Avg mean 72.106..., squared deviations 1.109 + 1.530 + 0.034 = 2.672, / 3 -> std 0.944;
+    # Last mean 57.833..., 0.751 + 2.054 + 0.321 = 3.127, / 3 -> std 1.021.
+    lines = reproducibility_markdown(tmp_path).splitlines()
+    (row,) = [line for line in lines if line.startswith("| `gr4cil`")]
+    assert "miniature 72.11 ± 0.94 / 57.83 ± 1.02 (n = 3)" in row
+    table = accuracy_table(load_runs(tmp_path))
+    assert table.loc["gr4cil", ("synthetic", "Avg")] == "72.11 ± 0.94"
+    assert table.loc["gr4cil", ("synthetic", "Last")] == "57.83 ± 1.02"
+
+
 @pytest.mark.slow
 def test_the_committed_reproducibility_file_is_the_generated_one():
     from analysis.reproducibility import reproducibility_markdown
