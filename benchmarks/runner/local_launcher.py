@@ -1,11 +1,11 @@
 """The local launcher, ``--launcher local --workers N [--gpus 0,1,...]``: N worker processes on
 this machine, each the inline launcher over the same suite and results folder. The run locks
-  (``benchmarks.runner.locking``) share the
-  runs out: a worker skips a run that another holds or has finished, so each run is computed once,
-  by whichever worker reaches it first. With ``--gpus`` worker i sees GPU ``gpus[i % len(gpus)]``
-  alone (``CUDA_VISIBLE_DEVICES``). Each worker logs every run to
-  ``<results-dir>/.logs/<dataset>/<label>/T<n>-seed<s>.log``; this process shows progress (runs
-  finished / running / failed) and prints the table when all workers end.
+(``benchmarks.runner.locking``) share the runs out: a worker skips a run that another holds or has
+finished, so each run is computed once, by whichever worker reaches it first. With ``--gpus`` worker
+i sees GPU ``gpus[i % len(gpus)]`` alone (``CUDA_VISIBLE_DEVICES``). Each worker logs every run to
+``<results-dir>/.logs/<dataset>/<label>/T<n>-seed<s>.log``; this process shows progress (runs
+finished / running / failed) and prints the table when all workers end. The thread count is left to
+the caller (``OMP_NUM_THREADS``): it is part of a CPU run's numbers (docs/cluster.md).
 """
 
 from __future__ import annotations
