@@ -67,6 +67,18 @@ def to_markdown(table: pd.DataFrame) -> str:
     return markdown_table(table, index_name="method")
 
 
+def seeds_note(runs: pd.DataFrame) -> str:
+    """The line under the Markdown table that gives n, which a ``mean ± std`` cell does not show."""
+    counts = runs.groupby(["label", "dataset", "n_tasks"]).size()
+    low, high = int(counts.min()), int(counts.max())
+    n = (
+        f"n = {low} seed{'s' if low > 1 else ''} in every cell"
+        if low == high
+        else f"n = {low} to {high} seeds a cell"
+    )
+    return f"Accuracy (%), mean ± population std over seeds; {n}."
+
+
 def to_latex(table: pd.DataFrame) -> str:
     """Booktabs LaTeX; names are escaped and ``±`` becomes ``$\\pm$``."""
     return latex_table(table, index_name="method")
@@ -82,7 +94,7 @@ def write_tables(results_dir: str | Path, keys: list[RunKey] | None = None) -> s
             "or point --results-dir at a folder of results"
         )
     table = accuracy_table(runs)
-    markdown = to_markdown(table)
+    markdown = f"{to_markdown(table)}\n{seeds_note(runs)}\n"
     atomic_write_text(results_dir / "table.md", markdown)
     atomic_write_text(results_dir / "table.csv", table.to_csv())
     atomic_write_text(results_dir / "table.tex", to_latex(table))

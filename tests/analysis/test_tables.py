@@ -44,10 +44,12 @@ def results_dir(tmp_path):
 
 def test_cells_are_mean_and_population_std_over_seeds(results_dir):
     markdown = write_tables(results_dir)
+    table, note = markdown.rstrip("\n").split("\n\n")
     lines = {
         line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
-        for line in markdown.splitlines()[2:]
+        for line in table.splitlines()[2:]
     }
+    assert note == "Accuracy (%), mean ± population std over seeds; n = 1 to 2 seeds a cell."
     # gr4cil cifar100: Avg over seeds = mean(85, 88) = 86.5, std 1.5; Last = mean(80, 84) = 82, std 2
     assert lines["gr4cil"][:2] == ["86.50 ± 1.50", "82.00 ± 2.00"]
     assert lines["gr4cil"][2:] == ["65.00 (n = 1)", "60.00 (n = 1)"]  # one seed: no "± 0.00"
