@@ -147,10 +147,11 @@ def _resolve_weights(spec: BackboneSpec) -> tuple[Path | None, dict[str, Any]]:
     found, looked = _cached_checkpoint(cfg, spec.cache_dir)
     if found is None:
         example = os.path.basename(cfg.get("url", "")) or HF_SAFE_WEIGHTS_NAME
+        prepared = (spec.model, spec.pretrained) == (DEFAULT_MODEL, "openai")  # what prepare fetches
+        fetch = "fetch them once with python -m benchmarks.prepare weights, or " if prepared else ""
         raise WeightsNotFoundError(
             f"weights {spec.model}/{spec.pretrained} not found locally (looked in: {'; '.join(looked)}); "
-            f"nothing is downloaded: pass --weights /path/to/{example}, "
-            "or a cache_dir holding an open_clip cache"
+            f"runs never download: {fetch}pass --weights /path/to/{example}"
         )
     return found, cfg
 

@@ -41,10 +41,20 @@ from benchmarks.core.errors import DataNotFoundError, UserError
 from benchmarks.data.synthetic import world
 
 _ROOT_HINT = "or pass --data-root DIR"
+#: written at the root of a data folder by ``python -m benchmarks.tools.fake_data``: its files are
+#: not the official ones, so checksums are not checked there, and the runner marks every result
+#: computed on it (``config.fake_data``)
+FAKE_DATA_MARKER = "FAKE_DATA.json"
 
 
-def _with_root_hint(how: str) -> str:
-    return f"{how} {_ROOT_HINT}"
+def is_fake_data_root(data_root: str | Path | None) -> bool:
+    return data_root is not None and (Path(data_root).expanduser() / FAKE_DATA_MARKER).is_file()
+
+
+def _with_prepare_hint(target: str, root: Path, manual: str) -> str:
+    """How to fix a missing dataset: the ``prepare`` command, or by hand, or another root."""
+    option = "" if str(root) == "data" else f" --data-root {root}"
+    return f"run python -m benchmarks.prepare {target}{option} ({manual}) {_ROOT_HINT}"
 
 
 @dataclass
@@ -146,16 +156,17 @@ def load_cifar100(data_root: Path | None, verify_checksum: bool = True) -> Class
     ``verify_checksum=False`` skips torchvision's MD5 check (for re-packed copies and fixtures).
     """
     root = _require_root(data_root, "cifar100")
-    how = _with_root_hint(f"extract the official cifar-100-python.tar.gz into {root} (torchvision layout)")
+    how = _with_prepare_hint("cifar100", root, f"or extract the official cifar-100-python.tar.gz into {root}")
     for name in ("train", "test", "meta"):
         _require(root / CIFAR100.base_folder / name, "CIFAR-100", how)
-    cls = CIFAR100 if verify_checksum else _UncheckedCIFAR100
+    cls = CIFAR100 if verify_checksum and not is_fake_data_root(root) else _UncheckedCIFAR100
     try:
         train, test = cls(str(root), train=True, download=False), cls(str(root), train=False, download=False)
     except RuntimeError:
         raise UserError(
-            f"CIFAR-100 files in {root / CIFAR100.base_folder} fail torchvision's MD5 check; re-extract "
-            f"the official cifar-100-python.tar.gz there (or pass verify_checksum=False for a re-packed copy)"
+            f"CIFAR-100 files in {root / CIFAR100.base_folder} fail torchvision's MD5 check; prepare them "
+            f"again with python -m benchmarks.prepare cifar100 --force --data-root {root} "
+            "(or pass verify_checksum=False for a re-packed copy)"
         ) from None
     return ClassificationData(
         name="cifar100",
@@ -247,7 +258,7 @@ def load_imagenet_r(
     if not 0.0 < train_fraction < 1.0:
         raise UserError(f"train_fraction must be between 0 and 1, got {train_fraction}")
     folder = root / "imagenet-r"
-    how = _with_root_hint(f"extract imagenet-r.tar into {root} (one folder per wnid)")
+    how = _with_prepare_hint("imagenet_r", root, f"or extract imagenet-r.tar into {root}")
     wnids = _class_folders(folder, "ImageNet-R", how)
     samples = _scan_folder(folder, {w: i for i, w in enumerate(wnids)}, "ImageNet-R", how)
     if split_file is None:
@@ -268,7 +279,9 @@ def _load_imagenet(
     dataset. ``include_train=False`` reads only val (a zero-shot target never scans 1.28M files)."""
     root = _require_root(data_root, name)
     train_dir, val_dir = root / "imagenet" / "train", root / "imagenet" / "val"
-    how = _with_root_hint(f"put ImageNet under {root / 'imagenet'} as train/<wnid>/ and val/<wnid>/ folders")
+    how = _with_prepare_hint(
+        "imagenet", root, f"from your ILSVRC2012 archives, into {root / 'imagenet'}/{{train,val}}/<wnid>/"
+    )
     wnids = sorted(imagenet_wnid_names())[:n_classes]
     scanned = [val_dir] + ([train_dir] if include_train else [])
     for directory in scanned:
@@ -323,7 +336,9 @@ def load_pets(data_root: Path | None, include_train: bool = False) -> Classifica
     """Oxford-IIIT Pets test split (37 breeds); ``include_train`` adds the trainval split."""
     root = _require_root(data_root, "pets")
     base = root / "oxford-iiit-pet"
-    how = _with_root_hint(f"extract the official images.tar.gz and annotations.tar.gz into {base}")
+    how = _with_prepare_hint(
+        "pets", root, f"or extract the official images.tar.gz and annotations.tar.gz into {base}"
+    )
     _require(base / "annotations" / "test.txt", "Oxford-IIIT Pets", how)
     _require(base / "images", "Oxford-IIIT Pets", how, is_dir=True)
     test = OxfordIIITPet(str(root), split="test", target_types="category", download=False)
@@ -347,7 +362,7 @@ def load_food101(data_root: Path | None, include_train: bool = False) -> Classif
     """Food-101 test split (101 dishes); ``include_train`` adds the train split."""
     root = _require_root(data_root, "food101")
     base = root / "food-101"
-    how = _with_root_hint(f"extract the official food-101.tar.gz into {root}")
+    how = _with_prepare_hint("food101", root, f"or extract the official food-101.tar.gz into {root}")
     _require(base / "meta" / "test.json", "Food-101", how)
     _require(base / "images", "Food-101", how, is_dir=True)
     test = Food101(str(root), split="test", download=False)

@@ -19,6 +19,7 @@ LAYERS = {
     "benchmarks.miniature": 5,
     "benchmarks.tools": 5,
     "benchmarks.run": 6,
+    "benchmarks.prepare": 6,
     "benchmarks": 0,  # the package's own __init__
 }
 

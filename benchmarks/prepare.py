@@ -1,0 +1,592 @@
+"""Prepare data and weights: ``python -m benchmarks.prepare cifar100 weights --data-root /data``.
+
+The only command of the suite that downloads. Each target ends in the layout its loader reads
+(``benchmarks.data.datasets``) or, for the weights, in the cache the backbone loader looks in
+(``benchmarks.backbone.loading``):
+
+* ``cifar100``, ``pets``, ``food101``: torchvision's archives, URLs and MD5 checksums;
+* ``imagenet_r``: the official ``imagenet-r.tar`` (MD5 below);
+* ``imagenet``: the user's ILSVRC2012 archives (a login is needed to download them), parsed by
+  torchvision's ImageNet functions into ``imagenet/{train,val}/<wnid>/``, val sorted by the devkit;
+* ``weights``: the openai ViT-B-16 checkpoint through open_clip's own download (Hugging Face hub);
+* ``all``: every target above (``imagenet`` only when its archives are there).
+
+What a crash leaves: a download goes to ``NAME.part`` and resumes on a rerun (an HTTP range
+request); its checksum is verified before anything is extracted; an archive is extracted into a
+hidden staging folder and renamed into place whole. A rerun skips what is already prepared.
+``--list`` shows each target's state. ``--mirror URL`` (or ``CIL_BENCH_MIRROR``) fetches every
+file by name from a plain HTTP folder instead of its official host (a cluster's internal mirror),
+with the same checksums. Mistakes and a missing network print one line and exit with 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import errno
+import hashlib
+import http.client
+import os
+import re
+import shutil
+import socket
+import sys
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from tqdm.auto import tqdm
+
+from benchmarks.core.errors import UserError, one_line_user_errors
+
+MIRROR_ENV = "CIL_BENCH_MIRROR"
+TIMEOUT_S = 30  # a stalled connection fails after this long: nothing hangs
+_CHUNK = 1 << 20
+
+
+class NetworkError(UserError):
+    """A download that could not reach its server."""
+
+
+@dataclass(frozen=True)
+class Archive:
+    """One file to download: its official URL and checksum (MD5 or SHA-256, hex)."""
+
+    url: str
+    checksum: str
+    algorithm: str = "md5"
+
+    @property
+    def filename(self) -> str:
+        return self.url.rstrip("/").rsplit("/", 1)[-1]
+
+    def source(self, mirror: str | None) -> str:
+        return f"{mirror.rstrip('/')}/{self.filename}" if mirror else self.url
+
+
+def _torchvision_archives() -> dict[str, list[Archive]]:
+    from torchvision.datasets import CIFAR100, Food101, OxfordIIITPet
+
+    return {
+        "cifar100": [Archive(CIFAR100.url, CIFAR100.tgz_md5)],
+        "pets": [Archive(url, md5) for url, md5 in OxfordIIITPet._RESOURCES],
+        "food101": [Archive(Food101._URL, Food101._MD5)],
+    }
+
+
+# The official archive (github.com/hendrycks/imagenet-r); its README publishes no checksum, so this
+# is the MD5 that torch-uncertainty's ImageNetR dataset verifies for the same file.
+IMAGENET_R = Archive(
+    "https://people.eecs.berkeley.edu/~hendrycks/imagenet-r.tar", "a61312130a589d0ca1a8fca1f2bd3337"
+)
+
+# --- files: checksums, downloads, staging ---------------------------------------------------------
+
+
+def file_checksum(path: Path, algorithm: str = "md5", progress: bool = False) -> str:
+    digest = hashlib.new(algorithm)
+    with (
+        open(path, "rb") as handle,
+        tqdm(
+            total=path.stat().st_size,
+            unit="B",
+            unit_scale=True,
+            desc=f"checking {path.name}",
+            leave=False,
+            disable=not progress,
+        ) as bar,
+    ):
+        while block := handle.read(_CHUNK):
+            digest.update(block)
+            bar.update(len(block))
+    return digest.hexdigest()
+
+
+def _by_hand(archive: Archive, destination: Path) -> str:
+    return f"download {archive.url} yourself, put it at {destination} and rerun"
+
+
+def download(archive: Archive, destination: Path, mirror: str | None = None, progress: bool = True) -> Path:
+    """Fetch ``archive`` to ``destination``, verified. Bytes go to ``destination.part`` first; a rerun
+    after a cut resumes it with a range request. A checksum mismatch removes the bad file."""
+    if destination.is_file():
+        _verify(archive, destination, progress)
+        return destination
+    destination.parent.mkdir(parents=True, exist_ok=True)
+    part = destination.with_name(destination.name + ".part")
+    url = archive.source(mirror)
+    offset = part.stat().st_size if part.is_file() else 0
+    total = None
+    request = urllib.request.Request(url, headers={"User-Agent": "clip-cil-bench"})
+    if offset:
+        request.add_header("Range", f"bytes={offset}-")
+    try:
+        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
+            if offset and response.status != 206:  # the server ignored the range: start over
+                offset = 0
+            length = response.headers.get("Content-Length")
+            total = offset + int(length) if length is not None else None
+            with (
+                open(part, "ab" if offset else "wb") as out,
+                tqdm(
+                    total=total,
+                    initial=offset,
+                    unit="B",
+                    unit_scale=True,
+                    desc=destination.name,
+                    disable=not progress,
+                ) as bar,
+            ):
+                while block := response.read(_CHUNK):
+                    out.write(block)
+                    bar.update(len(block))
+    except urllib.error.HTTPError as err:
+        if err.code != 416:  # 416: the range starts at the end, i.e. the part is already whole
+            raise NetworkError(
+                f"{url} answered HTTP {err.code} ({err.reason}); {_by_hand(archive, destination)}"
+            )
+    except (urllib.error.URLError, http.client.HTTPException, socket.timeout, ConnectionError) as err:
+        reason = getattr(err, "reason", None) or err
+        kept = (
+            f" (the {part.stat().st_size} bytes received are kept: a rerun resumes)" if part.is_file() else ""
+        )
+        raise NetworkError(
+            f"cannot download {url}: {reason}{kept}; {_by_hand(archive, destination)}"
+        ) from None
+    size = part.stat().st_size
+    if total is not None and size < total:
+        raise NetworkError(
+            f"the download of {url} stopped at {size} of {total} bytes; rerun to resume it, or "
+            f"{_by_hand(archive, destination)}"
+        )
+    _verify(archive, part, progress)
+    os.replace(part, destination)
+    return destination
+
+
+def _verify(archive: Archive, path: Path, progress: bool) -> None:
+    found = file_checksum(path, archive.algorithm, progress)
+    if found != archive.checksum.lower():
+        path.unlink()
+        raise UserError(
+            f"{path.name} fails its {archive.algorithm.upper()} check (expected {archive.checksum}, got "
+            f"{found}); the file was removed, rerun to download it again"
+        )
+
+
+class Staging:
+    """A hidden folder beside the final one, removed on exit whatever happens; ``install`` renames
+    what was built in it into place whole, so a reader never sees half a dataset."""
+
+    def __init__(self, root: Path, target: str) -> None:
+        self.path = root / f".prepare-{target}"
+
+    def __enter__(self) -> Path:
+        shutil.rmtree(self.path, ignore_errors=True)  # what a killed earlier attempt left
+        self.path.mkdir(parents=True)
+        return self.path
+
+    def __exit__(self, *exc) -> None:
+        shutil.rmtree(self.path, ignore_errors=True)
+
+
+def install(built: Path, final: Path, force: bool = False) -> None:
+    """Move ``built`` to ``final``; an existing ``final`` is replaced only with ``force``."""
+    if final.exists():
+        if not force:
+            raise UserError(f"{final} exists but is incomplete or damaged; remove it, or rerun with --force")
+        trash = final.with_name(f".{final.name}.replaced")
+        shutil.rmtree(trash, ignore_errors=True)
+        os.replace(final, trash)
+        os.replace(built, final)
+        shutil.rmtree(trash, ignore_errors=True)
+        return
+    final.parent.mkdir(parents=True, exist_ok=True)
+    os.replace(built, final)
+
+
+def _extract(archive_path: Path, into: Path) -> None:
+    from torchvision.datasets.utils import extract_archive
+
+    extract_archive(str(archive_path), str(into))
+
+
+# --- targets ----------------------------------------------------------------------------------------
+
+
+@dataclass
+class Context:
+    data_root: Path
+    archives: Path  # where downloads go and where the ILSVRC archives are looked for
+    mirror: str | None = None
+    force: bool = False
+    progress: bool = True
+    keep_archives: bool = False
+
+
+@dataclass(frozen=True)
+class Target:
+    """A preparable thing: ``state`` (present, missing, or corrupt: <why>), ``where`` it ends up,
+    and ``prepare``, which makes it present."""
+
+    name: str
+    help: str
+    where: Callable[[Context], Path]
+    state: Callable[[Context], str]
+    prepare: Callable[[Context], None]
+    archives: Callable[[], list[Archive]] = field(default=list)
+
+
+def _missing_or(checks: list[tuple[bool, str]], anchor: Path) -> str:
+    if not anchor.exists():
+        return "missing"
+    broken = [why for ok, why in checks if not ok]
+    return f"corrupt: {broken[0]}" if broken else "present"
+
+
+def _count_dirs(folder: Path) -> int:
+    return sum(1 for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else 0
+
+
+def _download_and_install(
+    ctx: Context, name: str, archives: list[Archive], top: str, into_top: bool = False
+) -> None:
+    """Download ``archives`` (verified), extract them all into staging (into ``top/`` itself when
+    the archives hold its subfolders, as Pets' do), then install ``top``."""
+    paths = [download(a, ctx.archives / a.filename, ctx.mirror, ctx.progress) for a in archives]
+    with Staging(ctx.data_root, name) as staging:
+        for path in paths:
+            _extract(path, staging / top if into_top else staging)
+        built = staging / top
+        if not built.is_dir():
+            raise UserError(f"{paths[0].name} does not hold a {top}/ folder; is it the official archive?")
+        install(built, ctx.data_root / top, ctx.force)
+    if not ctx.keep_archives:
+        for path in paths:
+            path.unlink(missing_ok=True)
+
+
+def _cifar_state(ctx: Context) -> str:
+    from torchvision.datasets import CIFAR100
+    from torchvision.datasets.utils import check_integrity
+
+    base = ctx.data_root / CIFAR100.base_folder
+    files = [*CIFAR100.train_list, *CIFAR100.test_list, [CIFAR100.meta["filename"], CIFAR100.meta["md5"]]]
+    return _missing_or(
+        [(check_integrity(str(base / f), md5), f"{f} fails its MD5 check") for f, md5 in files], base
+    )
+
+
+def _pets_state(ctx: Context) -> str:
+    base = ctx.data_root / "oxford-iiit-pet"
+    return _missing_or(
+        [
+            ((base / "annotations" / "test.txt").is_file(), "annotations/test.txt is missing"),
+            ((base / "images").is_dir(), "images/ is missing"),
+        ],
+        base,
+    )
+
+
+def _food_state(ctx: Context) -> str:
+    base = ctx.data_root / "food-101"
+    return _missing_or(
+        [
+            ((base / "meta" / "test.json").is_file(), "meta/test.json is missing"),
+            (_count_dirs(base / "images") == 101, "images/ does not hold 101 class folders"),
+        ],
+        base,
+    )
+
+
+def _imagenet_r_state(ctx: Context) -> str:
+    base = ctx.data_root / "imagenet-r"
+    return _missing_or([(_count_dirs(base) == 200, f"{base} does not hold 200 wnid folders")], base)
+
+
+ILSVRC = ("devkit", "val", "train")
+
+
+def _ilsvrc_archives() -> dict[str, tuple[str, str]]:
+    from torchvision.datasets.imagenet import ARCHIVE_META
+
+    return {part: ARCHIVE_META[part] for part in ILSVRC}
+
+
+def _imagenet_state(ctx: Context) -> str:
+    from benchmarks.data.datasets import imagenet_wnid_names
+
+    base = ctx.data_root / "imagenet"
+    wnids = set(imagenet_wnid_names())
+    checks = []
+    for split in ("train", "val"):
+        found = {p.name for p in (base / split).iterdir()} if (base / split).is_dir() else set()
+        checks.append((wnids <= found, f"{split}/ lacks {len(wnids - found)} of the 1000 wnid folders"))
+    return _missing_or(checks, base)
+
+
+def _have_ilsvrc(ctx: Context) -> bool:
+    return all((ctx.archives / name).is_file() for name, _ in _ilsvrc_archives().values())
+
+
+def _prepare_imagenet(ctx: Context) -> None:
+    """torchvision's parsers on the user's archives, in staging (they write their ``meta.bin`` beside
+    the archives, which may be read-only): each verifies its archive's MD5 before extracting it."""
+    from torchvision.datasets import imagenet
+
+    files = {part: ctx.archives / name for part, (name, _) in _ilsvrc_archives().items()}
+    missing = [str(path) for path in files.values() if not path.is_file()]
+    if missing:
+        raise UserError(
+            f"imagenet needs the official ILSVRC2012 archives, which need a login to download "
+            f"(image-net.org); missing: {', '.join(missing)}. Put them there, or give their folder "
+            "with --archives DIR"
+        )
+    with Staging(ctx.data_root, "imagenet") as staging:
+        for path in files.values():
+            (staging / path.name).symlink_to(path.resolve())
+        if ctx.progress:
+            print(
+                "imagenet: devkit, then val (6.3 GB), then train (138 GB): MD5 checks and extraction "
+                "take a while",
+                file=sys.stderr,
+            )
+        try:
+            imagenet.parse_devkit_archive(str(staging))
+            imagenet.parse_val_archive(str(staging), folder="val")
+            imagenet.parse_train_archive(str(staging), folder="train")
+        except RuntimeError as err:  # torchvision: "The archive NAME is not present ... or is corrupted"
+            named = re.search(r"archive (\S+) is", str(err))
+            which = named.group(1) if named else "archive"
+            raise UserError(
+                f"{ctx.archives / which} is damaged: it fails torchvision's MD5 check; download it again"
+            ) from None
+        built = staging / "imagenet"
+        built.mkdir()
+        for split in ("train", "val"):
+            os.replace(staging / split, built / split)
+        install(built, ctx.data_root / "imagenet", ctx.force)
+
+
+# The weights: where the backbone loader looks (benchmarks.backbone.loading), filled by open_clip.
+WEIGHTS_MODEL, WEIGHTS_TAG = "ViT-B-16-quickgelu", "openai"
+
+
+def _weights_cfg() -> dict:
+    import open_clip
+
+    return open_clip.get_pretrained_cfg(WEIGHTS_MODEL, WEIGHTS_TAG)
+
+
+def _weights_archive() -> Archive:
+    url = _weights_cfg()["url"]  # OpenAI's file; its SHA-256 is the URL's last folder
+    return Archive(url, url.rsplit("/", 2)[-2], "sha256")
+
+
+def _weights_file() -> Path:
+    return Path("~/.cache/clip").expanduser() / _weights_archive().filename
+
+
+def _weights_state(ctx: Context) -> str:
+    from benchmarks.backbone import BackboneSpec, check_weights
+
+    try:
+        found = check_weights(BackboneSpec(WEIGHTS_MODEL, WEIGHTS_TAG))
+    except UserError:
+        return "missing"
+    if found == _weights_file():
+        archive = _weights_archive()
+        if file_checksum(found, archive.algorithm) != archive.checksum:
+            return f"corrupt: {found} fails its SHA-256 check"
+    return "present"
+
+
+def _prepare_weights(ctx: Context) -> None:
+    if ctx.mirror:  # a plain folder: OpenAI's file by name, where the loader looks for it
+        _weights_file().unlink(missing_ok=True)  # a corrupt copy
+        download(_weights_archive(), _weights_file(), ctx.mirror, ctx.progress)
+        return
+    from open_clip.pretrained import download_pretrained
+
+    try:
+        download_pretrained(_weights_cfg())  # the Hugging Face hub, as open_clip itself does
+    except Exception as err:  # the hub client's errors have many types; all mean "not fetched"
+        reason = " ".join(str(err).split())[:200] or type(err).__name__
+        hub = "https://huggingface.co/" + _weights_cfg()["hf_hub"].rstrip("/")
+        raise NetworkError(
+            f"cannot download the {WEIGHTS_MODEL} {WEIGHTS_TAG} weights from {hub} ({reason}); download "
+            f"{_weights_archive().url} yourself and put it at {_weights_file()}, "
+            "or pass --weights FILE to runs"
+        ) from None
+
+
+def _dataset_target(
+    name: str, top: str, state: Callable[[Context], str], archives: Callable, into_top: bool = False
+) -> Target:
+    return Target(
+        name,
+        f"{top}/ from {', '.join(a.filename for a in archives())}",
+        lambda ctx: ctx.data_root / top,
+        state,
+        lambda ctx: _download_and_install(ctx, name, archives(), top, into_top),
+        archives,
+    )
+
+
+def targets() -> dict[str, Target]:
+    tv = _torchvision_archives
+    return {
+        t.name: t
+        for t in (
+            _dataset_target("cifar100", "cifar-100-python", _cifar_state, lambda: tv()["cifar100"]),
+            _dataset_target("imagenet_r", "imagenet-r", _imagenet_r_state, lambda: [IMAGENET_R]),
+            Target(
+                "imagenet",
+                "imagenet/{train,val}/<wnid>/ from your ILSVRC2012 archives (--archives)",
+                lambda ctx: ctx.data_root / "imagenet",
+                _imagenet_state,
+                _prepare_imagenet,
+            ),
+            _dataset_target("pets", "oxford-iiit-pet", _pets_state, lambda: tv()["pets"], into_top=True),
+            _dataset_target("food101", "food-101", _food_state, lambda: tv()["food101"]),
+            Target(
+                "weights",
+                f"{WEIGHTS_MODEL} {WEIGHTS_TAG} into open_clip's cache",
+                lambda ctx: _weights_file(),
+                _weights_state,
+                _prepare_weights,
+                lambda: [_weights_archive()],
+            ),
+        )
+    }
+
+
+def command_for(target: str, data_root: str | Path | None = None) -> str:
+    """The command that prepares ``target`` (for the runs' missing-data and missing-weights errors)."""
+    root = f" --data-root {data_root}" if data_root is not None and str(data_root) != "data" else ""
+    return f"python -m benchmarks.prepare {target}{root if target != 'weights' else ''}"
+
+
+# --- the command ------------------------------------------------------------------------------------
+
+
+def _list(ctx: Context) -> str:
+    lines = ["| target | state | where |", "|---|---|---|"]
+    for target in targets().values():
+        state = target.state(ctx)
+        for archive in target.archives():
+            part = ctx.archives / (archive.filename + ".part")
+            if state == "missing" and part.is_file():
+                state = (
+                    f"missing ({part.stat().st_size} bytes of {archive.filename} downloaded: rerun to resume)"
+                )
+        lines.append(f"| {target.name} | {state} | {target.where(ctx)} |")
+    return "\n".join(lines)
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str):  # one line, exit 2
+        self.exit(2, f"error: {message}; see python -m benchmarks.prepare --help\n")
+
+
+def parse_args(argv: list[str] | None) -> argparse.Namespace:
+    names = list(targets())
+    parser = _Parser(
+        prog="python -m benchmarks.prepare",
+        description=__doc__.split("\n")[0],
+        epilog="targets: "
+        + "; ".join(f"{t.name}: {t.help}" for t in targets().values())
+        + "; all: every one",
+    )
+    parser.add_argument("targets", nargs="*", metavar="TARGET", help=f"{', '.join(names)} or all")
+    parser.add_argument("--data-root", default="data", help="where the datasets go (default: ./data)")
+    parser.add_argument(
+        "--archives",
+        help="where archives are downloaded to, and the ILSVRC2012 archives are looked for "
+        "(default: DATA_ROOT/archives)",
+    )
+    parser.add_argument(
+        "--mirror",
+        default=os.environ.get(MIRROR_ENV),
+        help=f"a plain HTTP folder holding every file by name (default: ${MIRROR_ENV})",
+    )
+    parser.add_argument("--list", action="store_true", help="show what is present, missing or corrupt")
+    parser.add_argument(
+        "--force", action="store_true", help="prepare again a target that is present or damaged"
+    )
+    parser.add_argument(
+        "--keep-archives", action="store_true", help="keep downloaded archives after extraction"
+    )
+    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    args = parser.parse_args(argv)
+    wanted = names if "all" in args.targets else args.targets
+    unknown = [t for t in wanted if t not in names]
+    if unknown:
+        parser.error(f"unknown target {unknown[0]!r}; valid: {', '.join(names)}, all")
+    if not wanted and not args.list:
+        parser.error("name at least one target, or --list")
+    args.targets = list(dict.fromkeys(wanted))
+    args.all = "all" in args.targets or set(args.targets) == set(names)
+    return args
+
+
+# a full disk, a folder one may not write, or a data root under a file: the machine's problem
+_STORAGE_ERRORS = {
+    errno.ENOSPC,
+    errno.EDQUOT,
+    errno.EACCES,
+    errno.EPERM,
+    errno.EROFS,
+    errno.ENOTDIR,
+    errno.EEXIST,
+}
+
+
+@one_line_user_errors
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    root = Path(args.data_root).expanduser()
+    ctx = Context(
+        data_root=root,
+        archives=Path(args.archives).expanduser() if args.archives else root / "archives",
+        mirror=args.mirror or None,
+        force=args.force,
+        progress=not args.quiet,
+        keep_archives=args.keep_archives,
+    )
+    if args.list:
+        print(_list(ctx))
+        return 0
+    table = targets()
+    try:
+        for name in args.targets:
+            target = table[name]
+            state = target.state(ctx)
+            if state == "present" and not args.force:
+                print(f"{name}: already prepared at {target.where(ctx)}", file=sys.stderr)
+                continue
+            if name == "imagenet" and args.all and state == "missing" and not _have_ilsvrc(ctx):
+                print(f"{name}: skipped, its ILSVRC2012 archives are not in {ctx.archives}", file=sys.stderr)
+                continue
+            if state.startswith("corrupt") and not args.force:
+                raise UserError(f"{name} at {target.where(ctx)} is {state}; rerun with --force to replace it")
+            target.prepare(ctx)
+            after = target.state(ctx)
+            if after != "present":
+                raise UserError(
+                    f"{name}: prepared, but {target.where(ctx)} is {after}; is the archive the official one?"
+                )
+            print(f"{name}: ready at {target.where(ctx)}", file=sys.stderr)
+    except OSError as err:
+        if err.errno not in _STORAGE_ERRORS:
+            raise
+        where = f" ({err.filename})" if err.filename else ""
+        raise UserError(
+            f"cannot write{where}: {err.strerror}; free space or fix permissions, then rerun"
+        ) from None
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
