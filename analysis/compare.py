@@ -48,7 +48,7 @@ from analysis.formatting import (
 from analysis.statistics import CONFIDENCE, POWER, Interval, bootstrap_stage_means, interval, metric_of_stages
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import UserError, one_line_user_errors
-from benchmarks.runner.results import iter_results, load_predictions
+from benchmarks.runner.results import iter_results, load_predictions, not_a_measurement
 
 METRICS = {"last": ("last_acc", "Last accuracy"), "avg": ("avg_acc", "Avg accuracy")}
 DRAWS = 2000
@@ -93,6 +93,8 @@ def protocol(run: Run) -> dict:
         "weights": weights,
         "task count": result["n_tasks"],
         "precision": config.get("precision"),
+        "fast dev run": config.get("fast_dev_run"),  # never compared with real runs
+        "fake data": config.get("fake_data", False),
         "test set": (test_set, [stage["n_test_per_task"] for stage in result["stages"]][-1:]),
     }
 
@@ -289,6 +291,14 @@ def compare_all(
         raise UserError(
             f"no result JSON found under {results_dir}; run python -m benchmarks.run first "
             "or point --results-dir at a folder of results"
+        )
+    caveats = [
+        why for seeds in runs.values() for run in seeds.values() if (why := not_a_measurement(run.result))
+    ]
+    for why in sorted(set(caveats)):
+        problems.append(
+            f"{caveats.count(why)} run(s) are {why}: a check of the code path, not a measurement; "
+            "never report these intervals"
         )
     labels = sorted({label for _, _, label in runs})
     for name in [baseline, *(strategies or [])]:

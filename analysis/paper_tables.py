@@ -49,7 +49,7 @@ from analysis.formatting import (
     signed_cell,
 )
 from benchmarks.core.errors import UserError
-from benchmarks.runner.results import iter_results
+from benchmarks.runner.results import iter_results, not_a_measurement
 
 REFERENCE_FILE = Path(__file__).resolve().parents[1] / "results" / "reference" / "paper_tables.csv"
 
@@ -168,7 +168,13 @@ def load_inputs(results_dir: str | Path) -> ReportInputs:
     by_key: dict[tuple, list[dict]] = {}
     for run in sorted(distinct, key=lambda r: ("zero_shot" in r, r["_path"])):
         by_key.setdefault(_key(run), []).append(run)
+    caveats = [why for run in distinct if (why := not_a_measurement(run))]
     notes = [
+        f"{caveats.count(why)} result(s) are {why}: a check of the code path, not a measurement; "
+        "never report these tables"
+        for why in sorted(set(caveats))
+    ]
+    notes += [
         f"{len(group)} results for {group[0]['label']} / {group[0]['dataset']} / T={group[0]['n_tasks']} / "
         f"seed {group[0]['seed']} with different configs; tables use {group[0]['_path']}"
         for group in by_key.values()

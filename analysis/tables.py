@@ -17,7 +17,7 @@ import pandas as pd
 from analysis.formatting import latex_table, markdown_table, mean_std_cell, population_std
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import UserError, one_line_user_errors
-from benchmarks.runner.results import RunKey, iter_results
+from benchmarks.runner.results import RunKey, iter_results, not_a_measurement
 
 
 def load_runs(results_dir: str | Path, keys: list[RunKey] | None = None) -> pd.DataFrame:
@@ -34,6 +34,7 @@ def load_runs(results_dir: str | Path, keys: list[RunKey] | None = None) -> pd.D
                 "dataset": key.dataset,
                 "n_tasks": key.n_tasks,
                 "seed": key.seed,
+                "not_a_measurement": not_a_measurement(result),
                 **result["summary"],
             }
         )
@@ -79,6 +80,18 @@ def seeds_note(runs: pd.DataFrame) -> str:
     return f"Accuracy (%), mean ± population std over seeds; {n}."
 
 
+def check_only_note(runs: pd.DataFrame) -> str:
+    """A line that says when runs are fast dev runs or on fake data: checks, not measurements."""
+    flagged = runs["not_a_measurement"].dropna() if "not_a_measurement" in runs else pd.Series(dtype=str)
+    if flagged.empty:
+        return ""
+    kinds = " and ".join(sorted(set(flagged)))
+    return (
+        f"**Not measurements**: {len(flagged)} of {len(runs)} runs are {kinds} (a check that every code "
+        "path runs, on a few images), never to be read or reported as results.\n"
+    )
+
+
 def to_latex(table: pd.DataFrame) -> str:
     """Booktabs LaTeX; names are escaped and ``±`` becomes ``$\\pm$``."""
     return latex_table(table, index_name="method")
@@ -94,7 +107,7 @@ def write_tables(results_dir: str | Path, keys: list[RunKey] | None = None) -> s
             "or point --results-dir at a folder of results"
         )
     table = accuracy_table(runs)
-    markdown = f"{to_markdown(table)}\n{seeds_note(runs)}\n"
+    markdown = f"{to_markdown(table)}\n{seeds_note(runs)}\n{check_only_note(runs)}"
     atomic_write_text(results_dir / "table.md", markdown)
     atomic_write_text(results_dir / "table.csv", table.to_csv())
     atomic_write_text(results_dir / "table.tex", to_latex(table))

@@ -578,6 +578,9 @@ def main(argv: list[str] | None = None) -> int:
                     f"{name}: prepared, but {target.where(ctx)} is {after}; is the archive the official one?"
                 )
             print(f"{name}: ready at {target.where(ctx)}", file=sys.stderr)
+    except KeyboardInterrupt:
+        print("interrupted: rerun the same command; a partial download resumes", file=sys.stderr)
+        return 130
     except OSError as err:
         if err.errno not in _STORAGE_ERRORS:
             raise

@@ -20,10 +20,11 @@ from benchmarks.core.errors import UserError, one_line_user_errors
 from benchmarks.core.precision import PRECISIONS
 from benchmarks.runner.execute import preflight, resolve
 from benchmarks.runner.launcher import LAUNCHERS, InlineLauncher, Launcher, RunOptions, prepare_runner_process
+from benchmarks.runner.live_log import parse_loggers
 from benchmarks.runner.local_launcher import LocalLauncher, check_gpus
 from benchmarks.runner.results import ResultStore, config_hash, iter_results
 from benchmarks.runner.status import run_state
-from benchmarks.runner.suites import RunSpec, expand, load_suite
+from benchmarks.runner.suites import FastDevRun, RunSpec, expand, load_suite
 
 
 def dry_run_table(runs: list[RunSpec], store: ResultStore, data_root: str) -> str:
@@ -161,6 +162,25 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--run-logs", action="store_true", help=argparse.SUPPRESS
     )  # set by the local launcher
     parser.add_argument(
+        "--fast-dev-run",
+        nargs="?",
+        const=FastDevRun.train_batches,
+        type=int,
+        metavar="BATCHES",
+        help=f"walk every run end to end in minutes before the real thing: BATCHES training batches "
+        f"(default {FastDevRun.train_batches}) of at most {FastDevRun.max_batch_size} images a pass, "
+        f"{FastDevRun.train_per_class} training image a class, {FastDevRun.test_per_task} test image a task, "
+        "the suite's first seed unless --seeds says otherwise; results go to runs/SUITE-fast-dev-run "
+        "and are marked as such",
+    )
+    parser.add_argument(
+        "--log",
+        metavar="LOGGERS",
+        help="live logs of each run, any of tensorboard,wandb,csv: loss and learning rate per "
+        "iteration, accuracy, per-task accuracy, routing accuracy and AUROC per stage, under "
+        "RESULTS_DIR/.logs/ (W&B offline unless WANDB_MODE says otherwise)",
+    )
+    parser.add_argument(
         "--dry-run",
         action="store_true",
         help="list every run with its state (finished, partial, running, to run) and an estimated "
@@ -217,11 +237,13 @@ def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     prepare_runner_process()
     try:
+        loggers = parse_loggers(args.log)  # a logger that cannot start: one line, before any run
         suite = load_suite(args.suite)
         slurm_options = _check_launcher_options(
             args, suite
         )  # bad launcher input: one line, before anything runs
         device, weights = args.device, args.weights
+        fast_dev_run = FastDevRun(train_batches=args.fast_dev_run) if args.fast_dev_run is not None else None
         if slurm_options is not None:
             if (device or suite.get("device", "auto")) == "auto":
                 device = "cuda" if slurm_options.gpus else "cpu"  # the jobs' device, not this login node's
@@ -232,17 +254,20 @@ def main(argv: list[str] | None = None) -> int:
             strategies=args.strategies,
             datasets=args.datasets,
             tasks=args.tasks,
-            seeds=args.seeds,
+            # seeds add no code path: a fast dev run takes the suite's first unless told otherwise
+            seeds=args.seeds or (suite["seeds"][:1] if fast_dev_run else None),
             device=device,
             class_order=args.class_order,
             weights=weights,
             precision=args.precision,
             deterministic=args.deterministic or None,
             check_device=slurm_options is None,
+            fast_dev_run=fast_dev_run,
         )
         if any(spec.deterministic for spec in runs) and slurm_options is None:
             set_deterministic(True)  # before any CUDA work: cuBLAS reads its workspace setting once
-        results_dir = Path(args.results_dir or Path("runs") / suite["name"])
+        default_dir = suite["name"] + ("-fast-dev-run" if fast_dev_run else "")  # never beside real results
+        results_dir = Path(args.results_dir or Path("runs") / default_dir)
         store = ResultStore(results_dir)
         if args.dry_run:
             print(dry_run_table(runs, store, args.data_root))
@@ -256,6 +281,7 @@ def main(argv: list[str] | None = None) -> int:
             save_models=args.save_models,
             run_logs=args.run_logs,
             suite_name=suite["name"],
+            log=loggers,
         )
         outcome = _launcher(args, argv, slurm_options, suite["name"]).launch(runs, store, options)
         if not outcome.show_table:

@@ -83,13 +83,16 @@ class CLIPStrategy(SupervisedTemplate):
         precision: str = "auto",
         show_progress: bool = True,
         seed: int | None = None,
+        max_train_batches: int | None = None,
         **avalanche_kwargs,
     ):
         """``precision``: fp32, fp16 (autocast and a loss scaler) or bf16; "auto" is fp16 on CUDA and
         fp32 elsewhere, or fp32 everywhere for a config with ``amp = False``. ``seed``: the run seed
         that every loader's shuffle and augmentation draws derive from (``benchmarks.data.loaders``); by
         default torch's initial seed, so ``torch.manual_seed(s)`` before building the strategy sets
-        it. ``avalanche_kwargs`` (``plugins``, ``evaluator``, ...) go to ``SupervisedTemplate``."""
+        it. ``max_train_batches``: every training pass (a task's epochs, a second stage's passes) ends
+        after that many batches (a fast dev run). ``avalanche_kwargs`` (``plugins``, ``evaluator``,
+        ...) go to ``SupervisedTemplate``."""
         device = torch.device(device)
         self.seed = int(torch.initial_seed() if seed is None else seed)
         self.backbone = backbone.to(device)
@@ -98,6 +101,7 @@ class CLIPStrategy(SupervisedTemplate):
         self.cfg = config
         self.class_names = list(class_names)
         self.show_progress = show_progress
+        self.max_train_batches = max_train_batches
         self.templates = templates(config.prompt_ensemble, config.prompt_template)
         # row c * len(templates) + m is class c under template m
         self.prompt_tokens = backbone.tokenize([t.format(n) for n in class_names for t in self.templates])
@@ -284,6 +288,7 @@ class CLIPStrategy(SupervisedTemplate):
             self.loader_key(purpose),
             batch_size or self.cfg.eval_batch_size,
             shuffle=shuffle,
+            max_batches=self.max_train_batches if shuffle else None,  # a shuffled pass is a training pass
             **options,
         )
 
@@ -351,6 +356,7 @@ class CLIPStrategy(SupervisedTemplate):
             self.train_mb_size,
             shuffle=shuffle,
             drop_last=drop_last,
+            max_batches=self.max_train_batches,
             **options,
         )
 

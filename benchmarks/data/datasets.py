@@ -28,7 +28,7 @@ from typing import Any
 import numpy as np
 from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES
 from PIL import Image
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, Subset
 from torchvision.datasets import CIFAR100, Food101, OxfordIIITPet
 from torchvision.datasets.folder import (
     IMG_EXTENSIONS,
@@ -71,6 +71,18 @@ class ClassificationData:
     @property
     def n_classes(self) -> int:
         return len(self.class_names)
+
+    def subset(self, train: list[int] | None = None, test: list[int] | None = None) -> ClassificationData:
+        """The same classes, with only the train and test images at these indices (None: all)."""
+        train_set, train_targets = self.train, self.train_targets
+        if train is not None and train_set is not None and train_targets is not None:
+            train_set, train_targets = Subset(train_set, train), [train_targets[i] for i in train]
+        test_set, test_targets = self.test, self.test_targets
+        if test is not None:
+            test_set, test_targets = Subset(test_set, test), [test_targets[i] for i in test]
+        return ClassificationData(
+            self.name, train_set, test_set, self.class_names, train_targets, test_targets
+        )
 
 
 class FileListDataset(Dataset):

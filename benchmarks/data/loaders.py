@@ -22,6 +22,7 @@ first sample it loads in each process and warns once if the transform drew from 
 
 from __future__ import annotations
 
+import itertools
 import random
 import warnings
 import zlib
@@ -121,6 +122,19 @@ class SeededSamples(Dataset):
         return item
 
 
+class FirstBatches(Sampler[list]):
+    """The first ``limit`` batches of every pass of a batch sampler."""
+
+    def __init__(self, batches: BatchSampler, limit: int) -> None:
+        self.batches, self.limit = batches, limit
+
+    def __len__(self) -> int:
+        return min(len(self.batches), self.limit)
+
+    def __iter__(self) -> Iterator[list]:
+        return itertools.islice(iter(self.batches), self.limit)
+
+
 def seeded_loader(
     dataset: Dataset,
     key: tuple[KeyPart, ...],
@@ -133,16 +147,20 @@ def seeded_loader(
     pin_memory: bool = False,
     collate_fn: Callable | None = None,
     multiprocessing_context: Any = None,
+    max_batches: int | None = None,
 ) -> DataLoader:
     """A DataLoader over ``dataset`` whose shuffle, augmentation draws and worker seeds come from
     ``key`` and the pass alone (module docstring). ``collate_fn`` defaults to the dataset's own
-    (Avalanche datasets carry one) or torch's default."""
+    (Avalanche datasets carry one) or torch's default. ``max_batches`` ends every pass after that
+    many batches (a fast dev run's training passes); the batches it yields are the full loader's
+    first ones."""
     sampler = SeededSampler(len(dataset), key, shuffle)  # type: ignore[arg-type]
+    batches = BatchSampler(sampler, batch_size, drop_last)
     workers_seed = torch.Generator().manual_seed(derive_seed(*key, "workers"))
     collate = collate_fn or getattr(dataset, "collate_fn", None)
     return DataLoader(
         SeededSamples(dataset),
-        batch_sampler=BatchSampler(sampler, batch_size, drop_last),
+        batch_sampler=batches if max_batches is None else FirstBatches(batches, max_batches),
         num_workers=num_workers,
         persistent_workers=persistent_workers and num_workers > 0,
         pin_memory=pin_memory,

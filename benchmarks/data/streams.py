@@ -92,3 +92,25 @@ def build_stream(
         test_set=test.eval(),
         test_targets=list(data.test_targets),
     )
+
+
+def spread_indices(
+    targets: list[int], task_of_class: dict[int, int], per_class: int | None = None, limit: int | None = None
+) -> list[int]:
+    """A small subset of a dataset that reaches every task, then every class, before a second
+    image of any class: images ranked by (their rank within their class, their class's position
+    within its task, the task), at most ``per_class`` a class and ``limit`` in all; returned in
+    dataset order. A fast dev run trains and evaluates on these (``benchmarks.runner``)."""
+    tasks: dict[int, list[int]] = {}
+    for cls, task in sorted(task_of_class.items(), key=lambda item: item[1]):
+        tasks.setdefault(task, []).append(cls)
+    position = {cls: i for classes in tasks.values() for i, cls in enumerate(classes)}
+    seen: dict[int, int] = {}
+    ranked = []
+    for index, cls in enumerate(targets):
+        if cls not in task_of_class:
+            continue
+        rank = seen[cls] = seen.get(cls, -1) + 1
+        if per_class is None or rank < per_class:
+            ranked.append(((rank, position[cls], task_of_class[cls]), index))
+    return sorted(index for _, index in sorted(ranked)[:limit])

@@ -35,9 +35,15 @@ from benchmarks.core.errors import UserError
 from benchmarks.core.metrics import predicted_classes, stage_metrics, summarize
 from benchmarks.core.precision import resolve_precision
 from benchmarks.data.class_orders import resolve_class_order
-from benchmarks.data.datasets import TransformedDataset, load_dataset, load_zero_shot_target
-from benchmarks.data.streams import build_stream, split_classes
+from benchmarks.data.datasets import (
+    TransformedDataset,
+    is_fake_data_root,
+    load_dataset,
+    load_zero_shot_target,
+)
+from benchmarks.data.streams import build_stream, split_classes, spread_indices
 from benchmarks.data.transforms import eval_transform, train_transform
+from benchmarks.runner.live_log import LiveLog, TrainingLog
 from benchmarks.runner.locking import read_holder
 from benchmarks.runner.results import (
     CHECKPOINT_STATE,
@@ -47,7 +53,7 @@ from benchmarks.runner.results import (
     RunKey,
     config_hash,
 )
-from benchmarks.runner.suites import RunSpec, dataset_loader_options
+from benchmarks.runner.suites import FastDevRun, RunSpec, dataset_loader_options
 from strategies.registry import get_strategy
 
 
@@ -86,6 +92,8 @@ def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
         scaled = max(1, round(strategy_cfg.epochs * spec.epoch_scale))
         strategy_cfg = dataclasses.replace(strategy_cfg, epochs=scaled)
         sources["epochs"] += f" x epoch_scale {spec.epoch_scale:g}"
+    if spec.fast_dev_run is not None:
+        strategy_cfg = _fast_dev_config(strategy_cfg, spec.fast_dev_run, sources)
     config = {
         **spec.config,
         "backbone": recorded_backbone(spec.config["backbone"]),
@@ -93,7 +101,41 @@ def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
         "strategy_config": strategy_cfg.to_dict(),
         "option_sources": sources,
     }
+    if is_fake_data_root(data_root) and spec.dataset != "synthetic":
+        config["fake_data"] = True  # a result on benchmarks.tools.fake_data's files is never a real one
     return strategy_cls, strategy_cfg, config
+
+
+def _fast_dev_config(strategy_cfg, fast: FastDevRun, sources: dict[str, str]):
+    """A fast dev run's recipe: one epoch of ``fast.train_batches`` batches (the loaders cap each
+    training pass) and every training batch size capped; all else as the real run's."""
+    changes = {}
+    if isinstance(strategy_cfg.epochs, int) and strategy_cfg.epochs > 1:
+        changes["epochs"] = 1
+    for name, value in strategy_cfg.to_dict().items():
+        if name.endswith("batch_size") and name != "eval_batch_size" and isinstance(value, int):
+            if value > fast.max_batch_size:
+                changes[name] = fast.max_batch_size
+    for name in changes:
+        sources[name] += " capped by --fast-dev-run"
+    return dataclasses.replace(strategy_cfg, **changes)
+
+
+def _fast_dev_stream(data, class_order: list[int], n_tasks: int, fast: FastDevRun, transforms):
+    """A fast dev run's stream: ``train_per_class`` training images a class, and ``test_per_task``
+    test images a task, spread over its classes (``spread_indices``). The benchmark's own test
+    stream keeps every image (Avalanche wants the same classes in train and test); the runner
+    scores ``test_set``."""
+    task_of_class = {c: t for t, classes in enumerate(split_classes(class_order, n_tasks)) for c in classes}
+    if data.train_targets is not None:
+        data = data.subset(
+            train=spread_indices(data.train_targets, task_of_class, per_class=fast.train_per_class)
+        )
+    stream = build_stream(data, n_tasks, class_order, *transforms)
+    test = spread_indices(stream.test_targets, task_of_class, limit=fast.test_per_task * n_tasks)
+    return dataclasses.replace(
+        stream, test_set=stream.test_set.subset(test), test_targets=[stream.test_targets[i] for i in test]
+    )
 
 
 def _backbone_spec(spec: RunSpec) -> BackboneSpec:
@@ -191,9 +233,12 @@ def execute(
     force: bool = False,
     show_progress: bool = True,
     save_model: bool = False,
+    log: tuple[str, ...] = (),
+    project: str = "",
 ) -> tuple[dict | None, str]:
     """Run (or resume, or skip) one run under its lock. Returns its result and what happened; the
-    result is None when another process holds the run's lock."""
+    result is None when another process holds the run's lock. ``log``: the live logs to write
+    (``benchmarks.runner.live_log``), ``project`` naming the W&B project."""
     strategy_cls, strategy_cfg, config = resolve(spec, data_root)
     cfg_hash = config_hash(config)
     if not force and (done := store.finished(spec.key, cfg_hash)) is not None:
@@ -217,6 +262,8 @@ def execute(
                 force=force,
                 show_progress=show_progress,
                 save_model=save_model,
+                log=log,
+                project=project,
             )
     except (KeyboardInterrupt, SystemExit):  # stopped, not failed (SLURM's requeue exits this way)
         lock.release()
@@ -243,21 +290,61 @@ def _compute(
     force: bool,
     show_progress: bool,
     save_model: bool,
+    log: tuple[str, ...] = (),
+    project: str = "",
 ) -> tuple[dict, str]:
     """Train and evaluate one run, resuming from its checkpoint; store the result."""
+    live = (
+        LiveLog(log, store.root, str(spec.key), spec.key.relpath, {**config, "suite": project})
+        if log
+        else None
+    )
+    try:
+        return _train_and_evaluate(
+            spec,
+            store,
+            data_root,
+            strategy_cls,
+            strategy_cfg,
+            config,
+            cfg_hash,
+            force,
+            show_progress,
+            save_model,
+            live,
+        )
+    finally:
+        if live is not None:
+            live.close()
+
+
+def _train_and_evaluate(
+    spec: RunSpec,
+    store: ResultStore,
+    data_root: str,
+    strategy_cls,
+    strategy_cfg,
+    config: dict,
+    cfg_hash: str,
+    force: bool,
+    show_progress: bool,
+    save_model: bool,
+    live: LiveLog | None,
+) -> tuple[dict, str]:
 
     data = _load_data(spec, data_root)
     class_order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
     set_deterministic(spec.deterministic)
     seed_everything(spec.seed, -1)  # a randomly initialised backbone is the same on every (re)run
     backbone = create_clip(_backbone_spec(spec), spec.device)
-    stream = build_stream(
-        data,
-        spec.n_tasks,
-        class_order,
+    transforms = (
         train_transform(backbone.image_size, backbone.mean, backbone.std, strategy_cfg.train_augmentation),
         eval_transform(backbone.image_size, backbone.mean, backbone.std),
     )
+    if spec.fast_dev_run is None:
+        stream = build_stream(data, spec.n_tasks, class_order, *transforms)
+    else:
+        stream = _fast_dev_stream(data, class_order, spec.n_tasks, spec.fast_dev_run, transforms)
     strategy = strategy_cls(
         backbone=backbone,
         class_names=stream.class_names,
@@ -266,6 +353,8 @@ def _compute(
         precision=spec.precision,
         show_progress=show_progress,
         seed=spec.seed,
+        max_train_batches=spec.fast_dev_run.train_batches if spec.fast_dev_run else None,
+        plugins=[training_log := TrainingLog(live)] if live is not None else None,
     )
     targets = np.asarray(stream.test_targets)
 
@@ -283,6 +372,9 @@ def _compute(
         strategy.load_checkpoint_state(tensors, state["strategy"])
         stages, cost = state["stages"], state["cost"]
         status = f"resumed after task {state['tasks_done']}"
+    steps_before = cost.get("train_steps", 0)  # the training iterations of the tasks before a resume
+    if live is not None:
+        training_log.first_step = steps_before
     reset_peak_memory(spec.device)
 
     tasks = tqdm(
@@ -305,6 +397,7 @@ def _compute(
                 "(or use --precision fp32) and rerun"
             ) from None
         cost["train_seconds"] += time.perf_counter() - start
+        cost["train_steps"] = steps_before + strategy.clock.train_iterations
 
         start = time.perf_counter()
         scores = strategy.score_dataset(stream.test_set, cache_key="test").numpy()
@@ -320,10 +413,15 @@ def _compute(
             cost["peak_memory_bytes"], peak_memory(spec.device)[0]
         )  # across resumes
         stages.append(stage)
+        if live is not None:
+            live.stage(stage, cost["train_steps"])
         tasks.set_postfix(acc=f"{stage['acc']:.1f}")
         _save_checkpoint(checkpoint_dir, task + 1, strategy, stages, cost, cfg_hash, predictions)
 
-    zero_shot = {target: _zero_shot(strategy, target, data_root) for target in spec.zero_shot_targets}
+    zero_shot = {
+        target: _zero_shot(strategy, target, data_root, spec.fast_dev_run)
+        for target in spec.zero_shot_targets
+    }
     memory, memory_kind = peak_memory(spec.device)
     result = {
         "schema_version": SCHEMA_VERSION,
@@ -361,12 +459,18 @@ def _compute(
 
 
 @torch.no_grad()
-def _zero_shot(strategy, target: str, data_root: str) -> dict:
-    """Accuracy (%) of each of the strategy's zero-shot predictors on a target dataset's test split.
+def _zero_shot(strategy, target: str, data_root: str, fast_dev_run: FastDevRun | None = None) -> dict:
+    """Accuracy (%) of each of the strategy's zero-shot predictors on a target dataset's test split
+    (a fast dev run: ``zero_shot_images`` of it, spread over the classes).
 
     Images are transformed in the loader's workers; the target's text features are computed once.
     """
     data = _zero_shot_target(target, data_root)
+    if fast_dev_run is not None:
+        every_class = {c: 0 for c in range(len(data.class_names))}
+        data = data.subset(
+            test=spread_indices(data.test_targets, every_class, limit=fast_dev_run.zero_shot_images)
+        )
     backbone = strategy.backbone
     tokens = backbone.tokenize([strategy.cfg.prompt_template.format(n) for n in data.class_names])
     text = strategy.zero_shot_text(tokens)

@@ -37,6 +37,7 @@ class RunOptions:
     save_models: bool = False  # also save each finished run's learned state
     run_logs: bool = False  # each run's stderr goes to <results-dir>/.logs/<run>.log
     suite_name: str = ""
+    log: tuple[str, ...] = ()  # live logs of each run: tensorboard, wandb, csv (benchmarks.runner.live_log)
 
 
 @dataclass(frozen=True)
@@ -108,6 +109,8 @@ class InlineLauncher:
                     force=options.force,
                     show_progress=not options.quiet,
                     save_model=options.save_models,
+                    log=options.log,
+                    project=options.suite_name,
                 )
                 if result is not None:
                     summary = result["summary"]

@@ -195,6 +195,19 @@ class ResultStore:
         return path
 
 
+def not_a_measurement(result: dict) -> str | None:
+    """Why a result checks the code path rather than measuring anything: a ``--fast-dev-run``, or
+    fake data (``benchmarks.tools.fake_data``); None for a real result. Tables, the report and the
+    comparison say so wherever they show one."""
+    config = result.get("config", {})
+    reasons = [
+        why
+        for why, flag in (("a fast dev run", "fast_dev_run"), ("fake data", "fake_data"))
+        if config.get(flag)
+    ]
+    return " on ".join(reasons) or None
+
+
 def iter_results(root: str | Path, skipped: list[str] | None = None) -> Iterator[tuple[Path, dict]]:
     """Every finished result JSON under ``root`` (checkpoints and other JSON files are skipped).
 

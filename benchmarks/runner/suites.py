@@ -37,6 +37,7 @@ strategy's own default. Each result's ``config.option_sources`` says where each 
 
 from __future__ import annotations
 
+import dataclasses
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -70,6 +71,23 @@ KNOWN_KEYS = {
 
 
 @dataclass(frozen=True)
+class FastDevRun:
+    """``--fast-dev-run``: a run that walks every code path of the real one (every stage, second
+    stage, checkpoint, metric, zero-shot target) in minutes, on a few images. Recorded in each
+    result's config, and hashed, so its results are never taken for real ones."""
+
+    train_batches: int = 2  # batches of every training pass (a task's training, each second-stage pass)
+    max_batch_size: int = 2  # every training batch size is capped at this (ViT-B/16 on a CPU)
+    train_per_class: int = 1  # training images kept per class (every class keeps one)
+    test_per_task: int = 1  # test images scored at every stage, per task of the stream
+    zero_shot_images: int = 10  # test images of each zero-shot target, spread over its classes
+
+    def __post_init__(self) -> None:
+        if self.train_batches < 1:
+            raise UserError(f"--fast-dev-run takes a whole number of batches >= 1, not {self.train_batches}")
+
+
+@dataclass(frozen=True)
 class RunSpec:
     """One run, fully resolved: everything that determines its numbers is in ``config``."""
 
@@ -89,6 +107,7 @@ class RunSpec:
     deterministic: bool = False
     option_sources: dict[str, str] = field(default_factory=dict, compare=False)  # option -> suite table
     epoch_scale: float = 1.0  # the suite's common factor on every strategy's epochs
+    fast_dev_run: FastDevRun | None = None
 
     @property
     def key(self) -> RunKey:
@@ -243,6 +262,7 @@ def expand(
     precision: str | None = None,
     deterministic: bool | None = None,
     check_device: bool = True,
+    fast_dev_run: FastDevRun | None = None,
 ) -> list[RunSpec]:
     """All runs of a suite, with the command line's filters and overrides applied. With
     ``check_device`` False, ``device`` (cpu or cuda) is taken as given: the runs execute elsewhere."""
@@ -295,6 +315,8 @@ def expand(
                         config["zero_shot_targets"] = list(targets)
                     if epoch_scale != 1.0:  # absent at 1, so that other suites' hashes stay as they were
                         config["epoch_scale"] = epoch_scale
+                    if fast_dev_run is not None:  # absent otherwise, for the same reason
+                        config["fast_dev_run"] = dataclasses.asdict(fast_dev_run)
                     runs.append(
                         RunSpec(
                             label,
@@ -313,6 +335,7 @@ def expand(
                             deterministic,
                             sources,
                             epoch_scale,
+                            fast_dev_run,
                         )
                     )
     return runs

@@ -18,6 +18,7 @@ LAYERS = {
     "analysis": 5,
     "benchmarks.miniature": 5,
     "benchmarks.tools": 5,
+    "benchmarks.tools.walk": 6,
     "benchmarks.run": 6,
     "benchmarks.prepare": 6,
     "benchmarks": 0,  # the package's own __init__

@@ -1,0 +1,79 @@
+"""Walk every real suite with ``--fast-dev-run`` on fake data: ``python -m benchmarks.tools.walk``.
+
+The suite's own check of its real path, without the data, the weights or a GPU: fake data in the
+real formats and a random ViT-B-16-quickgelu (``benchmarks.tools.fake_data``, made if the folder
+has none), then every strategy of every real suite on its datasets and task counts, one suite
+after another, each timed. Prints one row per suite: its runs, how many finished, its wall time.
+Finished runs are kept, so a rerun after a fix walks only what failed or is left.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import sys
+import time
+from pathlib import Path
+
+from benchmarks.core.errors import one_line_user_errors
+from benchmarks.data.datasets import FAKE_DATA_MARKER
+from benchmarks.runner.results import iter_results
+from benchmarks.tools.fake_data import WEIGHTS_FILE, make_fake_data
+
+REAL_SUITES = ("main", "seq", "ood", "zeroshot", "ablation", "params")
+
+
+@one_line_user_errors
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks import run  # the command line layer: this tool drives it as a user would
+
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.tools.walk", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--data-root", default="fake-data", help="fake data folder (made if missing)")
+    parser.add_argument("--results-dir", default="runs/walk", help="one folder per suite under it")
+    parser.add_argument("--suites", default=",".join(REAL_SUITES), help="comma-separated suites")
+    parser.add_argument("--strategies", help="comma-separated subset of each suite's strategies")
+    parser.add_argument("--datasets", help="comma-separated subset of each suite's datasets")
+    args = parser.parse_args(argv)
+    root = Path(args.data_root)
+    if not (root / FAKE_DATA_MARKER).is_file():
+        make_fake_data(root)
+    rows = ["| suite | runs | finished | wall time |", "|---|---|---|---|"]
+    total, failed = 0.0, 0
+    for suite in args.suites.split(","):
+        results = Path(args.results_dir) / suite
+        argv_suite = [
+            "--suite",
+            suite,
+            "--fast-dev-run",
+            "--data-root",
+            str(root),
+            "--results-dir",
+            str(results),
+        ]
+        argv_suite += ["--weights", str(root / WEIGHTS_FILE), "--quiet"]
+        for option in ("strategies", "datasets"):
+            if getattr(args, option):
+                argv_suite += [f"--{option}", getattr(args, option)]
+        start = time.perf_counter()
+        with contextlib.redirect_stdout(io.StringIO()):  # each suite's table: the row below says it
+            code = run.main(argv_suite)
+        seconds = time.perf_counter() - start
+        total += seconds
+        planned = io.StringIO()
+        with contextlib.redirect_stdout(planned):
+            run.main([*argv_suite, "--dry-run"])
+        n_runs = int(planned.getvalue().strip().splitlines()[-1].split(" run(s)")[0])
+        finished = sum(1 for _ in iter_results(results))
+        failed += code != 0 or finished < n_runs
+        rows.append(f"| {suite} | {n_runs} | {finished} | {seconds / 60:.1f} min |")
+        print(rows[-1], file=sys.stderr)
+    rows.append(f"| all | | | {total / 60:.1f} min |")
+    print("\n".join(rows))
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

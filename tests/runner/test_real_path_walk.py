@@ -1,0 +1,53 @@
+"""The real path, walked on a CPU: one representative strategy of each real suite, with
+``--fast-dev-run``, on fake data in the real formats and a randomly initialised ViT-B-16-quickgelu
+(12 blocks, width 768: prompt layers, expert counts and attention surgery at their real sizes).
+``python -m benchmarks.tools.walk`` walks every strategy of every suite the same way."""
+
+import pytest
+
+from benchmarks import run
+from benchmarks.runner.results import iter_results
+from benchmarks.runner.suites import expand, load_suite
+from benchmarks.tools.fake_data import WEIGHTS_FILE, make_fake_data
+
+pytestmark = pytest.mark.slow
+
+# suite: (strategy or variant, dataset); each suite's own task counts and zero-shot targets
+REPRESENTATIVES = {
+    "main": ("moe4cl", "imagenet1k"),  # 1000 classes, 100 a task; MOE4CL's experts at width 768
+    "seq": ("mg_clip", "imagenet_r"),  # 5 and 20 tasks of ImageNet-R
+    "ood": ("coda_prompt", "cifar100"),  # prompts in ViT-B/16's blocks; the AUROC
+    "zeroshot": ("gr4cil", "cifar100"),  # zero-shot on Pets, Food-101 and ImageNet-1K after CIL
+    "ablation": ("gr4cil-free-random", "cifar100"),  # a compensation variant
+    "params": ("gr4cil-tau0.5", "cifar100"),  # a tau variant
+}
+
+
+@pytest.fixture(scope="module")
+def fake_root(tmp_path_factory):
+    root = tmp_path_factory.mktemp("fake-data")
+    make_fake_data(root)
+    return root
+
+
+@pytest.mark.parametrize("suite", list(REPRESENTATIVES))
+def test_a_fast_dev_run_walks_the_suite_on_vit_b16(suite, fake_root, tmp_path):
+    label, dataset = REPRESENTATIVES[suite]
+    results = tmp_path / "results"
+    argv = ["--suite", suite, "--strategies", label, "--datasets", dataset, "--fast-dev-run"]
+    argv += ["--data-root", str(fake_root), "--weights", str(fake_root / WEIGHTS_FILE)]
+    assert run.main([*argv, "--results-dir", str(results), "--quiet"]) == 0
+    task_counts = load_suite(suite)["tasks"]
+    found = {r["n_tasks"]: r for _, r in iter_results(results)}
+    assert sorted(found) == sorted(task_counts)
+    specs = expand(load_suite(suite), strategies=[label], datasets=[dataset])
+    for n_tasks, result in found.items():
+        assert len(result["stages"]) == n_tasks and result["label"] == label
+        config = result["config"]
+        assert config["fast_dev_run"]["train_batches"] == 2 and config["fake_data"] is True
+        assert config["backbone"]["model"] == "ViT-B-16-quickgelu"
+        assert result["seed"] == specs[0].seed  # the suite's first seed only
+        assert result["cost"]["trainable_params"] > 0 and result["cost"]["train_steps"] > 0
+        assert all(sum(stage["n_test_per_task"]) == stage["task"] for stage in result["stages"])
+        for target in load_suite(suite).get("zero_shot_targets", []):
+            assert result["zero_shot"][target]["n_test"] == 10
