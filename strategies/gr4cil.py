@@ -215,6 +215,22 @@ class TaskState:
     diagnostics: dict[str, Any] = field(default_factory=dict)
 
 
+def holdout_split(targets: list[int], order: list[int], fraction: float) -> tuple[list[int], list[int]]:
+    """Indices held out to set the thresholds omega^t, and those trained on: the first
+    ``max(1, round(fraction * n))`` of ``order`` are held out and the rest trained on, except that a
+    class never loses its last training image. An image that would leave its class without one is
+    also trained on. With hundreds of images a class this never happens; with one or two (a fast
+    dev run) a class would otherwise get no prototype."""
+    cut = max(1, round(fraction * len(order)))
+    held, trained = order[:cut], order[cut:]
+    classes = {targets[i] for i in trained}
+    for index in held:
+        if targets[index] not in classes:
+            classes.add(targets[index])
+            trained = trained + [index]
+    return held, trained
+
+
 @register("gr4cil")
 class GR4CIL(CLIPStrategy):
     Config = GR4CILConfig
@@ -249,9 +265,10 @@ class GR4CIL(CLIPStrategy):
         self._holdout = None
         if self.cfg.threshold_holdout > 0:  # keep images aside to set omega^t (unknown-aware interface)
             order = torch.randperm(len(self.adapted_dataset)).tolist()
-            cut = max(1, round(self.cfg.threshold_holdout * len(order)))
-            self._holdout = self.adapted_dataset.subset(order[:cut]).eval()
-            self.adapted_dataset = self.adapted_dataset.subset(order[cut:])
+            targets = [int(t) for t in self.adapted_dataset.targets]
+            held, trained = holdout_split(targets, order, self.cfg.threshold_holdout)
+            self._holdout = self.adapted_dataset.subset(held).eval()
+            self.adapted_dataset = self.adapted_dataset.subset(trained)
 
     def compute_logits(self, images: torch.Tensor) -> torch.Tensor:
         image = self.backbone.encode_image(images, normalize=True)

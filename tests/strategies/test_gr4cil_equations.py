@@ -179,3 +179,17 @@ def test_energy_basis_keeps_95_percent_of_energy():
     features = torch.tensor([[1.0, 0.0]] * 24 + [[0.0, 1.0]])
     assert energy_basis(features, 0.95).shape == (2, 1)
     assert energy_basis(features, 0.99).shape == (2, 2)
+
+
+def test_holdout_split_never_leaves_a_class_without_training_images():
+    from strategies.gr4cil import holdout_split
+
+    targets = [0, 0, 0, 0, 1, 1, 1, 1, 2, 3]  # classes 2 and 3 have one image each
+    order = [8, 0, 4, 9, 1, 2, 3, 5, 6, 7]
+    # 40 % of 10: the first 4 of the order; images 8 and 9 are their classes' only ones
+    held, trained = holdout_split(targets, order, 0.4)
+    assert held == [8, 0, 4, 9]
+    assert trained == [1, 2, 3, 5, 6, 7, 8, 9]
+    assert {targets[i] for i in trained} == {0, 1, 2, 3}
+    # with enough images a class, it is the plain split
+    assert holdout_split([0, 0, 1, 1, 0, 1], [5, 0, 1, 2, 3, 4], 0.3) == ([5, 0], [1, 2, 3, 4])
