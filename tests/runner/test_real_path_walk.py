@@ -12,10 +12,10 @@ from benchmarks.tools.fake_data import WEIGHTS_FILE, make_fake_data
 
 pytestmark = pytest.mark.slow
 
-# suite: (strategy or variant, dataset, task counts: None for the suite's own). Each case is a few
-# minutes of ViT-B/16 on 2 CPU cores, so the variants' suites take 5 tasks: their variants change
-# options, not the task loop, and zeroshot's cost is its targets. Measured on 2 cores: 24.6 min for the first version of this list
-# (MOE4CL on ImageNet-1K, MG-CLIP on ImageNet-R at 5 and 20 tasks); this one is about 10.
+# suite: (strategy or variant, dataset, task counts: None for the suite's own). Each case is minutes
+# of ViT-B/16 on 2 CPU cores, so some take 5 tasks: a variant changes options, not the task loop,
+# and zeroshot's cost is its targets. The first version of this list (MOE4CL on ImageNet-1K, MG-CLIP
+# on ImageNet-R at 5 and 20 tasks, zeroshot at 10 tasks) took 24.6 min on 2 cores.
 REPRESENTATIVES = {
     "main": ("moe4cl", "cifar100", None),  # MOE4CL's experts at width 768
     "seq": ("finetune", "imagenet_r", [5]),  # ImageNet-R's 200 wnid folders, 5 tasks
