@@ -8,6 +8,7 @@ launcher (``benchmarks.runner.launcher``) ends up here, in this process or in a 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import re
@@ -251,20 +252,21 @@ def execute(
         if not force and (done := store.finished(spec.key, cfg_hash)) is not None:
             result, status = done, "cached (finished by another process)"
         else:
-            result, status = _compute(
-                spec,
-                store,
-                data_root,
-                strategy_cls,
-                strategy_cfg,
-                config,
-                cfg_hash,
-                force=force,
-                show_progress=show_progress,
-                save_model=save_model,
-                log=log,
-                project=project,
-            )
+            live = LiveLog(log, store.root, spec.key, {**config, "suite": project}) if log else None
+            with live or contextlib.nullcontext():
+                result, status = _compute(
+                    spec,
+                    store,
+                    data_root,
+                    strategy_cls,
+                    strategy_cfg,
+                    config,
+                    cfg_hash,
+                    force=force,
+                    show_progress=show_progress,
+                    save_model=save_model,
+                    live=live,
+                )
     except (KeyboardInterrupt, SystemExit):  # stopped, not failed (SLURM's requeue exits this way)
         lock.release()
         raise
@@ -290,48 +292,10 @@ def _compute(
     force: bool,
     show_progress: bool,
     save_model: bool,
-    log: tuple[str, ...] = (),
-    project: str = "",
+    live: LiveLog | None = None,
 ) -> tuple[dict, str]:
-    """Train and evaluate one run, resuming from its checkpoint; store the result."""
-    live = (
-        LiveLog(log, store.root, str(spec.key), spec.key.relpath, {**config, "suite": project})
-        if log
-        else None
-    )
-    try:
-        return _train_and_evaluate(
-            spec,
-            store,
-            data_root,
-            strategy_cls,
-            strategy_cfg,
-            config,
-            cfg_hash,
-            force,
-            show_progress,
-            save_model,
-            live,
-        )
-    finally:
-        if live is not None:
-            live.close()
-
-
-def _train_and_evaluate(
-    spec: RunSpec,
-    store: ResultStore,
-    data_root: str,
-    strategy_cls,
-    strategy_cfg,
-    config: dict,
-    cfg_hash: str,
-    force: bool,
-    show_progress: bool,
-    save_model: bool,
-    live: LiveLog | None,
-) -> tuple[dict, str]:
-
+    """Train and evaluate one run, resuming from its checkpoint; store the result. ``live``: the
+    run's live log (``benchmarks.runner.live_log``), if any."""
     data = _load_data(spec, data_root)
     class_order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
     set_deterministic(spec.deterministic)

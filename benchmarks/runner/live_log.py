@@ -52,7 +52,8 @@ def parse_loggers(text: str | None) -> tuple[str, ...]:
 class LiveLog:
     """One run's log in each chosen backend."""
 
-    def __init__(self, loggers: tuple[str, ...], root: Path, run: str, relpath: Path, config: dict) -> None:
+    def __init__(self, loggers: tuple[str, ...], root: Path, key, config: dict) -> None:
+        run, relpath = str(key), key.relpath  # a RunKey
         self._writers: list = []  # Avalanche loggers
         self._wandb = None
         self._csv = None
@@ -108,6 +109,12 @@ class LiveLog:
         if stage.get("auroc") is not None:
             values["stage/auroc"] = stage["auroc"]
         self.scalars(values, step)
+
+    def __enter__(self) -> LiveLog:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
 
     def close(self) -> None:
         for writer in self._writers:
