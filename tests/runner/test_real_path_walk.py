@@ -15,7 +15,7 @@ pytestmark = pytest.mark.slow
 # suite: (strategy or variant, dataset, task counts: None for the suite's own). Each case is minutes
 # of ViT-B/16 on 2 CPU cores, so some take 5 tasks: a variant changes options, not the task loop,
 # and zeroshot's cost is its targets. The first version of this list (MOE4CL on ImageNet-1K, MG-CLIP
-# on ImageNet-R at 5 and 20 tasks, zeroshot at 10 tasks) took 24.6 min on 2 cores.
+# on ImageNet-R at 5 and 20 tasks, zeroshot at 10 tasks) took 24.6 min on 2 cores; this one 12.4.
 REPRESENTATIVES = {
     "main": ("moe4cl", "cifar100", None),  # MOE4CL's experts at width 768
     "seq": ("finetune", "imagenet_r", [5]),  # ImageNet-R's 200 wnid folders, 5 tasks
