@@ -462,12 +462,6 @@ def targets() -> dict[str, Target]:
     }
 
 
-def command_for(target: str, data_root: str | Path | None = None) -> str:
-    """The command that prepares ``target`` (for the runs' missing-data and missing-weights errors)."""
-    root = f" --data-root {data_root}" if data_root is not None and str(data_root) != "data" else ""
-    return f"python -m benchmarks.prepare {target}{root if target != 'weights' else ''}"
-
-
 # --- the command ------------------------------------------------------------------------------------
 
 

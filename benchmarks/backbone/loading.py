@@ -157,7 +157,9 @@ def _resolve_weights(spec: BackboneSpec) -> tuple[Path | None, dict[str, Any]]:
 
 
 @contextlib.contextmanager
-def _quiet_root_logger():
+def quiet_root_logger():
+    """Within the block, the root logger shows errors only (open_clip warns about a deliberate
+    random init through it)."""
     logger = logging.getLogger()
     level = logger.level
     logger.setLevel(logging.ERROR)
@@ -215,7 +217,7 @@ def _build_model(spec: BackboneSpec, device: torch.device) -> open_clip.CLIP:
     file_for_open_clip = str(checkpoint) if checkpoint is not None and not scripted else None
     try:
         # open_clip logs a warning for a deliberate random init (pretrained=None); we asked for it
-        quiet = _quiet_root_logger() if checkpoint is None else contextlib.nullcontext()
+        quiet = quiet_root_logger() if checkpoint is None else contextlib.nullcontext()
         with quiet:
             model = open_clip.create_model(
                 spec.model,

@@ -54,14 +54,14 @@ class LiveLog:
 
     def __init__(self, loggers: tuple[str, ...], root: Path, key, config: dict) -> None:
         run, relpath = str(key), key.relpath  # a RunKey
-        self._writers: list = []  # Avalanche loggers
+        self._tensorboard = None
         self._wandb = None
         self._csv = None
         folder = Path(root) / ".logs"
         if "tensorboard" in loggers:
             from avalanche.logging import TensorboardLogger
 
-            self._writers.append(TensorboardLogger(tb_log_dir=folder / "tensorboard" / relpath))
+            self._tensorboard = TensorboardLogger(tb_log_dir=folder / "tensorboard" / relpath)
         if "wandb" in loggers:
             # wandb itself: Avalanche 0.6's WandBLogger calls wandb.util.generate_id and wandb.viz,
             # which wandb no longer has
@@ -89,8 +89,8 @@ class LiveLog:
     def scalars(self, values: dict[str, float], step: int) -> None:
         values = {name: float(value) for name, value in values.items()}
         for name, value in values.items():
-            for writer in self._writers:
-                writer.log_single_metric(name, value, step)
+            if self._tensorboard is not None:
+                self._tensorboard.log_single_metric(name, value, step)
             if self._csv is not None:
                 self._rows.writerow([step, name, repr(value)])
         if self._wandb is not None:
@@ -117,9 +117,8 @@ class LiveLog:
         self.close()
 
     def close(self) -> None:
-        for writer in self._writers:
-            if hasattr(writer, "writer"):  # TensorBoard's SummaryWriter
-                writer.writer.close()
+        if self._tensorboard is not None:
+            self._tensorboard.writer.close()  # its SummaryWriter
         if self._wandb is not None:
             self._wandb.finish()
         if self._csv is not None:

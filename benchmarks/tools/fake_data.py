@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import logging
 import pickle
 import sys
 from importlib import resources
@@ -158,11 +157,12 @@ def write_random_weights(path: Path, seed: int = 0, model: str = "ViT-B-16-quick
     import open_clip
     import torch
 
+    from benchmarks.backbone.loading import quiet_root_logger
     from benchmarks.core.atomic_io import write_tensors
 
     torch.manual_seed(seed)
-    logging.getLogger().setLevel(logging.ERROR)  # open_clip warns that a random init is random
-    clip = open_clip.create_model(model, pretrained=None)
+    with quiet_root_logger():  # open_clip warns that a random init is random
+        clip = open_clip.create_model(model, pretrained=None)
     write_tensors(path, {k: v.detach().half().contiguous() for k, v in clip.state_dict().items()})
     return path
 

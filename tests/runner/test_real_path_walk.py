@@ -55,3 +55,12 @@ def test_a_fast_dev_run_walks_the_suite_on_vit_b16(suite, fake_root, tmp_path):
         assert all(sum(stage["n_test_per_task"]) == stage["task"] for stage in result["stages"])
         for target in load_suite(suite).get("zero_shot_targets", []):
             assert result["zero_shot"][target]["n_test"] == 10
+
+
+def test_the_walk_tool_runs_each_suite_and_reports_its_time(fake_root, tmp_path, capsys):
+    from benchmarks.tools import walk
+
+    argv = ["--data-root", str(fake_root), "--results-dir", str(tmp_path), "--suites", "ood"]
+    assert walk.main([*argv, "--strategies", "continual_clip", "--datasets", "cifar100"]) == 0
+    table = capsys.readouterr().out.splitlines()
+    assert table[2].startswith("| ood | 1 | 0 | ") and table[3].startswith("| all | | | ")
