@@ -187,6 +187,9 @@ def make_fake_data(
     }
     root.mkdir(parents=True, exist_ok=True)
     record = {"generator": "benchmarks.tools.fake_data", "seed": seed, "datasets": {}}
+    write_json(
+        root / FAKE_DATA_MARKER, record
+    )  # first: a killed generation leaves a folder a rerun completes
     for name in tqdm(datasets, desc="fake data"):
         record["datasets"][name] = str(writers[name]().relative_to(root))
     record.update(train_per_class=train_per_class, test_per_class=test_per_class)
@@ -222,9 +225,15 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(
             f"{root} already holds {real[0]}/ and is not a fake-data folder; choose another --data-root"
         )
-    record = make_fake_data(
-        root, datasets, args.train_per_class, args.test_per_class, args.seed, weights=not args.no_weights
-    )
+    try:
+        record = make_fake_data(
+            root, datasets, args.train_per_class, args.test_per_class, args.seed, weights=not args.no_weights
+        )
+    except OSError as err:  # a full disk, a folder one may not write, a root under a file
+        where = f" ({err.filename})" if err.filename else ""
+        raise UserError(
+            f"cannot write the fake data{where}: {err.strerror}; choose another --data-root"
+        ) from None
     weights = f" --weights {record['weights']}" if "weights" in record else ""
     print(
         f"fake data in {root}; walk a real suite on it with:\n"

@@ -48,3 +48,26 @@ def test_it_never_writes_into_a_real_data_folder(tmp_path, capsys):
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "is not a fake-data folder" in err
     assert not (tmp_path / "oxford-iiit-pet").exists()
+
+
+def test_an_unwritable_root_is_one_line_and_a_killed_generation_is_completed_by_a_rerun(
+    tmp_path, capsys, monkeypatch
+):
+    (tmp_path / "file").write_text("")
+    assert fake_data.main(["--data-root", str(tmp_path / "file" / "data"), "--no-weights"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and err.startswith("error: cannot write the fake data")
+
+    def killed(*args):
+        raise KeyboardInterrupt
+
+    root = tmp_path / "data"
+    monkeypatch.setattr(fake_data, "write_pets", killed)
+    with pytest.raises(KeyboardInterrupt):
+        fake_data.main(["--data-root", str(root), "--datasets", "cifar100,pets", "--no-weights"])
+    monkeypatch.undo()
+    assert fake_data.main(["--data-root", str(root), "--datasets", "cifar100,pets", "--no-weights"]) == 0
+    assert (
+        load_zero_shot_target("pets", root).n_classes == 37
+        and load_dataset("cifar100", root).n_classes == 100
+    )
