@@ -48,6 +48,7 @@ from analysis.formatting import (
 from analysis.statistics import CONFIDENCE, POWER, Interval, bootstrap_stage_means, interval, metric_of_stages
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.data.protocols import DEFAULT_PROTOCOL
 from benchmarks.runner.results import iter_results, load_predictions, not_a_measurement
 
 METRICS = {"last": ("last_acc", "Last accuracy"), "avg": ("avg_acc", "Avg accuracy")}
@@ -87,6 +88,7 @@ def protocol(run: Run) -> dict:
     )
     test_set = (run.image_ids.tolist(), run.targets.tolist()) if run.targets is not None else None
     return {
+        "evaluation protocol": config.get("protocol", DEFAULT_PROTOCOL),  # benchmarks.data.protocols
         "class order": list(result["class_order"]),
         "data": (config.get("dataset"), config.get("dataset_options")),
         "backbone": backbone,
@@ -99,11 +101,18 @@ def protocol(run: Run) -> dict:
     }
 
 
-def protocol_difference(pa: dict, b: Run) -> str | None:
+#: what ``--across-protocols`` lets differ: the fields a source's protocol sets
+ACROSS_PROTOCOLS = ("evaluation protocol", "class order", "data", "test set")
+
+
+def protocol_difference(pa: dict, b: Run, across_protocols: bool = False) -> str | None:
     """The first field in which run ``b`` differs from protocol ``pa``, or None. A test set is
-    compared image by image where both runs stored predictions, else by its counts per task."""
+    compared image by image where both runs stored predictions, else by its counts per task.
+    ``across_protocols``: the fields of ``ACROSS_PROTOCOLS`` may differ."""
     pb = protocol(b)
     for name in pa:
+        if across_protocols and name in ACROSS_PROTOCOLS:
+            continue
         left, right = pa[name], pb[name]
         if name == "test set" and (left[0] is None or right[0] is None):
             left, right = left[1], right[1]
@@ -179,20 +188,24 @@ def compare_pair(
     metric: str,
     draws: int = DRAWS,
     baseline_band: np.ndarray | None = None,
+    across_protocols: bool = False,
 ) -> Comparison:
     """Compare ``label`` with ``baseline`` on one dataset and task count (``runs``: seed -> Run).
     ``baseline_band``: the baseline's ``_stage_band``, where the caller already has it.
 
-    Raises ``ProtocolMismatch`` when any two of the runs differ in protocol.
+    Raises ``ProtocolMismatch`` when any two of the runs differ in protocol. ``across_protocols``
+    lets their evaluation protocols differ (``ACROSS_PROTOCOLS``); the test images then need not be
+    the same, so only the seeds are resampled.
     """
     reference = protocol(next(iter(baseline_runs.values())))
     for who, group in ((baseline, baseline_runs), (label, runs)):
         for seed, run in group.items():
-            if (field_name := protocol_difference(reference, run)) is not None:
+            if (field_name := protocol_difference(reference, run, across_protocols)) is not None:
+                hint = " (or pass --across-protocols)" if field_name in ACROSS_PROTOCOLS else ""
                 raise ProtocolMismatch(
                     f"{label} and {baseline} differ in {field_name} on {dataset} / {n_tasks} tasks "
                     f"({who}, seed {seed}, against {baseline}, seed {next(iter(baseline_runs))}); "
-                    f"a comparison needs the same protocol: rerun one of them under the other's"
+                    f"a comparison needs the same protocol: rerun one of them under the other's{hint}"
                 )
     paired = sorted(set(runs) & set(baseline_runs))
     comparison = Comparison(
@@ -214,7 +227,9 @@ def compare_pair(
     estimate = float(np.mean([comparison.values[s] - comparison.baseline_values[s] for s in paired]))
     comparison.estimate = estimate
     pairs = [(runs[s], baseline_runs[s]) for s in paired]
-    if all(a.correct is not None and b.correct is not None for a, b in pairs):
+    if across_protocols:
+        comparison.notes.append("across protocols: seeds resampled, test images not")
+    if not across_protocols and all(a.correct is not None and b.correct is not None for a, b in pairs):
         values = np.stack([a.correct.astype(float) - b.correct for a, b in pairs])
         replicates = bootstrap_stage_means(
             values, counted_images(pairs[0][0].result, pairs[0][0].targets), draws
@@ -228,10 +243,11 @@ def compare_pair(
         replicates = bootstrap_stage_means(
             stage_differences, np.ones((stage_differences.shape[1], 1), bool), draws, resample_images=False
         )
-        comparison.notes.append(
-            "seeds resampled, test images not: some runs have no predictions "
-            "(schema version 1, or a sidecar missing)"
-        )
+        if not across_protocols:
+            comparison.notes.append(
+                "seeds resampled, test images not: some runs have no predictions "
+                "(schema version 1, or a sidecar missing)"
+            )
     else:
         comparison.notes.append("no interval: one paired seed and no stored predictions")
         return comparison
@@ -239,14 +255,19 @@ def compare_pair(
     return comparison
 
 
-def load_runs(results_dir: str | Path, problems: list[str]) -> dict[tuple[str, int, str], dict[int, Run]]:
-    """(dataset, n_tasks, label) -> seed -> Run, for every stored result under ``results_dir``.
+def load_runs(
+    results_dir: str | Path | list[str | Path], problems: list[str]
+) -> dict[tuple[str, int, str], dict[int, Run]]:
+    """(dataset, n_tasks, label) -> seed -> Run, for every stored result under ``results_dir`` (a
+    folder, or a list of folders).
 
     Where several results share a run's key (a zero-shot run beside a main one, say), the one
     without ``zero_shot`` is used, then the first by path, as the report's tables do; a line says so.
     """
+    folders = results_dir if isinstance(results_dir, list) else [results_dir]
     found = sorted(
-        iter_results(results_dir, skipped=problems), key=lambda item: ("zero_shot" in item[1], item[0])
+        (item for folder in folders for item in iter_results(folder, skipped=problems)),
+        key=lambda item: ("zero_shot" in item[1], item[0]),
     )
     runs: dict[tuple[str, int, str], dict[int, Run]] = defaultdict(dict)
     used: dict[tuple, tuple[Path, str]] = {}
@@ -280,6 +301,7 @@ def compare_all(
     draws: int = DRAWS,
     problems: list[str] | None = None,
     runs: dict[tuple[str, int, str], dict[int, Run]] | None = None,
+    across_protocols: bool = False,
 ) -> list[Comparison]:
     """Every (dataset, task count, strategy) against ``baseline``, where both have runs.
     ``runs``: what ``load_runs`` gave for ``results_dir``, to read the results only once."""
@@ -320,6 +342,7 @@ def compare_all(
                     metric,
                     draws,
                     baseline_bands.get((dataset, n_tasks)),
+                    across_protocols,
                 )
             )
             baseline_bands[(dataset, n_tasks)] = comparisons[-1].stage_bands[baseline]
@@ -504,7 +527,17 @@ def unpaired_refusal(comparisons: list[Comparison]) -> str | None:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m analysis.compare", description=__doc__.split("\n")[0])
-    parser.add_argument("--results-dir", required=True, help="folder of result JSON (searched recursively)")
+    parser.add_argument(
+        "--results-dir",
+        required=True,
+        nargs="+",
+        help="folder(s) of result JSON (searched recursively), e.g. runs/main runs/main-as-published",
+    )
+    parser.add_argument(
+        "--across-protocols",
+        action="store_true",
+        help="pair runs of different evaluation protocols (class order, split, names; seeds resampled only)",
+    )
     parser.add_argument("--baseline", default="gr4cil", help="label to compare against (default: gr4cil)")
     parser.add_argument("--strategies", help="comma-separated labels (default: every other label)")
     parser.add_argument("--metric", default="last", choices=list(METRICS), help="default: last")
@@ -526,12 +559,13 @@ def main(argv: list[str] | None = None) -> int:
         args.metric,
         args.draws,
         problems,
+        across_protocols=args.across_protocols,
     )
     for line in problems:
         print(f"warning: {line}", file=sys.stderr)
     print(render_markdown(comparisons), end="")
     paths = write_comparison(
-        comparisons, Path(args.out) if args.out else Path(args.results_dir) / "compare", problems
+        comparisons, Path(args.out) if args.out else Path(args.results_dir[0]) / "compare", problems
     )
     print(f"wrote {len(paths)} files to {paths[0].parent}", file=sys.stderr)
     if (refusal := unpaired_refusal(comparisons)) is not None:

@@ -1,6 +1,7 @@
 """Write every paper table and figure from a folder of result JSON.
 
-``python -m analysis.report --results-dir DIR --out DIR [--no-paper] [--only NAME,...]``.
+``python -m analysis.report --results-dir DIR --out DIR [--no-paper] [--only NAME,...]
+[--as-published DIR]``.
 
 Writes, under the output folder::
 
@@ -8,6 +9,8 @@ Writes, under the output folder::
     tables/against_gr4cil-<metric>.md, .csv, .tex   every strategy against GR4CIL, paired, with
                                      intervals and verdicts (``analysis.compare``)
     figures/against_gr4cil/          one ``analysis.compare`` figure per strategy
+    tables/protocol_effect.md, .csv, .tex   with ``--as-published DIR`` (main-as-published's results):
+                                     as-published minus one-protocol per row (``analysis.protocol_effect``)
     figures/<name>.png, .pdf         one per figure (see ``analysis.figures.FIGURES``)
     figures/acc_matrix/<run>.png, .pdf
     report.md                        all tables, links to the figures, and what was skipped
@@ -57,12 +60,14 @@ def build_report(
     with_paper: bool = True,
     log: Callable[[str], None] | None = None,
     only: Iterable[str] | None = None,
+    as_published_dir: str | Path | None = None,
 ) -> list[ReportItem]:
     """Write every table and figure that the results allow; return one item per table/figure
     (tables first, in paper order). Raises ``UserError`` only when there are no results at all.
 
     ``log`` receives one line per note about the inputs (e.g. runs that share a key); ``only``
-    restricts the report to the named tables and figures.
+    restricts the report to the named tables and figures; ``as_published_dir`` adds the table of how
+    much the protocol moves each row (``results_dir`` then holds the one-protocol runs).
     """
     names = [*TABLES, AGAINST_GR4CIL, *figures.FIGURES]
     wanted = set(only) if only is not None else set(names)
@@ -94,6 +99,16 @@ def build_report(
         item, texts = _against_gr4cil(results_dir, out_dir)
         items.append(item)
         markdown += texts
+    if as_published_dir is not None:
+        from analysis.protocol_effect import TABLE, protocol_effect, write_protocol_effect
+
+        try:
+            frame, notes = protocol_effect(results_dir, as_published_dir)
+            paths = write_protocol_effect(frame, out_dir / "tables", notes)
+            markdown.append(paths[0].read_text())
+            items.append(ReportItem(TABLE, "table", paths))
+        except UserError as reason:
+            items.append(ReportItem(TABLE, "table", skipped=str(reason)))
     for name, draw in figures.FIGURES.items():
         if name not in wanted:
             continue
@@ -178,6 +193,11 @@ def main(argv: list[str] | None = None) -> int:
         "--no-paper", action="store_true", help="leave out the paper's numbers and differences"
     )
     parser.add_argument("--only", help="comma-separated names of the tables/figures to make (default: all)")
+    parser.add_argument(
+        "--as-published",
+        metavar="DIR",
+        help="main-as-published's results: adds the table of how much the protocol moves each row",
+    )
     args = parser.parse_args(argv)
     items = build_report(
         args.results_dir,
@@ -185,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
         with_paper=not args.no_paper,
         log=lambda line: print(line, file=sys.stderr),
         only=args.only.split(",") if args.only else None,
+        as_published_dir=args.as_published,
     )
     for item in items:
         print(item, file=sys.stdout if item.written else sys.stderr)

@@ -128,6 +128,11 @@ def _require_root(data_root: Path | None, dataset: str) -> Path:
     return Path(data_root).expanduser()
 
 
+def _check_choice(dataset: str, option: str, value: Any, valid: tuple[str, ...]) -> None:
+    if value not in valid:
+        raise UserError(f"{dataset} option {option}={value!r} is not one of {', '.join(valid)}")
+
+
 def _require(path: Path, what: str, how: str, is_dir: bool = False) -> None:
     """Raise a one-line ``DataNotFoundError`` unless ``path`` exists (as a folder if ``is_dir``)."""
     if not (path.is_dir() if is_dir else path.is_file()):
@@ -162,11 +167,16 @@ class _UncheckedCIFAR100(CIFAR100):
     meta = {**CIFAR100.meta, "md5": None}
 
 
-def load_cifar100(data_root: Path | None, verify_checksum: bool = True) -> ClassificationData:
+def load_cifar100(
+    data_root: Path | None, verify_checksum: bool = True, class_names: str = "clean"
+) -> ClassificationData:
     """CIFAR-100, official 50k/10k split, from ``{data_root}/cifar-100-python``.
 
     ``verify_checksum=False`` skips torchvision's MD5 check (for re-packed copies and fixtures).
+    ``class_names``: ``"clean"`` (underscores become spaces) or ``"torchvision"`` (torchvision's
+    names as they are, ``aquarium_fish``: what Continual-CLIP and MG-CLIP put in their prompts).
     """
+    _check_choice("cifar100", "class_names", class_names, ("clean", "torchvision"))
     root = _require_root(data_root, "cifar100")
     how = _with_prepare_hint("cifar100", root, f"or extract the official cifar-100-python.tar.gz into {root}")
     for name in ("train", "test", "meta"):
@@ -184,7 +194,7 @@ def load_cifar100(data_root: Path | None, verify_checksum: bool = True) -> Class
         name="cifar100",
         train=train,
         test=test,
-        class_names=[clean_class_name(c) for c in train.classes],
+        class_names=[c if class_names == "torchvision" else clean_class_name(c) for c in train.classes],
         train_targets=[int(t) for t in train.targets],
         test_targets=[int(t) for t in test.targets],
     )
@@ -220,21 +230,46 @@ def stratified_split(
     return train, test
 
 
-def _split_from_file(
-    samples: list[tuple[str, int]], folder: Path, split_file: Path
-) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
-    """Train/test lists from a JSON ``{"train": [...], "test": [...]}`` of paths relative to ``folder``."""
-    _require(
-        split_file, "ImageNet-R split file", "give an existing JSON file with 'train' and 'test' path lists"
-    )
+#: RAPF's ImageNet-R split list (linlany/RAPF, imgr_split/imgr_train_test_split.txt, commit 81d41df),
+#: the list MG-CLIP's README points to: 24,000 train and 6,000 test paths ``<wnid>/<file>``, one per
+#: line under a "train" and a "test" line. Shipped without its one stray entry
+#: (``n02437616/test_img_R.py``, not an image). docs/baselines.md §3.
+RAPF_SPLIT = "imagenet_r_split_rapf.txt"
+IMAGENET_R_SPLITS = ("rapf", "stratified")
+
+
+def read_split_list(text: str, source: str) -> dict[str, list[str]]:
+    """Train and test paths of a split list: JSON ``{"train": [...], "test": [...]}``, or RAPF's text
+    format (a "train" line, its paths, a "test" line, its paths). Entries that are not images (by
+    torchvision's ``IMG_EXTENSIONS``) are dropped, as a folder scan would drop them."""
     try:
-        spec = json.loads(split_file.read_text(encoding="utf-8"))
+        spec = json.loads(text)
         lists = {part: [str(p) for p in spec[part]] for part in ("train", "test")}
-    except (json.JSONDecodeError, KeyError, TypeError):
-        raise UserError(
-            f'split file {split_file} must be JSON {{"train": [paths], "test": [paths]}} '
-            f"with paths relative to {folder}"
-        ) from None
+    except json.JSONDecodeError:
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        if "train" not in lines or "test" not in lines or lines.index("train") > lines.index("test"):
+            raise UserError(
+                f'split file {source} is neither JSON {{"train": [paths], "test": [paths]}} nor a list '
+                'with a "train" line and a "test" line before their paths'
+            ) from None
+        cut = lines.index("test")
+        lists = {"train": lines[lines.index("train") + 1 : cut], "test": lines[cut + 1 :]}
+    except (KeyError, TypeError):
+        raise UserError(f'split file {source} must be JSON {{"train": [paths], "test": [paths]}}') from None
+    return {part: [p for p in paths if p.lower().endswith(IMG_EXTENSIONS)] for part, paths in lists.items()}
+
+
+def rapf_split_list() -> dict[str, list[str]]:
+    """The shipped RAPF ImageNet-R split (``RAPF_SPLIT``)."""
+    asset = resources.files("benchmarks") / "assets" / RAPF_SPLIT
+    return read_split_list(asset.read_text(encoding="utf-8"), f"benchmarks/assets/{RAPF_SPLIT}")
+
+
+def _split_from_lists(
+    samples: list[tuple[str, int]], folder: Path, lists: dict[str, list[str]], source: str, partial: bool
+) -> tuple[list[tuple[str, int]], list[tuple[str, int]]]:
+    """Train/test samples from path lists relative to ``folder``. ``partial``: listed images absent
+    from ``folder`` are skipped (fake data holds a few of each class), instead of an error."""
     label_of = {Path(path).relative_to(folder).as_posix(): label for path, label in samples}
     prefix = folder.name + "/"
     parts: dict[str, list[tuple[str, int]]] = {}
@@ -244,28 +279,47 @@ def _split_from_file(
             p[len(prefix) :] if p.startswith(prefix) else p for p in (q.replace("\\", "/") for q in paths)
         ]
         missing = [p for p in relative if p not in label_of]
-        if missing:
+        if missing and not partial:
             raise DataNotFoundError(
-                f"split file {split_file} lists {len(missing)} {part} image(s) not found under {folder}, "
-                f"e.g. {folder / missing[0]}; fix the split file {_ROOT_HINT}"
+                f"split {source} lists {len(missing)} {part} image(s) not found under {folder}, "
+                f"e.g. {folder / missing[0]}; prepare ImageNet-R again "
+                f"(python -m benchmarks.prepare imagenet_r --force) or fix the split file {_ROOT_HINT}"
             )
-        parts[part] = [(str(folder / p), label_of[p]) for p in relative]
+        parts[part] = [(str(folder / p), label_of[p]) for p in relative if p in label_of]
     overlap = {p for p, _ in parts["train"]} & {p for p, _ in parts["test"]}
     if overlap:
         raise UserError(
-            f"split file {split_file} puts {len(overlap)} image(s) in both train and test, "
-            f"e.g. {min(overlap)}"
+            f"split {source} puts {len(overlap)} image(s) in both train and test, e.g. {min(overlap)}"
         )
     return parts["train"], parts["test"]
 
 
+@functools.lru_cache(maxsize=1)
+def mg_clip_imagenet_r_names() -> dict[str, str]:
+    """MG-CLIP's ImageNet-R class names by wnid (``assets/imagenet_r_names_mg_clip.json``: its
+    ``dataset_reqs/imagenet_R_classes.txt``, kept as written, underscores included)."""
+    asset_file = resources.files("benchmarks") / "assets" / "imagenet_r_names_mg_clip.json"
+    asset = json.loads(asset_file.read_text(encoding="utf-8"))
+    return dict(zip(asset["wnids"], asset["names"], strict=True))
+
+
 def load_imagenet_r(
     data_root: Path | None,
+    split: str = "rapf",
     split_seed: int = 0,
     train_fraction: float = 0.8,
     split_file: str | Path | None = None,
+    class_names: str = "openai",
 ) -> ClassificationData:
-    """ImageNet-R from ``{data_root}/imagenet-r/<wnid>/``, stratified 80/20 split or ``split_file``."""
+    """ImageNet-R from ``{data_root}/imagenet-r/<wnid>/``.
+
+    ``split``: ``"rapf"``, the published list MG-CLIP uses (``RAPF_SPLIT``, docs/decisions.md P1),
+    or ``"stratified"``, a per-class ``train_fraction`` split drawn with ``split_seed``.
+    ``split_file``: a list of one's own (JSON or RAPF's text format), used instead of ``split``.
+    ``class_names``: ``"openai"`` (CLIP's ImageNet names) or ``"mg_clip"`` (MG-CLIP's list).
+    """
+    _check_choice("imagenet_r", "split", split, IMAGENET_R_SPLITS)
+    _check_choice("imagenet_r", "class_names", class_names, ("openai", "mg_clip"))
     root = _require_root(data_root, "imagenet_r")
     if not 0.0 < train_fraction < 1.0:
         raise UserError(f"train_fraction must be between 0 and 1, got {train_fraction}")
@@ -273,11 +327,21 @@ def load_imagenet_r(
     how = _with_prepare_hint("imagenet_r", root, f"or extract imagenet-r.tar into {root}")
     wnids = _class_folders(folder, "ImageNet-R", how)
     samples = _scan_folder(folder, {w: i for i, w in enumerate(wnids)}, "ImageNet-R", how)
-    if split_file is None:
-        train, test = stratified_split(samples, train_fraction, split_seed)
+    if split_file is not None:
+        path = Path(split_file).expanduser()
+        _require(path, "ImageNet-R split file", "give an existing split list (JSON or RAPF's text format)")
+        lists = read_split_list(path.read_text(encoding="utf-8"), str(path))
+        train, test = _split_from_lists(samples, folder, lists, f"file {path}", partial=False)
+    elif split == "rapf":
+        # fake data (benchmarks.tools.fake_data) holds a few of the listed images of each class
+        train, test = _split_from_lists(samples, folder, rapf_split_list(), "rapf", is_fake_data_root(root))
     else:
-        train, test = _split_from_file(samples, folder, Path(split_file).expanduser())
-    return _folder_data("imagenet_r", wnids, train, test)
+        train, test = stratified_split(samples, train_fraction, split_seed)
+    data = _folder_data("imagenet_r", wnids, train, test)
+    if class_names == "mg_clip":
+        names = mg_clip_imagenet_r_names()
+        data.class_names = [names.get(wnid, name) for wnid, name in zip(wnids, data.class_names)]
+    return data
 
 
 # --- ImageNet-100 / ImageNet-1K -----------------------------------------------------------------

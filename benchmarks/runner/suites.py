@@ -9,7 +9,9 @@ runner executes those. Format (see ``benchmarks/suites/smoke.toml``)::
     tasks       = [10]
     seeds       = [0, 1, 2]
     strategies  = ["continual_clip", "finetune", "gr4cil"]   # names or variant labels
-    class_order = "seed1993"                                  # or "dytox"
+    class_order = "seed1993"          # or a fixed list: "dytox", "mg_clip_imagenet_r"
+    protocol    = "one-protocol"      # or "as-published" (benchmarks/data/protocols.py)
+    base        = "main"              # optional: start from that suite, this file's tables on top
     device      = "auto"                                      # auto | cpu | cuda
     precision   = "auto"             # auto (fp16 on CUDA, fp32 on CPU) | fp32 | fp16 | bf16
     deterministic = false            # deterministic CUDA kernels (bit-identical GPU reruns)
@@ -30,9 +32,12 @@ Any option value may be a table keyed by dataset name, e.g. ``epochs = {cifar100
 imagenet100 = 10}``; the run picks its dataset's entry.
 
 A strategy option set in more than one place resolves from the most specific table to the most
-general: ``[variants.LABEL]``, then ``[strategy.NAME]``, then ``[defaults]``, then
-``[dataset.NAME]`` (only ``train_augmentation`` is both a dataset and a strategy option), then the
-strategy's own default. Each result's ``config.option_sources`` says where each value came from.
+general: ``[variants.LABEL]``, then ``[strategy.NAME]``, then the suite's protocol
+(``benchmarks.data.protocols``: a prompt template, and under "as-published" a class order and dataset
+options), then ``[defaults]``, then ``[dataset.NAME]`` (only ``train_augmentation`` is both a
+dataset and a strategy option), then the strategy's own default. ``class_order`` may be set in any
+of these tables too, for the runs they cover. Each result's ``config.option_sources`` says where
+each value came from.
 """
 
 from __future__ import annotations
@@ -46,6 +51,7 @@ from typing import Any
 from benchmarks.core.errors import UserError
 from benchmarks.core.precision import resolve_precision
 from benchmarks.data.class_orders import DEFAULT_CLASS_ORDER
+from benchmarks.data.protocols import DEFAULT_PROTOCOL, check_protocol, protocol_layer
 from benchmarks.runner.results import RunKey, config_hash
 
 SUITES_DIR = Path(__file__).parents[1] / "suites"
@@ -67,7 +73,11 @@ KNOWN_KEYS = {
     "zero_shot_targets",
     "launcher",
     "epoch_scale",
+    "protocol",
+    "base",
 }
+#: keys of a strategy table that set the run, not the strategy's config
+RUN_LEVEL_OPTIONS = ("class_order",)
 
 
 @dataclass(frozen=True)
@@ -132,6 +142,14 @@ def load_suite(name_or_path: str) -> dict[str, Any]:
             f"unknown suite {name_or_path!r}; available: {', '.join(available_suites())}, "
             "or give a path to a .toml file"
         )
+    suite = _read_suite(path, seen=())
+    _check_suite(suite, path)
+    suite["name"] = path.stem
+    return suite
+
+
+def _read_suite(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
+    """A suite file with its ``base`` suite merged under it (tables key by key, lists replaced)."""
     try:
         suite = tomllib.loads(path.read_text())
     except tomllib.TOMLDecodeError as err:
@@ -139,9 +157,23 @@ def load_suite(name_or_path: str) -> dict[str, Any]:
     unknown = sorted(set(suite) - KNOWN_KEYS)
     if unknown:
         raise UserError(f"suite {path} has unknown key(s) {unknown}; valid keys: {sorted(KNOWN_KEYS)}")
-    _check_suite(suite, path)
-    suite["name"] = path.stem
-    return suite
+    if "base" not in suite:
+        return suite
+    base = SUITES_DIR / f"{suite.pop('base')}.toml"
+    if not base.exists():
+        raise UserError(f"suite {path}: base suite {base.stem!r} does not exist; valid: {available_suites()}")
+    chain = (*seen, path.resolve())
+    if base.resolve() in chain:
+        raise UserError(f"suite {path}: base suite {base.stem!r} makes a circle ({[p.stem for p in chain]})")
+    return _merged(_read_suite(base, chain), suite)
+
+
+def _merged(under: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
+    out = dict(under)
+    for key, value in over.items():
+        both_tables = isinstance(value, dict) and isinstance(under.get(key), dict)
+        out[key] = _merged(under[key], value) if both_tables else value
+    return out
 
 
 def _check_suite(suite: dict[str, Any], path: Path) -> None:
@@ -165,6 +197,7 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
                 f"suite {path}: {key} must be a non-empty list of "
                 f"{'names' if kind is str else 'whole numbers'}, e.g. {key} = {example}; got {values!r}"
             )
+    check_protocol(suite.get("protocol", DEFAULT_PROTOCOL))
     if any(n < 1 for n in suite["tasks"]) or any(s < 0 for s in suite["seeds"]):
         raise UserError(f"suite {path}: task counts must be >= 1 and seeds >= 0")
     scale = suite.get("epoch_scale", 1.0)
@@ -207,9 +240,15 @@ def strategy_options(
     variant = suite.get("variants", {}).get(label, {})
     strategy = variant.get("strategy", label)
     dataset_table = suite.get("dataset", {}).get(dataset, {})
+    protocol = protocol_layer(suite.get("protocol", DEFAULT_PROTOCOL), strategy, dataset)
+    protocol_options = {
+        **protocol.strategy_options,
+        **({"class_order": protocol.class_order} if protocol.class_order else {}),
+    }
     layers = [
         (f"dataset.{dataset}", {k: v for k, v in dataset_table.items() if k in DATASET_LEVEL_OPTIONS}),
         ("defaults", suite.get("defaults", {})),
+        (protocol.source, protocol_options),
         (f"strategy.{strategy}", suite.get("strategy", {}).get(strategy, {})),
         (f"variants.{label}", {k: v for k, v in variant.items() if k != "strategy"}),
     ]
@@ -277,17 +316,24 @@ def expand(
     resolved_precision = precision or suite.get("precision", "auto")
     resolve_precision(resolved_precision, resolved_device)
     deterministic = bool(suite.get("deterministic", False) if deterministic is None else deterministic)
-    order = class_order or suite.get("class_order", DEFAULT_CLASS_ORDER)
+    suite_order = suite.get("class_order", DEFAULT_CLASS_ORDER)
+    protocol = suite.get("protocol")
     targets = tuple(suite.get("zero_shot_targets", ()))
     epoch_scale = float(suite.get("epoch_scale", 1.0))
     runs = []
     if any(n < 1 for n in tasks or ()) or any(s < 0 for s in seeds or ()):
         raise UserError("--tasks must be >= 1 and --seeds >= 0")
     for dataset in datasets or suite["datasets"]:
-        dataset_options = suite.get("dataset", {}).get(dataset, {})
         for label in strategies or suite["strategies"]:
             strategy = variants.get(label, {}).get("strategy", label)
             options, sources = strategy_options(suite, label, dataset)
+            # the command line's --class-order wins over every table
+            order = class_order or options.pop("class_order", suite_order)
+            sources.pop("class_order", None)
+            dataset_options = {
+                **suite.get("dataset", {}).get(dataset, {}),
+                **protocol_layer(protocol or DEFAULT_PROTOCOL, strategy, dataset).dataset_options,
+            }
             # The hashed config keeps the suite's own tables as written (dataset options stay with the
             # dataset), so a run's identity does not change with how its options were layered.
             suite_level = {
@@ -313,6 +359,8 @@ def expand(
                     }
                     if targets:
                         config["zero_shot_targets"] = list(targets)
+                    if protocol is not None:  # absent (one protocol) in suites that do not name it
+                        config["protocol"] = protocol
                     if epoch_scale != 1.0:  # absent at 1, so that other suites' hashes stay as they were
                         config["epoch_scale"] = epoch_scale
                     if fast_dev_run is not None:  # absent otherwise, for the same reason

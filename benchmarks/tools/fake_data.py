@@ -9,7 +9,8 @@ checked there and every result computed on it says ``config.fake_data``.
 Class lists: CIFAR-100's 100 fine labels, Food-101's 101 dishes and the 37 Oxford-IIIT Pets breeds
 as their official metadata lists them; ImageNet's 1000 wnids (``assets/imagenet_wnids.json``);
 ImageNet-R's 200 (``assets/imagenet_r_wnids.json``: the 200 indices into the sorted 1000 that
-github.com/hendrycks/imagenet-r ``eval.py`` lists).
+github.com/hendrycks/imagenet-r ``eval.py`` lists), its files named as the shipped RAPF split lists
+them (``assets/imagenet_r_split_rapf.txt``).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from tqdm.auto import tqdm
 
 from benchmarks.core.atomic_io import write_json
 from benchmarks.core.errors import UserError, one_line_user_errors
-from benchmarks.data.datasets import FAKE_DATA_MARKER
+from benchmarks.data.datasets import FAKE_DATA_MARKER, rapf_split_list
 
 CIFAR100_CLASSES = (
     "apple aquarium_fish baby bear beaver bed bee beetle bicycle bottle bowl boy bridge bus butterfly "
@@ -97,13 +98,21 @@ def write_cifar100(root: Path, n_train: int, n_test: int, rng: np.random.RandomS
     return base
 
 
-def write_imagenet_r(root: Path, n_images: int, rng: np.random.RandomState) -> Path:
-    """``imagenet-r/<wnid>/*.jpg`` for the 200 ImageNet-R wnids."""
+def write_imagenet_r(root: Path, n_train: int, n_test: int, rng: np.random.RandomState) -> Path:
+    """``imagenet-r/<wnid>/*.jpg`` for the 200 ImageNet-R wnids, named as the shipped RAPF split
+    lists them: each class's first ``n_train`` train and ``n_test`` test files, so that both the
+    list (``split = "rapf"``) and the stratified split walk."""
     base = root / "imagenet-r"
+    lists = rapf_split_list()
     for wnid in _wnids("imagenet_r_wnids.json"):
         (base / wnid).mkdir(parents=True, exist_ok=True)
-        for i in range(n_images):
-            _jpeg(base / wnid / f"fake_{i}.jpg", rng)
+    for part, count in (("train", n_train), ("test", n_test)):
+        taken: dict[str, int] = {}
+        for path in lists[part]:
+            wnid = path.split("/")[0]
+            if taken.get(wnid, 0) < count:
+                taken[wnid] = taken.get(wnid, 0) + 1
+                _jpeg(base / path, rng)
     return base
 
 
@@ -179,8 +188,7 @@ def make_fake_data(
     rng = np.random.RandomState(seed)
     writers = {
         "cifar100": lambda: write_cifar100(root, train_per_class, test_per_class, rng),
-        # the loader splits ImageNet-R 80/20 itself
-        "imagenet_r": lambda: write_imagenet_r(root, train_per_class + test_per_class, rng),
+        "imagenet_r": lambda: write_imagenet_r(root, train_per_class, test_per_class, rng),
         "imagenet": lambda: write_imagenet(root, train_per_class, test_per_class, rng),
         "pets": lambda: write_pets(root, train_per_class, test_per_class, rng),
         "food101": lambda: write_food101(root, train_per_class, test_per_class, rng),

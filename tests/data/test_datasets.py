@@ -91,7 +91,7 @@ def _write_imagenet_r(root: Path, per_class: dict[str, int]) -> None:
 
 def test_imagenet_r_split_is_stratified_deterministic_and_disjoint(tmp_path: Path) -> None:
     _write_imagenet_r(tmp_path, {GOLDFISH: 5, TENCH: 5, "n99999999": 10})
-    data = load_dataset("imagenet_r", tmp_path)
+    data = load_dataset("imagenet_r", tmp_path, split="stratified")
     # Folders sort as n01440764 (tench), n01443537 (goldfish), then the unknown wnid.
     assert data.class_names == ["tench", "goldfish", "n99999999"]
     assert np.bincount(data.train_targets).tolist() == [4, 4, 8]
@@ -102,9 +102,9 @@ def test_imagenet_r_split_is_stratified_deterministic_and_disjoint(tmp_path: Pat
     for path, label in data.train.samples + data.test.samples:
         assert Path(path).parent.name == ["n01440764", GOLDFISH, "n99999999"][label]
 
-    again = load_dataset("imagenet_r", tmp_path)
+    again = load_dataset("imagenet_r", tmp_path, split="stratified")
     assert again.train.samples == data.train.samples and again.test.samples == data.test.samples
-    other = load_dataset("imagenet_r", tmp_path, split_seed=1)
+    other = load_dataset("imagenet_r", tmp_path, split="stratified", split_seed=1)
     assert {p for p, _ in other.test.samples} != test_paths
 
     image, _ = data.train[0]
@@ -300,6 +300,8 @@ def test_no_data_root_unknown_dataset_and_bad_option() -> None:
         load_dataset("cifar10", "/tmp")
     with pytest.raises(UserError, match="split_seed"):
         load_dataset("imagenet_r", "/tmp", seed=3)
+    with pytest.raises(UserError, match="split='rapf2' is not one of rapf, stratified"):
+        load_dataset("imagenet_r", "/tmp", split="rapf2")
 
 
 def test_clean_class_name() -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from benchmarks.data.protocols import PROMPTS, SOURCES
 from benchmarks.runner.execute import resolve
 from benchmarks.runner.suites import expand, load_suite
 
@@ -16,6 +17,9 @@ SIZE_FIELDS = {"lora_rank", "lora_alpha", "e_layers", "g_layers", "prompt_layers
 NOT_RECIPE = {"eval_batch_size", "num_workers"}  # how a run is evaluated and loaded, not how it trains
 STEP_FIELDS = {"warmup_steps"}  # rule 1: a tenth of the official steps
 SCALED_AUGMENTATION = {"paper": "paper-scaled"}  # rule 2
+# rule 4: a template that a source's protocol gives a real dataset (benchmarks/data/protocols.py
+# PROMPTS) is a fact of that dataset; the synthetic world has none and keeps the protocol's own
+PROTOCOL_TEMPLATE = "a photo of a {}."
 
 
 def _resolved(suite_name: str, dataset: str) -> dict[str, dict]:
@@ -47,6 +51,11 @@ def test_every_recipe_field_is_official_or_converted_by_a_named_rule(recipes, st
             assert got == round(value / 10), (strategy, field, got, value)
         elif field == "train_augmentation":
             assert got == SCALED_AUGMENTATION.get(value, value), (strategy, got, value)
+        elif field == "prompt_template" and strategy in PROMPTS:
+            assert (
+                got == PROTOCOL_TEMPLATE
+                and value == SOURCES[PROMPTS[strategy]["cifar100"]]["cifar100"].prompt_template
+            )
         else:
             assert got == value, f"{strategy}.{field}: smoke-baselines {got!r}, CIFAR-100 recipe {value!r}"
 

@@ -18,7 +18,7 @@ def test_every_loader_reads_the_fake_data_with_the_real_classes(tmp_path, capsys
     cifar = load_dataset("cifar100", tmp_path)  # the MD5 check is skipped on a marked root
     assert (cifar.n_classes, len(cifar.train), len(cifar.test)) == (100, 200, 100)
     assert cifar.class_names[:2] == ["apple", "aquarium fish"] and cifar.test[0][0].size == (32, 32)
-    imagenet_r = load_dataset("imagenet_r", tmp_path)  # 3 images a class, split 2/1 by the loader
+    imagenet_r = load_dataset("imagenet_r", tmp_path)  # 2 + 1 images a class, named as the RAPF list
     assert (imagenet_r.n_classes, len(imagenet_r.train), len(imagenet_r.test)) == (200, 400, 200)
     assert imagenet_r.class_names[0] == "goldfish"
     imagenet = load_dataset("imagenet1k", tmp_path)

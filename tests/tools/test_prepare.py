@@ -86,7 +86,7 @@ def official(tmp_path, monkeypatch):
     made = tmp_path / "made"
     files = {
         "cifar-100-python.tar.gz": _tar(fake_data.write_cifar100(made, 2, 1, rng), "cifar-100-python"),
-        "imagenet-r.tar": _tar(fake_data.write_imagenet_r(made, 1, rng), "imagenet-r", "w"),
+        "imagenet-r.tar": _tar(fake_data.write_imagenet_r(made, 1, 1, rng), "imagenet-r", "w"),
         "food-101.tar.gz": _tar(fake_data.write_food101(made, 1, 1, rng), "food-101"),
     }
     pets = fake_data.write_pets(made, 1, 1, rng)
@@ -131,7 +131,7 @@ def test_every_dataset_downloads_verifies_extracts_and_loads(official, tmp_path,
     assert "cifar100: ready at" in err
     cifar = load_dataset("cifar100", root)  # its MD5 check (the fakes' sums) passes
     assert cifar.n_classes == 100 and len(cifar.train) == 200 and cifar.class_names[1] == "aquarium fish"
-    assert load_dataset("imagenet_r", root).n_classes == 200
+    assert load_dataset("imagenet_r", root, split="stratified").n_classes == 200  # the fake tar's own names
     assert load_zero_shot_target("pets", root).n_classes == 37
     assert load_zero_shot_target("food101", root).n_classes == 101
     # no staging folder, no partial download, and the downloaded archives are removed

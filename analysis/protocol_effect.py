@@ -1,0 +1,126 @@
+"""How much the protocol moves each row: as-published minus one-protocol, per strategy and dataset.
+
+``python -m analysis.protocol_effect --one-protocol runs/main --as-published runs/main-as-published
+[--out DIR]``, and a table of ``python -m analysis.report --as-published DIR``.
+
+GR4CIL's Table 1 mixes protocols (``benchmarks.data.protocols``). For every strategy, dataset and
+task count run under both, over the seeds both ran: the mean of each and the paired difference of
+Last and Avg, with a 95 % interval from a bootstrap over those seeds (the two protocols test other
+images or other class orders, so images are not paired). With one paired seed there is no interval.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from analysis.compare import DRAWS, METRICS, Run, load_runs
+from analysis.formatting import MISSING, population_std
+from analysis.statistics import bootstrap_stage_means, interval, metric_of_stages
+from benchmarks.core.atomic_io import atomic_write_text
+from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.data.protocols import DEFAULT_PROTOCOL
+
+TABLE = "protocol_effect"
+
+
+def _runs_of(
+    folder: str | Path, protocol: str, problems: list[str]
+) -> dict[tuple[str, int, str], dict[int, Run]]:
+    runs = load_runs(folder, problems)
+    if not runs:
+        raise UserError(f"no result JSON found under {folder}; run the suite first or point at its results")
+    for (dataset, n_tasks, label), seeds in runs.items():
+        for seed, run in seeds.items():
+            found = run.result["config"].get("protocol", DEFAULT_PROTOCOL)
+            if found != protocol:
+                raise UserError(
+                    f"{folder} holds a {found!r} run ({label} / {dataset} / T={n_tasks} / seed {seed}) where "
+                    f"{protocol!r} runs were expected; give each protocol's results folder to its option"
+                )
+    return runs
+
+
+def _cell(values: list[float]) -> str:
+    return f"{np.mean(values):.2f} ± {population_std(values):.2f}"
+
+
+def protocol_effect(
+    one_protocol_dir: str | Path, as_published_dir: str | Path, draws: int = DRAWS
+) -> tuple[pd.DataFrame, list[str]]:
+    """One row per (strategy, dataset, task count) run under both protocols; and notes."""
+    problems: list[str] = []
+    one = _runs_of(one_protocol_dir, "one-protocol", problems)
+    published = _runs_of(as_published_dir, "as-published", problems)
+    rows = []
+    for key in sorted(set(one) & set(published)):
+        dataset, n_tasks, label = key
+        seeds = sorted(set(one[key]) & set(published[key]))
+        if not seeds:
+            problems.append(f"{label} / {dataset} / T={n_tasks}: no seed run under both protocols")
+            continue
+        # [S, T, 1] fractions: the bootstrap's stage scores are percentages of its values
+        stages = np.stack([published[key][s].stage_accuracy - one[key][s].stage_accuracy for s in seeds])
+        everything = np.ones((stages.shape[1], 1), bool)
+        replicates = (
+            bootstrap_stage_means(stages[:, :, None] / 100.0, everything, draws, resample_images=False)
+            if len(seeds) > 1
+            else None
+        )
+        row = {"strategy": label, "dataset": dataset, "tasks": n_tasks, "n": len(seeds)}
+        for metric, (field, name) in METRICS.items():
+            short = name.split()[0]
+            before = [one[key][s].result["summary"][field] for s in seeds]
+            after = [published[key][s].result["summary"][field] for s in seeds]
+            row[f"{short} one-protocol"] = _cell(before)
+            row[f"{short} as-published"] = _cell(after)
+            estimate = float(np.mean(np.subtract(after, before)))
+            if replicates is None:
+                row[f"Δ {short} [95 % CI]"] = f"{estimate:+.2f} {MISSING}"
+            else:
+                ci = interval(estimate, metric_of_stages(replicates, metric))
+                row[f"Δ {short} [95 % CI]"] = f"{estimate:+.2f} [{ci.low:+.2f}, {ci.high:+.2f}]"
+        rows.append(row)
+    if not rows:
+        raise UserError(
+            f"no strategy, dataset and task count was run under both protocols ({one_protocol_dir}, "
+            f"{as_published_dir}); run main and main-as-published with the same seeds"
+        )
+    return pd.DataFrame(rows), problems
+
+
+def write_protocol_effect(frame: pd.DataFrame, out_dir: Path, notes: list[str] = ()) -> list[Path]:
+    """``protocol_effect.md`` (with the notes), ``.csv`` and ``.tex`` in ``out_dir``."""
+    title = "How much the protocol moves each row (as-published minus one protocol, percentage points)"
+    markdown = "\n".join([f"## {title}", "", frame.to_markdown(index=False), "", *(f"- {n}" for n in notes)])
+    paths = [out_dir / f"{TABLE}.{ext}" for ext in ("md", "csv", "tex")]
+    for path, text in zip(paths, [markdown + "\n", frame.to_csv(index=False), frame.to_latex(index=False)]):
+        atomic_write_text(path, text)
+    return paths
+
+
+@one_line_user_errors
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.protocol_effect", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument("--one-protocol", required=True, help="results of the one-protocol suite (runs/main)")
+    parser.add_argument("--as-published", required=True, help="results of main-as-published")
+    parser.add_argument("--out", help="folder for the table (default: the --as-published folder)")
+    parser.add_argument("--draws", type=int, default=DRAWS, help=f"bootstrap replicates (default {DRAWS})")
+    args = parser.parse_args(argv)
+    frame, notes = protocol_effect(args.one_protocol, args.as_published, args.draws)
+    for line in notes:
+        print(f"note: {line}", file=sys.stderr)
+    paths = write_protocol_effect(frame, Path(args.out or args.as_published), notes)
+    print(frame.to_markdown(index=False))
+    print(f"wrote {len(paths)} files to {paths[0].parent}", file=sys.stderr)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
