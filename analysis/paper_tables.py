@@ -153,6 +153,14 @@ def load_inputs(results_dir: str | Path) -> ReportInputs:
         raise UserError(f"results folder {results_dir} does not exist; give the --results-dir of a run")
     skipped: list[str] = []
     found = [dict(result, _path=str(path)) for path, result in iter_results(results_dir, skipped)]
+    # a paper table holds one protocol: as-published runs are read by the protocol table only
+    as_published = [r for r in found if r["config"].get("protocol") == "as-published"]
+    found = [r for r in found if r["config"].get("protocol") != "as-published"]
+    if as_published:
+        skipped.append(
+            f"{len(as_published)} as-published result(s) left out of the paper tables "
+            "(one protocol each); python -m analysis.report --as-published DIR compares them"
+        )
     if not found:
         raise UserError(
             f"no result JSON {'of this schema ' if skipped else ''}found under {results_dir}; "

@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.compare import DRAWS, METRICS, Run, load_runs
-from analysis.formatting import MISSING, population_std
+from analysis.formatting import MISSING, latex_table, markdown_table, population_std
 from analysis.statistics import bootstrap_stage_means, interval, metric_of_stages
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import UserError, one_line_user_errors
@@ -96,9 +96,17 @@ def protocol_effect(
 def write_protocol_effect(frame: pd.DataFrame, out_dir: Path, notes: list[str] = ()) -> list[Path]:
     """``protocol_effect.md`` (with the notes), ``.csv`` and ``.tex`` in ``out_dir``."""
     title = "How much the protocol moves each row (as-published minus one protocol, percentage points)"
-    markdown = "\n".join([f"## {title}", "", frame.to_markdown(index=False), "", *(f"- {n}" for n in notes)])
+    cells = frame.set_index("strategy")
+    markdown = "\n".join(
+        [f"## {title}", "", markdown_table(cells, index_name="strategy"), *(f"- {n}" for n in notes)]
+    )
     paths = [out_dir / f"{TABLE}.{ext}" for ext in ("md", "csv", "tex")]
-    for path, text in zip(paths, [markdown + "\n", frame.to_csv(index=False), frame.to_latex(index=False)]):
+    texts = [
+        markdown + "\n",
+        frame.to_csv(index=False),
+        latex_table(cells.astype(str), index_name="strategy"),
+    ]
+    for path, text in zip(paths, texts):
         atomic_write_text(path, text)
     return paths
 
@@ -117,7 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in notes:
         print(f"note: {line}", file=sys.stderr)
     paths = write_protocol_effect(frame, Path(args.out or args.as_published), notes)
-    print(frame.to_markdown(index=False))
+    print(markdown_table(frame.set_index("strategy"), index_name="strategy"), end="")
     print(f"wrote {len(paths)} files to {paths[0].parent}", file=sys.stderr)
     return 0
 

@@ -23,6 +23,8 @@ REPRESENTATIVES = {
     "zeroshot": ("gr4cil", "cifar100", [5]),  # held-out thresholds; Pets, Food-101, ImageNet-1K after CIL
     "ablation": ("gr4cil-base", "cifar100", [5]),  # a component variant
     "params": ("gr4cil-tau0.5", "cifar100", [5]),  # a tau variant
+    # RAPF's split list on fake files named as it lists them, MG-CLIP's order and names
+    "main-as-published": ("mg_clip", "imagenet_r", [5]),
 }
 
 
@@ -53,6 +55,11 @@ def test_a_fast_dev_run_walks_the_suite_on_vit_b16(suite, fake_root, tmp_path):
         assert result["seed"] == specs[0].seed  # the suite's first seed only
         assert result["cost"]["trainable_params"] > 0 and result["cost"]["train_steps"] > 0
         assert all(sum(stage["n_test_per_task"]) == stage["task"] for stage in result["stages"])
+        if suite == "main-as-published":
+            assert (config["class_order"], config["protocol"]) == ("mg_clip_imagenet_r", "as-published")
+            assert (
+                result["class_order"][:3] == [150, 119, 193] and "great_white_shark" in result["class_names"]
+            )
         for target in load_suite(suite).get("zero_shot_targets", []):
             assert result["zero_shot"][target]["n_test"] == 10
 
