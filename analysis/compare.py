@@ -14,8 +14,10 @@ For each dataset and task count, and each strategy against the baseline:
 
 Results stored without per-image predictions (schema version 1, or a sidecar missing or damaged)
 still count: their comparison resamples seeds only, and says so. The command refuses, with one
-line and exit status 2, runs that differ in protocol (class order, data, backbone, weights, task
-count, precision or test set), and pairs that share no seed (their unpaired means are shown).
+line and exit status 2, runs that differ in protocol (evaluation protocol, class order, data,
+backbone, weights, task count, precision or test set), and pairs that share no seed (their unpaired
+means are shown). ``--across-protocols`` pairs runs of two evaluation protocols (main and
+main-as-published, given as two ``--results-dir`` folders), resampling seeds only.
 
 Writes ``compare-<metric>.md``, ``.csv`` and ``.tex``, and per strategy a figure
 ``compare-<label>-<metric>.png``/``.pdf`` (characters other than letters, digits, ``.``, ``_``

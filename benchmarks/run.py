@@ -110,7 +110,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "reruns, somewhat slower; CPU runs are bit-identical without it",
     )
     parser.add_argument("--weights", help="local CLIP weight file (overrides the suite's pretrained tag)")
-    parser.add_argument("--class-order", help="seed1993 (default), seedN, or dytox (CIFAR-100)")
+    parser.add_argument(
+        "--class-order",
+        help="seed1993 (default), seedN, or a fixed list: dytox (CIFAR-100), mg_clip_imagenet_r "
+        "(ImageNet-R); overrides the suite's and its protocol's",
+    )
     parser.add_argument("--force", action="store_true", help="recompute finished runs")
     parser.add_argument(
         "--save-models",
