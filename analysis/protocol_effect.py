@@ -24,6 +24,7 @@ from analysis.statistics import bootstrap_stage_means, interval, metric_of_stage
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import UserError, one_line_user_errors
 from benchmarks.data.protocols import DEFAULT_PROTOCOL
+from benchmarks.runner.results import not_a_measurement
 
 TABLE = "protocol_effect"
 
@@ -56,6 +57,17 @@ def protocol_effect(
     problems: list[str] = []
     one = _runs_of(one_protocol_dir, "one-protocol", problems)
     published = _runs_of(as_published_dir, "as-published", problems)
+    caveats = [
+        why
+        for runs in (one, published)
+        for seeds in runs.values()
+        for run in seeds.values()
+        if (why := not_a_measurement(run.result))
+    ]
+    problems += [
+        f"{caveats.count(why)} run(s) are {why}: a check of the code path, not a measurement"
+        for why in sorted(set(caveats))
+    ]
     rows = []
     for key in sorted(set(one) & set(published)):
         dataset, n_tasks, label = key

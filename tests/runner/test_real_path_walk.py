@@ -64,6 +64,34 @@ def test_a_fast_dev_run_walks_the_suite_on_vit_b16(suite, fake_root, tmp_path):
             assert result["zero_shot"][target]["n_test"] == 10
 
 
+def test_the_protocol_table_works_on_fake_data_results(fake_root, tmp_path):
+    """Continual-CLIP under main and main-as-published on fake CIFAR-100 (DyTox order, raw names and
+    its template as published), two seeds: the report's protocol table pairs them."""
+    from analysis.report import build_report
+
+    folders = {}
+    for suite in ("main", "main-as-published"):
+        folders[suite] = tmp_path / suite
+        argv = [
+            "--suite",
+            suite,
+            "--strategies",
+            "continual_clip",
+            "--datasets",
+            "cifar100",
+            "--seeds",
+            "0,1",
+        ]
+        argv += ["--fast-dev-run", "--data-root", str(fake_root), "--weights", str(fake_root / WEIGHTS_FILE)]
+        assert run.main([*argv, "--results-dir", str(folders[suite]), "--quiet"]) == 0
+    items = build_report(folders["main"], tmp_path / "report", as_published_dir=folders["main-as-published"])
+    (item,) = [i for i in items if i.name == "protocol_effect"]
+    assert item.written, item.skipped
+    table = (tmp_path / "report" / "tables" / "protocol_effect.csv").read_text().splitlines()
+    assert len(table) == 2 and table[1].startswith("continual_clip,cifar100,10,2,")
+    assert "fast dev run" in (tmp_path / "report" / "tables" / "protocol_effect.md").read_text()
+
+
 def test_the_walk_tool_runs_each_suite_and_reports_its_time(fake_root, tmp_path, capsys):
     from benchmarks.tools import walk
 
