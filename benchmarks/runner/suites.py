@@ -76,8 +76,6 @@ KNOWN_KEYS = {
     "protocol",
     "base",
 }
-#: keys of a strategy table that set the run, not the strategy's config
-RUN_LEVEL_OPTIONS = ("class_order",)
 
 
 @dataclass(frozen=True)

@@ -172,3 +172,36 @@ def test_a_strategy_without_a_published_row_keeps_the_suites_protocol():
     assert layer.class_order is None and layer.dataset_options == {} and layer.strategy_options == {}
     with pytest.raises(UserError, match="unknown protocol"):
         protocol_layer("mine", "gr4cil", "cifar100")
+
+
+def test_a_suite_starts_from_its_base_and_a_table_may_set_a_strategys_class_order(tmp_path):
+    suite = tmp_path / "mine.toml"
+    suite.write_text(
+        'base = "smoke"\nseeds = [4]\nstrategies = ["continual_clip", "finetune"]\n'
+        '[strategy.finetune]\nclass_order = "seed7"\nlr = 0.5\n'
+    )
+    runs = {r.strategy: r for r in expand(load_suite(str(suite)), device="cpu")}
+    smoke = {r.strategy: r for r in expand(load_suite("smoke"), device="cpu", seeds=[4])}
+    assert runs["continual_clip"].config == smoke["continual_clip"].config  # nothing else changed
+    assert runs["finetune"].class_order == "seed7" and runs["finetune"].strategy_options["lr"] == 0.5
+    assert "class_order" not in runs["finetune"].strategy_options  # a run setting, not the strategy's
+    assert runs["finetune"].strategy_options["epochs"] == smoke["finetune"].strategy_options["epochs"]
+    overridden = expand(load_suite(str(suite)), device="cpu", strategies=["finetune"], class_order="seed9")
+    assert overridden[0].class_order == "seed9"  # the command line wins over every table
+
+
+def test_a_missing_or_circular_base_is_one_line(tmp_path, monkeypatch):
+    from benchmarks.runner import suites
+
+    smoke = (suites.SUITES_DIR / "smoke.toml").read_text()
+    (tmp_path / "a.toml").write_text('base = "b"\n')
+    (tmp_path / "b.toml").write_text('base = "a"\n')
+    (tmp_path / "c.toml").write_text('base = "nowhere"\n')
+    monkeypatch.setattr(suites, "SUITES_DIR", tmp_path)
+    with pytest.raises(UserError, match="makes a circle"):
+        load_suite(str(tmp_path / "a.toml"))
+    with pytest.raises(UserError, match="base suite 'nowhere' does not exist"):
+        load_suite(str(tmp_path / "c.toml"))
+    (tmp_path / "d.toml").write_text('protocol = "mine"\n' + smoke)
+    with pytest.raises(UserError, match="unknown protocol 'mine'"):
+        load_suite(str(tmp_path / "d.toml"))
