@@ -21,7 +21,7 @@ from benchmarks.data.datasets import FAKE_DATA_MARKER
 from benchmarks.runner.results import iter_results
 from benchmarks.tools.fake_data import WEIGHTS_FILE, make_fake_data
 
-REAL_SUITES = ("main", "seq", "ood", "zeroshot", "ablation", "params")
+REAL_SUITES = ("main", "main-as-published", "seq", "ood", "zeroshot", "ablation", "params")
 
 
 @one_line_user_errors
