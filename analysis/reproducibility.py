@@ -157,14 +157,23 @@ def _paper_numbers(paper, label: str) -> str:
     return "; ".join(cells)
 
 
+MINIATURE_SUITE = "smoke-baselines"  # the suite whose miniature results the file reports
+
+
 def reproducibility_markdown(results_dir: str | Path) -> str:
     """The file's text from the results under ``results_dir`` (which may hold none)."""
+    from benchmarks.runner.suites import available_suites
     from strategies.registry import available
 
     results: dict[tuple[str, str], list[dict]] = defaultdict(list)
     root = Path(results_dir)
     if root.is_dir():
-        for _, result in iter_results(root, skipped=[]):
+        other_suites = set(available_suites()) - {MINIATURE_SUITE}
+        for path, result in iter_results(root, skipped=[]):
+            # the miniature column is smoke-baselines' alone, not another suite's run on the same world
+            # (a diagnosis kept in results/smoke-official-steps, say)
+            if result["dataset"] == MINIATURE and other_suites & set(path.relative_to(root).parts):
+                continue
             if result["label"] == result["strategy"]:  # the strategy's own row, not a variant
                 results[(result["strategy"], result["dataset"])].append(result)
     paper = load_paper_reference()

@@ -711,6 +711,22 @@ def test_reproducibility_miniature_cell_is_mean_and_population_std_as_in_the_tab
     assert table.loc["gr4cil", ("synthetic", "Last")] == "57.83 ± 1.02"
 
 
+def test_reproducibility_takes_the_miniature_column_from_smoke_baselines_not_another_suites_runs(tmp_path):
+    from analysis.reproducibility import reproducibility_markdown
+
+    rng = np.random.default_rng(0)
+    kept = _result("gr4cil", "synthetic", 10, 0, rng)
+    kept["summary"] = {**kept["summary"], "avg_acc": 70.0, "last_acc": 60.0}
+    _write(tmp_path, kept, folder="smoke-baselines")
+    diagnosis = _result("gr4cil", "synthetic", 10, 1, rng)  # another recipe on the same world
+    diagnosis["summary"] = {**diagnosis["summary"], "avg_acc": 10.0, "last_acc": 5.0}
+    _write(tmp_path, diagnosis, folder="smoke-official-steps")
+    (row,) = [
+        line for line in reproducibility_markdown(tmp_path).splitlines() if line.startswith("| `gr4cil`")
+    ]
+    assert "miniature 70.00 / 60.00 (n = 1)" in row
+
+
 @pytest.mark.slow
 def test_the_committed_reproducibility_file_is_the_generated_one():
     from analysis.reproducibility import reproducibility_markdown
