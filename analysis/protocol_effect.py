@@ -19,7 +19,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.compare import DRAWS, METRICS, Run, load_runs
-from analysis.formatting import MISSING, latex_table, markdown_table, population_std
+from analysis.formatting import MISSING, latex_table, markdown_table, mean_std_cell, population_std
 from analysis.statistics import bootstrap_stage_means, interval, metric_of_stages
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import UserError, one_line_user_errors
@@ -47,7 +47,7 @@ def _runs_of(
 
 
 def _cell(values: list[float]) -> str:
-    return f"{np.mean(values):.2f} ± {population_std(values):.2f}"
+    return mean_std_cell(float(np.mean(values)), population_std(values), n=len(values))
 
 
 def protocol_effect(

@@ -26,6 +26,7 @@ import torch
 from benchmarks.backbone.loading import create_clip
 from benchmarks.core.environment import seed_everything
 from benchmarks.core.errors import one_line_user_errors
+from benchmarks.core.metrics import predicted_classes
 from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform, train_transform
@@ -36,8 +37,17 @@ from strategies.clap import task_mask
 
 def accuracy(scores: torch.Tensor, columns: list[int], targets: torch.Tensor) -> float:
     """Percent of ``targets`` whose top-scoring column's class (``columns``) is the target."""
-    predicted = torch.tensor(columns)[scores.argmax(dim=1)]
-    return float((predicted == targets).float().mean() * 100)
+    return float((predicted_classes(scores.numpy(), columns) == targets.numpy()).mean() * 100)
+
+
+def untrained(clap, tasks: list[list[int]]):
+    """A copy of ``clap`` with every task's encoder set up as at its task, nothing trained."""
+    copy_ = copy.deepcopy(clap)
+    for i, task in enumerate(tasks):
+        copy_.setup_task(i, task)
+        copy_.task_classes.append(task)
+        copy_.seen_classes = copy_.seen_classes + task
+    return copy_
 
 
 def build(seed: int, epochs: int | None, suite: str = "smoke-baselines", n_tasks: int = 10):
@@ -76,15 +86,11 @@ def before_training(clap, stream, features, targets) -> dict[str, float]:
     text = clap.class_text(classes)
     scale = clap.backbone.logit_scale
     out = {"zero-shot": accuracy(scale * features @ text.T, classes, targets)}
-    untrained = copy.deepcopy(clap)
-    for i, task in enumerate(tasks):
-        untrained.setup_task(i, task)
-        untrained.task_classes.append(task)
-        untrained.seen_classes = untrained.seen_classes + task
-    untrained.vga.eval()
-    out["CLAP untrained"] = accuracy(untrained.scores_from_features(features), classes, targets)
+    fresh = untrained(clap, tasks)
+    fresh.vga.eval()
+    out["CLAP untrained"] = accuracy(fresh.scores_from_features(features), classes, targets)
     queries = text.unsqueeze(0).expand(len(features), -1, -1)
-    vga = untrained.vga(queries, features.unsqueeze(1), tgt_mask=task_mask([len(t) for t in tasks], "cpu"))
+    vga = fresh.vga(queries, features.unsqueeze(1), tgt_mask=task_mask([len(t) for t in tasks], "cpu"))
     out["CLAP untrained, z = 0 (t + VGA)"] = accuracy(
         scale * torch.einsum("bd,bcd->bc", features, queries + vga), classes, targets
     )

@@ -51,7 +51,7 @@ from typing import Any
 from benchmarks.core.errors import UserError
 from benchmarks.core.precision import resolve_precision
 from benchmarks.data.class_orders import DEFAULT_CLASS_ORDER
-from benchmarks.data.protocols import DEFAULT_PROTOCOL, check_protocol, protocol_layer
+from benchmarks.data.protocols import DEFAULT_PROTOCOL, ProtocolLayer, check_protocol, protocol_layer
 from benchmarks.runner.results import RunKey, config_hash
 
 SUITES_DIR = Path(__file__).parents[1] / "suites"
@@ -230,15 +230,14 @@ def dataset_loader_options(dataset_options: dict[str, Any]) -> dict[str, Any]:
 
 
 def strategy_options(
-    suite: dict[str, Any], label: str, dataset: str
+    suite: dict[str, Any], label: str, dataset: str, protocol: ProtocolLayer
 ) -> tuple[dict[str, Any], dict[str, str]]:
-    """The suite's options for run ``label`` on ``dataset``, and the table each came from, most
-    general first so that the most specific wins (module docstring); the strategy's own defaults
-    fill in the rest later."""
+    """The suite's options for run ``label`` on ``dataset`` (``protocol``: what the suite's protocol
+    sets for it), and the table each came from, most general first so that the most specific wins
+    (module docstring); the strategy's own defaults fill in the rest later."""
     variant = suite.get("variants", {}).get(label, {})
     strategy = variant.get("strategy", label)
     dataset_table = suite.get("dataset", {}).get(dataset, {})
-    protocol = protocol_layer(suite.get("protocol", DEFAULT_PROTOCOL), strategy, dataset)
     protocol_options = {
         **protocol.strategy_options,
         **({"class_order": protocol.class_order} if protocol.class_order else {}),
@@ -324,14 +323,12 @@ def expand(
     for dataset in datasets or suite["datasets"]:
         for label in strategies or suite["strategies"]:
             strategy = variants.get(label, {}).get("strategy", label)
-            options, sources = strategy_options(suite, label, dataset)
+            layer = protocol_layer(protocol or DEFAULT_PROTOCOL, strategy, dataset)
+            options, sources = strategy_options(suite, label, dataset, layer)
             # the command line's --class-order wins over every table
             order = class_order or options.pop("class_order", suite_order)
             sources.pop("class_order", None)
-            dataset_options = {
-                **suite.get("dataset", {}).get(dataset, {}),
-                **protocol_layer(protocol or DEFAULT_PROTOCOL, strategy, dataset).dataset_options,
-            }
+            dataset_options = {**suite.get("dataset", {}).get(dataset, {}), **layer.dataset_options}
             # The hashed config keeps the suite's own tables as written (dataset options stay with the
             # dataset), so a run's identity does not change with how its options were layered.
             suite_level = {
