@@ -6,7 +6,7 @@ model (never downloading weights), replaces every fused ``nn.MultiheadAttention`
 
 * ``loading``: names to configs, weight files to models, ``create_clip``;
 * ``attention``: the attention surgery;
-* ``text``: prompt preparation and encoding (length buckets, shared prefix);
+* ``text``: prompt preparation and encoding (length buckets, shared prefix, learnable context);
 * ``lora``: named LoRA adapters on k/v of either tower, mixed-adapter batches;
 * ``mlp_adapters``: parallel MLP adapters (experts, routers) on the blocks of either tower;
 * ``full_tuning``: the visual tower trained in full, its weights as state and their arithmetic;
@@ -39,6 +39,7 @@ from benchmarks.backbone.lora import BASE_ADAPTER, Tower
 from benchmarks.backbone.text import (
     PreparedPrompts,
     PromptBucket,
+    TextContext,
     encode_clip_text,
     encode_prompts,
     prepare_prompts,
@@ -59,6 +60,7 @@ __all__ = [
     "PreparedPrompts",
     "PromptBucket",
     "SplitAttention",
+    "TextContext",
     "Tower",
     "check_weights",
     "create_clip",

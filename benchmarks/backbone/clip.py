@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import contextlib
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import open_clip
@@ -20,7 +20,13 @@ from benchmarks.backbone.budgets import (
 )
 from benchmarks.backbone.lora import BASE_ADAPTER, LoRAAdapters, Tower
 from benchmarks.backbone.mlp_adapters import MLPAdapters
-from benchmarks.backbone.text import PreparedPrompts, _prefix_sharing_applies, encode_prompts, prepare_prompts
+from benchmarks.backbone.text import (
+    PreparedPrompts,
+    TextContext,
+    _prefix_sharing_applies,
+    encode_prompts,
+    prepare_prompts,
+)
 from benchmarks.backbone.visual_prefix import VisualPrefix
 from benchmarks.core import precision as amp
 
@@ -33,8 +39,9 @@ def _fp32_features(features: torch.Tensor, normalize: bool) -> torch.Tensor:
 
 class CLIPBackbone(LoRAAdapters, MLPAdapters, VisualPrefix, nn.Module):
     """A frozen open_clip CLIP plus named LoRA adapters on the k/v projections of either tower,
-    optionally parallel MLP adapters on the blocks of either tower (``mlp_adapters``), and prefix
-    keys and values at chosen visual blocks, per forward (``visual_prefix``).
+    optionally parallel MLP adapters on the blocks of either tower (``mlp_adapters``), prefix
+    keys and values at chosen visual blocks, per forward (``visual_prefix``), and learnable token
+    embeddings in the prompts, per forward (``text_context``).
 
     Adapter bookkeeping is explicit: ``set_adapters`` picks the active adapter of each tower,
     ``set_trainable`` picks which adapters get gradients. peft flips ``requires_grad`` whenever
@@ -59,6 +66,7 @@ class CLIPBackbone(LoRAAdapters, MLPAdapters, VisualPrefix, nn.Module):
         self._active: dict[Tower, str | None] = {"visual": None, "text": None}
         self._trainable: set[str] = set()
         self.mlp_adapter_modules = nn.ModuleDict()  # add_mlp_adapters: tower -> one adapter per block
+        self._text_context: TextContext | None = None  # text_context: learnable prompt embeddings
 
     @property
     def device(self) -> torch.device:
@@ -94,12 +102,47 @@ class CLIPBackbone(LoRAAdapters, MLPAdapters, VisualPrefix, nn.Module):
         return prepare_prompts(tokens, self.device, share_prefix, length_buckets=compact)
 
     def encode_text(self, tokens: torch.Tensor | PreparedPrompts, normalize: bool = True) -> torch.Tensor:
-        """fp32 text features under the active text adapter (``encode_prompts``), from token ids
-        ``[N, context]`` or from ``prepare_prompts``."""
+        """fp32 text features under the active text adapter and text context (``encode_prompts``),
+        from token ids ``[N, context]`` or from ``prepare_prompts``."""
         prompts = tokens if isinstance(tokens, PreparedPrompts) else self.prepare_prompts(tokens)
         with self.autocast():
-            features = encode_prompts(self.model, prompts, normalize=False)
+            features = encode_prompts(self.model, prompts, normalize=False, context=self._text_context)
         return _fp32_features(features, normalize)
+
+    @contextlib.contextmanager
+    def text_context(self, embeddings: torch.Tensor, start: int = 1) -> Iterator[None]:
+        """Within the block, ``encode_text`` puts ``embeddings`` in place of the token embeddings at
+        positions ``start`` to ``start + M - 1`` of every prompt (``TextContext``: ``[M, width]``
+        shared, or ``[N, M, width]`` one per prompt). Gradients reach ``embeddings``: a strategy that
+        holds them as an ``nn.Parameter`` trains them (CoOp). Contexts do not nest."""
+        width = self.model.token_embedding.embedding_dim
+        if embeddings.dim() not in (2, 3) or embeddings.shape[-1] != width:
+            raise ValueError(
+                f"a text context must be [M, {width}] or [N, M, {width}], not {tuple(embeddings.shape)}"
+            )
+        if self._text_context is not None:
+            raise RuntimeError("text_context blocks do not nest")
+        self._text_context = TextContext(embeddings, start)
+        try:
+            yield
+        finally:
+            self._text_context = None
+
+    @property
+    def active_text_context(self) -> TextContext | None:
+        """The ``text_context`` in force, or None."""
+        return self._text_context
+
+    def word_embeddings(self, words: str) -> torch.Tensor:
+        """The token embeddings ``[M, width]`` (fp32, a copy) of ``words`` as the tokenizer splits
+        them, without the start and end tokens: a text context that starts as these words gives
+        the same features as the prompt that spells them."""
+        tokens = self.tokenize([words])[0]
+        end = int(tokens.argmax())  # the end-of-text token has the largest id
+        ids = tokens[1:end].to(self.device)
+        if len(ids) == 0:
+            raise ValueError(f"{words!r} has no tokens")
+        return self.model.token_embedding.weight[ids].detach().float().clone()
 
     def encode_image(self, images: torch.Tensor, normalize: bool = True) -> torch.Tensor:
         """fp32 image features under the active visual adapter."""

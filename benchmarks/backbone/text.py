@@ -77,6 +77,30 @@ class PromptBucket:
     tokens: torch.Tensor  # [n, length]
     pooled: torch.Tensor  # [n]: each row's EOT position, counted from the end of the shared prefix
     prefix: int  # leading positions all rows share (run once); 0 for the plain path
+    rows: torch.Tensor | None = None  # the bucket's rows of the input, on the device (None: all, in order)
+    first_eot: int = 0  # the earliest EOT position of the bucket's rows, counted from the start (CPU)
+
+
+@dataclass(frozen=True)
+class TextContext:
+    """Learnable text context (CoOp): ``embeddings`` take the place of the token embeddings at
+    positions ``start`` to ``start + M - 1`` of every prompt.
+
+    ``embeddings`` is ``[M, width]``, one context shared by every prompt, or ``[N, M, width]``, one
+    per prompt (in the order of the prompts given to ``prepare_prompts``). The prompts' own tokens at
+    those positions are placeholders (CoOp's "X X X X", or the words the context starts from).
+    """
+
+    embeddings: torch.Tensor
+    start: int = 1  # position 0 is the start-of-text token
+
+    @property
+    def length(self) -> int:
+        return self.embeddings.shape[-2]
+
+    @property
+    def shared(self) -> bool:
+        return self.embeddings.dim() == 2
 
 
 @dataclass(frozen=True)
@@ -115,12 +139,42 @@ def prepare_prompts(
         rows_eot = eot[rows]
         bucket = tokens[rows, : int(rows_eot.max()) + 1]
         prefix = shared_prefix_length(bucket, rows_eot) if share_prefix else 0
-        buckets.append(PromptBucket(bucket.to(device), (rows_eot - prefix).to(device), prefix))
+        buckets.append(
+            PromptBucket(
+                bucket.to(device),
+                (rows_eot - prefix).to(device),
+                prefix,
+                None if len(groups) == 1 else rows.to(device),
+                int(rows_eot.min()),
+            )
+        )
     order = None if len(groups) == 1 else torch.argsort(torch.cat(groups)).to(device)
     return PreparedPrompts(tuple(buckets), order)
 
 
-def encode_prompts(model: open_clip.CLIP, prompts: PreparedPrompts, normalize: bool = True) -> torch.Tensor:
+def _with_context(x: torch.Tensor, context: TextContext, bucket: PromptBucket) -> torch.Tensor:
+    """Token embeddings ``x`` ``[n, L, D]`` of a bucket with ``context`` in place of its positions."""
+    start, end = context.start, context.start + context.length
+    if start < 1 or end > bucket.first_eot:
+        raise ValueError(
+            f"a text context at positions {start} to {end - 1} must lie between the start-of-text token "
+            "and each prompt's end-of-text token: give prompts with that many placeholder words"
+        )
+    if context.shared:
+        ctx = context.embeddings.expand(len(x), -1, -1)
+    else:
+        ctx = context.embeddings if bucket.rows is None else context.embeddings[bucket.rows]
+        if len(ctx) != len(x):
+            raise ValueError(f"{len(context.embeddings)} per-prompt contexts for {len(x)} prompts")
+    return torch.cat([x[:, :start], ctx.to(x.dtype), x[:, end:]], dim=1)
+
+
+def encode_prompts(
+    model: open_clip.CLIP,
+    prompts: PreparedPrompts,
+    normalize: bool = True,
+    context: TextContext | None = None,
+) -> torch.Tensor:
     """open_clip's text features of prepared prompts, with four exact savings from the causal mask.
 
     Each length bucket runs only up to its own EOT. With split attention, the token prefix shared
@@ -128,16 +182,22 @@ def encode_prompts(model: open_clip.CLIP, prompts: PreparedPrompts, normalize: b
     of once per prompt, since no prefix position attends to anything after it; and the last block
     computes queries and its MLP only at the EOT, the one position pooled. Fused-attention models
     (the tiny CLIP while it is pretrained) take the plain path.
+
+    With a ``context`` (``TextContext``), its embeddings replace the token embeddings at its
+    positions. A context shared by every prompt keeps the shared prefix; one per prompt ends it
+    at the context's start, so such prompts run whole.
     """
     cast_dtype = model.transformer.get_cast_dtype()
     pooled = []
     for bucket in prompts.buckets:
         length = bucket.tokens.shape[1]
-        x = model.token_embedding(bucket.tokens).to(cast_dtype) + model.positional_embedding[:length].to(
-            cast_dtype
-        )
+        x = model.token_embedding(bucket.tokens)
+        if context is not None:
+            x = _with_context(x, context, bucket)
+        x = x.to(cast_dtype) + model.positional_embedding[:length].to(cast_dtype)
         mask = model.attn_mask[:length, :length]
-        if bucket.prefix and _prefix_sharing_applies(model.transformer):
+        shares_prefix = context is None or context.shared or bucket.prefix <= context.start
+        if bucket.prefix and shares_prefix and _prefix_sharing_applies(model.transformer):
             x = _text_transformer_with_shared_prefix(model.transformer, x, mask, bucket.prefix, bucket.pooled)
         else:  # prompts prepared for sharing while it applied still hold every token: run them whole
             x = model.transformer(x, attn_mask=mask)
