@@ -203,7 +203,7 @@ class AdapterVLM(CLIPStrategy):
     # ---------------------------------------------------------------- after a task
     def finish_task(self, task: int, classes: list[int]) -> None:
         adapter = f"visual_{task + 1}"
-        features, labels = self._encode_dataset(self.adapted_dataset.eval(), adapter, normalize=False)
+        features, labels = self.encode_dataset(self.adapted_dataset.eval(), adapter, normalize=False)
         self.prototypes.append(torch.stack([prototype(features[labels == c]) for c in classes]))
         with torch.no_grad():  # z_c: all seen classes (sliding) or only the new ones (frozen)
             if self.cfg.anchor == "sliding":
@@ -230,13 +230,9 @@ class AdapterVLM(CLIPStrategy):
         branches = self.backbone.encode_image_multi(images, self.branches)
         return self._scores_from_features(list(branches), self.text_features(self.seen_classes))
 
-    @torch.no_grad()
-    def score_dataset(self, dataset, cache_key: str | None = None) -> torch.Tensor:
+    def score_dataset(self, dataset, cache_key: str) -> torch.Tensor:
         """Frozen branches' features of each image are computed once per ``cache_key``; the text
         term is recomputed (the shared text LoRA keeps training)."""
-        if cache_key is None:
-            return super().score_dataset(dataset)
-        self.backbone.eval()
         features = [self.frozen_features(dataset, cache_key, adapter) for adapter in self.branches]
         return self._scores_from_features(features, self.text_features(self.seen_classes).cpu())
 

@@ -147,11 +147,8 @@ class AperAdapter(CLIPStrategy):
         phi = self.phi(images)
         return prototype_scores(phi, self.prototypes.to(phi), self.cfg.proto_scale)
 
-    @torch.no_grad()
-    def score_dataset(self, dataset, cache_key: str | None = None) -> torch.Tensor:
+    def score_dataset(self, dataset, cache_key: str) -> torch.Tensor:
         """phi of a test image is computed once per ``cache_key``: both branches are frozen after task 1."""
-        if cache_key is None:
-            return super().score_dataset(dataset)
         if cache_key not in self._phi_cache:
             self._phi_cache[cache_key] = self.phi_dataset(dataset)[0]
             self.eval_branch_forwards += 2 * len(dataset)  # the pretrained and the adapted branch

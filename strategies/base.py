@@ -12,7 +12,17 @@ A strategy is a subclass that overrides a few named hooks (as in Avalanche):
   There, and already in ``setup_task``, ``self.adapted_dataset.eval()`` is the task's training
   data under the eval transform and ``.train()`` under the train augmentation;
 * ``scores(images)``: scores over **all seen classes** for a batch of test images (no task id);
-* ``on_epoch_end(epoch, loss)``: return True to stop the task's training after this epoch.
+* ``score_dataset(dataset, cache_key)``: scores of a whole test set that reuse per-image work kept
+  under ``cache_key`` across stages (``frozen_features``); by default batch by batch through
+  ``scores``. The base opens every evaluation (``evaluate_dataset``: eval mode, no grad, text fixed);
+* ``on_epoch_end(epoch, loss)``: return True to stop the task's training after this epoch;
+* ``stage_diagnostics``, ``run_diagnostics``: strategy-specific numbers stored with the result.
+
+Two class attributes complete them: ``Config`` (the options) and ``checkpoint_attributes`` (learned
+state besides LoRA adapters). Every ``nn.Parameter`` a strategy holds with ``requires_grad`` (as an
+attribute, in a module, list or dict) is optimised, and counted in ``trainable_parameter_count``;
+``docs/adding-a-strategy.md`` has the table, which ``tests/strategies/test_strategy_interface.py``
+checks against this class.
 
 The runner computes every metric from ``scores``, the same way for every strategy. Avalanche's
 own ``strategy.eval`` sees the same scores, one column per class id (``scores_by_class_id``), so
@@ -120,6 +130,11 @@ class CLIPStrategy(SupervisedTemplate):
             tuple[str, str | None], torch.Tensor
         ] = {}  # (cache_key, adapter) -> features
         self.eval_branch_forwards = 0  # images that frozen_features pushed through a visual branch
+        self._optimized: list[torch.Tensor] = []  # what the current task's optimiser holds
+        # name -> size of every tensor optimised in the stream so far (trainable_parameter_count)
+        self.optimized_parameters: dict[str, int] = {}
+        self._epoch_start: list[torch.Tensor] | None = None  # copies to tell whether an epoch moved anything
+        self._warned_still_tasks: set[int] = set()
         # Avalanche wants an optimiser up front; the real one is built per task in make_optimizer.
         idle = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
         if "evaluator" not in avalanche_kwargs:
@@ -145,10 +160,10 @@ class CLIPStrategy(SupervisedTemplate):
         goes to ``compute_loss``)."""
         raise NotImplementedError
 
-    def compute_loss(self, logits: Any, local_targets: torch.Tensor) -> torch.Tensor:
+    def compute_loss(self, output: Any, local_targets: torch.Tensor) -> torch.Tensor:
         """Training loss from ``compute_logits``'s output; ``local_targets`` index
         ``self.current_classes``."""
-        return F.cross_entropy(logits, local_targets)
+        return F.cross_entropy(output, local_targets)
 
     def finish_task(self, task: int, classes: list[int]) -> None:
         """Work after a task's training (second stages, caches)."""
@@ -174,7 +189,12 @@ class CLIPStrategy(SupervisedTemplate):
         ``fixed_text`` the features themselves are computed once per class list and text adapter.
         """
         key = tuple(class_ids)
-        memo_key = (key, self.backbone.active_adapters["text"])
+        context = self.backbone.active_text_context
+        memo_key = (
+            key,
+            self.backbone.active_adapters["text"],
+            None if context is None else id(context.embeddings),
+        )
         if self._fixed_text is not None and memo_key in self._fixed_text:
             return self._fixed_text[memo_key]
         features = self.template_features(class_ids)
@@ -207,11 +227,13 @@ class CLIPStrategy(SupervisedTemplate):
             self._fixed_text = outer
 
     @torch.no_grad()
-    def _encode_dataset(
+    def encode_dataset(
         self, dataset, adapter: str | None, normalize: bool = True
     ) -> tuple[torch.Tensor, torch.Tensor]:
         """Image features (CPU, L2-normalised unless ``normalize=False``) and labels of every item of
-        ``dataset``, under visual adapter ``adapter``, which stays active; the text adapter is kept."""
+        ``dataset`` (e.g. ``self.adapted_dataset.eval()``: the task's training images under the eval
+        transform), under visual adapter ``adapter`` (None: the frozen tower), which stays active;
+        the text adapter is kept."""
         self.backbone.set_adapters(visual=adapter, text=self.backbone.active_adapters["text"])
         features, labels = [], []
         for images, targets, *_ in self.data_loader(dataset):
@@ -219,14 +241,32 @@ class CLIPStrategy(SupervisedTemplate):
             labels.append(targets)
         return torch.cat(features), torch.cat(labels)
 
+    def _encode_dataset(self, dataset, adapter: str | None, normalize: bool = True):
+        """Deprecated name of ``encode_dataset`` (kept for one release)."""
+        warnings.warn(
+            "CLIPStrategy._encode_dataset is deprecated; call encode_dataset",
+            DeprecationWarning,
+            stacklevel=2,
+        )
+        return self.encode_dataset(dataset, adapter, normalize)
+
+    def local_targets(self, targets: torch.Tensor) -> torch.Tensor:
+        """Class ids ``targets`` as indices into ``self.current_classes`` (-1 for other classes), on
+        the strategy's device: the targets of ``compute_loss``, for a training pass of one's own."""
+        return self._local_index[targets.to(self.device, non_blocking=True)]
+
     def frozen_features(self, dataset, cache_key: str, adapter: str | None) -> torch.Tensor:
         """Image features (CPU, normalised) of ``dataset`` under a visual branch that never changes
         again (``adapter``; None: the frozen tower), encoded once per ``cache_key`` (``score_dataset``)."""
         key = (cache_key, adapter)
         if key not in self._frozen_features:
-            self._frozen_features[key] = self._encode_dataset(dataset, adapter)[0]
+            self._frozen_features[key] = self.encode_dataset(dataset, adapter)[0]
             self.eval_branch_forwards += len(dataset)
         return self._frozen_features[key]
+
+    def cached_features(self, cache_key: str, adapter: str | None) -> torch.Tensor | None:
+        """What ``frozen_features`` keeps for (``cache_key``, ``adapter``), or None if nothing yet."""
+        return self._frozen_features.get((cache_key, adapter))
 
     def device_copy(self, name: str, tensor: torch.Tensor) -> torch.Tensor:
         """``tensor`` on the strategy's device, copied once per new tensor under ``name`` rather than
@@ -245,8 +285,15 @@ class CLIPStrategy(SupervisedTemplate):
         self.adapters[name] = {"tower": tower, "rank": self.cfg.lora_rank, "alpha": self.cfg.lora_alpha}
 
     def trainable_parameter_count(self) -> int:
-        """Parameters learned over the whole stream (each adapter counted once)."""
-        return sum(p.numel() for name in self.adapters for p in self.backbone.lora_parameters(name))
+        """Parameters learned over the whole stream: every tensor an optimiser of the base held in
+        any task, counted once (``optimized_parameters``), and every LoRA adapter."""
+        counted = dict(self.optimized_parameters)
+        if self.adapters:  # an adapter restored from a checkpoint was trained before it
+            names = {id(p): f"backbone.{path}" for path, p in self.backbone.named_parameters()}
+            for adapter in self.adapters:
+                for p in self.backbone.lora_parameters(adapter):
+                    counted.setdefault(names[id(p)], p.numel())
+        return sum(counted.values())
 
     # ------------------------------------------------------------------ the runner's interface
     def learn(self, experience) -> None:
@@ -293,21 +340,33 @@ class CLIPStrategy(SupervisedTemplate):
         )
 
     @torch.no_grad()
-    def score_dataset(self, dataset, cache_key: str | None = None) -> torch.Tensor:
-        """Scores of every sample of ``dataset`` over the seen classes, ``[N, n_seen]`` fp32 on CPU.
+    def evaluate_dataset(self, dataset, cache_key: str | None = None) -> torch.Tensor:
+        """Scores of every sample of ``dataset`` over the seen classes, ``[N, n_seen]`` fp32 on CPU:
+        the entry of every evaluation, and the opening every ``score_dataset`` shares.
 
-        The runner passes the same ``dataset`` with the same ``cache_key`` at every stage, so a
-        strategy may keep per-image work that cannot change (e.g. features of frozen branches).
-        Text features are computed once for the whole pass (``fixed_text``).
+        The backbone is in eval mode, nothing records gradients, and text features are computed
+        once for the whole pass (``fixed_text``). With a ``cache_key`` (the runner passes the same
+        ``dataset`` with the same key at every stage) the strategy's ``score_dataset`` may reuse
+        per-image work that cannot change; without one, the scores come batch by batch.
         """
         self.backbone.eval()
-        out = []
         with self.fixed_text():
-            batches = tqdm(
-                self.data_loader(dataset), desc="eval", leave=False, disable=not self.show_progress
-            )
-            for images, *_ in batches:
-                out.append(self.scores(images.to(self.device, non_blocking=True)).float().cpu())
+            if cache_key is None:
+                return self.score_batches(dataset)
+            return self.score_dataset(dataset, cache_key)
+
+    def score_dataset(self, dataset, cache_key: str) -> torch.Tensor:
+        """Hook: the scores of ``dataset`` (``[N, n_seen]``, fp32 on CPU), for ``evaluate_dataset``,
+        which opens the pass and always gives a ``cache_key``. Override it to keep per-image work of
+        frozen branches under that key (``frozen_features``); by default, ``score_batches``."""
+        return self.score_batches(dataset)
+
+    def score_batches(self, dataset) -> torch.Tensor:
+        """``scores`` of every batch of ``dataset`` (eval transform), concatenated on the CPU."""
+        out = []
+        batches = tqdm(self.data_loader(dataset), desc="eval", leave=False, disable=not self.show_progress)
+        for images, *_ in batches:
+            out.append(self.scores(images.to(self.device, non_blocking=True)).float().cpu())
         return torch.cat(out)
 
     # ----------------------------------------------------------- state on disk (strategies.checkpointing)
@@ -371,17 +430,39 @@ class CLIPStrategy(SupervisedTemplate):
         )
 
     def make_optimizer(self, **kwargs):
-        params = [p for p in self.backbone.parameters() if p.requires_grad]
-        params += [p for p in self.extra_trainable_parameters() if p.requires_grad]
+        named = self.trainable_parameters()
+        params = list(named.values())
+        self._optimized = params if self.train_epochs else []
         if not params or self.train_epochs == 0:
             self.scheduler = None
             return
         self.optimizer = build_optimizer(params, self.cfg)
         self.scheduler = build_scheduler(self.optimizer, self.cfg, self.train_epochs, len(self.dataloader))
-        self._optimized = params
+        self.optimized_parameters.update({name: p.numel() for name, p in named.items()})
+
+    def trainable_parameters(self) -> dict[str, torch.Tensor]:
+        """What the task's optimiser holds, by name: the backbone's parameters with ``requires_grad``,
+        ``extra_trainable_parameters``, then every other ``nn.Parameter`` with ``requires_grad`` that
+        the strategy holds (an attribute, or in a module, list, tuple or dict attribute)."""
+        named: dict[str, torch.Tensor] = {}
+        seen: set[int] = set()
+
+        def add(name: str, p: torch.Tensor) -> None:
+            if p.requires_grad and id(p) not in seen:
+                seen.add(id(p))
+                named[name] = p
+
+        for name, p in self.backbone.named_parameters():
+            add(f"backbone.{name}", p)
+        for i, p in enumerate(self.extra_trainable_parameters()):
+            add(f"extra_trainable_parameters.{i}", p)
+        for name, p in _held_parameters(self):
+            add(name, p)
+        return named
 
     def extra_trainable_parameters(self) -> list[torch.nn.Parameter]:
-        """Trainable tensors outside the backbone (heads, prompts); empty by default."""
+        """Trainable tensors the attribute scan of ``trainable_parameters`` does not find (e.g. held
+        by a closure); empty by default. Parameters held as attributes need no entry here."""
         return []
 
     # The backbone's towers autocast themselves and return fp32 features, so logits and losses
@@ -447,6 +528,9 @@ class CLIPStrategy(SupervisedTemplate):
     def _before_training_epoch(self, **kwargs):
         super()._before_training_epoch(**kwargs)
         self._epoch_loss = torch.zeros((), device=self.device)
+        task = len(self.task_classes)
+        if task not in self._warned_still_tasks:  # until an epoch is seen that changes nothing
+            self._epoch_start = [p.detach().clone() for p in self._optimized]
 
     def _after_training_iteration(self, **kwargs):
         super()._after_training_iteration(**kwargs)
@@ -460,11 +544,31 @@ class CLIPStrategy(SupervisedTemplate):
                 f"{self.name}: training loss became {loss} in epoch {self.clock.train_exp_epochs + 1}"
             )
         self._progress.set_postfix(loss=f"{loss:.3f}")
+        self._warn_if_nothing_moved()
         if self.scheduler is not None and self.cfg.schedule in ("cosine_epoch", "coda_cosine"):
             self.scheduler.step()
         if self.on_epoch_end(self.clock.train_exp_epochs, loss):
             self.stop_training()  # Avalanche ends training before the next epoch
         super()._after_training_epoch(**kwargs)
+
+    def _warn_if_nothing_moved(self) -> None:
+        """Warn once per task when an epoch left every optimised tensor as it was (a strategy whose
+        parameters never reach the optimiser, or a loss that does not depend on them)."""
+        before, self._epoch_start = self._epoch_start, None
+        if before is None or len(self.dataloader) == 0:
+            return
+        if any(not torch.equal(old, p.detach()) for old, p in zip(before, self._optimized, strict=True)):
+            return
+        task = len(self.task_classes)
+        self._warned_still_tasks.add(task)
+        held = f"{len(before)} optimised tensor(s)" if before else "no tensor with requires_grad"
+        warnings.warn(
+            f"{self.name or type(self).__name__} task {task + 1}: an epoch of training changed nothing "
+            f"({held}); make what should learn an nn.Parameter with requires_grad held by the strategy, "
+            "or set train_epochs = 0 for a task that learns nothing",
+            RuntimeWarning,
+            stacklevel=2,
+        )
 
     def on_epoch_end(self, epoch: int, loss: float) -> bool:
         """Called after every training epoch (``epoch`` 0-based, ``loss`` its mean); return True to
@@ -479,3 +583,30 @@ class CLIPStrategy(SupervisedTemplate):
         self.backbone.eval()
         self.finish_task(task, self.current_classes)
         super()._after_training_exp(**kwargs)
+
+
+_BOOKKEEPING = ("_optimized", "_epoch_start")  # the base's own references to what it optimises
+
+
+def _held_parameters(strategy: CLIPStrategy) -> Iterator[tuple[str, torch.Tensor]]:
+    """Every ``nn.Parameter`` the strategy holds outside its backbone, with a name: attributes, the
+    parameters of module attributes, and parameters or modules in list, tuple or dict attributes
+    (one level). Plain tensors are left out: a tensor with ``requires_grad`` may be a step's own
+    leaf (e.g. a chunked backward's), not something to learn."""
+    for attr, value in vars(strategy).items():
+        if value is strategy.backbone or value is strategy.model or attr in _BOOKKEEPING:
+            continue
+        items = (
+            value.items()
+            if isinstance(value, dict)
+            else enumerate(value)
+            if isinstance(value, (list, tuple))
+            else [(None, value)]
+        )
+        for key, item in items:
+            name = attr if key is None else f"{attr}.{key}"
+            if isinstance(item, torch.nn.Parameter):
+                yield name, item
+            elif isinstance(item, torch.nn.Module) and item is not strategy.backbone:
+                for sub, p in item.named_parameters():
+                    yield f"{name}.{sub}", p

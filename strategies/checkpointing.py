@@ -82,6 +82,7 @@ def strategy_state(strategy) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         "adapters": strategy.adapters,
         "loss_scaler": strategy.scaler.state_dict(),
         "skipped_steps": strategy.skipped_steps,
+        "optimized_parameters": strategy.optimized_parameters,
         "state_kinds": kinds,
     }
     return tensors, meta
@@ -95,6 +96,7 @@ def load_strategy_state(strategy, tensors: dict[str, torch.Tensor], meta: dict[s
     if meta.get("loss_scaler") and strategy.scaler.is_enabled():  # {} when saved without fp16
         strategy.scaler.load_state_dict(meta["loss_scaler"])
     strategy.skipped_steps = int(meta.get("skipped_steps", 0))
+    strategy.optimized_parameters = dict(meta.get("optimized_parameters", {}))
     for name, spec in meta["adapters"].items():
         if name not in strategy.adapters:
             strategy.backbone.add_lora(name, tower=spec["tower"], rank=spec["rank"], alpha=spec["alpha"])
@@ -108,6 +110,12 @@ def load_strategy_state(strategy, tensors: dict[str, torch.Tensor], meta: dict[s
             k[len(prefix) :]: v for k, v in tensors.items() if k == prefix or k.startswith(prefix + "/")
         }
         current = getattr(strategy, name, None)
+        if kind == "tensor" and isinstance(current, torch.nn.Parameter) and current.shape == packed[""].shape:
+            with (
+                torch.no_grad()
+            ):  # a parameter stays the same object, so it stays trainable (an adapter's way)
+                current.copy_(packed[""])
+            continue
         restored = unpack_state(kind, packed, current)
         if restored is not current:  # a module is loaded in place
             setattr(strategy, name, restored)

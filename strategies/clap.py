@@ -277,12 +277,9 @@ class CLAP(CLIPStrategy):
     def scores(self, images: torch.Tensor) -> torch.Tensor:
         return self.scores_from_features(self.backbone.encode_image(images, normalize=True))
 
-    @torch.no_grad()
-    def score_dataset(self, dataset, cache_key: str | None = None) -> torch.Tensor:
+    def score_dataset(self, dataset, cache_key: str) -> torch.Tensor:
         """The frozen tower's features of a test image are computed once per ``cache_key``; only the
         VGA and the encoders run at each stage."""
-        if cache_key is None:
-            return super().score_dataset(dataset)
         features = self.frozen_features(dataset, cache_key, None)
         size = self.cfg.eval_batch_size
         return torch.cat(

@@ -44,10 +44,6 @@ class ContinualCLIP(CLIPStrategy):
         image = self.backbone.encode_image(images, normalize=True)
         return image @ self.text_features(self.seen_classes).T
 
-    @torch.no_grad()
-    def score_dataset(self, dataset, cache_key: str | None = None) -> torch.Tensor:
+    def score_dataset(self, dataset, cache_key: str) -> torch.Tensor:
         """The frozen visual tower sees each image of a ``cache_key`` once over the whole stream."""
-        if cache_key is None:
-            return super().score_dataset(dataset)
-        self.backbone.eval()
         return self.frozen_features(dataset, cache_key, None) @ self.text_features(self.seen_classes).cpu().T

@@ -349,7 +349,7 @@ class GR4CIL(CLIPStrategy):
             text = self.text_features(classes).cpu()  # T^t under the final text adapter
         self.anchor_ids += classes
         self.anchors = torch.cat([self.anchors, text])  # z_c, cached when the task ends
-        features, labels = self._encode_dataset(self.adapted_dataset.eval(), adapter)
+        features, labels = self.encode_dataset(self.adapted_dataset.eval(), adapter)
         prototypes = class_prototypes(features, labels, classes)
         basis = text_subspace_basis(text)
         head = self._train_compensation(adapter, classes, basis, prototypes)
@@ -391,7 +391,7 @@ class GR4CIL(CLIPStrategy):
                 loss = compensation_loss(
                     image,
                     compensation_head(weight, projector),
-                    self._local_index[targets.to(self.device, non_blocking=True)],
+                    self.local_targets(targets),
                     self.backbone.logit_scale,
                 )
                 optimizer.zero_grad()
@@ -401,7 +401,7 @@ class GR4CIL(CLIPStrategy):
 
     def _threshold(self, state: TaskState, text: torch.Tensor) -> float:
         """``omega^t`` from the held-out images of the task (unknown-aware interface)."""
-        features, _ = self._encode_dataset(self._holdout, state.adapter)
+        features, _ = self.encode_dataset(self._holdout, state.adapter)
         scores = self._task_scores(features, state, text)
         return msp_threshold(task_msp(scores), self.cfg.threshold_percentile)
 
@@ -457,13 +457,9 @@ class GR4CIL(CLIPStrategy):
         )
         return self._scores_from_features(list(branches), self.text_features(self.seen_classes))
 
-    @torch.no_grad()
-    def score_dataset(self, dataset, cache_key: str | None = None) -> torch.Tensor:
+    def score_dataset(self, dataset, cache_key: str) -> torch.Tensor:
         """Stage-wise evaluation that reuses work: a frozen branch's features of each image are
         computed once per ``cache_key`` and kept; text features are computed once per call."""
-        if cache_key is None:
-            return super().score_dataset(dataset)
-        self.backbone.eval()
         features = [self.frozen_features(dataset, cache_key, state.adapter) for state in self.tasks]
         text = self.text_features(self.seen_classes).cpu()
         return self._scores_from_features(features, text)
@@ -537,7 +533,7 @@ class GR4CIL(CLIPStrategy):
 
     # ---------------------------------------------------------------- diagnostics (docs/decisions.md P3)
     def stage_diagnostics(self, scores, targets, task_of_class) -> dict:
-        features = [self._frozen_features[("test", state.adapter)] for state in self.tasks]
+        features = [self.cached_features("test", state.adapter) for state in self.tasks]
         text = self.text_features(self.seen_classes).cpu()
         variants = {
             "full": torch.as_tensor(scores),

@@ -164,7 +164,7 @@ class MGCLIP(CLIPStrategy):
                 group["lr"] = self.cfg.lr * warmup_cosine_factor(epoch, total, 0, self.cfg.min_lr_ratio)
             for images, targets, *_ in loader:
                 logits = self.compute_logits(images.to(self.device, non_blocking=True))
-                loss = F.cross_entropy(logits, self._local_index[targets.to(self.device)])
+                loss = F.cross_entropy(logits, self.local_targets(targets))
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()
@@ -183,14 +183,14 @@ class MGCLIP(CLIPStrategy):
         for images, targets, *_ in self.data_loader(self.adapted_dataset.eval()):
             image = self.backbone.encode_image(images.to(self.device, non_blocking=True))
             s, n = mean_non_target_logit(
-                self.backbone.logit_scale * image @ text.T, self._local_index[targets.to(self.device)]
+                self.backbone.logit_scale * image @ text.T, self.local_targets(targets)
             )
             total, count = total + s, count + n
         return total / count
 
     # ---------------------------------------------------------------- the visual classifier
     def finish_task(self, task: int, classes: list[int]) -> None:
-        features, labels = self._encode_dataset(self.adapted_dataset.eval(), "mg_visual")
+        features, labels = self.encode_dataset(self.adapted_dataset.eval(), "mg_visual")
         means = torch.stack([features[labels == c].mean(dim=0) for c in classes])
         self.classifier = torch.cat([self.classifier, self._train_new_rows(means)])
 
@@ -215,9 +215,7 @@ class MGCLIP(CLIPStrategy):
                     )
                 with torch.no_grad():
                     image = self.backbone.encode_image(images.to(self.device, non_blocking=True))
-                loss = F.cross_entropy(
-                    image @ F.normalize(rows, dim=-1).T, self._local_index[targets.to(self.device)]
-                )
+                loss = F.cross_entropy(image @ F.normalize(rows, dim=-1).T, self.local_targets(targets))
                 optimizer.zero_grad()
                 loss.backward()
                 optimizer.step()

@@ -162,14 +162,10 @@ class PromptStrategy(CLIPStrategy):
         query = self.query(images) if query is None else query
         return self.prompted_logits(images, query, train=False)[0][:, self.seen_classes]
 
-    @torch.no_grad()
-    def score_dataset(self, dataset, cache_key: str | None = None) -> torch.Tensor:
+    def score_dataset(self, dataset, cache_key: str) -> torch.Tensor:
         """The frozen queries are computed once per ``cache_key``; each stage makes one prompted
         forward per image."""
-        if cache_key is None:
-            return super().score_dataset(dataset)
         queries = self.frozen_features(dataset, cache_key, None)  # cosine-only use: normalised is fine
-        self.backbone.eval()
         out, start = [], 0
         for images, *_ in self.data_loader(dataset):
             batch = queries[start : start + len(images)].to(self.device)

@@ -171,10 +171,10 @@ def evaluation_reuse(
         strategy.tasks = states[:stage]
         strategy.seen_classes = [c for s in states[:stage] for c in s.class_ids]
         start = time.perf_counter()
-        cached = strategy.score_dataset(data, cache_key="test")
+        cached = strategy.evaluate_dataset(data, cache_key="test")
         cached_time += time.perf_counter() - start
         start = time.perf_counter()
-        recomputed = strategy.score_dataset(data)  # no cache: every branch at every stage
+        recomputed = strategy.evaluate_dataset(data)  # no cache: every branch at every stage
         recomputed_time += time.perf_counter() - start
         recomputed_forwards += stage * n_images
         max_difference = max(max_difference, float((cached - recomputed).abs().max()))
@@ -419,7 +419,7 @@ def strategy_evaluation_forwards(n_tasks: int, per_task: int, strategies: list[s
             for task in range(n_tasks):
                 strategy.learn(stream.train_stream[task])
                 before = seen[0]
-                strategy.score_dataset(stream.test_set, cache_key="test")
+                strategy.evaluate_dataset(stream.test_set, cache_key="test")
                 per_stage.append(seen[0] - before)
         finally:
             hook.remove()

@@ -108,7 +108,7 @@ def test_one_evaluation_stage_of_a_prompt_method(benchmark):
     )
     strategy.learn(stream.train_stream[0])
 
-    scores = benchmark(strategy.score_dataset, stream.test_set)
+    scores = benchmark(strategy.evaluate_dataset, stream.test_set)
     assert scores.shape == (len(stream.test_set), 10)  # the 10 classes seen so far
     assert torch.isfinite(scores).all()
 

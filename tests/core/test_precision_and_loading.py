@@ -396,7 +396,7 @@ def test_evaluation_encodes_the_text_once_per_call(tiny_stream, monkeypatch):
         "encode_text",
         lambda self, *a, **k: calls.append(1) or real_encode(self, *a, **k),
     )
-    scores = strategy.score_dataset(tiny_stream.test_set)
+    scores = strategy.evaluate_dataset(tiny_stream.test_set)
     assert len(calls) == 1 and scores.shape == (60, 10)
     with torch.no_grad():
         per_batch = torch.cat(

@@ -113,9 +113,9 @@ def test_frozen_branch_keeps_its_scores_and_a_new_branch_starts_as_a_copy(adapte
     )
     torch.manual_seed(0)
     strategy.learn(stream.train_stream[0])
-    after_task_1 = strategy.score_dataset(stream.test_set)
+    after_task_1 = strategy.evaluate_dataset(stream.test_set)
     strategy.learn(stream.train_stream[1])
-    after_task_2 = strategy.score_dataset(stream.test_set)
+    after_task_2 = strategy.evaluate_dataset(stream.test_set)
     # with no text term, task 1's columns depend only on its frozen branch and prototypes
     assert torch.equal(after_task_2[:, :5], after_task_1)
     strategy.setup_task(2, stream.tasks[2])
@@ -138,7 +138,7 @@ def test_save_load_gives_identical_scores(adaptervlm_run):
     with torch.no_grad():
         batched = strategy.scores(images)
         one_by_one = strategy._scores_from_features(
-            [strategy._encode_dataset([(img, 0) for img in images], b)[0] for b in strategy.branches],
+            [strategy.encode_dataset([(img, 0) for img in images], b)[0] for b in strategy.branches],
             strategy.text_features(strategy.seen_classes),
         )
     torch.testing.assert_close(batched, one_by_one, atol=1e-5, rtol=0)

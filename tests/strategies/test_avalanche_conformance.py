@@ -96,7 +96,7 @@ def test_avalanche_train_and_eval_match_the_runner(name, stream, capsys, monkeyp
         assert strategy.adapters == adapters  # evaluation added or changed nothing
 
         runner = stage_metrics(
-            strategy.score_dataset(stream.test_set).numpy(),
+            strategy.evaluate_dataset(stream.test_set).numpy(),
             strategy.seen_classes,
             targets,
             stream.task_of_class,

@@ -141,7 +141,7 @@ def test_saved_model_keys_are_documented_and_loading_restores_the_scores(gr4cil_
     with torch.no_grad():
         batched = strategy.scores(images)  # all branches in one forward (deployed inference)
         one_by_one = strategy._scores_from_features(
-            [strategy._encode_dataset([(img, 0) for img in images], t.adapter)[0] for t in strategy.tasks],
+            [strategy.encode_dataset([(img, 0) for img in images], t.adapter)[0] for t in strategy.tasks],
             strategy.text_features(strategy.seen_classes),
         )
     torch.testing.assert_close(batched, one_by_one, atol=1e-5, rtol=0)

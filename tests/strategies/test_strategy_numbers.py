@@ -46,7 +46,7 @@ def _stage_scores(name: str) -> dict[str, torch.Tensor]:
     for task, experience in enumerate(stream.train_stream):
         seed_everything(0, task)
         strategy.learn(experience)
-        scores[f"{name}/stage{task + 1}"] = strategy.score_dataset(
+        scores[f"{name}/stage{task + 1}"] = strategy.evaluate_dataset(
             stream.test_set, cache_key="test"
         ).contiguous()
     return scores

@@ -66,7 +66,7 @@ class MyStrategy(CLIPStrategy):
         return self.backbone.logit_scale * image @ self.text_features(self.current_classes).T
 
     def finish_task(self, task: int, classes: list[int]) -> None:
-        features, labels = self._encode_dataset(self.adapted_dataset.eval(), adapter="visual")
+        features, labels = self.encode_dataset(self.adapted_dataset.eval(), adapter="visual")
         means = torch.stack([features[labels == c].mean(dim=0) for c in classes])
         self.prototypes = torch.cat([self.prototypes, F.normalize(means, dim=-1)])
 
