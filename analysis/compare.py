@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import argparse
 import math
-import re
 import sys
 from collections import defaultdict
 from dataclasses import dataclass, field
@@ -51,7 +50,7 @@ from analysis.statistics import CONFIDENCE, POWER, Interval, bootstrap_stage_mea
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import UserError, one_line_user_errors
 from benchmarks.data.protocols import DEFAULT_PROTOCOL
-from benchmarks.runner.results import iter_results, load_predictions, not_a_measurement
+from benchmarks.runner.results import iter_results, load_predictions, not_a_measurement, safe_label
 
 METRICS = {"last": ("last_acc", "Last accuracy"), "avg": ("avg_acc", "Avg accuracy")}
 DRAWS = 2000
@@ -489,9 +488,7 @@ def draw_figure(comparisons: list[Comparison], label: str, out_dir: Path) -> lis
         forest.set_ylim(-0.7, len(mine) - 0.3)
         forest.set_xlabel(f"{METRICS[metric][1]} (pts):\n{label} − {baseline}")  # two lines fit the panel
         forest.set_title(f"Paired difference, {CONFIDENCE:.0%} interval".replace("%", " %"))
-    return _save(
-        fig, out_dir, f"compare-{re.sub(r'[^A-Za-z0-9._-]', '_', label)}-{metric}"
-    )  # a safe file name
+    return _save(fig, out_dir, f"compare-{safe_label(label)}-{metric}")  # named as the run's folder is
 
 
 def write_comparison(

@@ -10,7 +10,6 @@ figures stay readable in greyscale.
 
 from __future__ import annotations
 
-import re
 import textwrap
 from contextlib import contextmanager
 from pathlib import Path
@@ -31,6 +30,7 @@ from analysis.paper_tables import (
     ordered_datasets,
     row_label,
 )
+from benchmarks.runner.results import safe_label
 
 DPI = 150
 FIGSIZES = {
@@ -414,8 +414,7 @@ def _legend_below(fig: Figure, ax) -> None:
 
 
 def _file_stem(run: dict) -> str:
-    stem = f"{run['dataset']}_{run['label']}_T{run['n_tasks']}_seed{run['seed']}"
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", stem)
+    return f"{run['dataset']}_{safe_label(run['label'])}_T{run['n_tasks']}_seed{run['seed']}"
 
 
 def fig_acc_matrix(inputs: ReportInputs, out_dir: Path) -> list[Path]:

@@ -6,8 +6,10 @@ edit elsewhere. A strategy outside the package can be named as ``module.path:Cla
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import pkgutil
+import traceback
 
 from benchmarks.core.errors import UserError
 
@@ -45,17 +47,61 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
+def _import(name: str) -> type:
+    """The class ``module.path:ClassName`` names; each way it can fail is one line that says which:
+    the module is not on the path, it has no such class, or an import inside it failed."""
+    module_name, _, attr = name.partition(":")
+    if not module_name or module_name.startswith(".") or not attr:
+        raise UserError(f"strategy {name!r}: give it as module.path:ClassName")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as err:
+        missing = err.name if isinstance(err, ModuleNotFoundError) else None
+        if missing and (module_name == missing or module_name.startswith(missing + ".")):
+            package, _, leaf = missing.rpartition(".")
+            if package:  # the package imported: the path after it is wrong
+                raise UserError(
+                    f"cannot import strategy {name!r}: package {package!r} has no module {leaf!r}; "
+                    "check the module path before the colon"
+                ) from None
+            raise UserError(
+                f"cannot import strategy {name!r}: no module named {missing!r} on the Python path; "
+                "install the strategy's package with pip install -e PATH (the folder of its "
+                f"pyproject.toml), or put the folder that holds {missing!r} on PYTHONPATH "
+                "(e.g. PYTHONPATH=examples/my_strategy)"
+            ) from None
+        # The module was found: its own code failed to import something (a bug or a missing package).
+        raise UserError(
+            f"cannot import strategy {name!r}: module {module_name!r} was found, but an import inside "
+            f"it failed ({type(err).__name__}{_raised_at(err)}: {err}); install what it needs or fix "
+            "that import"
+        ) from None
+    cls = getattr(module, attr, None)
+    if cls is None:
+        classes = [key for key, value in vars(module).items() if isinstance(value, type)]
+        close = difflib.get_close_matches(attr, classes, n=1)
+        raise UserError(
+            f"cannot import strategy {name!r}: module {module_name!r} "
+            f"({getattr(module, '__file__', None) or 'a namespace package'}) has no class {attr!r}"
+            + (f"; did you mean {close[0]!r}?" if close else "")
+        )
+    return cls
+
+
+def _raised_at(err: BaseException) -> str:
+    """`` at FILE:LINE``: the innermost frame of the failed import outside Python's import machinery."""
+    frames = [
+        frame
+        for frame in traceback.extract_tb(err.__traceback__)
+        if frame.filename != __file__ and not frame.filename.startswith("<frozen")
+    ]
+    return f" at {frames[-1].filename}:{frames[-1].lineno}" if frames else ""
+
+
 def get_strategy(name: str) -> type:
     """The strategy class registered as ``name`` (or imported from ``module:Class``)."""
     if ":" in name:
-        module_name, _, attr = name.partition(":")
-        try:
-            return getattr(importlib.import_module(module_name), attr)
-        except (ImportError, AttributeError) as err:
-            raise UserError(
-                f"cannot import strategy {name!r} ({err}); "
-                "give it as module.path:ClassName on the Python path"
-            ) from None
+        return _import(name)
     _discover()
     if name not in _REGISTRY:
         raise UserError(f"unknown strategy {name!r}; available: {', '.join(available())}")

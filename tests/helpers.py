@@ -142,13 +142,15 @@ def check_save_load_and_resume(run, strategy_cls, tmp_path, monkeypatch):
     the loaded strategies."""
     import torch
 
+    from benchmarks.runner.results import safe_label
+
     suite, results, reference = run
     first, _, _ = strategy_from_suite(suite)
     second, _, _ = strategy_from_suite(suite)
     saved = (
         results
         / reference["dataset"]
-        / reference["label"]
+        / safe_label(reference["label"])
         / f"T{reference['n_tasks']}-seed{reference['seed']}.model"
     )
     for strategy in (first, second):

@@ -13,7 +13,14 @@ from typing import Callable
 
 
 class UserError(Exception):
-    """A problem in the user's input or environment, reported without a traceback."""
+    """A problem in the user's input or environment, reported without a traceback.
+
+    ``options``: the suite options the message is about, where it is about some (a strategy
+    config's checks set it), so that the runner names the tables that set exactly those."""
+
+    def __init__(self, *args, options: tuple[str, ...] = ()):
+        super().__init__(*args)
+        self.options = tuple(options)
 
 
 class DataNotFoundError(UserError):

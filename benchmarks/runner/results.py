@@ -9,8 +9,9 @@ Layout under a results directory::
     .locks/<dataset>/<label>/T<n_tasks>-seed<seed>.error    why its last attempt failed
 
 A run is identified by its *label* (the strategy name, or a variant name from the suite), dataset,
-number of tasks and seed. Its resolved config is hashed; a finished file whose hash matches is
-never recomputed unless the user asks (``--force``).
+number of tasks and seed. Its folder is ``safe_label(label)``: a ``module:Class`` strategy's folder
+has ``_`` for the colon; the JSON keeps the label itself. Its resolved config is hashed; a finished
+file whose hash matches is never recomputed unless the user asks (``--force``).
 
 Schema (``schema_version`` 2; version 1 lacks ``predictions`` and still loads everywhere)::
 
@@ -61,6 +62,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import warnings
 from dataclasses import dataclass
@@ -110,6 +112,15 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
+def safe_label(label: str) -> str:
+    """A run label as a file or folder name, the one form every path of a run uses (results,
+    checkpoints, locks, logs, the comparison's files): each character other than a letter, digit,
+    ``.``, ``_`` or ``-`` becomes ``_`` (``my_strategy.strategy:MyStrategy`` ->
+    ``my_strategy.strategy_MyStrategy``), as does a leading ``.`` (a hidden folder is never read).
+    Registered names and variant labels stay as they are."""
+    return re.sub(r"[^A-Za-z0-9._-]|^\.", "_", label) or "_"
+
+
 @dataclass(frozen=True)
 class RunKey:
     label: str
@@ -119,7 +130,7 @@ class RunKey:
 
     @property
     def relpath(self) -> Path:
-        return Path(self.dataset) / self.label / f"T{self.n_tasks}-seed{self.seed}"
+        return Path(self.dataset) / safe_label(self.label) / f"T{self.n_tasks}-seed{self.seed}"
 
     def __str__(self) -> str:
         return f"{self.label} / {self.dataset} / {self.n_tasks} tasks / seed {self.seed}"

@@ -12,12 +12,12 @@ import argparse
 import json
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks.core.errors import UserError, one_line_user_errors
 from benchmarks.runner.locking import is_stale, read_holder
-from benchmarks.runner.results import CHECKPOINT_STATE, ResultStore, RunKey, iter_results
+from benchmarks.runner.results import CHECKPOINT_STATE, ResultStore, RunKey, iter_results, safe_label
 
 STATES = ("finished", "running", "queued", "partial", "failed", "to run")
 
@@ -84,9 +84,15 @@ def _key_from(relative: Path) -> RunKey | None:
 
 
 def known_runs(store: ResultStore) -> list[RunKey]:
-    """Every run that has a result, a checkpoint, a lock, an error or a queued record in the store."""
+    """Every run that has a result, a checkpoint, a lock, an error or a queued record in the store.
+    A folder holds ``safe_label(label)``; where a result gives the label itself, the key has it."""
     root = store.root
-    keys = {_key_from(path.relative_to(root)) for path, _ in iter_results(root, skipped=[])}
+    keys, labels = set(), {}
+    for path, result in iter_results(root, skipped=[]):
+        if (key := _key_from(path.relative_to(root))) is not None:
+            keys.add(key)
+            if safe_label(label := str(result.get("label"))) == key.label:  # not a file moved by hand
+                labels[(key.dataset, key.label)] = label
     for folder, pattern in (
         (root / ".checkpoints", f"*/*/*/{CHECKPOINT_STATE}"),
         (root / ".locks", "*/*/*.lock"),
@@ -96,6 +102,7 @@ def known_runs(store: ResultStore) -> list[RunKey]:
         for path in folder.glob(pattern):  # nothing where the folder does not exist
             keys.add(_key_from((path.parent if path.name == CHECKPOINT_STATE else path).relative_to(folder)))
     keys.discard(None)
+    keys = {replace(k, label=labels.get((k.dataset, k.label), k.label)) for k in keys}
     return sorted(keys, key=lambda k: (k.dataset, k.label, k.n_tasks, k.seed))
 
 

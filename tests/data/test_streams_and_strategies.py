@@ -1,5 +1,7 @@
 """Streams from explicit class orders, the strategy registry, and the base strategy's contract."""
 
+import dataclasses
+
 import pytest
 import torch
 
@@ -58,12 +60,65 @@ def test_registry_finds_strategies_and_reports_unknown_names():
     with pytest.raises(UserError, match="available"):
         get_strategy("nope")
     with pytest.raises(UserError, match="module.path:ClassName"):
-        get_strategy("no.such.module:Thing")
+        get_strategy("no_module_given:")
+
+
+def _import_error(name: str) -> str:
+    with pytest.raises(UserError) as error:
+        get_strategy(name)
+    return str(error.value)
+
+
+def test_a_module_class_strategy_that_cannot_be_imported_says_why(tmp_path, monkeypatch):
+    (tmp_path / "outside_strategy.py").write_text("class OutsideStrategy:\n    pass\n")
+    (tmp_path / "broken_strategy.py").write_text("import os\nimport no_such_package_of_theirs\n")
+    (tmp_path / "bad_name_strategy.py").write_text("from os import no_such_name\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # the module is on no path: how to put it there
+    assert _import_error("not_installed_pkg.strategy:Thing") == (
+        "cannot import strategy 'not_installed_pkg.strategy:Thing': no module named 'not_installed_pkg' "
+        "on the Python path; install the strategy's package with pip install -e PATH (the folder of its "
+        "pyproject.toml), or put the folder that holds 'not_installed_pkg' on PYTHONPATH "
+        "(e.g. PYTHONPATH=examples/my_strategy)"
+    )
+    assert _import_error("strategies.no_such_file:Thing") == (
+        "cannot import strategy 'strategies.no_such_file:Thing': package 'strategies' has no module "
+        "'no_such_file'; check the module path before the colon"
+    )
+    # the module is there, the class is not
+    assert _import_error("outside_strategy:OutsideStrategyy") == (
+        f"cannot import strategy 'outside_strategy:OutsideStrategyy': module 'outside_strategy' "
+        f"({tmp_path / 'outside_strategy.py'}) has no class 'OutsideStrategyy'; "
+        "did you mean 'OutsideStrategy'?"
+    )
+    assert get_strategy("outside_strategy:OutsideStrategy").__name__ == "OutsideStrategy"
+    # the module is there and fails to import something itself: a bug in it, named, not "missing"
+    assert _import_error("broken_strategy:Thing") == (
+        "cannot import strategy 'broken_strategy:Thing': module 'broken_strategy' was found, but an import "
+        f"inside it failed (ModuleNotFoundError at {tmp_path / 'broken_strategy.py'}:2: No module named "
+        "'no_such_package_of_theirs'); install what it needs or fix that import"
+    )
+    assert _import_error("bad_name_strategy:Thing").startswith(
+        "cannot import strategy 'bad_name_strategy:Thing': module 'bad_name_strategy' was found, but an "
+        f"import inside it failed (ImportError at {tmp_path / 'bad_name_strategy.py'}:1: cannot import "
+        "name 'no_such_name' from 'os'"
+    )
 
 
 def test_config_rejects_unknown_options_with_the_valid_ones():
-    with pytest.raises(UserError, match="epochs"):
-        StrategyConfig.from_dict({"epochz": 3}, "finetune")
+    valid = sorted(f.name for f in dataclasses.fields(StrategyConfig))
+    with pytest.raises(UserError) as error:
+        StrategyConfig.from_dict({"epocs": 3}, "finetune")
+    assert str(error.value) == (
+        f"unknown option 'epocs' (did you mean 'epochs'?) for strategy finetune; valid options: {valid}"
+    )
+    assert error.value.options == ("epocs",)
+    with pytest.raises(UserError) as error:
+        StrategyConfig.from_dict({"zzz": 1, "lrr": 0.1}, "finetune")
+    assert str(error.value) == (
+        f"unknown options 'lrr' (did you mean 'lr'?), 'zzz' for strategy finetune; valid options: {valid}"
+    )
+    assert error.value.options == ("lrr", "zzz")
     assert StrategyConfig.from_dict({"epochs": 3}).epochs == 3
 
 
@@ -89,7 +144,7 @@ def test_finetune_trains_only_its_lora_and_scores_all_seen_classes(small_data):
     assert all(torch.equal(value, after[key]) for key, value in base.items())  # base frozen
     lora_b = strategy.backbone.lora_state_dict("visual")
     assert any(v.abs().sum() > 0 for k, v in lora_b.items() if "lora_B" in k)  # adapter learned
-    scores = strategy.score_dataset(stream.test_set)
+    scores = strategy.evaluate_dataset(stream.test_set)
     assert scores.shape == (200, 20)
     # scores are cosines of normalised features
     assert scores.abs().max() <= 1.0 + 1e-5

@@ -133,6 +133,79 @@ def test_dry_run_lists_states_and_estimates_from_finished_runs(tmp_path, monkeyp
     assert len(list(iter_results(tmp_path / "results"))) == 1  # nothing ran
 
 
+def _dry_run_summary(tmp_path, capsys, *extra) -> str:
+    capsys.readouterr()
+    assert _run(tmp_path, "--dry-run", *extra) == 0
+    return capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def test_dry_run_says_when_nothing_or_not_everything_has_an_estimate(tmp_path, capsys):
+    both = ("--strategies", "finetune,continual_clip")
+    assert _dry_run_summary(tmp_path, capsys, *both) == (
+        "2 run(s), 2 left to run; no estimate yet (no finished run of these strategies and datasets)"
+    )
+    # a finished finetune run of another seed: 30 s a run of 3 tasks; continual_clip has none
+    store = ResultStore(tmp_path / "results")
+    other = RunKey("finetune", "synthetic", 3, 9)
+    store.result_path(other).parent.mkdir(parents=True)
+    store.result_path(other).write_text(
+        json.dumps(
+            {
+                "schema_version": 2,
+                "stages": [],
+                "strategy": "finetune",
+                "dataset": "synthetic",
+                "n_tasks": 3,
+                "cost": {"train_seconds": 24.0, "eval_seconds": 6.0},
+            }
+        )
+    )
+    assert _dry_run_summary(tmp_path, capsys, *both) == (
+        "2 run(s); at least 30 s left, plus 1 run(s) without an estimate"
+    )
+    assert _dry_run_summary(tmp_path, capsys, "--strategies", "finetune") == "1 run(s); estimated 30 s left"
+
+
+OUTSIDE = "strategies.finetune:Finetune"  # named as module:Class, as a strategy from outside is
+
+
+def test_an_outside_strategys_run_lives_under_its_safe_label_and_resumes(tmp_path, monkeypatch, capsys):
+    """The colon of module:Class stays out of every path (results, checkpoints, locks); the run is
+    found again on resume and by the status, and its JSON keeps the label itself."""
+    suite = tmp_path / "suite.toml"
+    suite.write_text(SUITE.replace('"finetune"', f'"{OUTSIDE}"').replace(".finetune]", f'."{OUTSIDE}"]'))
+    argv = ["--suite", str(suite), "--results-dir", str(tmp_path / "results"), "--quiet"]
+    store, key = ResultStore(tmp_path / "results"), RunKey(OUTSIDE, "synthetic", 3, 0)
+    revive = kill_in_task(monkeypatch, Finetune, task=2)
+    assert run.main(argv) == 130
+    revive()
+    folder = "strategies.finetune_Finetune"
+    assert (store.root / ".checkpoints" / "synthetic" / folder / "T3-seed0" / "state.json").exists()
+    assert status.run_state(store, key).detail == "1/3 tasks done"
+    assert status.known_runs(store) == [RunKey(folder, "synthetic", 3, 0)]  # no result yet names the label
+    capsys.readouterr()
+    assert run.main(argv) == 0
+    err = capsys.readouterr().err
+    assert f"suite 'suite' ({suite}): 1 run(s) -> {tmp_path / 'results'}\n" in err
+    assert f"{key}: resumed after task 1" in err
+    (path, result), *others = list(iter_results(store.root))
+    assert not others and path == store.root / "synthetic" / folder / "T3-seed0.json"
+    assert (result["label"], result["strategy"]) == (OUTSIDE, OUTSIDE)
+    assert (path.parent / result["predictions"]["file"]).exists()
+    assert not [p for p in store.root.rglob("*") if ":" in p.name]
+    assert status.known_runs(store) == [key] and status.run_state(store, key).state == "finished"
+    assert status.main(["--results-dir", str(store.root)]) == 0
+    assert f"| {key} | finished | Avg" in capsys.readouterr().out
+    assert run.main(argv) == 0 and f"{key}: cached" in capsys.readouterr().err
+
+
+def test_a_shipped_suite_is_named_without_its_path(tmp_path):
+    assert run.suite_title(run.load_suite("smoke")) == "suite 'smoke'"
+    path = tmp_path / "suite.toml"
+    path.write_text(SUITE)
+    assert run.suite_title(run.load_suite(str(path))) == f"suite 'suite' ({path})"
+
+
 def test_status_of_an_empty_or_missing_folder_is_one_line(tmp_path, capsys):
     assert status.main(["--results-dir", str(tmp_path / "missing")]) == 2
     assert status.main(["--results-dir", str(tmp_path)]) == 2

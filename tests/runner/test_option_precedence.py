@@ -94,3 +94,94 @@ def test_a_bad_value_names_where_it_was_set(tmp_path):
     path.write_text(BASE + '[dataset.synthetic]\ntrain_augmentation = "jitter"\n')
     with pytest.raises(UserError, match=r"train_augmentation='jitter'.*\[dataset.synthetic\]"):
         resolve(expand(load_suite(str(path)))[0], "data")
+
+
+OUTSIDE = "strategies.finetune:Finetune"  # a strategy named as module:Class, as one from outside is
+
+
+def test_an_option_typo_suggests_the_option_and_names_only_its_table_quoted(tmp_path, capsys):
+    """The valid options the line lists include [defaults]' batch_size: that table is not named."""
+    import dataclasses
+
+    from benchmarks import run
+    from strategies.finetune import Finetune
+
+    path = tmp_path / "typo.toml"
+    path.write_text(
+        BASE.replace('["l2p_pp", "plain"]', f'["{OUTSIDE}"]').replace(VARIANT, "")
+        + f'[defaults]\nbatch_size = 16\n[strategy."{OUTSIDE}"]\nepocs = 3\n'
+    )
+    assert run.main(["--suite", str(path), "--results-dir", str(tmp_path / "r"), "--dry-run"]) == 2
+    valid = sorted(f.name for f in dataclasses.fields(Finetune.Config))
+    assert capsys.readouterr().err.splitlines() == [
+        f"error: unknown option 'epocs' (did you mean 'epochs'?) for strategy {OUTSIDE}; valid options: "
+        f'{valid} (set in [strategy."{OUTSIDE}"])'
+    ]
+
+
+def test_a_strategys_own_check_names_the_table_of_the_option_it_names(tmp_path):
+    from benchmarks.core.errors import UserError
+
+    path = tmp_path / "bad.toml"
+    path.write_text(BASE + "[defaults]\nbatch_size = 16\n[strategy.l2p_pp]\nprompt_length = 3\n")
+    with pytest.raises(UserError) as error:
+        resolve(expand(load_suite(str(path)))[0], "data")
+    assert str(error.value) == (
+        "l2p_pp option prompt_length=3 must be even (keys + values) (set in [strategy.l2p_pp])"
+    )
+
+
+def test_suite_tables_are_named_as_the_toml_spells_them():
+    from benchmarks.runner.execute import suite_table
+
+    assert [
+        suite_table(source)
+        for source in (
+            "defaults",
+            "dataset.synthetic",
+            "strategy.gr4cil",
+            "variants.gr4cil-base",
+            "variants.gr4cil-b0.1-g0.1",
+            f"strategy.{OUTSIDE}",
+            "protocol.as-published.clap",
+        )
+    ] == [
+        "[defaults]",
+        "[dataset.synthetic]",
+        "[strategy.gr4cil]",
+        "[variants.gr4cil-base]",
+        '[variants."gr4cil-b0.1-g0.1"]',
+        f'[strategy."{OUTSIDE}"]',
+        'protocol = "as-published"',
+    ]
+
+
+def test_a_variant_of_an_outside_strategy_takes_its_own_and_its_strategys_options(tmp_path, monkeypatch):
+    """docs/running.md: ``[variants.X] strategy = "module:Class"`` with options of its own."""
+    from pathlib import Path
+
+    example = Path(__file__).resolve().parents[2] / "examples" / "my_strategy"
+    monkeypatch.syspath_prepend(str(example))  # the example from outside the repository, installed nowhere
+    mine = "my_strategy.strategy:MyStrategy"
+    path = tmp_path / "variant.toml"
+    path.write_text(
+        BASE.replace('["l2p_pp", "plain"]', '["mine-long"]').replace(VARIANT, "")
+        + f'[strategy."{mine}"]\nlr = 0.001\nepochs = 2\n'
+        + f'[variants.mine-long]\nstrategy = "{mine}"\nepochs = 10\n'
+    )
+    (spec,) = expand(load_suite(str(path)))
+    assert (spec.label, spec.strategy, str(spec.key.relpath)) == (
+        "mine-long",
+        mine,
+        "synthetic/mine-long/T5-seed0",
+    )
+    strategy_cls, strategy_cfg, config = resolve(spec, "data")
+    assert f"{strategy_cls.__module__}:{strategy_cls.__name__}" == mine
+    assert (strategy_cfg.epochs, strategy_cfg.lr, strategy_cfg.lora_rank) == (10, 0.001, 8)
+    sources = config["option_sources"]
+    assert (sources["epochs"], sources["lr"], sources["lora_rank"]) == (
+        "variants.mine-long",
+        f"strategy.{mine}",
+        "default",
+    )
+    assert (config["label"], config["strategy"]) == ("mine-long", mine)

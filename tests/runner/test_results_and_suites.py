@@ -47,6 +47,45 @@ def test_store_returns_finished_result_only_for_same_config(tmp_path):
         store.save(key, {"schema_version": 1})
 
 
+def test_a_run_folder_is_its_safe_label_and_every_name_in_use_is_its_own():
+    from pathlib import Path
+
+    from analysis.figures import _file_stem
+    from benchmarks.runner.results import safe_label
+    from strategies.registry import available
+
+    key = RunKey("my_strategy.strategy:MyStrategy", "synthetic", 5, 0)
+    assert key.relpath == Path("synthetic/my_strategy.strategy_MyStrategy/T5-seed0")
+    assert str(key) == "my_strategy.strategy:MyStrategy / synthetic / 5 tasks / seed 0"  # a label, not a path
+    assert _file_stem({"dataset": "synthetic", "label": key.label, "n_tasks": 5, "seed": 0}) == (
+        "synthetic_my_strategy.strategy_MyStrategy_T5_seed0"
+    )
+    assert [safe_label(x) for x in ("a/b", "..", ".hidden", "")] == ["a_b", "_.", "_hidden", "_"]
+    labels = set(available()) | {
+        label for name in available_suites() for label in load_suite(name).get("variants", {})
+    }
+    assert labels and all(safe_label(label) == label for label in labels)
+    # every stored result keeps its path
+    stored = list(iter_results(Path(__file__).resolve().parents[2] / "results"))
+    assert stored and all(path.parent.name == safe_label(r["label"]) == r["label"] for path, r in stored)
+
+
+def test_two_labels_with_one_folder_stop_the_suite_in_one_line(tmp_path):
+    from benchmarks.runner.execute import preflight
+    from tests.helpers import MINI_SUITE
+
+    path = tmp_path / "clash.toml"
+    path.write_text(
+        MINI_SUITE.replace('["continual_clip", "finetune"]', '["a:b", "a_b"]')
+        + '[variants."a:b"]\nstrategy = "finetune"\n[variants.a_b]\nstrategy = "finetune"\n'
+    )
+    with pytest.raises(UserError) as error:
+        preflight(expand(load_suite(str(path))), "data")
+    assert str(error.value) == (
+        "runs 'a:b' and 'a_b' would share the result folder 'a_b'; rename one of the variants"
+    )
+
+
 def test_corrupt_result_file_is_a_user_error_naming_the_file(tmp_path):
     path = tmp_path / "x.json"
     path.write_text('{"schema_version": 1, "stag')
