@@ -18,19 +18,20 @@ from pathlib import Path
 from benchmarks.core.environment import set_deterministic
 from benchmarks.core.errors import UserError, one_line_user_errors
 from benchmarks.core.precision import PRECISIONS
-from benchmarks.runner.execute import preflight, resolve
+from benchmarks.runner.execute import preflight, resolve, settings_from_the_suite
 from benchmarks.runner.launcher import LAUNCHERS, InlineLauncher, Launcher, RunOptions, prepare_runner_process
 from benchmarks.runner.live_log import parse_loggers
 from benchmarks.runner.local_launcher import LocalLauncher, check_gpus
 from benchmarks.runner.results import ResultStore, config_hash, iter_results
 from benchmarks.runner.status import run_state
-from benchmarks.runner.suites import FastDevRun, RunSpec, expand, load_suite
+from benchmarks.runner.suites import SUITES_DIR, FastDevRun, RunSpec, expand, load_suite
 
 
 def dry_run_table(runs: list[RunSpec], store: ResultStore, data_root: str) -> str:
     """One row per run of the suite: its state in ``store`` and an estimate of what is left to
     compute, from the ``cost`` of finished runs of the same strategy and dataset (mean train +
-    evaluation seconds a task, times the tasks left)."""
+    evaluation seconds a task, times the tasks left). Runs without such a finished run make the
+    total a lower bound, or leave no estimate at all."""
     per_task: dict[tuple[str, str], list[float]] = {}
     for _, result in iter_results(store.root, skipped=[]):
         cost = result.get("cost") or {}
@@ -38,7 +39,7 @@ def dry_run_table(runs: list[RunSpec], store: ResultStore, data_root: str) -> st
             seconds = (cost["train_seconds"] + cost.get("eval_seconds", 0.0)) / result["n_tasks"]
             per_task.setdefault((result["strategy"], result["dataset"]), []).append(seconds)
     lines = ["| run | state | estimated cost left |", "|---|---|---|"]
-    total, unknown = 0.0, 0
+    total, estimated, unknown = 0.0, 0, 0
     for spec in runs:
         _, _, config = resolve(spec, data_root)
         state = run_state(store, spec.key, config_hash(config))
@@ -49,18 +50,27 @@ def dry_run_table(runs: list[RunSpec], store: ResultStore, data_root: str) -> st
             if samples:
                 seconds = left * sum(samples) / len(samples)
                 total += seconds
+                estimated += 1
                 estimate = _duration(seconds)
             else:
                 unknown += 1
                 estimate = "no finished run of this strategy and dataset yet"
         detail = f" ({state.detail})" if state.detail else ""
         lines.append(f"| {spec.key} | {state.state}{detail} | {estimate} |")
-    lines += [
-        "",
-        f"{len(runs)} run(s); estimated {_duration(total)} left"
-        + (f", plus {unknown} run(s) without an estimate" if unknown else ""),
-    ]
-    return "\n".join(lines)
+    if unknown and not estimated:  # a sum of no estimates is no estimate, not 0 s
+        left = f", {unknown} left to run; no estimate yet (no finished run of these strategies and datasets)"
+    elif unknown:  # the runs without an estimate add to it
+        left = f"; at least {_duration(total)} left, plus {unknown} run(s) without an estimate"
+    else:
+        left = f"; estimated {_duration(total)} left"
+    return "\n".join([*lines, "", f"{len(runs)} run(s){left}"])
+
+
+def suite_title(suite: dict) -> str:
+    """``suite 'smoke'`` for a shipped suite, ``suite 'mine' (path/to/mine.toml)`` for a file, so
+    that a file named suite.toml does not read "suite suite"."""
+    shipped = Path(suite["path"]).parent == SUITES_DIR
+    return f"suite {suite['name']!r}" + ("" if shipped else f" ({suite['path']})")
 
 
 def _duration(seconds: float) -> str:
@@ -277,7 +287,11 @@ def main(argv: list[str] | None = None) -> int:
             print(dry_run_table(runs, store, args.data_root))
             return 0
         preflight(runs, args.data_root)
-        print(f"suite {suite['name']}: {len(runs)} run(s) -> {results_dir}", file=sys.stderr)
+        print(f"{suite_title(suite)}: {len(runs)} run(s) -> {results_dir}", file=sys.stderr)
+        for label, dataset in dict.fromkeys((s.label, s.dataset) for s in runs if ":" in s.strategy):
+            spec = next(s for s in runs if (s.label, s.dataset) == (label, dataset))
+            # an outside strategy: say what the suite's protocol gave it (docs/adding-a-strategy.md)
+            print(settings_from_the_suite(label, dataset, resolve(spec, args.data_root)[2]), file=sys.stderr)
         options = RunOptions(
             data_root=args.data_root,
             force=args.force,

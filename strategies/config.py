@@ -8,6 +8,7 @@ it is refused in one line that lists the choices, with no hand-written check.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import functools
 import types
 import typing
@@ -42,6 +43,12 @@ def _type_name(hint: Any) -> str:
     if typing.get_origin(hint) is typing.Literal:
         return " or ".join(repr(value) for value in typing.get_args(hint))
     return {float: "a number", int: "an integer", str: "a string", bool: "true or false"}.get(hint, str(hint))
+
+
+def _did_you_mean(key: str, valid) -> str:
+    """`` (did you mean 'epochs'?)`` for a near miss of a valid option, else ""."""
+    close = difflib.get_close_matches(key, list(valid), n=1)
+    return f" (did you mean {close[0]!r}?)" if close else ""
 
 
 @functools.cache
@@ -101,15 +108,23 @@ class StrategyConfig:
                     if typing.get_origin(hint) is typing.Literal
                     else f"must be {_type_name(hint)}"
                 )
-                raise UserError(f"option {name}={value!r} {allowed}")
-        if (
-            self.warmup_steps < 0
-            or not 0.0 <= self.warmup_fraction < 1.0
-            or (self.warmup_steps and self.warmup_fraction)
-        ):
-            raise UserError("give warmup_steps >= 0 or warmup_fraction in [0, 1), not both")
-        if not 0.0 <= self.min_lr_ratio <= 1.0 or self.grad_clip < 0:
-            raise UserError("min_lr_ratio must be in [0, 1] and grad_clip >= 0")
+                raise UserError(f"option {name}={value!r} {allowed}", options=(name,))
+        both = bool(self.warmup_steps and self.warmup_fraction)
+        warmup = {
+            "warmup_steps": self.warmup_steps < 0 or both,
+            "warmup_fraction": not 0.0 <= self.warmup_fraction < 1.0 or both,
+        }
+        if any(warmup.values()):
+            raise UserError(
+                "give warmup_steps >= 0 or warmup_fraction in [0, 1), not both",
+                options=tuple(name for name, bad in warmup.items() if bad),
+            )
+        bounds = {"min_lr_ratio": not 0.0 <= self.min_lr_ratio <= 1.0, "grad_clip": self.grad_clip < 0}
+        if any(bounds.values()):
+            raise UserError(
+                "min_lr_ratio must be in [0, 1] and grad_clip >= 0",
+                options=tuple(name for name, bad in bounds.items() if bad),
+            )
         # Numbers that torch would reject mid-run, or that would quietly train nothing.
         at_least = {
             "batch_size": 1,
@@ -124,19 +139,22 @@ class StrategyConfig:
             value = getattr(self, name)
             if isinstance(value, (int, float)) and not isinstance(value, bool) and value < low:
                 hint = " (a strategy that trains nothing is continual_clip)" if name == "epochs" else ""
-                raise UserError(f"option {name} = {value!r} must be at least {low}{hint}")
+                raise UserError(f"option {name} = {value!r} must be at least {low}{hint}", options=(name,))
         if not self.lr > 0:
-            raise UserError(f"option lr = {self.lr!r} must be positive")
+            raise UserError(f"option lr = {self.lr!r} must be positive", options=("lr",))
 
     @classmethod
     def from_dict(cls, values: dict[str, Any], strategy: str = "") -> "StrategyConfig":
-        """Build a config from suite values; unknown keys are a user error that lists valid ones."""
+        """Build a config from suite values; an unknown key is a user error that suggests the
+        closest valid option and lists them all."""
         fields = {f.name: f for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - set(fields))
         if unknown:
+            named = ", ".join(f"{key!r}{_did_you_mean(key, fields)}" for key in unknown)
             raise UserError(
-                f"unknown option(s) {unknown} for strategy {strategy or cls.__name__}; "
-                f"valid options: {sorted(fields)}"
+                f"unknown option{'s' if len(unknown) > 1 else ''} {named} for strategy "
+                f"{strategy or cls.__name__}; valid options: {sorted(fields)}",
+                options=tuple(unknown),
             )
         hints = typing.get_type_hints(cls)
         choices = _choice_fields(cls)  # checked by __post_init__, which names the choices
@@ -144,9 +162,22 @@ class StrategyConfig:
             if name not in choices and not _has_type(value, hints[name]):
                 raise UserError(
                     f"option {name} = {value!r} of strategy {strategy or cls.__name__} must be "
-                    f"{_type_name(hints[name])}, not {type(value).__name__}"
+                    f"{_type_name(hints[name])}, not {type(value).__name__}",
+                    options=(name,),
                 )
         return cls(**values)
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    @classmethod
+    def recipe_fields(cls) -> frozenset[str]:
+        """The fields this config declares itself, below ``StrategyConfig``: the strategy's own
+        (official) recipe. A suite's ``[common]`` table sets the others, the protocol's common
+        settings, for every strategy that inherits them (``benchmarks.runner.suites``)."""
+        own = set()
+        for klass in cls.__mro__:
+            if klass is StrategyConfig:
+                break
+            own |= set(vars(klass).get("__annotations__", {}))
+        return frozenset(own & {f.name for f in dataclasses.fields(cls)})

@@ -53,6 +53,7 @@ from benchmarks.runner.results import (
     ResultStore,
     RunKey,
     config_hash,
+    safe_label,
 )
 from benchmarks.runner.suites import FastDevRun, RunSpec, dataset_loader_options
 from strategies.registry import get_strategy
@@ -84,9 +85,11 @@ def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
     try:
         strategy_cfg = strategy_cls.Config.from_dict(dict(spec.strategy_options), spec.strategy)
     except UserError as err:
-        named = {k for k in spec.option_sources if re.search(rf"\b{k}\s*=|'{k}'", str(err))}
-        where = sorted({f"[{spec.option_sources[k]}]" for k in named})
-        raise UserError(f"{err} (set in {', '.join(where)})" if where else str(err)) from None
+        # The base config names its options exactly; a strategy's own checks name them in the text.
+        named = err.options or [k for k in spec.option_sources if re.search(rf"\b{re.escape(k)}\b", str(err))]
+        where = sorted({suite_table(spec.option_sources[k]) for k in named if k in spec.option_sources})
+        message = f"{err} (set in {', '.join(where)})" if where else str(err)
+        raise UserError(message, options=err.options) from None
     precision = resolve_precision(spec.precision, spec.device, strategy_cfg.amp)
     sources = {name: spec.option_sources.get(name, "default") for name in strategy_cfg.to_dict()}
     if spec.epoch_scale != 1.0 and isinstance(strategy_cfg.epochs, int) and strategy_cfg.epochs > 0:
@@ -105,6 +108,32 @@ def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
     if is_fake_data_root(data_root) and spec.dataset != "synthetic":
         config["fake_data"] = True  # a result on benchmarks.tools.fake_data's files is never a real one
     return strategy_cls, strategy_cfg, config
+
+
+def suite_table(source: str) -> str:
+    """Where a suite set an option (a ``config.option_sources`` value), as the suite's TOML spells it:
+    ``strategy.my_pkg.mod:Class`` -> ``[strategy."my_pkg.mod:Class"]``, ``defaults`` -> ``[defaults]``;
+    a protocol's option -> ``protocol = "as-published"``."""
+    table, _, name = source.partition(".")  # the name after the first dot may hold dots itself
+    if table == "protocol":
+        return f"protocol = {json.dumps(name.split('.')[0])}"
+    if not name:
+        return f"[{table}]"
+    return f"[{table}.{name if re.fullmatch(r'[A-Za-z0-9_-]+', name) else json.dumps(name)}]"
+
+
+def settings_from_the_suite(label: str, dataset: str, config: dict) -> str:
+    """One line: the options run ``config`` took from the suite rather than its strategy's Config,
+    each with its table, and the epoch scale (what ``config.option_sources`` records)."""
+    values, parts = config["strategy_config"], []
+    for name, source in config["option_sources"].items():
+        table, _, change = source.partition(" ")  # e.g. "default x epoch_scale 0.125"
+        if table == "default" and not change:
+            continue
+        origin = "its Config" if table == "default" else suite_table(table)
+        parts.append(f"{name} = {values[name]!r} ({origin}{' ' + change if change else ''})")
+    taken = ", ".join(parts) if parts else "nothing"
+    return f"{label} on {dataset} takes from the suite: {taken}; every other option is its Config's default"
 
 
 def _fast_dev_config(strategy_cfg, fast: FastDevRun, sources: dict[str, str]):
@@ -146,6 +175,14 @@ def _backbone_spec(spec: RunSpec) -> BackboneSpec:
 def preflight(runs: list[RunSpec], data_root: str) -> None:
     """Check every run's strategy, options, data, class order, task count and weights up front,
     so that a mistake stops the suite before any long work instead of in the middle of it."""
+    folders: dict[tuple[str, str], str] = {}
+    for spec in runs:  # two labels, one folder (a:b and a_b): each run would overwrite the other
+        folder = safe_label(spec.label)
+        if (other := folders.setdefault((spec.dataset, folder), spec.label)) != spec.label:
+            raise UserError(
+                f"runs {other!r} and {spec.label!r} would share the result folder {folder!r}; "
+                "rename one of the variants"
+            )
     for spec in runs:
         resolve(spec, data_root)
         data = _load_data(spec, data_root)
@@ -364,7 +401,7 @@ def _compute(
         cost["train_steps"] = steps_before + strategy.clock.train_iterations
 
         start = time.perf_counter()
-        scores = strategy.score_dataset(stream.test_set, cache_key="test").numpy()
+        scores = strategy.evaluate_dataset(stream.test_set, cache_key="test").numpy()
         predictions.append(predicted_classes(scores, strategy.seen_classes))
         stage = {
             "task": task + 1,

@@ -19,6 +19,8 @@ runner executes those. Format (see ``benchmarks/suites/smoke.toml``)::
 
     [backbone]              model = "ViT-B-16-quickgelu", pretrained = "openai" ("none": random)
     [dataset.NAME]          options of one dataset loader
+    [common]                the protocol's common settings: options every strategy inherits, outside
+                            ones included, unless its Config declares its own (its official recipe)
     [defaults]              options for every strategy
     [strategy.NAME]         options for one strategy
     [variants.LABEL]        strategy = "NAME" plus options: a labelled row (ablations)
@@ -35,9 +37,11 @@ A strategy option set in more than one place resolves from the most specific tab
 general: ``[variants.LABEL]``, then ``[strategy.NAME]``, then the suite's protocol
 (``benchmarks.data.protocols``: a prompt template, and under "as-published" a class order and dataset
 options), then ``[defaults]``, then ``[dataset.NAME]`` (only ``train_augmentation`` is both a
-dataset and a strategy option), then the strategy's own default. ``class_order`` may be set in any
-of these tables too, for the runs they cover. Each result's ``config.option_sources`` says where
-each value came from.
+dataset and a strategy option), then ``[common]`` for the fields the strategy's Config does not
+declare itself (``StrategyConfig.recipe_fields``), then the strategy's own default. ``class_order`` may
+be set in any of these tables too, for the runs they cover. ``epoch_scale`` then multiplies each
+strategy's per-task ``epochs`` (not the epochs of second stages). Each result's
+``config.option_sources`` says where each value came from.
 """
 
 from __future__ import annotations
@@ -75,6 +79,7 @@ KNOWN_KEYS = {
     "epoch_scale",
     "protocol",
     "base",
+    "common",
 }
 
 
@@ -143,6 +148,7 @@ def load_suite(name_or_path: str) -> dict[str, Any]:
     suite = _read_suite(path, seen=())
     _check_suite(suite, path)
     suite["name"] = path.stem
+    suite["path"] = str(path)  # not a suite key: the file read, for the command's messages
     return suite
 
 
@@ -235,14 +241,19 @@ def strategy_options(
     """The suite's options for run ``label`` on ``dataset`` (``protocol``: what the suite's protocol
     sets for it), and the table each came from, most general first so that the most specific wins
     (module docstring); the strategy's own defaults fill in the rest later."""
+    from strategies.registry import get_strategy  # the strategy's own recipe decides what [common] sets
+
     variant = suite.get("variants", {}).get(label, {})
     strategy = variant.get("strategy", label)
     dataset_table = suite.get("dataset", {}).get(dataset, {})
+    recipe = get_strategy(strategy).Config.recipe_fields()
+    common = {k: v for k, v in suite.get("common", {}).items() if k not in recipe}
     protocol_options = {
         **protocol.strategy_options,
         **({"class_order": protocol.class_order} if protocol.class_order else {}),
     }
     layers = [
+        ("common", common),
         (f"dataset.{dataset}", {k: v for k, v in dataset_table.items() if k in DATASET_LEVEL_OPTIONS}),
         ("defaults", suite.get("defaults", {})),
         (protocol.source, protocol_options),

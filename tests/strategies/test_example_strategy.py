@@ -57,6 +57,7 @@ def test_the_example_strategy_runs_beside_gr4cil_and_compares(tmp_path):
         cwd=REPO,
     )
     assert ran.returncode == 0, ran.stderr[-2000:]
+    assert f"{LABEL} on synthetic takes from the suite: batch_size = 32 ([defaults])" in ran.stderr
     last = {}
     for path in results.glob("synthetic/*/T5-seed*.json"):
         result = json.loads(path.read_text())
