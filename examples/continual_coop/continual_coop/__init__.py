@@ -1,0 +1,1 @@
+"""Continual CoOp, an example strategy from outside the suite (docs/adding-a-strategy.md)."""
