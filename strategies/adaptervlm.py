@@ -240,7 +240,7 @@ class AdapterVLM(CLIPStrategy):
     def trainable_parameter_count(self) -> int:
         """Text LoRA once, every visual LoRA, and the prototypes kept for inference (the aux MLP is
         transient)."""
-        return super().trainable_parameter_count() + sum(p.numel() for p in self.prototypes)
+        return self.lora_parameter_count() + sum(p.numel() for p in self.prototypes)
 
     # per task ``state/prototypes/<i>`` (0-based) and the anchors ``state/anchors`` (rows follow anchor_ids)
     checkpoint_attributes = ("prototypes", "anchors")

@@ -284,6 +284,11 @@ class CLIPStrategy(SupervisedTemplate):
         )
         self.adapters[name] = {"tower": tower, "rank": self.cfg.lora_rank, "alpha": self.cfg.lora_alpha}
 
+    def lora_parameter_count(self) -> int:
+        """The parameters of every LoRA adapter, each counted once (for a strategy that counts its
+        learned state its own way in ``trainable_parameter_count``)."""
+        return sum(p.numel() for name in self.adapters for p in self.backbone.lora_parameters(name))
+
     def trainable_parameter_count(self) -> int:
         """Parameters learned over the whole stream: every tensor an optimiser of the base held in
         any task, counted once (``optimized_parameters``), and every LoRA adapter."""

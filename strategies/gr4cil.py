@@ -594,7 +594,7 @@ class GR4CIL(CLIPStrategy):
     def trainable_parameter_count(self) -> int:
         """As in the appendix: text LoRA once, visual LoRAs, heads, prototypes and anchors."""
         stored = sum((t.head.numel() if t.head is not None else 0) + t.prototypes.numel() for t in self.tasks)
-        return super().trainable_parameter_count() + stored + self.anchors.numel()
+        return self.lora_parameter_count() + stored + self.anchors.numel()
 
     # ---------------------------------------------------------------- saving and loading
     def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:

@@ -240,7 +240,7 @@ class MGCLIP(CLIPStrategy):
     # ---------------------------------------------------------------- counts and checkpoints
     def trainable_parameter_count(self) -> int:
         """The shared LoRA of both towers and the visual classifier's rows."""
-        return super().trainable_parameter_count() + self.classifier.numel()
+        return self.lora_parameter_count() + self.classifier.numel()
 
     checkpoint_attributes = ("classifier",)  # W, rows in seen_classes order: ``state/classifier``
 
