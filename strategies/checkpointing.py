@@ -42,11 +42,16 @@ def pack_state(value: StateValue) -> tuple[str, dict[str, torch.Tensor]]:
 
 
 def unpack_state(kind: str, packed: dict[str, torch.Tensor], current: StateValue = None) -> StateValue:
-    """The value ``pack_state`` saved. A module is loaded into ``current`` (the strategy re-creates
-    its modules before loading, e.g. in ``__init__``) and returned."""
+    """The value ``pack_state`` saved. A module, or a tensor into an ``nn.Parameter`` of its shape, is
+    loaded into ``current`` (the strategy re-creates it before loading, e.g. in ``__init__``) and
+    returned."""
     if kind == "none":
         return None
     if kind == "tensor":
+        if isinstance(current, torch.nn.Parameter) and current.shape == packed[""].shape:
+            with torch.no_grad():  # the same object, so it stays in the optimiser and trainable
+                current.copy_(packed[""])
+            return current
         return packed[""]
     items = {k[1:]: v for k, v in packed.items()}
     if kind == "list":
@@ -110,14 +115,8 @@ def load_strategy_state(strategy, tensors: dict[str, torch.Tensor], meta: dict[s
             k[len(prefix) :]: v for k, v in tensors.items() if k == prefix or k.startswith(prefix + "/")
         }
         current = getattr(strategy, name, None)
-        if kind == "tensor" and isinstance(current, torch.nn.Parameter) and current.shape == packed[""].shape:
-            with (
-                torch.no_grad()
-            ):  # a parameter stays the same object, so it stays trainable (an adapter's way)
-                current.copy_(packed[""])
-            continue
         restored = unpack_state(kind, packed, current)
-        if restored is not current:  # a module is loaded in place
+        if restored is not current:  # a module or a parameter is loaded in place
             setattr(strategy, name, restored)
 
 
