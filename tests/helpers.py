@@ -96,7 +96,7 @@ n_train_per_class = 8
 n_test_per_class = 4
 domain = "faded"
 train_augmentation = "{augmentation}"
-[strategy.{strategy}]
+[strategy."{strategy}"]
 {options}
 """
 

@@ -9,31 +9,10 @@ import pytest
 import torch
 
 from benchmarks.core.environment import seed_everything
-from tests.helpers import check_save_load_and_resume, run_one_run_suite, strategy_and_stream
+from tests.helpers import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, three_task_suite
 
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "continual_coop"
 LABEL = "continual_coop.strategy:ContinualCoOp"
-
-
-def _suite(strategy: str, options: str = "") -> str:
-    return f"""
-datasets = ["synthetic"]
-tasks = [3]
-seeds = [0]
-strategies = ["{strategy}"]
-device = "cpu"
-[backbone]
-model = "tiny-clip-32"
-pretrained = "synthetic"
-[dataset.synthetic]
-n_classes = 15
-n_train_per_class = 8
-n_test_per_class = 4
-domain = "faded"
-[strategy."{strategy}"]
-eval_batch_size = 30
-{options}
-"""
 
 
 @pytest.fixture(autouse=True)
@@ -45,12 +24,12 @@ def _example_on_the_path(monkeypatch):
 
 
 def test_the_template_initialised_context_scores_as_zero_shot_clip(tmp_path):
-    (tmp_path / "coop").mkdir(), (tmp_path / "clip").mkdir()
-    coop, stream = strategy_and_stream(tmp_path / "coop", _suite(LABEL))
-    clip, _ = strategy_and_stream(tmp_path / "clip", _suite("continual_clip", "epochs = 0"))
-    seen = stream.class_order if hasattr(stream, "class_order") else list(range(15))
+    for folder in ("coop", "clip"):
+        (tmp_path / folder).mkdir()
+    coop, stream = strategy_and_stream(tmp_path / "coop", three_task_suite(LABEL, ""))
+    clip, _ = strategy_and_stream(tmp_path / "clip", three_task_suite("continual_clip", "epochs = 0"))
     for strategy in (coop, clip):
-        strategy.seen_classes = list(seen)
+        strategy.seen_classes = list(range(15))  # every class, in strategy_and_stream's order
     images = torch.stack([stream.test_set[i][0] for i in range(0, 60, 7)])
     torch.testing.assert_close(coop.scores(images), clip.scores(images), rtol=0, atol=1e-6)
     torch.testing.assert_close(
@@ -59,7 +38,7 @@ def test_the_template_initialised_context_scores_as_zero_shot_clip(tmp_path):
 
 
 def test_the_context_moves_in_training_and_only_it_is_counted(tmp_path):
-    coop, stream = strategy_and_stream(tmp_path, _suite(LABEL, "epochs = 1"))
+    coop, stream = strategy_and_stream(tmp_path, three_task_suite(LABEL, "epochs = 1"))
     start = coop.context.detach().clone()
     seed_everything(0, 0)
     coop.learn(stream.train_stream[0])
@@ -72,7 +51,7 @@ def test_the_context_moves_in_training_and_only_it_is_counted(tmp_path):
 def test_a_killed_run_resumes_to_the_same_numbers(tmp_path, monkeypatch):
     from continual_coop.strategy import ContinualCoOp
 
-    run = run_one_run_suite(tmp_path, _suite(LABEL, "epochs = 1"), "--save-models")
+    run = run_one_run_suite(tmp_path, three_task_suite(LABEL, "epochs = 1"), "--save-models")
     _, _, result = run
     assert result["cost"]["trainable_params"] == 4 * 64
     loaded = check_save_load_and_resume(run, ContinualCoOp, tmp_path, monkeypatch)
@@ -83,4 +62,4 @@ def test_a_template_that_does_not_start_with_the_context_is_one_line(tmp_path):
     from benchmarks.core.errors import UserError
 
     with pytest.raises(UserError, match="must start with context_init 'a photo of a'"):
-        strategy_and_stream(tmp_path, _suite(LABEL, 'prompt_template = "itap of a {}."'))
+        strategy_and_stream(tmp_path, three_task_suite(LABEL, 'prompt_template = "itap of a {}."'))
