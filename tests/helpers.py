@@ -80,7 +80,9 @@ def killed_and_resumed(monkeypatch, strategy_cls, suite, results_dir, task: int)
 
 def three_task_suite(strategy: str, options: str, augmentation: str = "paper-scaled") -> str:
     """A one-run suite: ``strategy`` on 15 faded synthetic classes in 3 tasks (8 train, 4 test
-    images a class), with the ``[strategy.NAME]`` lines ``options``."""
+    images a class), with the ``[strategy.NAME]`` lines ``options`` (NAME quoted where TOML needs it)."""
+    from benchmarks.runner.execute import suite_table
+
     return f"""
 datasets = ["synthetic"]
 tasks = [3]
@@ -96,7 +98,7 @@ n_train_per_class = 8
 n_test_per_class = 4
 domain = "faded"
 train_augmentation = "{augmentation}"
-[strategy."{strategy}"]
+{suite_table(f"strategy.{strategy}")}
 {options}
 """
 
