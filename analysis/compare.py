@@ -50,7 +50,13 @@ from analysis.statistics import CONFIDENCE, POWER, Interval, bootstrap_stage_mea
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import UserError, one_line_user_errors
 from benchmarks.data.protocols import DEFAULT_PROTOCOL
-from benchmarks.runner.results import iter_results, load_predictions, not_a_measurement, safe_label
+from benchmarks.runner.results import (
+    LoadedResults,
+    load_predictions,
+    load_results,
+    not_a_measurement,
+    safe_label,
+)
 
 METRICS = {"last": ("last_acc", "Last accuracy"), "avg": ("avg_acc", "Avg accuracy")}
 DRAWS = 2000
@@ -257,40 +263,25 @@ def compare_pair(
 
 
 def load_runs(
-    results_dir: str | Path | list[str | Path], problems: list[str]
+    results_dir: str | Path | list[str | Path] | LoadedResults, problems: list[str]
 ) -> dict[tuple[str, int, str], dict[int, Run]]:
     """(dataset, n_tasks, label) -> seed -> Run, for every stored result under ``results_dir`` (a
-    folder, or a list of folders).
-
-    Where several results share a run's key (a zero-shot run beside a main one, say), the one
-    without ``zero_shot`` is used, then the first by path, as the report's tables do; a line says so.
-    """
-    folders = results_dir if isinstance(results_dir, list) else [results_dir]
-    found = sorted(
-        (item for folder in folders for item in iter_results(folder, skipped=problems)),
-        key=lambda item: ("zero_shot" in item[1], item[0]),
-    )
+    folder, a list of folders, or what ``load_results`` read): one result per run key, by
+    ``load_results``' rule, whose notes go to ``problems``."""
+    loaded = results_dir if isinstance(results_dir, LoadedResults) else load_results(results_dir)
+    problems += loaded.notes
     runs: dict[tuple[str, int, str], dict[int, Run]] = defaultdict(dict)
-    used: dict[tuple, tuple[Path, str]] = {}
-    for path, result in found:
-        key = (result["dataset"], result["n_tasks"], result["label"], result["seed"])
-        if key in used:
-            if used[key][1] != result.get("config_hash"):
-                problems.append(
-                    f"{path}: another result for {key[2]} / {key[0]} / T={key[1]} / seed {key[3]} "
-                    f"(another config); the comparison uses {used[key][0]}"
-                )
-            continue
-        used[key] = (path, result.get("config_hash"))
-        run = Run(result)
-        predictions = load_predictions(path, result, problems)
+    for stored in loaded.runs:
+        run = Run(stored.result)
+        predictions = load_predictions(stored.path, stored.result, problems)
         if predictions is not None:
             run.correct, run.targets, run.image_ids = (
                 predictions.correct(),
                 predictions.targets,
                 predictions.image_ids,
             )
-        runs[key[:3]][key[3]] = run
+        key = stored.key
+        runs[key.dataset, key.n_tasks, key.label][key.seed] = run
     return runs
 
 
@@ -453,19 +444,19 @@ def draw_figure(comparisons: list[Comparison], label: str, out_dir: Path) -> lis
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    from analysis.figures import _save, _style
+    from analysis.figures import figure_style, method_styles, plot_series, save_figure
 
     mine = [c for c in comparisons if c.label == label]
     baseline, metric = mine[0].baseline, mine[0].metric
-    with _style():
+    styles = method_styles([label, baseline])  # as in the report's accuracy figure
+    with figure_style():
         fig = Figure(figsize=(3.4 * (len(mine) + 1), 3.4), layout="constrained")
         axes = fig.subplots(1, len(mine) + 1, squeeze=False)[0]
         for ax, c in zip(axes, mine):
-            for name, style in ((c.label, "-o"), (baseline, "--s")):
+            for name in (c.label, baseline):  # the baseline last: on top, in a heavier line
                 mean, low, high = c.stage_bands[name]
                 stages = np.arange(1, len(mean) + 1)
-                ax.plot(stages, mean, style, label=name, markersize=3)
-                ax.fill_between(stages, low, high, alpha=0.25)
+                plot_series(ax, stages, mean, low, high, name, styles[name], name == baseline, markersize=3)
             ax.set_title(f"{c.dataset}, {c.n_tasks} tasks")
             ax.set_xlabel("Stage (tasks learned)")
             ax.set_ylabel("Accuracy (%)")
@@ -488,7 +479,7 @@ def draw_figure(comparisons: list[Comparison], label: str, out_dir: Path) -> lis
         forest.set_ylim(-0.7, len(mine) - 0.3)
         forest.set_xlabel(f"{METRICS[metric][1]} (pts):\n{label} − {baseline}")  # two lines fit the panel
         forest.set_title(f"Paired difference, {CONFIDENCE:.0%} interval".replace("%", " %"))
-    return _save(fig, out_dir, f"compare-{safe_label(label)}-{metric}")  # named as the run's folder is
+    return save_figure(fig, out_dir, f"compare-{safe_label(label)}-{metric}")  # named as the run's folder is
 
 
 def write_comparison(

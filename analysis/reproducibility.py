@@ -29,7 +29,7 @@ from analysis.paper_tables import (
 )
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import UserError
-from benchmarks.runner.results import iter_results
+from benchmarks.runner.results import StoredResult, load_results
 
 # strategy -> (where its recipe comes from, the tests that check it)
 PROVENANCE = {
@@ -169,13 +169,18 @@ def reproducibility_markdown(results_dir: str | Path) -> str:
     root = Path(results_dir)
     if root.is_dir():
         other_suites = set(available_suites()) - {MINIATURE_SUITE}
-        for path, result in iter_results(root, skipped=[]):
+
+        def counted(stored: StoredResult) -> bool:
             # the miniature column is smoke-baselines' alone, not another suite's run on the same world
-            # (a diagnosis kept in results/smoke-official-steps, say)
-            if result["dataset"] == MINIATURE and other_suites & set(path.relative_to(root).parts):
-                continue
-            if result["label"] == result["strategy"]:  # the strategy's own row, not a variant
-                results[(result["strategy"], result["dataset"])].append(result)
+            # (a diagnosis kept in results/smoke-official-steps, say); variants have rows of their own
+            result = stored.result
+            another_suite = other_suites & set(stored.path.relative_to(root).parts)
+            return result["label"] == result["strategy"] and not (
+                result["dataset"] == MINIATURE and another_suite
+            )
+
+        for stored in load_results(root).where(counted).runs:  # one result per run: load_results' rule
+            results[(stored.result["strategy"], stored.result["dataset"])].append(stored.result)
     paper = load_paper_reference()
     lines = [
         "# Reproducibility",

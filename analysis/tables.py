@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import warnings
 from pathlib import Path
 
 import pandas as pd
@@ -17,27 +18,31 @@ import pandas as pd
 from analysis.formatting import latex_table, markdown_table, mean_std_cell, population_std
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import UserError, one_line_user_errors
-from benchmarks.runner.results import RunKey, iter_results, not_a_measurement
+from benchmarks.runner.results import LoadedResults, RunKey, load_results, not_a_measurement
 
 
-def load_runs(results_dir: str | Path, keys: list[RunKey] | None = None) -> pd.DataFrame:
-    """One row per finished run: label, dataset, n_tasks, seed and the summary metrics."""
+def load_runs(
+    results_dir: str | Path | LoadedResults, keys: list[RunKey] | None = None, notes: list[str] | None = None
+) -> pd.DataFrame:
+    """One row per run (label, dataset, n_tasks, seed) with the summary metrics: one result per run
+    key, by ``load_results``' rule. ``notes`` receives what the reader should be told (skipped
+    files, keys that several results share); without it, each is a warning."""
+    loaded = results_dir if isinstance(results_dir, LoadedResults) else load_results(results_dir)
     wanted = set(keys) if keys is not None else None
-    rows = []
-    for _, result in iter_results(results_dir):
-        key = RunKey(result["label"], result["dataset"], result["n_tasks"], result["seed"])
-        if wanted is not None and key not in wanted:
-            continue
-        rows.append(
-            {
-                "label": key.label,
-                "dataset": key.dataset,
-                "n_tasks": key.n_tasks,
-                "seed": key.seed,
-                "not_a_measurement": not_a_measurement(result),
-                **result["summary"],
-            }
-        )
+    for note in loaded.notes:
+        notes.append(note) if notes is not None else warnings.warn(note, stacklevel=2)
+    rows = [
+        {
+            "label": stored.key.label,
+            "dataset": stored.key.dataset,
+            "n_tasks": stored.key.n_tasks,
+            "seed": stored.key.seed,
+            "not_a_measurement": not_a_measurement(stored.result),
+            **stored.result["summary"],
+        }
+        for stored in loaded.runs
+        if wanted is None or stored.key in wanted
+    ]
     return pd.DataFrame(rows)
 
 
@@ -100,14 +105,15 @@ def to_latex(table: pd.DataFrame) -> str:
 def write_tables(results_dir: str | Path, keys: list[RunKey] | None = None) -> str:
     """Write table.md/.csv/.tex into ``results_dir`` and return the Markdown."""
     results_dir = Path(results_dir)
-    runs = load_runs(results_dir, keys)
+    runs = load_runs(results_dir, keys, notes := [])
     if runs.empty:
         raise UserError(
             f"no result JSON found under {results_dir}; run python -m benchmarks.run first "
             "or point --results-dir at a folder of results"
         )
     table = accuracy_table(runs)
-    markdown = f"{to_markdown(table)}\n{seeds_note(runs)}\n{check_only_note(runs)}"
+    notes_text = "".join(f"Note: {note}\n" for note in notes)
+    markdown = f"{to_markdown(table)}\n{seeds_note(runs)}\n{check_only_note(runs)}{notes_text}"
     atomic_write_text(results_dir / "table.md", markdown)
     atomic_write_text(results_dir / "table.csv", table.to_csv())
     atomic_write_text(results_dir / "table.tex", to_latex(table))

@@ -13,18 +13,13 @@ import dataclasses
 import json
 import re
 import time
-import warnings
 from functools import lru_cache
-from pathlib import Path
 
 import numpy as np
 import torch
-from safetensors import SafetensorError
-from safetensors.torch import load_file
 from tqdm.auto import tqdm
 
 from benchmarks.backbone import BackboneSpec, check_weights, create_clip, recorded_backbone
-from benchmarks.core.atomic_io import write_json, write_tensors
 from benchmarks.core.environment import (
     environment,
     peak_memory,
@@ -47,11 +42,12 @@ from benchmarks.data.transforms import eval_transform, train_transform
 from benchmarks.runner.live_log import LiveLog, TrainingLog
 from benchmarks.runner.locking import read_holder
 from benchmarks.runner.results import (
-    CHECKPOINT_STATE,
     SCHEMA_VERSION,
     Predictions,
     ResultStore,
-    RunKey,
+    RunProgress,
+    RunResult,
+    StageResult,
     config_hash,
     safe_label,
 )
@@ -200,69 +196,6 @@ def preflight(runs: list[RunSpec], data_root: str) -> None:
         check_weights(backbone)
 
 
-PREDICTIONS_KEY = "runner/predictions"  # the per-image predictions so far, inside a checkpoint's tensors
-
-
-def _save_checkpoint(
-    directory: Path,
-    task: int,
-    strategy,
-    stages: list,
-    cost: dict,
-    cfg_hash: str,
-    predictions: list[np.ndarray],
-) -> None:
-    """Tensors (the strategy's and the predictions so far) go to ``task-NN.safetensors``;
-    ``state.json`` is written last and names that file, so a run killed at any moment leaves the
-    previous complete checkpoint in place."""
-    for attempt in range(3):  # another runner may remove an empty parent folder meanwhile
-        try:
-            directory.mkdir(parents=True, exist_ok=True)
-            break
-        except FileNotFoundError:
-            if attempt == 2:
-                raise
-    tensors, meta = strategy.checkpoint_state()
-    tensors = {**tensors, PREDICTIONS_KEY: torch.from_numpy(np.stack(predictions).astype(np.int32))}
-    tensor_file = f"task-{task:02d}.safetensors"
-    write_tensors(directory / tensor_file, tensors)
-    write_json(
-        directory / CHECKPOINT_STATE,
-        {
-            "config_hash": cfg_hash,
-            "tasks_done": task,
-            "tensor_file": tensor_file,
-            "strategy": meta,
-            "stages": stages,
-            "cost": cost,
-        },
-    )
-    for old in directory.glob("task-*.safetensors"):
-        if old.name != tensor_file:
-            old.unlink()
-
-
-def _load_checkpoint(directory: Path, cfg_hash: str, key: RunKey | None = None):
-    """The run's last checkpoint (state, tensors), or None to start the run over: none exists, the
-    config changed, or the files are damaged (a full disk, a lost network write), which is said."""
-    state_path = directory / CHECKPOINT_STATE
-    if not state_path.exists():
-        return None
-    try:
-        state = json.loads(state_path.read_text())
-        if state.get("config_hash") != cfg_hash:
-            return None  # the config changed: start over
-        return state, load_file(str(directory / state["tensor_file"]))
-    except (OSError, ValueError, KeyError, SafetensorError) as err:  # JSONDecodeError is a ValueError
-        warnings.warn(
-            f"{key or directory}: its checkpoint in {directory} is damaged "
-            f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'unreadable'}); "
-            "starting the run over",
-            stacklevel=2,
-        )
-        return None
-
-
 def execute(
     spec: RunSpec,
     store: ResultStore,
@@ -333,6 +266,32 @@ def _compute(
 ) -> tuple[dict, str]:
     """Train and evaluate one run, resuming from its checkpoint; store the result. ``live``: the
     run's live log (``benchmarks.runner.live_log``), if any."""
+    training_log = TrainingLog(live) if live is not None else None
+    stream, strategy = _build_run(spec, data_root, strategy_cls, strategy_cfg, show_progress, training_log)
+    progress, status = _resume(spec, store, strategy, cfg_hash, force)
+    if training_log is not None:
+        training_log.first_step = progress.cost.train_steps or 0  # the steps of the tasks before a resume
+    _learn_tasks(spec, store, stream, strategy, progress, cfg_hash, live)
+    zero_shot = {
+        target: _zero_shot(strategy, target, data_root, spec.fast_dev_run)
+        for target in spec.zero_shot_targets
+    }
+    result = _run_result(spec, config, cfg_hash, stream, strategy, progress, zero_shot)
+    if save_model:  # next to the result: T<n>-seed<s>.model.safetensors + .model.json
+        strategy.save_model(
+            store.result_path(spec.key).with_suffix(".model"),
+            extra={"run": str(spec.key), "config_hash": cfg_hash},
+        )
+    targets = np.asarray(stream.test_targets)
+    predictions = Predictions(np.stack(progress.predictions), targets, np.arange(len(targets)))
+    stored = store.save(spec.key, result, predictions)
+    store.clear_checkpoint(spec.key)
+    return stored.to_json(), status
+
+
+def _build_run(spec: RunSpec, data_root: str, strategy_cls, strategy_cfg, show_progress: bool, training_log):
+    """The run's stream and a fresh strategy on a fresh backbone (the same on every (re)run);
+    ``training_log``, a plugin that writes the live log, or None."""
     data = _load_data(spec, data_root)
     class_order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
     set_deterministic(spec.deterministic)
@@ -355,35 +314,33 @@ def _compute(
         show_progress=show_progress,
         seed=spec.seed,
         max_train_batches=spec.fast_dev_run.train_batches if spec.fast_dev_run else None,
-        plugins=[training_log := TrainingLog(live)] if live is not None else None,
+        plugins=[training_log] if training_log is not None else None,
     )
+    return stream, strategy
+
+
+def _resume(spec: RunSpec, store: ResultStore, strategy, cfg_hash: str, force: bool):
+    """The run's progress and status: from its last checkpoint, loaded into ``strategy``, or new."""
+    checkpoint = None if force else store.load_checkpoint(spec.key, cfg_hash)
+    if checkpoint is None:
+        return RunProgress(), "ran"
+    progress, tensors, strategy_meta = checkpoint
+    strategy.load_checkpoint_state(tensors, strategy_meta)
+    return progress, f"resumed after task {progress.tasks_done}"
+
+
+def _learn_tasks(spec: RunSpec, store: ResultStore, stream, strategy, progress: RunProgress, cfg_hash, live):
+    """Learn the tasks not yet done, test after each, and checkpoint after each."""
     targets = np.asarray(stream.test_targets)
-
-    checkpoint_dir = store.checkpoint_dir(spec.key)
-    stages: list[dict] = []
-    cost = {"train_seconds": 0.0, "eval_seconds": 0.0, "peak_memory_bytes": 0}
-    status = "ran"
-    predictions: list[np.ndarray] = []  # per stage: the predicted class of every test image
-    checkpoint = None if force else _load_checkpoint(checkpoint_dir, cfg_hash, spec.key)
-    if checkpoint is not None and PREDICTIONS_KEY not in checkpoint[1]:
-        checkpoint = None  # written before predictions were stored: start over to have them
-    if checkpoint is not None:
-        state, tensors = checkpoint
-        predictions = list(tensors.pop(PREDICTIONS_KEY).numpy().astype(np.int64))
-        strategy.load_checkpoint_state(tensors, state["strategy"])
-        stages, cost = state["stages"], state["cost"]
-        status = f"resumed after task {state['tasks_done']}"
-    steps_before = cost.get("train_steps", 0)  # the training iterations of the tasks before a resume
-    if live is not None:
-        training_log.first_step = steps_before
+    cost = progress.cost
+    steps_before = cost.train_steps or 0  # the training iterations of the tasks before a resume
     reset_peak_memory(spec.device)
-
     tasks = tqdm(
-        range(len(stages), spec.n_tasks),
+        range(progress.tasks_done, spec.n_tasks),
         desc=str(spec.key),
         leave=False,
-        disable=not show_progress,
-        initial=len(stages),
+        disable=not strategy.show_progress,
+        initial=progress.tasks_done,
         total=spec.n_tasks,
     )
     for task in tasks:
@@ -397,66 +354,56 @@ def _compute(
                 f"{spec.key}: task {task + 1}: {err}; {kept}. Lower the learning rate "
                 "(or use --precision fp32) and rerun"
             ) from None
-        cost["train_seconds"] += time.perf_counter() - start
-        cost["train_steps"] = steps_before + strategy.clock.train_iterations
+        cost.train_seconds += time.perf_counter() - start
+        cost.train_steps = steps_before + strategy.clock.train_iterations
 
         start = time.perf_counter()
         scores = strategy.evaluate_dataset(stream.test_set, cache_key="test").numpy()
-        predictions.append(predicted_classes(scores, strategy.seen_classes))
-        stage = {
-            "task": task + 1,
-            **stage_metrics(scores, strategy.seen_classes, targets, stream.task_of_class, task + 1),
-        }
+        progress.predictions.append(predicted_classes(scores, strategy.seen_classes))
+        metrics = stage_metrics(scores, strategy.seen_classes, targets, stream.task_of_class, task + 1)
         with torch.no_grad():
-            stage["diagnostics"] = strategy.stage_diagnostics(scores, targets, stream.task_of_class)
-        cost["eval_seconds"] += time.perf_counter() - start
-        cost["peak_memory_bytes"] = max(
-            cost["peak_memory_bytes"], peak_memory(spec.device)[0]
-        )  # across resumes
-        stages.append(stage)
+            diagnostics = strategy.stage_diagnostics(scores, targets, stream.task_of_class)
+        stage = StageResult(task=task + 1, **metrics, diagnostics=diagnostics)
+        cost.eval_seconds += time.perf_counter() - start
+        cost.peak_memory_bytes = max(cost.peak_memory_bytes, peak_memory(spec.device)[0])  # across resumes
+        progress.stages.append(stage)
         if live is not None:
-            live.stage(stage, cost["train_steps"])
-        tasks.set_postfix(acc=f"{stage['acc']:.1f}")
-        _save_checkpoint(checkpoint_dir, task + 1, strategy, stages, cost, cfg_hash, predictions)
+            live.stage(stage.to_json(), cost.train_steps)
+        tasks.set_postfix(acc=f"{stage.acc:.1f}")
+        store.save_checkpoint(spec.key, progress, *strategy.checkpoint_state(), cfg_hash)
 
-    zero_shot = {
-        target: _zero_shot(strategy, target, data_root, spec.fast_dev_run)
-        for target in spec.zero_shot_targets
-    }
+
+def _run_result(
+    spec: RunSpec, config: dict, cfg_hash: str, stream, strategy, progress: RunProgress, zero_shot: dict
+) -> RunResult:
+    """The finished run's record (``benchmarks.runner.results.RunResult``)."""
     memory, memory_kind = peak_memory(spec.device)
-    result = {
-        "schema_version": SCHEMA_VERSION,
-        "strategy": spec.strategy,
-        "label": spec.label,
-        "dataset": spec.dataset,
-        "n_tasks": spec.n_tasks,
-        "seed": spec.seed,
-        "config": config,
-        "config_hash": cfg_hash,
-        "class_order": stream.class_order,
-        "class_names": stream.class_names,
-        "tasks": stream.tasks,
-        "stages": stages,
-        "summary": summarize(stages),
-        "diagnostics": _no_grad(strategy.run_diagnostics),
-        **({"zero_shot": zero_shot} if zero_shot else {}),
-        "env": environment(spec.device),
-        "cost": {
-            **cost,
-            "trainable_params": strategy.trainable_parameter_count(),
-            "peak_memory_bytes": max(memory, cost["peak_memory_bytes"]),
-            "peak_memory_kind": memory_kind,
-            "amp_skipped_steps": strategy.skipped_steps,
-        },
-    }
-    if save_model:  # next to the result: T<n>-seed<s>.model.safetensors + .model.json
-        strategy.save_model(
-            store.result_path(spec.key).with_suffix(".model"),
-            extra={"run": str(spec.key), "config_hash": cfg_hash},
-        )
-    store.save(spec.key, result, Predictions(np.stack(predictions), targets, np.arange(len(targets))))
-    store.clear_checkpoint(spec.key)
-    return result, status
+    stages = progress.stages
+    return RunResult(
+        schema_version=SCHEMA_VERSION,
+        strategy=spec.strategy,
+        label=spec.label,
+        dataset=spec.dataset,
+        n_tasks=spec.n_tasks,
+        seed=spec.seed,
+        config=config,
+        config_hash=cfg_hash,
+        class_order=stream.class_order,
+        class_names=stream.class_names,
+        tasks=stream.tasks,
+        stages=stages,
+        summary=summarize([stage.to_json() for stage in stages]),
+        diagnostics=_no_grad(strategy.run_diagnostics),
+        zero_shot=zero_shot or None,
+        env=environment(spec.device),
+        cost=dataclasses.replace(
+            progress.cost,
+            trainable_params=strategy.trainable_parameter_count(),
+            peak_memory_bytes=max(memory, progress.cost.peak_memory_bytes),
+            peak_memory_kind=memory_kind,
+            amp_skipped_steps=strategy.skipped_steps,
+        ),
+    )
 
 
 @torch.no_grad()

@@ -13,48 +13,11 @@ number of tasks and seed. Its folder is ``safe_label(label)``: a ``module:Class`
 has ``_`` for the colon; the JSON keeps the label itself. Its resolved config is hashed; a finished
 file whose hash matches is never recomputed unless the user asks (``--force``).
 
-Schema (``schema_version`` 2; version 1 lacks ``predictions`` and still loads everywhere)::
-
-    schema_version  int     bumped on any change of the layout
-    strategy        str     registry name of the strategy
-    label           str     row name in tables (strategy or suite variant)
-    dataset         str
-    n_tasks         int
-    seed            int
-    config          dict    fully resolved: backbone, dataset options, strategy hyper-parameters,
-                            class-order name, device, precision (fp32 | fp16 | bf16; "auto"
-                            resolved with the strategy's ``amp``),
-                            deterministic (bool); ``config_hash`` is its SHA-256 prefix
-    config_hash     str
-    class_order     [int]   the class permutation of the stream
-    class_names     [str]   names indexed by class id
-    tasks           [[int]] class ids per task
-    stages          [stage] one per task, in order:
-        task             int      1-based
-        acc              float    % top-1 over test samples of all seen classes
-        acc_per_task     [float]  % on each learned task's test images
-        n_test_per_task  [int]
-        routing_acc      float    % of samples whose predicted class lies in their true task
-        auroc, fpr95     float|null  % seen-vs-future detection by max softmax; null at stage T
-        diagnostics      dict     strategy-specific, documented by the strategy
-    summary         dict    avg_acc, last_acc, avg_auroc, last_auroc
-    predictions     dict    the sidecar beside the JSON (version 2): file (its name), sha256 (of
-                            its bytes), n_stages, n_images, dtype. The safetensors file holds
-                              predictions  [n_stages, n_images]  the predicted class id of every
-                                           test image (seen and future classes) after each task;
-                              targets      [n_images]  the true class ids;
-                              image_ids    [n_images]  each image's index in the test split;
-                            uint16 where class ids fit (uint32 otherwise), uint32 image ids.
-    diagnostics     dict    strategy-specific run-level diagnostics
-    env             dict    python, packages, device, git_commit, git_dirty, hostname, started_at
-    cost            dict    train_seconds, eval_seconds, trainable_params,
-                            peak_memory_bytes: the largest over the run, across resumes;
-                            peak_memory_kind: "cuda_allocated" (the CUDA allocator's peak),
-                              "cpu_run_peak_rss" (the run's own resident-set peak: Linux's VmHWM,
-                              reset when the run starts) or "cpu_process_peak_rss" (where no reset
-                              is possible: the process's max resident set, which also covers
-                              whatever ran before in the same process; "cpu_max_rss" in version 1),
-                            amp_skipped_steps: fp16 steps the loss scaler skipped (0 otherwise)
+The schema of a finished run is ``RunResult`` below, with ``StageResult`` and ``RunCost``: each
+field is commented where it is defined, and ``docs/results-schema.md`` (tested against these
+fields) explains it. ``schema_version`` 2 added the predictions sidecar; version 1 still loads
+everywhere. ``load_results`` reads a folder (or several) and holds the rule that picks one result
+where several files share a run's key.
 """
 
 from __future__ import annotations
@@ -65,13 +28,16 @@ import os
 import re
 import shutil
 import warnings
-from dataclasses import dataclass
+from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterator
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Sequence
 
 import numpy as np
+import torch
+from safetensors import SafetensorError
+from safetensors.torch import load_file
 
-from benchmarks.core.atomic_io import atomic_write_bytes, read_json, write_json
+from benchmarks.core.atomic_io import atomic_write_bytes, read_json, write_json, write_tensors
 from benchmarks.core.errors import UserError
 
 if TYPE_CHECKING:
@@ -81,21 +47,131 @@ SCHEMA_VERSION = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)  # version 1: no predictions sidecar
 PREDICTIONS_SUFFIX = ".predictions.safetensors"
 CHECKPOINT_STATE = "state.json"  # the JSON half of a checkpoint, written after its tensors
-REQUIRED_KEYS = (
-    "schema_version",
-    "strategy",
-    "label",
-    "dataset",
-    "n_tasks",
-    "seed",
-    "config",
-    "class_order",
-    "tasks",
-    "stages",
-    "summary",
-    "env",
-    "cost",
-)
+PREDICTIONS_KEY = "runner/predictions"  # the predictions so far, among a checkpoint's tensors
+
+
+def _optional(default=None):
+    """A field that older files may lack: omitted from the JSON while it is None."""
+    return field(default=default, metadata={"omit_if_none": True})
+
+
+def _required(f: Field) -> bool:
+    return f.default is MISSING and f.default_factory is MISSING
+
+
+class _JsonRecord:
+    """``from_json`` and ``to_json`` for a dataclass whose fields are JSON values, or records
+    (``RECORD_FIELDS``: a record, or a list of them)."""
+
+    RECORD_FIELDS: ClassVar[dict[str, type]] = {}
+
+    @classmethod
+    def from_json(cls, data: dict):
+        if not isinstance(data, dict):
+            raise ValueError(f"{cls.__name__}: expected a JSON object, found {type(data).__name__}")
+        names = {f.name for f in fields(cls)}
+        unknown = sorted(set(data) - names)
+        missing = [
+            f.name for f in fields(cls) if f.name not in data and f.default is f.default_factory is MISSING
+        ]
+        if unknown or missing:
+            raise ValueError(
+                f"{cls.__name__}: "
+                + "; ".join(
+                    part
+                    for part in (
+                        f"missing keys {missing}" if missing else "",
+                        f"unknown keys {unknown}" if unknown else "",
+                    )
+                    if part
+                )
+            )
+        values = dict(data)
+        for name, record in cls.RECORD_FIELDS.items():
+            value = values.get(name)
+            if isinstance(value, list):
+                values[name] = [record.from_json(item) for item in value]
+            elif value is not None:
+                values[name] = record.from_json(value)
+        return cls(**values)
+
+    def to_json(self) -> dict:
+        out = {}
+        for f in fields(self):
+            value = getattr(self, f.name)
+            if value is None and f.metadata.get("omit_if_none"):
+                continue
+            if isinstance(value, list) and value and isinstance(value[0], _JsonRecord):
+                value = [item.to_json() for item in value]
+            elif isinstance(value, _JsonRecord):
+                value = value.to_json()
+            out[f.name] = value
+        return out
+
+
+@dataclass
+class StageResult(_JsonRecord):
+    """The test after learning one task (metrics of docs/decisions.md P1)."""
+
+    task: int  # 1-based
+    acc: float  # % top-1 over the test images of all seen classes
+    acc_per_task: list[float]  # % on each learned task's test images
+    n_test_per_task: list[int]
+    routing_acc: float  # % of images whose predicted class lies in their true task
+    auroc: float | None  # % seen-versus-future detection by the maximum softmax; None at stage T
+    fpr95: float | None
+    diagnostics: dict  # per stage, documented by the strategy
+
+
+@dataclass
+class RunCost(_JsonRecord):
+    """What a run cost; the first four are summed across resumes while it runs."""
+
+    train_seconds: float = 0.0
+    eval_seconds: float = 0.0
+    peak_memory_bytes: int = 0  # the largest over the run, across resumes
+    train_steps: int | None = _optional()  # the tasks' own training iterations (absent in older files)
+    trainable_params: int | None = _optional()  # as the strategy counts them
+    #: "cuda_allocated", "cpu_run_peak_rss" (the run's own peak) or "cpu_process_peak_rss" (the
+    #: process's; "cpu_max_rss" in version 1)
+    peak_memory_kind: str | None = _optional()
+    amp_skipped_steps: int | None = _optional()  # fp16 steps the loss scaler skipped
+
+
+@dataclass(kw_only=True)
+class RunResult(_JsonRecord):
+    """A finished run, as stored in ``<dataset>/<label>/T<n>-seed<s>.json``."""
+
+    RECORD_FIELDS: ClassVar[dict[str, type]] = {"stages": StageResult, "cost": RunCost}
+
+    schema_version: int  # bumped on any change of the layout
+    strategy: str  # the registry name, or module:Class
+    label: str  # the row name in tables: the strategy or a suite variant
+    dataset: str
+    n_tasks: int
+    seed: int
+    #: fully resolved: backbone, dataset options, every strategy option, class-order name, device,
+    #: precision, deterministic, option_sources (not hashed)
+    config: dict
+    config_hash: str | None = _optional()  # ``config_hash(config)``
+    class_order: list[int]  # the class permutation of the stream
+    class_names: list[str] | None = _optional()  # indexed by class id
+    tasks: list[list[int]]  # the class ids of each task
+    stages: list[StageResult]  # one per task, in order
+    summary: dict  # avg_acc, last_acc, avg_auroc, last_auroc
+    diagnostics: dict | None = _optional()  # run-level, documented by the strategy
+    zero_shot: dict | None = _optional()  # per zero-shot target: each predictor's accuracy, n_test
+    env: dict  # versions, device, git commit, host, start time
+    cost: RunCost
+    predictions: dict | None = _optional()  # the sidecar's file, sha256, n_stages, n_images, dtype
+
+    @property
+    def key(self) -> "RunKey":
+        return RunKey(self.label, self.dataset, self.n_tasks, self.seed)
+
+
+#: the keys every stored result has, whatever its version
+REQUIRED_KEYS = tuple(f.name for f in fields(RunResult) if _required(f))
 
 
 #: config entries that record, not determine: left out of the hash
@@ -193,17 +269,101 @@ class ResultStore:
             except OSError:
                 break
 
-    def save(self, key: RunKey, result: dict, predictions: "Predictions | None" = None) -> Path:
+    def save(
+        self, key: RunKey, result: RunResult | dict, predictions: "Predictions | None" = None
+    ) -> RunResult:
         """Store a finished run: its predictions sidecar first, then the JSON that names it and
-        its digest, so that a JSON on disk always finds the sidecar it was written with."""
-        missing = [k for k in REQUIRED_KEYS if k not in result]
-        if missing:
-            raise ValueError(f"result is missing keys {missing}")
+        its digest, so that a JSON on disk always finds the sidecar it was written with. A dict is
+        checked against ``RunResult`` (``ValueError`` names missing or unknown keys). Returns the
+        record as stored."""
+        record = RunResult.from_json(result) if isinstance(result, dict) else result
         path = self.result_path(key)
         if predictions is not None:
-            result = {**result, "predictions": save_predictions(predictions_path(path), predictions)}
-        write_json(path, result)
-        return path
+            record = replace(record, predictions=save_predictions(predictions_path(path), predictions))
+        write_json(path, record.to_json())
+        return record
+
+    def save_checkpoint(
+        self,
+        key: RunKey,
+        progress: "RunProgress",
+        strategy_tensors: dict[str, torch.Tensor],
+        strategy_meta: dict,
+        cfg_hash: str,
+    ) -> None:
+        """The run after ``progress.tasks_done`` tasks. Tensors (the strategy's and the predictions
+        so far) go to ``task-NN.safetensors``; ``state.json`` is written last and names that file,
+        so a run killed at any moment leaves the previous complete checkpoint in place."""
+        directory = self.checkpoint_dir(key)
+        for attempt in range(3):  # another runner may remove an empty parent folder meanwhile
+            try:
+                directory.mkdir(parents=True, exist_ok=True)
+                break
+            except FileNotFoundError:
+                if attempt == 2:
+                    raise
+        predictions = torch.from_numpy(np.stack(progress.predictions).astype(np.int32))
+        tensor_file = f"task-{progress.tasks_done:02d}.safetensors"
+        write_tensors(directory / tensor_file, {**strategy_tensors, PREDICTIONS_KEY: predictions})
+        write_json(
+            directory / CHECKPOINT_STATE,
+            {
+                "config_hash": cfg_hash,
+                "tasks_done": progress.tasks_done,
+                "tensor_file": tensor_file,
+                "strategy": strategy_meta,
+                "stages": [stage.to_json() for stage in progress.stages],
+                "cost": progress.cost.to_json(),
+            },
+        )
+        for old in directory.glob("task-*.safetensors"):
+            if old.name != tensor_file:
+                old.unlink()
+
+    def load_checkpoint(
+        self, key: RunKey, cfg_hash: str
+    ) -> tuple["RunProgress", dict[str, torch.Tensor], dict] | None:
+        """The run's last checkpoint as (progress, the strategy's tensors, its metadata), or None to
+        start the run over: none exists, the config changed, it predates stored predictions, or its
+        files are damaged (a full disk, a lost network write), which is said in a warning."""
+        directory = self.checkpoint_dir(key)
+        state_path = directory / CHECKPOINT_STATE
+        if not state_path.exists():
+            return None
+        try:
+            state = json.loads(state_path.read_text())
+            if state.get("config_hash") != cfg_hash:
+                return None  # the config changed: start over
+            tensors = load_file(str(directory / state["tensor_file"]))
+            if PREDICTIONS_KEY not in tensors:
+                return None  # written before predictions were stored: start over to have them
+            progress = RunProgress(
+                stages=[StageResult.from_json(stage) for stage in state["stages"]],
+                cost=RunCost.from_json(state["cost"]),
+                predictions=list(tensors.pop(PREDICTIONS_KEY).numpy().astype(np.int64)),
+            )
+        except (OSError, ValueError, KeyError, SafetensorError) as err:  # JSONDecodeError is a ValueError
+            warnings.warn(
+                f"{key}: its checkpoint in {directory} is damaged "
+                f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'unreadable'}); "
+                "starting the run over",
+                stacklevel=2,
+            )
+            return None
+        return progress, tensors, state["strategy"]
+
+
+@dataclass
+class RunProgress:
+    """A run between tasks: what its checkpoint carries besides the strategy's own state."""
+
+    stages: list[StageResult] = field(default_factory=list)
+    cost: RunCost = field(default_factory=RunCost)
+    predictions: list[np.ndarray] = field(default_factory=list)  # per stage: each test image's class
+
+    @property
+    def tasks_done(self) -> int:
+        return len(self.stages)
 
 
 def not_a_measurement(result: dict) -> str | None:
@@ -335,3 +495,79 @@ def load_predictions(
     if found.predictions.shape != expected or found.targets.shape != expected[1:]:
         return problem(f"predictions sidecar has shape {found.predictions.shape}, expected {expected}")
     return found
+
+
+@dataclass(frozen=True)
+class StoredResult:
+    """A result file as read: its path and its JSON."""
+
+    path: Path
+    result: dict
+
+    @property
+    def key(self) -> RunKey:
+        r = self.result
+        return RunKey(r["label"], r["dataset"], r["n_tasks"], r["seed"])
+
+
+@dataclass(frozen=True)
+class LoadedResults:
+    """Every readable result under one or more folders, and the one rule that picks a run's result
+    where several files share its key (a zero-shot run beside a main one, say): the result without
+    ``zero_shot`` first, then the first by path. Identical copies (same key and config) count once."""
+
+    found: tuple[StoredResult, ...]  # every readable result, by path
+    skipped: tuple[str, ...] = ()  # one line per file left out (another schema version)
+
+    def where(self, keep: Callable[[StoredResult], bool]) -> LoadedResults:
+        """The results for which ``keep(stored)`` holds, the rule applied to them alone."""
+        return LoadedResults(tuple(s for s in self.found if keep(s)), self.skipped)
+
+    @property
+    def distinct(self) -> list[StoredResult]:
+        """Every distinct run: one file per (key, config hash), the first by path."""
+        seen, out = set(), []
+        for stored in self.found:
+            ident = (stored.key, stored.result.get("config_hash"))
+            if ident not in seen:
+                seen.add(ident)
+                out.append(stored)
+        return out
+
+    def _groups(self) -> dict[RunKey, list[StoredResult]]:
+        groups: dict[RunKey, list[StoredResult]] = {}
+        for stored in sorted(self.distinct, key=lambda s: ("zero_shot" in s.result, s.path)):
+            groups.setdefault(stored.key, []).append(stored)
+        return groups
+
+    @property
+    def runs(self) -> list[StoredResult]:
+        """One result per run key, chosen by the rule."""
+        return [group[0] for group in self._groups().values()]
+
+    @property
+    def notes(self) -> list[str]:
+        """The skipped files, then one line per key that several configs share, naming the file used."""
+        return [
+            *self.skipped,
+            *(
+                f"{len(group)} results for {group[0].key} with different configs; "
+                f"{group[0].path} is used (a result without zero-shot targets first, then the first by path)"
+                for group in self._groups().values()
+                if len(group) > 1
+            ),
+        ]
+
+    def __len__(self) -> int:
+        return len(self.found)
+
+
+def load_results(folders: str | Path | Sequence[str | Path]) -> LoadedResults:
+    """Every finished result under ``folders`` (one, or several), read once; ``.runs`` holds one per
+    run key (``LoadedResults``' rule), ``.notes`` what a reader should be told."""
+    folders = [folders] if isinstance(folders, (str, Path)) else list(folders)
+    skipped: list[str] = []
+    found = [
+        StoredResult(path, result) for folder in folders for path, result in iter_results(folder, skipped)
+    ]
+    return LoadedResults(tuple(found), tuple(skipped))

@@ -8,7 +8,7 @@ import pytest
 
 from analysis.report import main as report_main
 from benchmarks import run
-from benchmarks.runner import execute
+from benchmarks.runner import results
 from benchmarks.runner.results import iter_results
 from strategies.finetune import Finetune
 from tests.helpers import kill_in_task, three_task_suite
@@ -147,7 +147,7 @@ def test_continual_clip_still_trains_nothing_by_default():
 
 
 def test_a_full_disk_is_one_line_and_the_finished_tasks_are_kept(tmp_path, capsys, monkeypatch):
-    real_save = execute.write_tensors
+    real_save = results.write_tensors
     calls = {"n": 0}
 
     def full_on_second_checkpoint(path, tensors):
@@ -156,12 +156,12 @@ def test_a_full_disk_is_one_line_and_the_finished_tasks_are_kept(tmp_path, capsy
             raise OSError(errno.ENOSPC, "No space left on device", str(path))
         return real_save(path, tensors)
 
-    monkeypatch.setattr(execute, "write_tensors", full_on_second_checkpoint)
+    monkeypatch.setattr(results, "write_tensors", full_on_second_checkpoint)
     assert _run(tmp_path, SUITE) == 2
     line = _one_error_line(capsys)
     assert "No space left on device" in line and "finished tasks are kept" in line
     state = json.loads(next((tmp_path / "results" / ".checkpoints").rglob("state.json")).read_text())
     assert state["tasks_done"] == 1
-    monkeypatch.setattr(execute, "write_tensors", real_save)
+    monkeypatch.setattr(results, "write_tensors", real_save)
     assert _run(tmp_path, SUITE) == 0
     assert "resumed after task 1" in capsys.readouterr().err

@@ -209,3 +209,102 @@ def test_missing_per_dataset_value_is_a_user_error(tmp_path):
     )
     with pytest.raises(UserError, match="food101"):
         expand(load_suite(str(path)))
+
+
+def _stored_results():
+    from pathlib import Path
+
+    return list(iter_results(Path(__file__).resolve().parents[2] / "results"))
+
+
+def test_every_stored_result_reads_back_equal_through_the_record():
+    from benchmarks.runner.results import RunCost, RunResult, StageResult
+
+    stored = _stored_results()
+    assert len(stored) >= 30
+    for path, data in stored:
+        record = RunResult.from_json(data)
+        assert isinstance(record.cost, RunCost) and all(isinstance(s, StageResult) for s in record.stages)
+        assert record.to_json() == data, path
+        assert list(record.to_json()) == list(data), path  # the same key order: files rewrite byte-equal
+        assert record.key == RunKey(data["label"], data["dataset"], data["n_tasks"], data["seed"])
+
+
+def test_a_version_1_result_reads_back_equal_and_a_wrong_one_is_named():
+    from benchmarks.runner.results import RunResult
+
+    _, data = _stored_results()[0]
+    version_1 = {k: v for k, v in data.items() if k != "predictions"} | {"schema_version": 1}
+    version_1["cost"] = {k: v for k, v in data["cost"].items() if k != "train_steps"} | {
+        "peak_memory_kind": "cpu_max_rss"
+    }
+    assert RunResult.from_json(version_1).to_json() == version_1
+    with pytest.raises(ValueError, match=r"RunResult: missing keys \['stages'\]; unknown keys \['stage'\]"):
+        RunResult.from_json({k: v for k, v in data.items() if k != "stages"} | {"stage": []})
+    with pytest.raises(ValueError, match=r"StageResult: missing keys \['acc'\]"):
+        RunResult.from_json(data | {"stages": [{k: v for k, v in data["stages"][0].items() if k != "acc"}]})
+
+
+def _documented_names(markdown: str, start: str, end: str) -> set[str]:
+    """The backticked names that open each table row or bullet between two headings of a doc."""
+    import re
+
+    section = markdown[markdown.index(start) : markdown.index(end, markdown.index(start))]
+    names = set()
+    for line in section.splitlines():
+        if line.startswith("| `"):
+            names |= set(re.findall(r"`(\w+)`", line.split("|")[1]))
+        elif line.startswith("- `"):
+            names |= set(re.findall(r"`(\w+)`", line.split(":")[0]))
+    return names
+
+
+def test_the_schema_docs_name_exactly_the_records_fields():
+    from dataclasses import fields
+    from pathlib import Path
+
+    from benchmarks.runner.results import RunCost, RunResult, StageResult
+
+    doc = (Path(__file__).resolve().parents[2] / "docs" / "results-schema.md").read_text()
+    for record, start, end in (
+        (RunResult, "## The result JSON", "Each stage:"),
+        (StageResult, "Each stage:", "**`env`**"),
+        (RunCost, "**`cost`**", "**Caching.**"),
+    ):
+        assert _documented_names(doc, start, end) == {f.name for f in fields(record)}, record.__name__
+
+
+def test_a_checkpoint_carries_the_progress_and_the_strategys_state(tmp_path):
+    import numpy as np
+    import torch
+
+    from benchmarks.runner.results import RunCost, RunProgress, StageResult
+
+    store, key = ResultStore(tmp_path), RunKey("finetune", "synthetic", 3, 0)
+    stage = StageResult(
+        task=1,
+        acc=50.0,
+        acc_per_task=[50.0],
+        n_test_per_task=[4],
+        routing_acc=100.0,
+        auroc=75.0,
+        fpr95=50.0,
+        diagnostics={},
+    )
+    progress = RunProgress([stage], RunCost(train_seconds=1.5, train_steps=7), [np.array([0, 1, 1, 2])])
+    store.save_checkpoint(key, progress, {"state/w": torch.ones(2)}, {"seen_classes": [0, 1]}, "h1")
+    (loaded, tensors, meta) = store.load_checkpoint(key, "h1")
+    assert loaded.stages == [stage] and loaded.cost == progress.cost and loaded.tasks_done == 1
+    assert [p.tolist() for p in loaded.predictions] == [[0, 1, 1, 2]]
+    assert torch.equal(tensors["state/w"], torch.ones(2)) and meta == {"seen_classes": [0, 1]}
+    assert store.load_checkpoint(key, "another config") is None
+    progress.stages.append(stage)
+    progress.predictions.append(np.array([1, 1, 1, 1]))
+    store.save_checkpoint(key, progress, {}, {}, "h1")
+    assert sorted(p.name for p in store.checkpoint_dir(key).iterdir()) == [
+        "state.json",
+        "task-02.safetensors",
+    ]
+    (tmp_path / ".checkpoints" / key.relpath / "task-02.safetensors").write_bytes(b"cut short")
+    with pytest.warns(UserWarning, match="its checkpoint in .* is damaged"):
+        assert store.load_checkpoint(key, "h1") is None
