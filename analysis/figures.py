@@ -5,28 +5,36 @@ Each ``fig_*`` function takes the loaded results and an output folder, writes ``
 ``matplotlib.figure.Figure`` objects (no pyplot state) in seaborn's style, at a fixed size
 (``FIGSIZES`` / ``panel_figsize``, ``DPI``): no tight bounding box, so the PNG is exactly
 figsize x DPI pixels. Series differ by marker, line style or hatch as well as colour, so the
-figures stay readable in greyscale.
+figures stay readable in greyscale. In the line figures of methods (here and in ``analysis.compare``)
+each method keeps one colour and marker (``METHOD_STYLES``), and GR4CIL, or the baseline of a
+comparison, is drawn on top in a heavier line. ``figure_style`` and ``save_figure`` give every
+figure of the report the same look and files.
 """
 
 from __future__ import annotations
 
 import textwrap
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Iterable
 
 import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
+from matplotlib.lines import Line2D
+from matplotlib.markers import MarkerStyle
 from matplotlib.ticker import MaxNLocator
 
 from analysis.formatting import population_std
-from analysis.paper_tables import (
+from analysis.gr4cil_settings import default_gr4cil_runs
+from analysis.paper_inputs import (
     PAPER_DATASETS,
+    ROW_LABELS,
     MissingInputs,
     ReportInputs,
     dataset_name,
-    default_gr4cil_runs,
     ordered_datasets,
     row_label,
 )
@@ -53,6 +61,98 @@ ROUTING_VARIANTS = {
 }
 
 
+@dataclass(frozen=True)
+class LineStyle:
+    """How one series of a line figure is drawn: colour, marker and dash pattern (() is solid)."""
+
+    color: str | tuple[float, float, float]
+    marker: str
+    dashes: tuple[float, ...] = ()
+
+
+# Each registered strategy's style in the line figures (fig_accuracy_curves, analysis.compare), the
+# same in every figure: matplotlib's tab10 colours, black for GR4CIL, navy for fine-tuning, and a
+# marker of its own, so no two methods share a colour or a marker.
+METHOD_STYLES = {
+    "gr4cil": LineStyle("#000000", "o"),
+    "continual_clip": LineStyle("#7f7f7f", "s"),  # tab:gray
+    "finetune": LineStyle("#000080", "v"),  # navy
+    "adaptervlm": LineStyle("#1f77b4", "^"),  # tab:blue
+    "mg_clip": LineStyle("#ff7f0e", "D"),  # tab:orange
+    "moe4cl": LineStyle("#2ca02c", "P"),  # tab:green
+    "magmax": LineStyle("#d62728", "X"),  # tab:red
+    "l2p_pp": LineStyle("#9467bd", "<"),  # tab:purple
+    "dualprompt": LineStyle("#e377c2", ">"),  # tab:pink
+    "coda_prompt": LineStyle("#bcbd22", "p"),  # tab:olive
+    "aper_adapter": LineStyle("#17becf", "h"),  # tab:cyan
+    "clap": LineStyle("#8c564b", "*"),  # tab:brown
+}
+# Labels without a style of their own (a suite variant, a user's module:Class strategy) take these in
+# the sorted order of such labels in the figure, dashed: the light partners of the tab10 colours
+# (tab20) and markers no registered method uses, so they never look like a registered method. Only
+# past 10 such labels do they repeat.
+FALLBACK_COLORS = (
+    "#aec7e8",
+    "#ffbb78",
+    "#98df8a",
+    "#ff9896",
+    "#c5b0d5",
+    "#c49c94",
+    "#f7b6d2",
+    "#c7c7c7",
+    "#dbdb8d",
+    "#9edae5",
+)
+FALLBACK_MARKERS = ("1", "2", "3", "4", "x", "+", "d", "H", "8", "|")
+FALLBACK_DASHES = (4, 1.5)
+HIGHLIGHTED_METHOD = "gr4cil"  # drawn on top in a heavier line in fig_accuracy_curves
+HIGHLIGHT_LINEWIDTH = 2.4  # the style's lines are 1.2 wide
+HIGHLIGHT_ZORDER = 3  # above the other lines (2) and the bands (1)
+_STRATEGY_BY_ROW_LABEL = {shown: name for name, shown in ROW_LABELS.items()}
+
+
+def method_styles(labels: Iterable[str]) -> dict[str, LineStyle]:
+    """The style of each label, a run label (``gr4cil``) or its row label (``GR4CIL``):
+    ``METHOD_STYLES``, else the fallbacks in sorted order of the labels without a style."""
+    labels = list(dict.fromkeys(labels))
+    styles = {}
+    for label in labels:
+        name = label if label in METHOD_STYLES else _STRATEGY_BY_ROW_LABEL.get(label)
+        if name in METHOD_STYLES:
+            styles[label] = METHOD_STYLES[name]
+    for i, label in enumerate(sorted(set(labels) - set(styles))):
+        styles[label] = LineStyle(
+            FALLBACK_COLORS[i % len(FALLBACK_COLORS)],
+            FALLBACK_MARKERS[i % len(FALLBACK_MARKERS)],
+            FALLBACK_DASHES,
+        )
+    return {label: styles[label] for label in labels}
+
+
+def plot_series(
+    ax, x, mean, low, high, label: str, style: LineStyle, highlighted: bool = False, **line_options
+) -> Line2D:
+    """One series of a line figure: ``mean`` as a line with markers and a band from ``low`` to
+    ``high``; a ``highlighted`` series is drawn on top of the others in a heavier line."""
+    # white edges set filled markers apart where lines cross; a line-art marker is all edge
+    edge = "w" if MarkerStyle(style.marker).is_filled() else style.color
+    emphasis = {"linewidth": HIGHLIGHT_LINEWIDTH, "zorder": HIGHLIGHT_ZORDER} if highlighted else {}
+    (line,) = ax.plot(
+        x,
+        mean,
+        color=style.color,
+        marker=style.marker,
+        dashes=style.dashes,
+        markeredgewidth=0.75,
+        markeredgecolor=edge,
+        label=label,
+        **emphasis,
+        **line_options,
+    )
+    ax.fill_between(x, low, high, color=style.color, alpha=0.2)
+    return line
+
+
 def panel_figsize(n_panels: int) -> tuple[float, float]:
     """Size of a figure with ``n_panels`` panels in rows of at most ``MAX_COLUMNS``."""
     columns = min(n_panels, MAX_COLUMNS)
@@ -61,12 +161,14 @@ def panel_figsize(n_panels: int) -> tuple[float, float]:
 
 
 @contextmanager
-def _style():
+def figure_style():
+    """The look of every figure of the report (seaborn's whitegrid, paper context); draw inside it."""
     with sns.axes_style("whitegrid"), sns.plotting_context("paper", font_scale=1.1):
         yield
 
 
-def _save(fig: Figure, out_dir: Path, name: str) -> list[Path]:
+def save_figure(fig: Figure, out_dir: Path, name: str) -> list[Path]:
+    """``out_dir/NAME.png`` (at ``DPI``) and ``out_dir/NAME.pdf``; returns both paths."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
     fig.savefig(paths[0], dpi=DPI)
@@ -135,7 +237,7 @@ def fig2_gap_training(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     """Mean image-text cosine per epoch while training task 1: all, positive and negative pairs."""
     run = _gap_run(inputs)
     epochs = pd.DataFrame(run["diagnostics"]["modality_gap"][0])
-    with _style():
+    with figure_style():
         fig = Figure(figsize=FIGSIZES["fig2_gap_training"], layout="constrained")
         ax = fig.subplots()
         for i, (key, name) in enumerate(
@@ -154,7 +256,7 @@ def fig2_gap_training(inputs: ReportInputs, out_dir: Path) -> list[Path]:
         ax.set_ylabel("Mean image–text cosine similarity")
         ax.set_title(f"Modality gap during training\n{_run_title(run)}", fontsize="medium")
         ax.legend()
-    return _save(fig, out_dir, "fig2_gap_training")
+    return save_figure(fig, out_dir, "fig2_gap_training")
 
 
 def fig3_gap_final(inputs: ReportInputs, out_dir: Path) -> list[Path]:
@@ -165,7 +267,7 @@ def fig3_gap_final(inputs: ReportInputs, out_dir: Path) -> list[Path]:
         for task, epochs in enumerate(run["diagnostics"]["modality_gap"], start=1)
         if epochs
     ]
-    with _style():
+    with figure_style():
         fig = Figure(figsize=FIGSIZES["fig3_gap_final"], layout="constrained")
         ax = fig.subplots()
         tasks, values = zip(*finals)
@@ -176,7 +278,7 @@ def fig3_gap_final(inputs: ReportInputs, out_dir: Path) -> list[Path]:
         ax.set_ylabel("Mean image–text cosine similarity\n(last epoch, all pairs)")
         ax.set_title(f"Final modality gap per task\n{_run_title(run)}", fontsize="medium")
         ax.legend()
-    return _save(fig, out_dir, "fig3_gap_final")
+    return save_figure(fig, out_dir, "fig3_gap_final")
 
 
 def _stage_mean(run: dict, key: str) -> float | None:
@@ -205,7 +307,7 @@ def fig5_confidence_margin(inputs: ReportInputs, out_dir: Path) -> list[Path]:
         raise MissingInputs("no default GR4CIL 10-task run with confidence/margin diagnostics")
     frame = pd.DataFrame(rows)
     datasets = ordered_datasets(frame["dataset"])
-    with _style():
+    with figure_style():
         fig = Figure(figsize=FIGSIZES["fig5_confidence_margin"], layout="constrained")
         axes = fig.subplots(1, 2)
         labels = {
@@ -233,7 +335,7 @@ def fig5_confidence_margin(inputs: ReportInputs, out_dir: Path) -> list[Path]:
             "(margin: stages 2–T); bars: mean over seeds, error bars: std",
             fontsize="medium",
         )
-    return _save(fig, out_dir, "fig5_confidence_margin")
+    return save_figure(fig, out_dir, "fig5_confidence_margin")
 
 
 #: what each ``cost.peak_memory_kind`` measures, as the axis of Fig. 6 names it
@@ -278,7 +380,7 @@ def fig6_cost(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     unit, scale = ("GiB", 2**30) if frame["memory"].max() >= 2**30 else ("MiB", 2**20)
     frame["memory"] /= scale
     kinds = "; ".join(sorted({MEMORY_KINDS.get(kind, kind) for kind in frame["kind"].unique()}))
-    with _style():
+    with figure_style():
         fig = Figure(figsize=FIGSIZES["fig6_cost"], layout="constrained")
         axes = fig.subplots(1, 2)
         palette = sns.color_palette("Greys", len(labels) + 1)[1:]
@@ -303,17 +405,17 @@ def fig6_cost(inputs: ReportInputs, out_dir: Path) -> list[Path]:
         fig.suptitle(
             f"Computational cost on {dataset_name(dataset)}, 10 tasks (mean over seeds)", fontsize="medium"
         )
-    return _save(fig, out_dir, "fig6_cost")
+    return save_figure(fig, out_dir, "fig6_cost")
 
 
 def fig7_routing(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     """Per-stage routing accuracy of the three score variants, one panel per dataset."""
     rows = [
         {
-            "dataset": run["dataset"],
+            "panel": run["dataset"],
             "seed": run["seed"],
             "stage": stage["task"],
-            "variant": name,
+            "series": name,
             "value": stage["diagnostics"][key],
         }
         for run in default_gr4cil_runs(inputs)
@@ -324,46 +426,33 @@ def fig7_routing(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     if not rows:
         raise MissingInputs("no default GR4CIL 10-task run with routing diagnostics")
     frame = pd.DataFrame(rows)
-    datasets = ordered_datasets(frame["dataset"])
-    with _style():
-        fig, axes = _panels(len(datasets))
-        for i, (ax, dataset) in enumerate(zip(axes, datasets)):
-            sns.lineplot(
-                data=frame[frame["dataset"] == dataset],
-                x="stage",
-                y="value",
-                hue="variant",
-                style="variant",
-                hue_order=list(ROUTING_VARIANTS.values()),
-                style_order=list(ROUTING_VARIANTS.values()),
-                markers=MARKERS[:3],
-                dashes=True,
-                errorbar="sd",
-                palette="dark",
-                ax=ax,
-                legend=i == 0,
-            )
-            ax.set_title(dataset_name(dataset))
-            ax.set_xlabel("Stage (tasks learned)")
-            ax.set_ylabel("Routing accuracy (%)")
-            ax.set_xticks(sorted(frame[frame["dataset"] == dataset]["stage"].unique()))
-        _legend_below(fig, axes[0])
+    datasets = ordered_datasets(frame["panel"])
+    # seaborn's "dark" colours and its first dash patterns, as this figure has always had
+    styles = {
+        name: LineStyle(sns.color_palette("dark")[i], MARKERS[i], dashes)
+        for i, (name, dashes) in enumerate(zip(ROUTING_VARIANTS.values(), [(), (4, 1.5), (1, 1)]))
+    }
+    with figure_style():
+        fig, axes = _stage_panels(frame, datasets, dataset_name, styles, "Routing accuracy (%)")
+        for ax, dataset in zip(axes, datasets):  # every stage: there are at most 10 here
+            ax.set_xticks(sorted(frame[frame["panel"] == dataset]["stage"].unique()))
         fig.suptitle(
             "Routing accuracy per stage\n(default GR4CIL, 10 tasks; mean over seeds, band = std)",
             fontsize="medium",
         )
-    return _save(fig, out_dir, "fig7_routing")
+    return save_figure(fig, out_dir, "fig7_routing")
 
 
 def fig_accuracy_curves(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     """Accuracy on all seen classes after each stage, every label, one panel per dataset and
-    task count (mean over seeds, band = std)."""
+    task count (mean over seeds, band = std). Each method has its own colour and marker
+    (``method_styles``); GR4CIL is drawn on top in a heavier line."""
     rows = [
         {
             "panel": (run["dataset"], run["n_tasks"]),
-            "label": row_label(run["label"]),
+            "series": row_label(run["label"]),
             "stage": stage["task"],
-            "acc": stage["acc"],
+            "value": stage["acc"],
         }
         for run in inputs.runs
         for stage in run["stages"]
@@ -373,44 +462,61 @@ def fig_accuracy_curves(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     frame = pd.DataFrame(rows)
     order = ordered_datasets({p[0] for p in frame["panel"]})
     panels = sorted(set(frame["panel"]), key=lambda p: (order.index(p[0]), p[1]))
-    labels = sorted(frame["label"].unique())
-    with _style():
-        fig, axes = _panels(len(panels))
-        for i, (ax, panel) in enumerate(zip(axes, panels)):
-            sns.lineplot(
-                data=frame[frame["panel"] == panel],
-                x="stage",
-                y="acc",
-                hue="label",
-                style="label",
-                hue_order=labels,
-                style_order=labels,
-                markers=_markers(len(labels)),
-                dashes=True,
-                errorbar="sd",
-                palette="dark",
-                ax=ax,
-                legend=i == 0,
-            )
-            ax.set_title(f"{dataset_name(panel[0])}, {panel[1]} tasks")
-            ax.set_xlabel("Stage (tasks learned)")
-            ax.set_ylabel("Accuracy on seen classes (%)")
-            ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-        _legend_below(fig, axes[0])
+    with figure_style():
+        fig, _ = _stage_panels(
+            frame,
+            panels,
+            lambda panel: f"{dataset_name(panel[0])}, {panel[1]} tasks",
+            method_styles(sorted(frame["series"].unique())),
+            "Accuracy on seen classes (%)",
+            highlight=row_label(HIGHLIGHTED_METHOD),
+        )
         fig.suptitle("Accuracy after each stage (mean over seeds, band = std)", fontsize="medium")
-    return _save(fig, out_dir, "fig_accuracy_curves")
+    return save_figure(fig, out_dir, "fig_accuracy_curves")
 
 
-def _markers(n: int) -> list[str]:
-    return [MARKERS[i % len(MARKERS)] for i in range(n)]
-
-
-def _legend_below(fig: Figure, ax) -> None:
-    """One legend for all panels, under them (seaborn put it on the first panel)."""
-    handles, labels = ax.get_legend_handles_labels()
-    if ax.get_legend() is not None:
-        ax.get_legend().remove()
-    fig.legend(handles, labels, loc="outside lower center", ncols=min(len(labels), 4), frameon=False)
+def _stage_panels(
+    frame: pd.DataFrame, panels: list, title, styles: dict[str, LineStyle], ylabel: str, highlight=None
+) -> tuple[Figure, list]:
+    """One panel per value of ``frame["panel"]`` (in ``panels`` order, titled ``title(panel)``):
+    per ``series`` (in ``styles`` order, ``highlight`` on top), the mean ``value`` per stage over
+    seeds with a band of ± std; one legend below the panels."""
+    fig, axes = _panels(len(panels))
+    for ax, panel in zip(axes, panels):
+        in_panel = frame[frame["panel"] == panel]
+        present = set(in_panel["series"])
+        # the highlighted series last, so it is drawn over the others
+        for name in sorted((n for n in styles if n in present), key=lambda n: n == highlight):
+            values = in_panel[in_panel["series"] == name].groupby("stage")["value"]
+            mean, std = values.mean(), values.std()  # std with ddof=1, seaborn's errorbar="sd"
+            plot_series(
+                ax,
+                mean.index,
+                mean,
+                mean - std,
+                mean + std,
+                name,
+                styles[name],
+                highlighted=name == highlight,
+            )
+        ax.set_title(title(panel))
+        ax.set_xlabel("Stage (tasks learned)")
+        ax.set_ylabel(ylabel)
+        ax.xaxis.set_major_locator(MaxNLocator(integer=True))
+    # one legend for all panels, under them, with every series in ``styles`` order
+    handles = {}
+    for ax in axes:
+        lines, names = ax.get_legend_handles_labels()
+        handles.update(zip(names, lines))
+    labels = [name for name in styles if name in handles]
+    fig.legend(
+        [handles[n] for n in labels],
+        labels,
+        loc="outside lower center",
+        ncols=min(len(labels), 4),
+        frameon=False,
+    )
+    return fig, axes
 
 
 def _file_stem(run: dict) -> str:
@@ -429,8 +535,8 @@ def fig_acc_matrix(inputs: ReportInputs, out_dir: Path) -> list[Path]:
         for i, stage in enumerate(run["stages"]):
             values = stage.get("acc_per_task") or []
             matrix[i, : len(values)] = values
-        with _style():
-            paths += _save(_heat_map(matrix, _run_title(run)), out_dir / "acc_matrix", _file_stem(run))
+        with figure_style():
+            paths += save_figure(_heat_map(matrix, _run_title(run)), out_dir / "acc_matrix", _file_stem(run))
     return paths
 
 

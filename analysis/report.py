@@ -33,6 +33,7 @@ from analysis import figures
 from analysis.paper_tables import TABLES, MissingInputs, load_inputs, load_paper_reference
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.runner.results import LoadedResults
 
 
 @dataclass
@@ -96,7 +97,7 @@ def build_report(
         markdown.append(texts[0])
         items.append(ReportItem(name, "table", paths))
     if AGAINST_GR4CIL in wanted:
-        item, texts = _against_gr4cil(results_dir, out_dir)
+        item, texts = _against_gr4cil(results_dir, inputs.loaded, out_dir)
         items.append(item)
         markdown += texts
     if as_published_dir is not None:
@@ -121,7 +122,9 @@ def build_report(
 
     items.append(
         ReportItem(
-            "reproducibility", "table", [write_reproducibility(results_dir, out_dir / "REPRODUCIBILITY.md")]
+            "reproducibility",
+            "table",
+            [write_reproducibility(results_dir, out_dir / "REPRODUCIBILITY.md", inputs.loaded)],
         )
     )
     return items
@@ -130,12 +133,14 @@ def build_report(
 AGAINST_GR4CIL = "against_gr4cil"
 
 
-def _against_gr4cil(results_dir: str | Path, out_dir: Path) -> tuple[ReportItem, list[str]]:
+def _against_gr4cil(
+    results_dir: str | Path, loaded: LoadedResults, out_dir: Path
+) -> tuple[ReportItem, list[str]]:
     """Every strategy against GR4CIL (``analysis.compare``), for Last and Avg accuracy."""
     from analysis import compare
 
     paths, texts, problems = [], [], []
-    runs = compare.load_runs(results_dir, problems)  # read once for both metrics
+    runs = compare.load_runs(loaded, problems)  # the results the tables read, for both metrics
     for metric in compare.METRICS:
         try:
             comparisons = compare.compare_all(

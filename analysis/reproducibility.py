@@ -29,7 +29,7 @@ from analysis.paper_tables import (
 )
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import UserError
-from benchmarks.runner.results import StoredResult, load_results
+from benchmarks.runner.results import LoadedResults, StoredResult, load_results
 
 # strategy -> (where its recipe comes from, the tests that check it)
 PROVENANCE = {
@@ -160,8 +160,9 @@ def _paper_numbers(paper, label: str) -> str:
 MINIATURE_SUITE = "smoke-baselines"  # the suite whose miniature results the file reports
 
 
-def reproducibility_markdown(results_dir: str | Path) -> str:
-    """The file's text from the results under ``results_dir`` (which may hold none)."""
+def reproducibility_markdown(results_dir: str | Path, loaded: LoadedResults | None = None) -> str:
+    """The file's text from the results under ``results_dir`` (which may hold none); ``loaded``: what
+    ``load_results`` already read from it."""
     from benchmarks.runner.suites import available_suites
     from strategies.registry import available
 
@@ -179,7 +180,8 @@ def reproducibility_markdown(results_dir: str | Path) -> str:
                 result["dataset"] == MINIATURE and another_suite
             )
 
-        for stored in load_results(root).where(counted).runs:  # one result per run: load_results' rule
+        loaded = load_results(root) if loaded is None else loaded
+        for stored in loaded.where(counted).runs:  # one result per run: load_results' rule
             results[(stored.result["strategy"], stored.result["dataset"])].append(stored.result)
     paper = load_paper_reference()
     lines = [
@@ -251,9 +253,11 @@ def _stale_miniature_results(results: dict[tuple[str, str], list[dict]]) -> str:
     )
 
 
-def write_reproducibility(results_dir: str | Path, out: str | Path) -> Path:
+def write_reproducibility(
+    results_dir: str | Path, out: str | Path, loaded: LoadedResults | None = None
+) -> Path:
     out = Path(out)
-    atomic_write_text(out, reproducibility_markdown(results_dir))
+    atomic_write_text(out, reproducibility_markdown(results_dir, loaded))
     return out
 
 

@@ -546,17 +546,19 @@ class LoadedResults:
         return [group[0] for group in self._groups().values()]
 
     @property
-    def notes(self) -> list[str]:
-        """The skipped files, then one line per key that several configs share, naming the file used."""
+    def duplicate_notes(self) -> list[str]:
+        """One line per run key that results of several configs share, naming the file used."""
         return [
-            *self.skipped,
-            *(
-                f"{len(group)} results for {group[0].key} with different configs; "
-                f"{group[0].path} is used (a result without zero-shot targets first, then the first by path)"
-                for group in self._groups().values()
-                if len(group) > 1
-            ),
+            f"{len(group)} results for {group[0].key} with different configs; "
+            f"{group[0].path} is used (a result without zero-shot targets first, then the first by path)"
+            for group in self._groups().values()
+            if len(group) > 1
         ]
+
+    @property
+    def notes(self) -> list[str]:
+        """What a reader should be told: the files skipped, then the keys several results share."""
+        return [*self.skipped, *self.duplicate_notes]
 
     def __len__(self) -> int:
         return len(self.found)

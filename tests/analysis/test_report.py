@@ -1,7 +1,6 @@
 """The report: every table equals the aggregate of its JSON inputs, LaTeX is well-formed, marks sit
 on the best entries, figures are images of the expected size, and missing inputs are skipped."""
 
-import ast
 import csv
 import io
 import json
@@ -604,22 +603,6 @@ def test_every_reference_number_is_printed_in_its_source_table():
         numbers = re.findall(r"[+]?\d+\.\d+", block)
         assert record["value"] in numbers, record
         assert not record["std"] or record["std"] in numbers, record
-
-
-def test_gr4cil_defaults_match_the_strategy_config():
-    # Read the dataclass defaults from the source: importing the strategy would load torch.
-    source = (Path(__file__).resolve().parents[2] / "strategies" / "gr4cil.py").read_text()
-    config = next(
-        node
-        for node in ast.walk(ast.parse(source))
-        if isinstance(node, ast.ClassDef) and node.name == "GR4CILConfig"
-    )
-    defaults = {
-        node.target.id: ast.literal_eval(node.value)
-        for node in config.body
-        if isinstance(node, ast.AnnAssign) and node.value is not None
-    }
-    assert {k: defaults[k] for k in GR4CIL_DEFAULTS} == GR4CIL_DEFAULTS
 
 
 @pytest.mark.slow

@@ -1,0 +1,152 @@
+"""What the paper tables and figures read: the results of a folder, the paper's published numbers,
+and the names both use for datasets and methods.
+
+``load_inputs`` reads a results folder into ``ReportInputs``; ``load_paper_reference`` reads the
+paper's numbers from ``results/reference/paper_tables.csv``: one line per printed number, with the
+tex label of its source table (``source``), the report table it belongs to (``table``), the row as
+the paper prints it, and ``group`` / ``metric`` ids matching the report's columns. A report row
+meets its paper row through ``PAPER_METHOD_NAMES`` or an equal name (``match_paper_row``).
+
+A table or figure that cannot be made from the results at hand raises ``MissingInputs``.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from benchmarks.core.errors import UserError
+from benchmarks.runner.results import LoadedResults, load_results, not_a_measurement
+
+REFERENCE_FILE = Path(__file__).resolve().parents[1] / "results" / "reference" / "paper_tables.csv"
+
+DATASET_NAMES = {
+    "cifar100": "CIFAR-100",
+    "imagenet_r": "ImageNet-R",
+    "imagenet100": "ImageNet-100",
+    "imagenet1k": "ImageNet-1K",
+    "pets": "Pets",
+    "food101": "Food-101",
+    "average": "Average",
+}
+PAPER_DATASETS = ("cifar100", "imagenet_r", "imagenet100", "imagenet1k")
+
+# Our labels whose paper row has another name; other labels match a paper row when they agree
+# ignoring case and punctuation (``mg_clip`` ~ ``MG-CLIP``).
+PAPER_METHOD_NAMES = {
+    "gr4cil": "GR4CIL (Ours)",
+    "continual_clip": "Continual-CLIP",  # docs/decisions.md D9
+    "adaptervlm": "AdapterVLM",
+    "mg_clip": "MG-CLIP",
+    "moe4cl": "MOE4CL",
+    "magmax": "MagMax",
+    "l2p_pp": "L2P++",
+    "dualprompt": "DualPrompt",
+    "coda_prompt": "CODA",
+    "aper_adapter": "Aper-Adapter",
+    "clap": "CLAP",
+}
+PAPER_ROW_ALIASES = {"Ours": "GR4CIL (Ours)"}  # Table 2 prints "Ours"
+# How a strategy's row is labelled in the report's tables and figures (docs/decisions.md D9); other run
+# labels (suite variants, a user's strategy) are shown as they are.
+ROW_LABELS = {**PAPER_METHOD_NAMES, "gr4cil": "GR4CIL", "finetune": "Fine-tuning"}
+
+
+class MissingInputs(Exception):
+    """A table or figure cannot be made from the results at hand; the message says why."""
+
+
+# ============================================================================ results
+@dataclass
+class ReportInputs:
+    """Finished results of one results folder.
+
+    ``runs`` has one result per (label, dataset, n_tasks, seed): when several files share a key
+    (e.g. a main-protocol run and a zero-shot run with held-out images), the one without
+    ``zero_shot`` is kept, then the first by path. ``all_runs`` keeps every distinct run.
+    """
+
+    runs: list[dict]
+    all_runs: list[dict]
+    notes: list[str] = field(default_factory=list)
+    loaded: LoadedResults | None = None  # what was read, for the report's other readers
+
+
+def load_inputs(results_dir: str | Path | LoadedResults) -> ReportInputs:
+    """The finished results under ``results_dir`` (a folder, or what ``load_results`` read from
+    one), one per run key by ``load_results``' rule; a ``UserError`` when there are none."""
+    if isinstance(results_dir, LoadedResults):
+        loaded = results_dir
+    else:
+        if not Path(results_dir).is_dir():
+            raise UserError(f"results folder {results_dir} does not exist; give the --results-dir of a run")
+        loaded = load_results(results_dir)
+    # a paper table holds one protocol: as-published runs are read by the protocol table only
+    one_protocol = loaded.where(lambda stored: stored.result["config"].get("protocol") != "as-published")
+    notes = list(loaded.skipped)
+    if len(one_protocol) < len(loaded):
+        notes.append(
+            f"{len(loaded) - len(one_protocol)} as-published result(s) left out of the paper tables "
+            "(one protocol each); python -m analysis.report --as-published DIR compares them"
+        )
+    if not len(one_protocol):
+        raise UserError(
+            f"no result JSON {'of this schema ' if notes else ''}found under {results_dir}; "
+            "run python -m benchmarks.run first "
+            "or point --results-dir at a folder of results"
+        )
+    distinct = [dict(stored.result, _path=str(stored.path)) for stored in one_protocol.distinct]
+    caveats = [why for run in distinct if (why := not_a_measurement(run))]
+    notes += [
+        f"{caveats.count(why)} result(s) are {why}: a check of the code path, not a measurement; "
+        "never report these tables"
+        for why in sorted(set(caveats))
+    ]
+    notes += one_protocol.duplicate_notes
+    runs = [dict(stored.result, _path=str(stored.path)) for stored in one_protocol.runs]
+    return ReportInputs(runs, distinct, notes, loaded)
+
+
+# ============================================================================ names
+def ordered_datasets(names, first=PAPER_DATASETS) -> list[str]:
+    """The paper's datasets in the paper's order, then any others alphabetically."""
+    names = set(names)
+    return [d for d in first if d in names] + sorted(names - set(first))
+
+
+def dataset_name(dataset: str) -> str:
+    return DATASET_NAMES.get(dataset, dataset)
+
+
+def row_label(label: str) -> str:
+    """The report's name for run label ``label``: the paper's row label (D9) where it has one."""
+    return ROW_LABELS.get(label, label)
+
+
+# ============================================================================ the paper's numbers
+def _normalise(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def match_paper_row(row: str, paper_rows: list[str]) -> str | None:
+    """The paper row that a report row corresponds to, or None."""
+    wanted = PAPER_METHOD_NAMES.get(row, row)
+    if wanted in paper_rows:
+        return wanted
+    by_key = {_normalise(p): p for p in paper_rows}
+    return by_key.get(_normalise(wanted))
+
+
+def load_paper_reference(path: str | Path = REFERENCE_FILE) -> pd.DataFrame:
+    """The paper's numbers: columns source, table, row, group, metric, value, std, note, with
+    ``row`` mapped to one name per method (Table 2's "Ours" is "GR4CIL (Ours)")."""
+    frame = pd.read_csv(
+        path, dtype={"row": str, "note": str}, keep_default_na=False, na_values={"value": [""], "std": [""]}
+    )
+    frame["value"] = frame["value"].astype(float)
+    frame["std"] = frame["std"].astype(float)
+    frame["row"] = frame["row"].map(lambda r: PAPER_ROW_ALIASES.get(r, r))
+    return frame
