@@ -35,11 +35,11 @@ from benchmarks.runner.results import LoadedResults, StoredResult, load_results
 PROVENANCE = {
     "continual_clip": (
         "zero-shot CLIP, nothing trained",
-        "test_streams_and_strategies, test_strategy_numbers",
+        "test_runner, test_strategy_numbers",
     ),
     "finetune": (
         "GR4CIL's recipe, one LoRA trained task after task (docs/decisions.md P2); not a paper row",
-        "test_streams_and_strategies, test_strategy_numbers",
+        "test_finetune, test_strategy_numbers",
     ),
     "gr4cil": (
         "the paper and docs/decisions.md P2",

@@ -1,6 +1,9 @@
 """Helpers shared by the tests: small suites, a strategy built as the runner builds it, and runs
 killed mid-stream and resumed. Imported as ``from tests.helpers import ...``."""
 
+import json
+import sys
+
 import torch
 
 TORCH_DEFAULT_THREADS = torch.get_num_threads()  # what a command-line run uses
@@ -11,16 +14,20 @@ def write_suite(path, text: str):
     return str(path)
 
 
-MINI_SUITE = """
-datasets = ["synthetic"]
-tasks = [5]
-seeds = [0]
-strategies = ["continual_clip", "finetune"]
-device = "cpu"
-[backbone]
-model = "tiny-clip-32"
-pretrained = "synthetic"
-[dataset.synthetic]
+def tiny_suite(strategies, tasks: int = 5, seeds=(0,), zero_shot_targets=()) -> str:
+    """The first lines of a suite of ``strategies`` on the synthetic dataset in ``tasks`` tasks, with
+    the tiny CLIP on the CPU; a test appends its ``[dataset.synthetic]``, ``[defaults]`` and other tables."""
+    zero_shot = f"zero_shot_targets = {json.dumps(list(zero_shot_targets))}\n" if zero_shot_targets else ""
+    return (
+        f'\ndatasets = ["synthetic"]\ntasks = [{tasks}]\nseeds = {json.dumps(list(seeds))}\n'
+        f'strategies = {json.dumps(list(strategies))}\ndevice = "cpu"\n{zero_shot}'
+        '[backbone]\nmodel = "tiny-clip-32"\npretrained = "synthetic"\n'
+    )
+
+
+MINI_SUITE = (
+    tiny_suite(["continual_clip", "finetune"])
+    + """[dataset.synthetic]
 n_train_per_class = 10
 n_test_per_class = 4
 [defaults]
@@ -31,6 +38,7 @@ lora_alpha = 4.0
 [strategy.finetune]
 epochs = 2
 """
+)
 
 
 def kill_in_task(monkeypatch, strategy_cls, task: int = 3):
@@ -83,16 +91,9 @@ def three_task_suite(strategy: str, options: str, augmentation: str = "paper-sca
     images a class), with the ``[strategy.NAME]`` lines ``options`` (NAME quoted where TOML needs it)."""
     from benchmarks.runner.execute import suite_table
 
-    return f"""
-datasets = ["synthetic"]
-tasks = [3]
-seeds = [0]
-strategies = ["{strategy}"]
-device = "cpu"
-[backbone]
-model = "tiny-clip-32"
-pretrained = "synthetic"
-[dataset.synthetic]
+    return (
+        tiny_suite([strategy], tasks=3)
+        + f"""[dataset.synthetic]
 n_classes = 15
 n_train_per_class = 8
 n_test_per_class = 4
@@ -101,6 +102,7 @@ train_augmentation = "{augmentation}"
 {suite_table(f"strategy.{strategy}")}
 {options}
 """
+    )
 
 
 def strategy_from_suite(suite, **options):
@@ -177,3 +179,60 @@ def numbers_of_runs(results_dir) -> dict:
         )
         for _, r in iter_results(results_dir)
     }
+
+
+def result_of(results_dir, label: str) -> dict:
+    """The result labelled ``label`` under ``results_dir``."""
+    from benchmarks.runner.results import iter_results
+
+    return next(r for _, r in iter_results(results_dir) if r["label"] == label)
+
+
+def runner_command(suite, results_dir, *extra: str) -> list[str]:
+    """The command line that runs ``suite`` into ``results_dir`` in a fresh Python process."""
+    return [
+        sys.executable,
+        "-m",
+        "benchmarks.run",
+        "--suite",
+        str(suite),
+        "--results-dir",
+        str(results_dir),
+        "--quiet",
+        *extra,
+    ]
+
+
+def tiny_strategy(cls, stream, precision: str = "fp32", **config):
+    """A fresh ``cls`` on the tiny CLIP (seed 0) for ``stream``'s classes: batches of 16, a rank-4
+    LoRA, one epoch (none for Continual-CLIP, which trains nothing), and config fields ``config``."""
+    from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
+    from strategies.continual_clip import ContinualCLIP
+
+    torch.manual_seed(0)
+    backbone = create_clip(BackboneSpec(TINY_MODEL, "synthetic"))
+    options = {
+        "batch_size": 16,
+        "eval_batch_size": 16,
+        "lora_rank": 4,
+        "lora_alpha": 4.0,
+        **({} if cls is ContinualCLIP else {"epochs": 1}),
+        **config,
+    }
+    return cls(
+        backbone=backbone,
+        class_names=stream.class_names,
+        config=cls.Config(**options),
+        precision=precision,
+        show_progress=False,
+    )
+
+
+def seeded_order_stream(data, n_tasks: int = 10):
+    """The 100 classes of ``data`` in ``n_tasks`` tasks of the seeded class order, under the
+    32-pixel train and eval transforms."""
+    from benchmarks.data.class_orders import seeded_order
+    from benchmarks.data.streams import build_stream
+    from benchmarks.data.transforms import eval_transform, train_transform
+
+    return build_stream(data, n_tasks, seeded_order(100), train_transform(32), eval_transform(32))

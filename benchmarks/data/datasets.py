@@ -408,49 +408,67 @@ def _folder_data(
 # --- zero-shot targets --------------------------------------------------------------------------
 
 
+def _torchvision_target(
+    name: str,
+    title: str,
+    root: Path,
+    base: Path,
+    split_file: str,
+    extract: str,
+    split: Callable[[str], Dataset],
+    train_split: str,
+    include_train: bool,
+) -> ClassificationData:
+    """A zero-shot target that torchvision reads from ``base`` under ``root``: its ``split_file``
+    and ``images`` folder must be there (else one line that says how: ``extract`` by hand, or
+    ``prepare``); ``split(s)`` builds split ``s``. The test split, and ``train_split`` if
+    ``include_train``."""
+    how = _with_prepare_hint(name, root, f"or extract {extract}")
+    _require(base / split_file, title, how)
+    _require(base / "images", title, how, is_dir=True)
+    test = split("test")
+    train = split(train_split) if include_train else None
+    return ClassificationData(
+        name=name,
+        train=train,
+        test=test,
+        class_names=[clean_class_name(c) for c in test.classes],
+        # torchvision keeps the labels only in this private list (read from the annotation files).
+        train_targets=list(train._labels) if train is not None else None,
+        test_targets=list(test._labels),
+    )
+
+
 def load_pets(data_root: Path | None, include_train: bool = False) -> ClassificationData:
     """Oxford-IIIT Pets test split (37 breeds); ``include_train`` adds the trainval split."""
     root = _require_root(data_root, "pets")
     base = root / "oxford-iiit-pet"
-    how = _with_prepare_hint(
-        "pets", root, f"or extract the official images.tar.gz and annotations.tar.gz into {base}"
-    )
-    _require(base / "annotations" / "test.txt", "Oxford-IIIT Pets", how)
-    _require(base / "images", "Oxford-IIIT Pets", how, is_dir=True)
-    test = OxfordIIITPet(str(root), split="test", target_types="category", download=False)
-    train = (
-        OxfordIIITPet(str(root), split="trainval", target_types="category", download=False)
-        if include_train
-        else None
-    )
-    return ClassificationData(
-        name="pets",
-        train=train,
-        test=test,
-        class_names=[clean_class_name(c) for c in test.classes],
-        # torchvision keeps the labels only in this private list (read from the annotation file).
-        train_targets=list(train._labels) if train is not None else None,
-        test_targets=list(test._labels),
+    return _torchvision_target(
+        "pets",
+        "Oxford-IIIT Pets",
+        root,
+        base,
+        "annotations/test.txt",
+        f"the official images.tar.gz and annotations.tar.gz into {base}",
+        lambda split: OxfordIIITPet(str(root), split=split, target_types="category", download=False),
+        train_split="trainval",
+        include_train=include_train,
     )
 
 
 def load_food101(data_root: Path | None, include_train: bool = False) -> ClassificationData:
     """Food-101 test split (101 dishes); ``include_train`` adds the train split."""
     root = _require_root(data_root, "food101")
-    base = root / "food-101"
-    how = _with_prepare_hint("food101", root, f"or extract the official food-101.tar.gz into {root}")
-    _require(base / "meta" / "test.json", "Food-101", how)
-    _require(base / "images", "Food-101", how, is_dir=True)
-    test = Food101(str(root), split="test", download=False)
-    train = Food101(str(root), split="train", download=False) if include_train else None
-    return ClassificationData(
-        name="food101",
-        train=train,
-        test=test,
-        class_names=[clean_class_name(c) for c in test.classes],
-        # torchvision keeps the labels only in this private list (read from the meta JSON).
-        train_targets=list(train._labels) if train is not None else None,
-        test_targets=list(test._labels),
+    return _torchvision_target(
+        "food101",
+        "Food-101",
+        root,
+        root / "food-101",
+        "meta/test.json",
+        f"the official food-101.tar.gz into {root}",
+        lambda split: Food101(str(root), split=split, download=False),
+        train_split="train",
+        include_train=include_train,
     )
 
 

@@ -8,16 +8,11 @@ import torch
 from benchmarks import run
 from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.core.environment import set_deterministic
-from benchmarks.runner.results import iter_results
 from strategies.finetune import Finetune
 from strategies.gr4cil import GR4CIL
-from tests.helpers import MINI_SUITE, kill_in_task
+from tests.helpers import MINI_SUITE, kill_in_task, result_of
 
 pytestmark = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
-
-
-def _result(results_dir, label):
-    return next(r for _, r in iter_results(results_dir) if r["label"] == label)
 
 
 def _run(suite, results, *extra):
@@ -74,7 +69,10 @@ def test_killed_fp16_run_resumes_bit_identically_with_deterministic_kernels(
         assert _run(mini_suite, tmp_path / "resumed", *args) == 0
     finally:
         set_deterministic(False)
-    expected, resumed = _result(tmp_path / "reference", "finetune"), _result(tmp_path / "resumed", "finetune")
+    expected, resumed = (
+        result_of(tmp_path / "reference", "finetune"),
+        result_of(tmp_path / "resumed", "finetune"),
+    )
     assert resumed["config"]["precision"] == "fp16"
     assert resumed["stages"] == expected["stages"] and resumed["summary"] == expected["summary"]
     assert resumed["cost"]["amp_skipped_steps"] == expected["cost"]["amp_skipped_steps"]
@@ -91,6 +89,6 @@ def test_deterministic_reruns_are_bit_identical(mini_suite, tmp_path):
             assert _run(str(suite), tmp_path / name, "--deterministic") == 0
     finally:
         set_deterministic(False)
-    first, second = _result(tmp_path / "a", "gr4cil"), _result(tmp_path / "b", "gr4cil")
+    first, second = result_of(tmp_path / "a", "gr4cil"), result_of(tmp_path / "b", "gr4cil")
     assert first["config"]["deterministic"] and first["stages"] == second["stages"]
     assert first["diagnostics"] == second["diagnostics"]

@@ -17,7 +17,7 @@ from benchmarks.data.transforms import (
     patch_shuffled_train_transform,
     train_transform,
 )
-from tests.helpers import kill_in_task, numbers_of_runs
+from tests.helpers import kill_in_task, numbers_of_runs, result_of, tiny_suite
 
 
 @pytest.fixture(scope="module")
@@ -156,16 +156,9 @@ def test_a_transform_drawing_from_numpy_is_named_once(faded_images, monkeypatch)
 
 # --------------------------------------------------------------------------- whole runs
 
-WORKERS_SUITE = """
-datasets = ["synthetic"]
-tasks = [5]
-seeds = [0]
-strategies = ["finetune", "gr4cil", "adaptervlm"]
-device = "cpu"
-[backbone]
-model = "tiny-clip-32"
-pretrained = "synthetic"
-[dataset.synthetic]
+WORKERS_SUITE = (
+    tiny_suite(["finetune", "gr4cil", "adaptervlm"])
+    + """[dataset.synthetic]
 n_classes = 20
 n_train_per_class = 8
 n_test_per_class = 4
@@ -182,6 +175,7 @@ num_workers = {workers}
 compensation_epochs = 2
 threshold_holdout = 0.25
 """
+)
 
 RUN_IN_FRESH_PROCESS = (
     "import multiprocessing, sys, torch; multiprocessing.set_start_method(sys.argv[1]); "
@@ -189,7 +183,9 @@ RUN_IN_FRESH_PROCESS = (
 )
 
 
-def _run_in_fresh_process(tmp_path, text: str, workers: int, method: str) -> dict:
+def _run_in_fresh_process(tmp_path, text: str, workers: int, method: str):
+    """Run suite ``text`` with ``workers`` loader workers in a fresh Python process whose start
+    method is ``method``; return its results folder."""
     suite = tmp_path / f"w{workers}-{method}.toml"
     suite.write_text(text.format(workers=workers))
     results = tmp_path / f"r{workers}-{method}"
@@ -210,15 +206,16 @@ def _run_in_fresh_process(tmp_path, text: str, workers: int, method: str) -> dic
         timeout=900,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    return numbers_of_runs(results)
+    return results
 
 
 @pytest.mark.slow
 def test_a_suite_gives_identical_results_with_0_1_and_2_workers(tmp_path):
     """Under fork; spawn and forkserver are checked on a shorter run, where each spawned worker's
-    import of Avalanche costs less in all (``test_precision_and_loading``)."""
+    import of Avalanche costs less in all (the start-method test below)."""
     found = {
-        workers: _run_in_fresh_process(tmp_path, WORKERS_SUITE, workers, "fork") for workers in (0, 1, 2)
+        workers: numbers_of_runs(_run_in_fresh_process(tmp_path, WORKERS_SUITE, workers, "fork"))
+        for workers in (0, 1, 2)
     }
     assert sorted(found[0]) == ["adaptervlm", "finetune", "gr4cil"]
     assert found[1] == found[0] and found[2] == found[0]
@@ -240,3 +237,41 @@ def test_a_run_killed_and_resumed_with_2_workers_equals_an_uninterrupted_run_wit
     revive()
     assert run.main(argv) == 0
     assert numbers_of_runs(tmp_path / "r2") == numbers_of_runs(tmp_path / "r0")
+
+
+START_METHOD_SUITE = (
+    tiny_suite(["gr4cil"], tasks=1, zero_shot_targets=["synthetic"])
+    + """[dataset.synthetic]
+n_classes = 10
+n_train_per_class = 4
+n_test_per_class = 2
+[defaults]
+batch_size = 8
+eval_batch_size = 16
+lora_rank = 2
+lora_alpha = 2.0
+num_workers = {workers}
+[strategy.gr4cil]
+epochs = 2
+compensation_epochs = 2
+threshold_holdout = 0.25
+"""
+)
+
+
+@pytest.fixture(scope="module")
+def without_workers(tmp_path_factory):
+    return _run_in_fresh_process(tmp_path_factory.mktemp("no-workers"), START_METHOD_SUITE, 0, "fork")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("method", ["forkserver", "spawn"])
+def test_training_and_zero_shot_run_with_workers_under_every_start_method(tmp_path, method, without_workers):
+    """Nothing that crosses to a worker may be a lambda or a local function (Python 3.14 makes
+    forkserver Linux's default; macOS uses spawn); and the numbers are those of a run with no
+    workers (``benchmarks.data.loaders``)."""
+    results = _run_in_fresh_process(tmp_path, START_METHOD_SUITE, 2, method)
+    result = result_of(results, "gr4cil")
+    assert result["config"]["strategy_config"]["num_workers"] == 2
+    assert result["zero_shot"]["synthetic"]["n_test"] == 100 * 20  # the target's whole test split
+    assert numbers_of_runs(results) == numbers_of_runs(without_workers)

@@ -12,7 +12,7 @@ from benchmarks.data.streams import spread_indices
 from benchmarks.runner.execute import resolve
 from benchmarks.runner.results import config_hash, iter_results, not_a_measurement
 from benchmarks.runner.suites import FastDevRun, expand
-from tests.helpers import MINI_SUITE, write_suite
+from tests.helpers import MINI_SUITE, result_of, write_suite
 
 
 def test_spread_indices_reaches_every_task_then_every_class_before_a_second_image():
@@ -109,7 +109,7 @@ def test_tables_report_and_comparison_never_take_a_fast_dev_run_for_a_measuremen
     notes = load_inputs(runs).notes
     assert any(note.startswith("2 result(s) are a fast dev run") for note in notes)
     # a fast dev run and a real run are two protocols: the comparison refuses to pair them
-    fast = next(r for _, r in iter_results(runs / "mini-fast-dev-run") if r["label"] == "finetune")
+    fast = result_of(runs / "mini-fast-dev-run", "finetune")
     (real,) = [r for _, r in iter_results(runs / "mini")]
     assert (
         compare.protocol_difference(compare.protocol(compare.Run(fast)), compare.Run(real)) == "fast dev run"

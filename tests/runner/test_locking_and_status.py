@@ -16,7 +16,7 @@ from benchmarks.runner import status
 from benchmarks.runner.locking import RunLock, read_holder
 from benchmarks.runner.results import ResultStore, RunKey, iter_results
 from strategies.finetune import Finetune
-from tests.helpers import kill_in_task, three_task_suite
+from tests.helpers import kill_in_task, runner_command, three_task_suite
 
 KEY = RunKey("finetune", "synthetic", 3, 0)
 SUITE = three_task_suite("finetune", "epochs = 1\nbatch_size = 40\neval_batch_size = 100\nlora_rank = 2")
@@ -220,16 +220,7 @@ def test_two_runners_started_together_compute_each_run_once(tmp_path):
             "seeds = [0]", "seeds = [0, 1]"
         )
     )
-    command = [
-        sys.executable,
-        "-m",
-        "benchmarks.run",
-        "--suite",
-        str(suite),
-        "--results-dir",
-        str(tmp_path / "results"),
-        "--quiet",
-    ]
+    command = runner_command(suite, tmp_path / "results")
     runners = [
         subprocess.Popen(command, cwd=ROOT, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         for _ in range(2)
@@ -288,7 +279,7 @@ def test_a_killed_local_worker_run_resumes_after_its_last_task(tmp_path, capsys)
     suite.write_text(SUITE.replace("epochs = 1", "epochs = 6"))
     argv = ["--suite", str(suite), "--results-dir", str(tmp_path / "results"), "--quiet"]
     worker = subprocess.Popen(
-        [sys.executable, "-m", "benchmarks.run", *argv],
+        runner_command(suite, tmp_path / "results"),
         cwd=ROOT,
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

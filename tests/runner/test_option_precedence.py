@@ -6,17 +6,9 @@ import pytest
 
 from benchmarks.runner.execute import resolve
 from benchmarks.runner.suites import expand, load_suite
+from tests.helpers import tiny_suite
 
-BASE = """
-datasets = ["synthetic"]
-tasks = [5]
-seeds = [0]
-strategies = ["l2p_pp", "plain"]
-device = "cpu"
-[backbone]
-model = "tiny-clip-32"
-pretrained = "synthetic"
-"""
+BASE = tiny_suite(["l2p_pp", "plain"])
 VARIANT = '[variants.plain]\nstrategy = "l2p_pp"\n'
 BASE += VARIANT
 

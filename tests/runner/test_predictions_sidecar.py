@@ -16,18 +16,11 @@ from benchmarks.runner.results import (
     predictions_path,
     save_predictions,
 )
-from tests.helpers import killed_and_resumed, run_one_run_suite
+from tests.helpers import killed_and_resumed, run_one_run_suite, tiny_suite
 
-FINETUNE_5_TASKS = """
-datasets = ["synthetic"]
-tasks = [5]
-seeds = [0]
-strategies = ["finetune"]
-device = "cpu"
-[backbone]
-model = "tiny-clip-32"
-pretrained = "synthetic"
-[dataset.synthetic]
+FINETUNE_5_TASKS = (
+    tiny_suite(["finetune"])
+    + """[dataset.synthetic]
 n_train_per_class = 6
 n_test_per_class = 3
 [defaults]
@@ -37,6 +30,7 @@ lora_alpha = 4.0
 [strategy.finetune]
 epochs = 1
 """
+)
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,10 @@
 """Results store (atomic, cached by config hash, corrupt files) and suite expansion."""
 
 import json
-import os
 
 import pytest
 
-from benchmarks.core.atomic_io import atomic_write_text, read_json
+from benchmarks.core.atomic_io import read_json
 from benchmarks.core.errors import UserError
 from benchmarks.runner.results import REQUIRED_KEYS, ResultStore, RunKey, config_hash, iter_results
 from benchmarks.runner.suites import available_suites, expand, load_suite
@@ -14,20 +13,6 @@ from benchmarks.runner.suites import available_suites, expand, load_suite
 def test_config_hash_ignores_key_order_but_not_values():
     assert config_hash({"a": 1, "b": {"c": 2}}) == config_hash({"b": {"c": 2}, "a": 1})
     assert config_hash({"a": 1}) != config_hash({"a": 2})
-
-
-def test_atomic_write_leaves_old_file_when_writing_fails(tmp_path, monkeypatch):
-    path = tmp_path / "r.json"
-    atomic_write_text(path, "old")
-
-    def broken_replace(src, dst):
-        raise OSError("disk full")
-
-    monkeypatch.setattr(os, "replace", broken_replace)
-    with pytest.raises(OSError):
-        atomic_write_text(path, "new")
-    assert path.read_text() == "old"
-    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temp file left behind
 
 
 def test_store_returns_finished_result_only_for_same_config(tmp_path):

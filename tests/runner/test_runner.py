@@ -1,6 +1,8 @@
-"""End-to-end runs of the runner on small offline suites: results, caching, resume, bad input."""
+"""End-to-end runs of the runner on small offline suites: results, caching, resume (an fp16 run's
+loss scaler and the peak memory included), --deterministic, bad input."""
 
 import json
+import os
 import subprocess
 import sys
 
@@ -11,11 +13,15 @@ import torch
 from safetensors.torch import save_file
 
 from benchmarks import run
+from benchmarks.core.environment import set_deterministic
+from benchmarks.core.precision import INITIAL_LOSS_SCALE
 from benchmarks.data.datasets import load_dataset
 from benchmarks.data.transforms import eval_transform
+from benchmarks.runner import execute
 from benchmarks.runner.results import REQUIRED_KEYS, iter_results
+from strategies import base as strategy_base
 from strategies.finetune import Finetune
-from tests.helpers import MINI_SUITE, kill_in_task
+from tests.helpers import MINI_SUITE, kill_in_task, result_of, runner_command
 
 STAGE_KEYS = {"task", "acc", "acc_per_task", "n_test_per_task", "routing_acc", "auroc", "fpr95"}
 
@@ -95,6 +101,87 @@ def test_killed_run_resumes_from_last_finished_task_with_identical_metrics(
     strip = lambda stages: [{k: v for k, v in s.items()} for s in stages]  # noqa: E731
     assert strip(res["stages"]) == strip(ref["stages"])
     assert res["summary"] == ref["summary"]
+
+
+@pytest.mark.slow
+def test_killed_fp16_run_resumes_with_its_loss_scaler_and_identical_metrics(
+    mini_suite, tmp_path, monkeypatch
+):
+    # A scaler whose scale doubles after every clean step overflows every few steps: its state at a
+    # task boundary decides which later steps are skipped, so a resume must restore it exactly.
+    monkeypatch.setattr(
+        strategy_base,
+        "loss_scaler",
+        lambda precision, device: torch.amp.GradScaler(
+            "cpu", init_scale=INITIAL_LOSS_SCALE, growth_interval=1, enabled=precision == "fp16"
+        ),
+    )
+    args = ("--strategies", "finetune", "--precision", "fp16")
+    reference = tmp_path / "reference"
+    assert _run(mini_suite, reference, *args) == 0
+    expected = result_of(reference, "finetune")
+    assert expected["config"]["precision"] == "fp16" and expected["cost"]["amp_skipped_steps"] > 0
+
+    def resume(directory, keep_scaler):
+        real_load = Finetune.load_checkpoint_state
+
+        def load(self, tensors, meta):
+            real_load(self, tensors, meta if keep_scaler else {**meta, "loss_scaler": {}})
+
+        revive = kill_in_task(monkeypatch, Finetune, task=3)
+        assert _run(mini_suite, directory, *args) == 130
+        revive()
+        monkeypatch.setattr(Finetune, "load_checkpoint_state", load)
+        assert _run(mini_suite, directory, *args) == 0
+        monkeypatch.setattr(Finetune, "load_checkpoint_state", real_load)
+        return result_of(directory, "finetune")
+
+    resumed = resume(tmp_path / "resumed", keep_scaler=True)
+    assert resumed["stages"] == expected["stages"] and resumed["summary"] == expected["summary"]
+    assert resumed["cost"]["amp_skipped_steps"] == expected["cost"]["amp_skipped_steps"]
+    # without the scaler's state the resumed run starts over at the first scale and skips other steps
+    fresh = resume(tmp_path / "fresh", keep_scaler=False)
+    assert fresh["cost"]["amp_skipped_steps"] != expected["cost"]["amp_skipped_steps"]
+
+
+@pytest.mark.slow
+def test_peak_memory_is_carried_across_a_resume(mini_suite, tmp_path, monkeypatch):
+    revive = kill_in_task(monkeypatch, Finetune, task=3)
+    monkeypatch.setattr(execute, "peak_memory", lambda device: (7 * 2**30, "cpu_max_rss"))  # before the kill
+    assert _run(mini_suite, tmp_path, "--strategies", "finetune") == 130
+    revive()
+    monkeypatch.setattr(execute, "peak_memory", lambda device: (2**20, "cpu_max_rss"))  # the resumed process
+    assert _run(mini_suite, tmp_path, "--strategies", "finetune") == 0
+    assert result_of(tmp_path, "finetune")["cost"]["peak_memory_bytes"] == 7 * 2**30
+
+
+@pytest.mark.slow
+def test_deterministic_flag_is_recorded_and_enables_deterministic_kernels(mini_suite, tmp_path, monkeypatch):
+    monkeypatch.delenv("CUBLAS_WORKSPACE_CONFIG", raising=False)
+    try:
+        assert _run(mini_suite, tmp_path / "a", "--strategies", "finetune", "--deterministic") == 0
+        assert torch.are_deterministic_algorithms_enabled()
+        assert os.environ["CUBLAS_WORKSPACE_CONFIG"] == ":4096:8"
+        assert _run(mini_suite, tmp_path / "b", "--strategies", "finetune", "--deterministic") == 0
+    finally:
+        set_deterministic(False)
+    first, second = result_of(tmp_path / "a", "finetune"), result_of(tmp_path / "b", "finetune")
+    assert first["config"]["deterministic"] is True and first["stages"] == second["stages"]
+
+
+@pytest.mark.slow
+def test_continual_clip_ignores_default_epochs_and_says_so_once(tmp_path):
+    suite = tmp_path / "epochs.toml"
+    suite.write_text(MINI_SUITE.replace("[defaults]", "[defaults]\nepochs = 2"))
+    proc = subprocess.run(
+        runner_command(suite, tmp_path / "r", "--strategies", "continual_clip"),
+        capture_output=True,
+        text=True,
+    )
+    assert proc.returncode == 0, proc.stderr
+    notice = "warning: continual_clip trains nothing: it ignores epochs = 2 and records 0\n"
+    assert proc.stderr.count(notice) == 1 and "Traceback" not in proc.stderr
+    assert result_of(tmp_path / "r", "continual_clip")["config"]["strategy_config"]["epochs"] == 0
 
 
 @pytest.mark.slow

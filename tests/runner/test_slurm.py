@@ -45,10 +45,11 @@ def _suite(tmp_path, launcher_table: str = "") -> Path:
     return path
 
 
-def _argv(tmp_path, *extra):
+def _argv(tmp_path, *extra, launcher_table: str = ""):
+    """The runner's arguments for the suite (with ``launcher_table``) under --launcher slurm."""
     return [
         "--suite",
-        str(_suite(tmp_path)),
+        str(_suite(tmp_path, launcher_table)),
         "--results-dir",
         str(tmp_path / "results"),
         "--quiet",
@@ -204,21 +205,8 @@ def test_bad_slurm_input_is_one_line_and_submits_nothing(
     empty = tmp_path / "no-slurm"
     empty.mkdir()
     monkeypatch.setenv("PATH", str(empty))  # no sbatch anywhere
-    suite = _suite(tmp_path, table)
-    argv = [
-        "--suite",
-        str(suite),
-        "--results-dir",
-        str(tmp_path / "results"),
-        "--quiet",
-        "--device",
-        "cpu",
-        "--launcher",
-        "slurm",
-        *extra,
-    ]
     try:
-        code = run.main(argv)
+        code = run.main(_argv(tmp_path, *extra, launcher_table=table))
     except SystemExit as exit_:  # argparse's own errors
         code = exit_.code
     assert code == 2

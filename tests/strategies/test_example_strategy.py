@@ -11,19 +11,14 @@ import numpy as np
 import pandas as pd
 import pytest
 
+from tests.helpers import tiny_suite
+
 REPO = Path(__file__).resolve().parents[2]
 EXAMPLE = REPO / "examples" / "my_strategy"
 LABEL = "my_strategy.strategy:MyStrategy"
-SUITE = """
-datasets = ["synthetic"]
-tasks = [5]
-seeds = [0, 1]
-strategies = ["gr4cil"]
-device = "cpu"
-[backbone]
-model = "tiny-clip-32"
-pretrained = "synthetic"
-[dataset.synthetic]
+SUITE = (
+    tiny_suite(["gr4cil"], seeds=(0, 1))
+    + """[dataset.synthetic]
 n_train_per_class = 10
 n_test_per_class = 4
 [defaults]
@@ -31,6 +26,7 @@ batch_size = 32
 [strategy.gr4cil]
 epochs = 1
 """
+)
 
 
 def _python(*argv, cwd):

@@ -1,7 +1,7 @@
 """The shared prompt module (strategies/prompting.py) and L2P++: selection against an independent
-top-k, the key losses against loops, prefix assembly, the CODA cosine, the parameter count of
-docs/baselines.md §9, and a run: frozen backbone, past head rows unchanged, accuracy above
-chance, exact save/load and resume."""
+top-k, the key losses against loops, prefix assembly, the parameter count of docs/baselines.md §9,
+and a run: frozen backbone, past head rows unchanged, accuracy above chance, exact save/load and
+resume. The CODA cosine is in ``test_optim.py``."""
 
 import math
 
@@ -10,7 +10,6 @@ import torch
 
 from benchmarks.backbone import BackboneSpec, create_clip
 from strategies.l2p_pp import L2PPlusPlus
-from strategies.optim import coda_cosine_factor
 from strategies.prompting import cosine_matrix, key_loss, prefix_from_prompts, select_prompts
 from tests.helpers import (
     check_save_load_and_resume,
@@ -59,12 +58,6 @@ def test_a_prompts_first_half_joins_the_keys_and_its_second_half_the_values():
     assert keys.shape == values.shape == (2, 4, 3)
     assert torch.equal(keys[1], torch.cat([prompts[1, 0, :2], prompts[1, 1, :2]]))
     assert torch.equal(values[1], torch.cat([prompts[1, 0, 2:], prompts[1, 1, 2:]]))
-
-
-def test_the_coda_cosine_by_hand():
-    assert coda_cosine_factor(0, 20) == 1.0 and coda_cosine_factor(0, 1) == 1.0
-    assert math.isclose(coda_cosine_factor(19, 20), math.cos(99 * math.pi / 200))  # about 1.6 % of lr
-    assert math.isclose(coda_cosine_factor(10, 21), math.cos(99 * math.pi * 10 / 4000))  # 200 (K - 1) = 4000
 
 
 def test_trainable_parameters_match_baselines_md():

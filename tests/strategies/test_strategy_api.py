@@ -1,5 +1,7 @@
 """The base strategy's training options: optimiser choice, warm-up and cosine schedules (per
-iteration or per epoch), gradient clipping, and the epoch-end callback that can stop training."""
+iteration or per epoch), gradient clipping, the epoch-end callback that can stop training, the
+training loader's workers, and text encoded once per evaluation. The schedules' own numbers are
+in ``test_optim.py``, the options' validation in ``test_config.py``."""
 
 import math
 
@@ -8,17 +10,18 @@ import torch
 from avalanche.training.plugins import SupervisedPlugin
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-from benchmarks.core.errors import UserError
 from benchmarks.core.precision import resolve_precision
 from benchmarks.data.class_orders import seeded_order
 from benchmarks.data.datasets import load_dataset
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
+from benchmarks.tools.loader_speed import LoaderProbe, loader_workers
 from strategies.checkpointing import pack_state, unpack_state
 from strategies.config import StrategyConfig
 from strategies.finetune import Finetune
 from strategies.optim import warmup_cosine_factor
 from strategies.registry import get_strategy
+from tests.helpers import tiny_strategy
 
 LR = 0.01
 ITERATIONS_PER_EPOCH = 3  # 6 classes x 8 images, batch 16
@@ -63,15 +66,6 @@ def _train(first_task, strategy_cls=Finetune, **options) -> tuple[Finetune, Reco
     torch.manual_seed(0)
     strategy.train(experience)
     return strategy, record
-
-
-def test_warmup_cosine_factor_by_hand():
-    # 10 steps, 2 of warm-up, ending at 0.1: 1/2, 2/2, then 0.1 + 0.9 * (1 + cos(pi * k / 8)) / 2
-    factors = [warmup_cosine_factor(step, 10, 2, 0.1) for step in range(11)]
-    assert factors[:3] == pytest.approx([0.5, 1.0, 1.0])
-    assert factors[6] == pytest.approx(0.55)  # half-way through the cosine
-    assert factors[10] == pytest.approx(0.1)
-    assert all(a >= b for a, b in zip(factors[1:], factors[2:]))
 
 
 def test_default_schedule_is_a_cosine_per_iteration(first_task):
@@ -122,21 +116,6 @@ def test_epoch_end_callback_stops_training(first_task):
     assert strategy.seen_classes  # the task still finished (prototypes, caches, bookkeeping)
 
 
-@pytest.mark.parametrize(
-    "options",
-    [
-        {"optimizer": "lion"},
-        {"schedule": "step"},
-        {"warmup_steps": 2, "warmup_fraction": 0.1},
-        {"min_lr_ratio": 2.0},
-        {"grad_clip": -1.0},
-    ],
-)
-def test_bad_training_options_are_user_errors(options):
-    with pytest.raises(UserError):
-        StrategyConfig.from_dict(options)
-
-
 class StructuredOutput(Finetune):
     """A strategy whose training output is a dict: the base must pass it through untouched."""
 
@@ -149,6 +128,45 @@ class StructuredOutput(Finetune):
         assert set(output) == {"logits", "batch"} and output["batch"] == len(local_targets)
         self.seen_outputs.append(output["batch"])
         return super().compute_loss(output["logits"], local_targets)
+
+
+def test_avalanche_builds_the_training_loader_with_the_configured_workers(tiny_stream):
+    probe = LoaderProbe()
+    torch.manual_seed(0)
+    strategy = Finetune(
+        backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
+        class_names=tiny_stream.class_names,
+        show_progress=False,
+        plugins=[probe],
+        config=Finetune.Config(epochs=2, batch_size=16, num_workers=2, lora_rank=4, lora_alpha=4.0),
+    )
+    strategy.learn(tiny_stream.train_stream[0])  # Avalanche's own train(): no loader arguments passed
+    assert loader_workers(probe.loader) == 2 and probe.loader.persistent_workers
+    assert not probe.loader.pin_memory  # pinned only on CUDA
+    assert strategy.loader_options() == {"num_workers": 2, "persistent_workers": True, "pin_memory": False}
+
+
+def test_evaluation_encodes_the_text_once_per_call(tiny_stream, monkeypatch):
+    strategy = tiny_strategy(Finetune, tiny_stream, eval_batch_size=4)  # 60 test images: 15 batches
+    strategy.learn(tiny_stream.train_stream[0])
+    calls = []
+    real_encode = type(strategy.backbone).encode_text
+    monkeypatch.setattr(
+        type(strategy.backbone),
+        "encode_text",
+        lambda self, *a, **k: calls.append(1) or real_encode(self, *a, **k),
+    )
+    scores = strategy.evaluate_dataset(tiny_stream.test_set)
+    assert len(calls) == 1 and scores.shape == (60, 10)
+    with torch.no_grad():
+        per_batch = torch.cat(
+            [
+                strategy.scores(torch.stack([tiny_stream.test_set[i][0] for i in range(j, j + 4)]))
+                for j in range(0, 8, 4)
+            ]
+        )
+    torch.testing.assert_close(scores[:8], per_batch, atol=0, rtol=0)
+    assert len(calls) == 3  # outside an evaluation pass the text is encoded per call, as it may be training
 
 
 def test_compute_logits_may_return_any_object(first_task):

@@ -1,7 +1,7 @@
 """The hot paths under pytest-benchmark, on the CPU with the tiny CLIP.
 
-    pytest tests/benchmarks --benchmark-only --benchmark-autosave      # record a baseline
-    pytest tests/benchmarks --benchmark-only --benchmark-compare       # compare with the last one
+    pytest tests/perf --benchmark-only --benchmark-autosave      # record a baseline
+    pytest tests/perf --benchmark-only --benchmark-compare       # compare with the last one
 
 ``--benchmark-compare-fail=mean:20%`` turns a regression of more than 20 % into a failure. A plain
 ``pytest`` skips this folder (``tests/conftest.py``). Each benchmark also checks what it computed,

@@ -1,0 +1,177 @@
+"""``benchmarks.core.atomic_io``: a file is written whole or not at all. A write that fails or is
+interrupted part-way keeps the old content and leaves no temporary file; a reader never sees half
+a file; a new file is readable as ``open`` would make it; a corrupt JSON file is one line."""
+
+import json
+import math
+import os
+import threading
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from benchmarks.core.atomic_io import (
+    atomic_write_bytes,
+    atomic_write_text,
+    read_json,
+    write_json,
+    write_tensors,
+)
+from benchmarks.core.errors import UserError
+
+
+def _names(folder) -> list[str]:
+    return sorted(p.name for p in folder.iterdir())
+
+
+def _fail_half_way(monkeypatch, error: BaseException) -> list[bytes]:
+    """Make the next atomic write put half its bytes on disk, then raise ``error``; returns, once it
+    has, what the temporary file held at that moment (to show the write really was cut short)."""
+    real_fdopen = os.fdopen
+    seen = []
+
+    class HalfWriter:
+        def __init__(self, fd, mode):
+            self.handle = real_fdopen(fd, mode)
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *exc_info):
+            self.handle.close()
+
+        def write(self, blob):
+            self.handle.write(blob[: len(blob) // 2])
+            self.handle.flush()
+            seen.append(os.pread(self.handle.fileno(), len(blob), 0))
+            raise error
+
+    monkeypatch.setattr(os, "fdopen", HalfWriter)
+    return seen
+
+
+def test_a_write_replaces_the_file_whole_and_makes_its_folder(tmp_path):
+    path = tmp_path / "a" / "b" / "r.txt"
+    atomic_write_text(path, "first")
+    atomic_write_text(path, "second, longer")
+    assert path.read_text() == "second, longer"
+    assert _names(path.parent) == ["r.txt"]  # no temporary file left
+
+
+@pytest.mark.parametrize("error", [OSError(28, "No space left on device"), KeyboardInterrupt()])
+def test_a_write_cut_short_keeps_the_old_content_and_leaves_no_partial_file(tmp_path, monkeypatch, error):
+    path = tmp_path / "r.json"
+    atomic_write_text(path, "old content")
+    seen = _fail_half_way(monkeypatch, error)
+    with pytest.raises(type(error)):
+        atomic_write_text(path, "new content, twice as long as the half")
+    assert seen == [b"new content, twice "]  # half the bytes were on disk, in the temporary file
+    assert path.read_text() == "old content"
+    assert _names(tmp_path) == ["r.json"]
+
+
+def test_a_first_write_that_fails_leaves_no_file_at_all(tmp_path, monkeypatch):
+    _fail_half_way(monkeypatch, OSError(5, "Input/output error"))
+    with pytest.raises(OSError):
+        atomic_write_bytes(tmp_path / "new.bin", b"0123456789")
+    assert _names(tmp_path) == []
+
+
+def test_a_failure_before_the_rename_keeps_the_old_file(tmp_path, monkeypatch):
+    path = tmp_path / "r.txt"
+    atomic_write_text(path, "old")
+
+    def fsync_fails(fd):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "fsync", fsync_fails)
+    with pytest.raises(OSError, match="Input/output error"):
+        atomic_write_text(path, "new")
+    assert path.read_text() == "old" and _names(tmp_path) == ["r.txt"]
+
+
+def test_a_reader_sees_the_old_file_or_the_new_one_never_half(tmp_path):
+    path = tmp_path / "big.bin"
+    versions = [bytes([0]) * 2**18, bytes([1]) * 2**18]
+    atomic_write_bytes(path, versions[0])
+    done, torn = threading.Event(), []
+
+    def read_until_done():
+        while not done.is_set():
+            if path.read_bytes() not in versions:
+                torn.append(1)
+
+    reader = threading.Thread(target=read_until_done)
+    reader.start()
+    try:
+        for i in range(60):
+            atomic_write_bytes(path, versions[i % 2])
+    finally:
+        done.set()
+        reader.join()
+    assert not torn and path.read_bytes() == versions[1]
+
+
+@pytest.mark.parametrize(("umask", "mode"), [(0o022, 0o644), (0o027, 0o640), (0o002, 0o664)])
+def test_a_new_file_has_the_mode_open_would_give_it(tmp_path, umask, mode):
+    previous = os.umask(umask)
+    try:
+        atomic_write_text(tmp_path / "r.txt", "x")
+    finally:
+        os.umask(previous)
+    assert (tmp_path / "r.txt").stat().st_mode & 0o777 == mode  # not mkstemp's 0600
+
+
+def test_json_is_written_one_space_indented_with_a_final_newline_and_reads_back(tmp_path):
+    path = tmp_path / "r.json"
+    write_json(path, {"b": [1, 2.5], "a": None})
+    assert path.read_text() == '{\n "b": [\n  1,\n  2.5\n ],\n "a": null\n}\n'
+    assert read_json(path) == {"b": [1, 2.5], "a": None}
+
+
+def test_json_refuses_nan_and_keeps_the_old_file(tmp_path):
+    path = tmp_path / "r.json"
+    write_json(path, {"acc": 0.5})
+    with pytest.raises(ValueError):
+        write_json(path, {"acc": math.nan})
+    assert json.loads(path.read_text()) == {"acc": 0.5} and _names(tmp_path) == ["r.json"]
+
+
+@pytest.mark.parametrize(
+    ("text", "reason"),
+    [
+        ('{"a": 1,\n', "Expecting property name enclosed in double quotes at line 2"),
+        ("", "Expecting value at line 1"),
+    ],
+)
+def test_a_corrupt_json_file_is_one_line_that_names_it_and_the_fix(tmp_path, text, reason):
+    path = tmp_path / "r.json"
+    path.write_text(text)
+    with pytest.raises(UserError) as error:
+        read_json(path)
+    assert str(error.value) == (
+        f"corrupt result file {path} ({reason}); delete it and rerun, or rerun with --force"
+    )
+
+
+def test_tensors_are_written_as_one_safetensors_file(tmp_path):
+    tensors = {"lora/a": torch.arange(6.0).view(2, 3), "state/b": torch.tensor([1, 2], dtype=torch.int64)}
+    write_tensors(tmp_path / "m.safetensors", tensors)
+    loaded = load_file(tmp_path / "m.safetensors")
+    assert loaded.keys() == tensors.keys() and all(torch.equal(loaded[k], tensors[k]) for k in tensors)
+    assert _names(tmp_path) == ["m.safetensors"]
+
+
+def test_atomic_write_leaves_old_file_when_writing_fails(tmp_path, monkeypatch):
+    path = tmp_path / "r.json"
+    atomic_write_text(path, "old")
+
+    def broken_replace(src, dst):
+        raise OSError("disk full")
+
+    monkeypatch.setattr(os, "replace", broken_replace)
+    with pytest.raises(OSError):
+        atomic_write_text(path, "new")
+    assert path.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temp file left behind

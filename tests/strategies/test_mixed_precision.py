@@ -1,0 +1,59 @@
+"""Strategies under mixed precision, on the CPU: the towers run under autocast while features and
+every score stay fp32, and fp16's loss scaler skips overflowing steps without advancing the
+schedule. GR4CIL's own fp32 quantities are in ``test_gr4cil_precision.py``."""
+
+import pytest
+import torch
+
+from benchmarks.core.precision import INITIAL_LOSS_SCALE
+from strategies import base as strategy_base
+from strategies.continual_clip import ContinualCLIP
+from strategies.finetune import Finetune
+from strategies.gr4cil import GR4CIL
+from tests.helpers import tiny_strategy
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("precision", ["fp16", "bf16"])
+def test_towers_autocast_but_features_and_every_score_are_fp32(tiny_stream, precision):
+    images = torch.stack([tiny_stream.test_set[i][0] for i in range(6)])
+    for cls in (ContinualCLIP, Finetune, GR4CIL):
+        strategy = tiny_strategy(cls, tiny_stream, precision)
+        strategy.learn(tiny_stream.train_stream[0])  # trains under autocast (and the loss scaler in fp16)
+        with torch.no_grad():
+            low = strategy.scores(images)
+            strategy.backbone.set_precision("fp32")  # the same weights, towers in fp32
+            high = strategy.scores(images)
+        assert low.dtype == high.dtype == torch.float32, cls.name
+        assert low.shape == (6, 10)
+        # the same model to the half format's rounding (bf16 keeps 8 bits of mantissa)
+        torch.testing.assert_close(low, high, atol=0.03 if precision == "bf16" else 0.004, rtol=0)
+        assert not torch.equal(low, high)  # the towers did run in the lower precision
+    backbone = strategy.backbone
+    backbone.set_precision(precision)
+    with torch.no_grad():
+        text = backbone.encode_text(backbone.tokenize(["a photo of a red solid circle."]))
+    assert text.dtype == torch.float32 and torch.allclose(text.norm(dim=-1), torch.ones(1))
+
+
+@pytest.mark.slow
+def test_loss_scale_overflows_skip_steps_and_the_schedule_follows_the_steps_taken(tiny_stream, monkeypatch):
+    """A first scale far too large overflows: those steps are skipped and counted, and the cosine
+    schedule advances only with the steps taken. INITIAL_LOSS_SCALE skips none at logit scale 100."""
+
+    def first_step_skipped(init_scale):
+        monkeypatch.setattr(
+            strategy_base,
+            "loss_scaler",
+            lambda precision, device: torch.amp.GradScaler(
+                "cpu", init_scale=init_scale, enabled=precision == "fp16"
+            ),
+        )
+        strategy = tiny_strategy(Finetune, tiny_stream, "fp16", batch_size=64)
+        strategy.backbone.logit_scale = 100.0  # the openai value (the tiny CLIP learnt a smaller one)
+        strategy.learn(tiny_stream.train_stream[0])  # 80 images: 2 steps
+        return strategy.skipped_steps, strategy.scheduler.last_epoch
+
+    skipped, scheduler_steps = first_step_skipped(2.0**40)
+    assert skipped >= 1 and scheduler_steps == 2 - skipped
+    assert first_step_skipped(INITIAL_LOSS_SCALE) == (0, 2)

@@ -1,0 +1,157 @@
+"""``strategies.registry``: strategies by name, found without an edit elsewhere, and a
+``module.path:ClassName`` from outside whose every way of failing is one line that says why."""
+
+import sys
+
+import pytest
+
+import strategies
+from benchmarks.core.errors import UserError
+from strategies import registry
+from strategies.base import CLIPStrategy
+from strategies.registry import available, get_strategy, register
+
+PAPER_STRATEGIES = {
+    "adaptervlm",
+    "coda_prompt",
+    "continual_clip",
+    "dualprompt",
+    "finetune",
+    "gr4cil",
+    "l2p_pp",
+    "magmax",
+    "mg_clip",
+    "moe4cl",
+}
+
+
+@pytest.fixture
+def fresh_registry(monkeypatch):
+    """A copy of the registry that the test may change; the real one is back after it."""
+    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
+    return registry._REGISTRY
+
+
+def test_registry_finds_strategies_and_reports_unknown_names():
+    assert {"continual_clip", "finetune"} <= set(available())
+    assert issubclass(get_strategy("finetune"), CLIPStrategy)
+    assert get_strategy("strategies.finetune:Finetune") is get_strategy("finetune")
+    with pytest.raises(UserError, match="available"):
+        get_strategy("nope")
+    with pytest.raises(UserError, match="module.path:ClassName"):
+        get_strategy("no_module_given:")
+
+
+def test_every_registered_strategy_is_named_as_registered_and_listed_in_order():
+    names = available()
+    assert names == sorted(names) and PAPER_STRATEGIES <= set(names)
+    for name in names:
+        cls = get_strategy(name)
+        assert cls.name == name and issubclass(cls, CLIPStrategy)
+        assert cls.__module__.startswith("strategies.")  # found by importing the package's modules
+
+
+def test_an_unknown_name_lists_every_available_strategy():
+    with pytest.raises(UserError) as error:
+        get_strategy("gr4cl")
+    assert str(error.value) == f"unknown strategy 'gr4cl'; available: {', '.join(available())}"
+
+
+def test_register_names_the_class_and_refuses_a_second_class_under_one_name(fresh_registry):
+    class First(CLIPStrategy):
+        pass
+
+    class Second(CLIPStrategy):
+        pass
+
+    assert register("registry_test")(First) is First and First.name == "registry_test"
+    assert register("registry_test")(First) is First  # the same class again: a re-import, allowed
+    with pytest.raises(ValueError, match="strategy name 'registry_test' is registered twice"):
+        register("registry_test")(Second)
+    assert get_strategy("registry_test") is First and "registry_test" in available()
+
+
+def test_a_new_file_in_the_strategies_package_is_found_with_no_edit_elsewhere(
+    tmp_path, monkeypatch, fresh_registry
+):
+    (tmp_path / "registry_probe.py").write_text(
+        "from strategies.base import CLIPStrategy\n"
+        "from strategies.registry import register\n\n\n"
+        '@register("registry_probe")\n'
+        "class RegistryProbe(CLIPStrategy):\n"
+        "    pass\n"
+    )
+    monkeypatch.setattr(strategies, "__path__", [*strategies.__path__, str(tmp_path)])
+    monkeypatch.setattr(registry, "_DISCOVERED", False)
+    try:
+        assert get_strategy("registry_probe").__name__ == "RegistryProbe"
+        assert "registry_probe" in available()
+    finally:
+        sys.modules.pop("strategies.registry_probe", None)
+
+
+@pytest.mark.parametrize("name", [":Finetune", ".finetune:Finetune", "strategies.finetune:"])
+def test_a_label_without_module_or_class_says_how_to_write_it(name):
+    with pytest.raises(UserError) as error:
+        get_strategy(name)
+    assert str(error.value) == f"strategy {name!r}: give it as module.path:ClassName"
+
+
+def _import_error(name: str) -> str:
+    with pytest.raises(UserError) as error:
+        get_strategy(name)
+    return str(error.value)
+
+
+def test_a_module_class_strategy_that_cannot_be_imported_says_why(tmp_path, monkeypatch):
+    (tmp_path / "outside_strategy.py").write_text("class OutsideStrategy:\n    pass\n")
+    (tmp_path / "broken_strategy.py").write_text("import os\nimport no_such_package_of_theirs\n")
+    (tmp_path / "bad_name_strategy.py").write_text("from os import no_such_name\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    # the module is on no path: how to put it there
+    assert _import_error("not_installed_pkg.strategy:Thing") == (
+        "cannot import strategy 'not_installed_pkg.strategy:Thing': no module named 'not_installed_pkg' "
+        "on the Python path; install the strategy's package with pip install -e PATH (the folder of its "
+        "pyproject.toml), or put the folder that holds 'not_installed_pkg' on PYTHONPATH "
+        "(e.g. PYTHONPATH=examples/my_strategy)"
+    )
+    assert _import_error("strategies.no_such_file:Thing") == (
+        "cannot import strategy 'strategies.no_such_file:Thing': package 'strategies' has no module "
+        "'no_such_file'; check the module path before the colon"
+    )
+    # the module is there, the class is not
+    assert _import_error("outside_strategy:OutsideStrategyy") == (
+        f"cannot import strategy 'outside_strategy:OutsideStrategyy': module 'outside_strategy' "
+        f"({tmp_path / 'outside_strategy.py'}) has no class 'OutsideStrategyy'; "
+        "did you mean 'OutsideStrategy'?"
+    )
+    assert get_strategy("outside_strategy:OutsideStrategy").__name__ == "OutsideStrategy"
+    # the module is there and fails to import something itself: a bug in it, named, not "missing"
+    assert _import_error("broken_strategy:Thing") == (
+        "cannot import strategy 'broken_strategy:Thing': module 'broken_strategy' was found, but an import "
+        f"inside it failed (ModuleNotFoundError at {tmp_path / 'broken_strategy.py'}:2: No module named "
+        "'no_such_package_of_theirs'); install what it needs or fix that import"
+    )
+    assert _import_error("bad_name_strategy:Thing").startswith(
+        "cannot import strategy 'bad_name_strategy:Thing': module 'bad_name_strategy' was found, but an "
+        f"import inside it failed (ImportError at {tmp_path / 'bad_name_strategy.py'}:1: cannot import "
+        "name 'no_such_name' from 'os'"
+    )
+
+
+def test_a_missing_class_with_no_close_name_and_a_namespace_package_are_named_plainly(tmp_path, monkeypatch):
+    (tmp_path / "plain_strategy.py").write_text("class Alpha:\n    pass\n")
+    (tmp_path / "folder_without_init").mkdir()
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        assert _import_error("plain_strategy:Zebra") == (
+            f"cannot import strategy 'plain_strategy:Zebra': module 'plain_strategy' "
+            f"({tmp_path / 'plain_strategy.py'}) has no class 'Zebra'"
+        )
+        assert _import_error("folder_without_init:Thing") == (
+            "cannot import strategy 'folder_without_init:Thing': module 'folder_without_init' "
+            "(a namespace package) has no class 'Thing'"
+        )
+    finally:
+        for name in ("plain_strategy", "folder_without_init"):
+            sys.modules.pop(name, None)
