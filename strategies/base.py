@@ -39,7 +39,7 @@ from __future__ import annotations
 import contextlib
 import math
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -80,7 +80,8 @@ class CLIPStrategy(SupervisedTemplate):
     #: the strategy's config dataclass
     Config: ClassVar[type[StrategyConfig]] = StrategyConfig
     #: attributes holding learned state besides LoRA adapters, saved in every checkpoint
-    #: (``pack_state``): tensors, lists or dicts of tensors, modules, or None
+    #: (``pack_state``): tensors, lists or dicts of tensors, modules, lists of dataclasses, JSON
+    #: values, or None
     checkpoint_attributes: ClassVar[tuple[str, ...]] = ()
 
     def __init__(
@@ -343,6 +344,39 @@ class CLIPStrategy(SupervisedTemplate):
             max_batches=self.max_train_batches if shuffle else None,  # a shuffled pass is a training pass
             **options,
         )
+
+    def train_on_frozen_features(
+        self,
+        parameters: list[torch.nn.Parameter],
+        loss: Callable[[torch.Tensor, torch.Tensor], torch.Tensor],
+        *,
+        epochs: int,
+        lr: float,
+        batch_size: int,
+        purpose: str,
+        lr_factor: Callable[[int, int], float] | None = None,
+    ) -> None:
+        """A second stage after a task (a head, a classifier): Adam trains ``parameters`` alone for
+        ``epochs`` passes over the task's training data (train augmentation, loader ``purpose``) on
+        ``loss(image features, local targets)``, the features those of the active visual branch,
+        computed without a graph. ``lr_factor(step, total steps)``, if given, scales ``lr`` per step."""
+        optimizer = torch.optim.Adam(parameters, lr=lr)
+        loader = self.data_loader(
+            self.adapted_dataset.train(), batch_size=batch_size, shuffle=True, passes=epochs, purpose=purpose
+        )
+        total, step = epochs * len(loader), 0
+        for _ in range(epochs):
+            for images, targets, *_ in loader:
+                if lr_factor is not None:
+                    for group in optimizer.param_groups:
+                        group["lr"] = lr * lr_factor(step, total)
+                with torch.no_grad():
+                    image = self.backbone.encode_image(images)
+                value = loss(image, self.local_targets(targets))
+                optimizer.zero_grad()
+                value.backward()
+                optimizer.step()
+                step += 1
 
     @torch.no_grad()
     def evaluate_dataset(self, dataset, cache_key: str | None = None) -> torch.Tensor:

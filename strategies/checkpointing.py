@@ -8,6 +8,9 @@ restores them. ``save_model`` and ``load_model`` write and read the same as two 
 
 from __future__ import annotations
 
+import dataclasses
+import json
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -16,35 +19,117 @@ from safetensors.torch import load_file
 
 from benchmarks.core.atomic_io import read_json, write_json, write_tensors
 
-StateValue = torch.Tensor | list | dict | torch.nn.Module | None
+StateValue = torch.Tensor | list | dict | torch.nn.Module | int | float | str | bool | None
+#: how ``unpack_state`` rebuilds a value: a name ("tensor", "list", ...), or for a value with parts
+#: that are not tensors a JSON dict that holds those parts (kinds "dataclasses" and "json")
+StateKind = str | dict[str, Any]
 
 
-def pack_state(value: StateValue) -> tuple[str, dict[str, torch.Tensor]]:
-    """A strategy attribute as ``(kind, {key suffix: CPU tensor})`` for a checkpoint.
+def _cpu(tensor: torch.Tensor) -> torch.Tensor:
+    return tensor.detach().cpu().contiguous()
 
-    A tensor is saved under "" (key ``state/<name>``), a list under "/<i>", a dict of tensors
-    under "/<key>", a module under "/<state_dict key>"; None saves nothing. ``unpack_state``
-    inverts it.
+
+def pack_state(value: StateValue) -> tuple[StateKind, dict[str, torch.Tensor]]:
+    """A strategy attribute as ``(kind, {key suffix: CPU tensor})`` for a checkpoint; the kind is
+    JSON, stored in the metadata.
+
+    A tensor is saved under "" (key ``state/<name>``), a list of tensors under "/<i>", a dict of
+    tensors under "/<key>", a module under "/<state_dict key>"; None saves nothing. A list of
+    dataclasses (one class) saves each item's tensor fields under "/<i>/<field>" and its other
+    fields, JSON values, in the kind. A value without tensors (ids, per-epoch statistics: JSON)
+    is kept whole in the kind. ``unpack_state`` inverts it.
     """
     if value is None:
         return "none", {}
     if isinstance(value, torch.Tensor):
-        return "tensor", {"": value.detach().cpu().contiguous()}
+        return "tensor", {"": _cpu(value)}
     if isinstance(value, torch.nn.Module):
-        return "module", {f"/{k}": v.detach().cpu().contiguous() for k, v in value.state_dict().items()}
-    if isinstance(value, (list, tuple)):
-        return "list", {f"/{i}": v.detach().cpu().contiguous() for i, v in enumerate(value)}
-    if isinstance(value, dict):
-        return "dict", {f"/{k}": v.detach().cpu().contiguous() for k, v in value.items()}
-    raise TypeError(
-        f"cannot checkpoint a {type(value).__name__}; use tensors, lists or dicts of them, or a module"
-    )
+        return "module", {f"/{k}": _cpu(v) for k, v in value.state_dict().items()}
+    if isinstance(value, (list, tuple)) and all(isinstance(v, torch.Tensor) for v in value):
+        return "list", {f"/{i}": _cpu(v) for i, v in enumerate(value)}
+    if isinstance(value, dict) and all(isinstance(v, torch.Tensor) for v in value.values()):
+        return "dict", {f"/{k}": _cpu(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)) and all(_is_dataclass_instance(v) for v in value):
+        return _pack_dataclasses(value)
+    return {"kind": "json", "value": _json_value(value)}, {}
 
 
-def unpack_state(kind: str, packed: dict[str, torch.Tensor], current: StateValue = None) -> StateValue:
+def _is_dataclass_instance(value: Any) -> bool:
+    return dataclasses.is_dataclass(value) and not isinstance(value, type)
+
+
+def _json_value(value: Any) -> Any:
+    """A copy of ``value`` as the metadata's JSON gives it back (a tuple becomes a list), so a state
+    loaded from memory equals one loaded from disk and shares nothing with the strategy."""
+    try:
+        return json.loads(json.dumps(value, allow_nan=False))
+    except (TypeError, ValueError):
+        raise TypeError(
+            f"cannot checkpoint a {type(value).__name__} holding {value!r:.80}; use tensors, lists or "
+            "dicts of them, a module, a list of dataclasses of tensors and JSON values, or JSON values"
+        ) from None
+
+
+def _pack_dataclasses(items: list | tuple) -> tuple[StateKind, dict[str, torch.Tensor]]:
+    """Tensor fields of item ``i`` go under "/<i>/<field>"; the other fields stay in the kind."""
+    classes = {type(item) for item in items}
+    if len(classes) > 1:
+        names = sorted(c.__name__ for c in classes)
+        raise TypeError(f"cannot checkpoint a list of different dataclasses ({', '.join(names)})")
+    (cls,) = classes
+    tensors, rows = {}, []
+    for i, item in enumerate(items):
+        row = {}
+        for f in dataclasses.fields(item):
+            value = getattr(item, f.name)
+            if isinstance(value, torch.Tensor):
+                tensors[f"/{i}/{f.name}"] = _cpu(value)
+            else:
+                row[f.name] = _json_value(value)
+        rows.append(row)
+    return {"kind": "dataclasses", "class": f"{cls.__module__}:{cls.__qualname__}", "items": rows}, tensors
+
+
+def _unpack_dataclasses(kind: dict[str, Any], packed: dict[str, torch.Tensor]) -> list:
+    cls = _loaded_dataclass(kind["class"])
+    init = {f.name for f in dataclasses.fields(cls) if f.init}
+    items = []
+    for i, row in enumerate(kind["items"]):
+        prefix = f"/{i}/"
+        tensors = {k[len(prefix) :]: v for k, v in packed.items() if k.startswith(prefix)}
+        fields = {**_json_value(row), **tensors}
+        item = cls(**{k: v for k, v in fields.items() if k in init})
+        for name in fields.keys() - init:
+            setattr(item, name, fields[name])
+        items.append(item)
+    return items
+
+
+def _loaded_dataclass(name: str) -> type:
+    """The dataclass ``module:QualName`` names, from a module already imported (the strategy's own):
+    loading a checkpoint imports nothing that its metadata names."""
+    module_name, _, qualname = name.partition(":")
+    found = sys.modules.get(module_name)
+    for part in qualname.split("."):
+        found = getattr(found, part, None)
+    if not (isinstance(found, type) and dataclasses.is_dataclass(found)):
+        raise ValueError(
+            f"a checkpoint holds items of dataclass {name!r}, which no imported module defines; "
+            "import the strategy that saved it first"
+        )
+    return found
+
+
+def unpack_state(kind: StateKind, packed: dict[str, torch.Tensor], current: StateValue = None) -> StateValue:
     """The value ``pack_state`` saved. A module, or a tensor into an ``nn.Parameter`` of its shape, is
     loaded into ``current`` (the strategy re-creates it before loading, e.g. in ``__init__``) and
     returned."""
+    if isinstance(kind, dict):
+        if kind["kind"] == "json":
+            return _json_value(kind["value"])
+        if kind["kind"] == "dataclasses":
+            return _unpack_dataclasses(kind, packed)
+        raise ValueError(f"unknown checkpoint state kind {kind['kind']!r}")
     if kind == "none":
         return None
     if kind == "tensor":
@@ -70,7 +155,8 @@ def strategy_state(strategy) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     """Tensors (for safetensors) and JSON metadata that restore ``strategy`` after a task.
 
     Keys: ``lora/<adapter>/<key>`` for every LoRA adapter, and ``state/<name>...`` for each
-    attribute in ``checkpoint_attributes`` (``pack_state``).
+    attribute in ``checkpoint_attributes`` (``pack_state``), whose kinds, with any JSON parts, are
+    the metadata's ``state_kinds``.
     """
     tensors = {
         f"lora/{name}/{key}": value.detach().cpu().contiguous()

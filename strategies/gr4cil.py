@@ -215,6 +215,15 @@ class TaskState:
     diagnostics: dict[str, Any] = field(default_factory=dict)
 
 
+@dataclass
+class GR4CILOutput:
+    """``compute_logits`` -> ``compute_loss``: a stage-1 step's logits and the text features they use."""
+
+    logits: torch.Tensor  # logit_scale * <v, t_c> over the current classes (L_clip, eq. 3)
+    text: torch.Tensor  # t_c of the seen, then the current classes (L_anc, L_sep: eqs. 1-2)
+    cosine: torch.Tensor  # <v, t_c> without a graph, for the modality-gap statistics
+
+
 def holdout_split(targets: list[int], order: list[int], fraction: float) -> tuple[list[int], list[int]]:
     """Indices held out to set the thresholds omega^t, and those trained on: the first
     ``max(1, round(fraction * n))`` of ``order`` are held out and the rest trained on, except that a
@@ -234,6 +243,8 @@ def holdout_split(targets: list[int], order: list[int], fraction: float) -> tupl
 @register("gr4cil")
 class GR4CIL(CLIPStrategy):
     Config = GR4CILConfig
+    # per task U_t, W_hat_t, p_c and omega^t; the anchors z_c (rows follow anchor_ids)
+    checkpoint_attributes = ("tasks", "anchors", "anchor_ids", "modality_gap")
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -270,24 +281,24 @@ class GR4CIL(CLIPStrategy):
             self._holdout = self.adapted_dataset.subset(held).eval()
             self.adapted_dataset = self.adapted_dataset.subset(trained)
 
-    def compute_logits(self, images: torch.Tensor) -> torch.Tensor:
+    def compute_logits(self, images: torch.Tensor) -> GR4CILOutput:
         image = self.backbone.encode_image(images, normalize=True)
         # every step re-encodes the prompts of all seen classes with the current text adapter
         classes = self.seen_classes + self.current_classes
         if len(classes) <= self.text_chunk_size():
-            self._step_text, self._chunked_text = self.text_features(classes), None
+            text, self._chunked_text = self.text_features(classes), None
         else:  # encode without a graph now; ``backward`` replays the text tower chunk by chunk
             with torch.no_grad():
                 self._chunked_text = self.text_features(classes).detach().requires_grad_()
-            self._step_text = self._chunked_text
-        cosine = image @ self._step_text[len(self.seen_classes) :].T
-        self._step_cosine = cosine.detach()
-        return self.backbone.logit_scale * cosine
+            text = self._chunked_text
+        cosine = image @ text[len(self.seen_classes) :].T
+        return GR4CILOutput(self.backbone.logit_scale * cosine, text, cosine.detach())
 
-    def compute_loss(self, logits: torch.Tensor, local_targets: torch.Tensor) -> torch.Tensor:
-        loss = clip_loss(logits, local_targets)
+    def compute_loss(self, output: GR4CILOutput, local_targets: torch.Tensor) -> torch.Tensor:
+        """``L_base = L_clip + lambda_anc L_anc + lambda_sep L_sep`` (eqs. 1-3)."""
+        loss = clip_loss(output.logits, local_targets)
         n_prev = len(self.seen_classes)
-        text_prev, text_new = self._step_text[:n_prev], self._step_text[n_prev:]
+        text_prev, text_new = output.text[:n_prev], output.text[n_prev:]
         if self.cfg.use_anchor_loss and n_prev:
             loss = loss + self.cfg.lambda_anc * anchor_loss(
                 text_prev, self.device_copy("anchors", self.anchors)
@@ -295,9 +306,9 @@ class GR4CIL(CLIPStrategy):
         if self.cfg.use_separation_loss and (n_prev or len(self.current_classes) > 1):
             new_index = torch.arange(n_prev, n_prev + len(self.current_classes), device=text_new.device)
             loss = loss + self.cfg.lambda_sep * separation_loss(
-                text_new, self._step_text, new_index, self.cfg.tau
+                text_new, output.text, new_index, self.cfg.tau
             )
-        self._record_gap(self._step_cosine, local_targets)
+        self._record_gap(output.cosine, local_targets)
         return loss
 
     def backward(self):
@@ -375,28 +386,17 @@ class GR4CIL(CLIPStrategy):
             init = projector @ init
         weight = torch.nn.Parameter(init.to(self.device))
         projector = projector.to(self.device) if projector is not None else None
-        optimizer = torch.optim.Adam([weight], lr=self.cfg.compensation_lr)
         self.backbone.set_adapters(visual=adapter, text="text")
-        loader = self.data_loader(
-            self.adapted_dataset.train(),
+        self.train_on_frozen_features(
+            [weight],
+            lambda image, targets: compensation_loss(
+                image, compensation_head(weight, projector), targets, self.backbone.logit_scale
+            ),
+            epochs=self.cfg.compensation_epochs,
+            lr=self.cfg.compensation_lr,
             batch_size=self.cfg.batch_size,
-            shuffle=True,
-            passes=self.cfg.compensation_epochs,
             purpose="compensation",
         )
-        for _ in range(self.cfg.compensation_epochs):
-            for images, targets, *_ in loader:
-                with torch.no_grad():
-                    image = self.backbone.encode_image(images)
-                loss = compensation_loss(
-                    image,
-                    compensation_head(weight, projector),
-                    self.local_targets(targets),
-                    self.backbone.logit_scale,
-                )
-                optimizer.zero_grad()
-                loss.backward()
-                optimizer.step()
         return compensation_head(weight.detach(), projector).cpu()
 
     def _threshold(self, state: TaskState, text: torch.Tensor) -> float:
@@ -596,49 +596,34 @@ class GR4CIL(CLIPStrategy):
         stored = sum((t.head.numel() if t.head is not None else 0) + t.prototypes.numel() for t in self.tasks)
         return self.lora_parameter_count() + stored + self.anchors.numel()
 
-    # ---------------------------------------------------------------- saving and loading
-    def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
-        """Adapters plus, per task ``i`` (1-based): ``tasks/i/text_basis`` (U_t, d x r),
-        ``tasks/i/compensation_head`` (W_hat_t, d x |C|), ``tasks/i/prototypes`` (|C| x d),
-        ``tasks/i/class_ids``; and ``anchors/features`` (z_c) with ``anchors/class_ids``."""
-        tensors, meta = super().checkpoint_state()
-        for i, state in enumerate(self.tasks, start=1):
-            tensors[f"tasks/{i}/text_basis"] = state.text_basis.contiguous()
-            tensors[f"tasks/{i}/prototypes"] = state.prototypes.contiguous()
-            tensors[f"tasks/{i}/class_ids"] = torch.tensor(state.class_ids)
-            if state.head is not None:
-                tensors[f"tasks/{i}/compensation_head"] = state.head.contiguous()
-        tensors["anchors/features"] = self.anchors.contiguous()
-        tensors["anchors/class_ids"] = torch.tensor(self.anchor_ids, dtype=torch.long)
-        meta["gr4cil"] = {
-            "tasks": [
-                {"adapter": t.adapter, "threshold": t.threshold, "diagnostics": t.diagnostics}
-                for t in self.tasks
-            ],
-            "modality_gap": self.modality_gap,
-        }
-        return tensors, meta
-
+    # ---------------------------------------------------------------- loading
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         super().load_checkpoint_state(tensors, meta)
-        self.tasks = []
-        for i, info in enumerate(meta["gr4cil"]["tasks"], start=1):
-            self.tasks.append(
-                TaskState(
-                    adapter=info["adapter"],
-                    class_ids=tensors[f"tasks/{i}/class_ids"].tolist(),
-                    text_basis=tensors[f"tasks/{i}/text_basis"],
-                    head=tensors.get(f"tasks/{i}/compensation_head"),
-                    prototypes=tensors[f"tasks/{i}/prototypes"],
-                    threshold=info["threshold"],
-                    diagnostics=info["diagnostics"],
-                )
-            )
-        self.anchors = tensors["anchors/features"]
-        self.anchor_ids = tensors["anchors/class_ids"].tolist()
-        self.modality_gap = meta["gr4cil"]["modality_gap"]
+        if "gr4cil" in meta:
+            self._load_own_keys(tensors, meta["gr4cil"])
         if self.tasks:  # the adapters as finish_task leaves them
             self.backbone.set_adapters(visual=self.tasks[-1].adapter, text="text")
+
+    def _load_own_keys(self, tensors: dict[str, torch.Tensor], saved: dict[str, Any]) -> None:
+        """A model saved before GR4CIL used ``checkpoint_attributes`` had keys of its own: per task
+        ``i`` (from 1) ``tasks/i/text_basis``, ``tasks/i/compensation_head`` (absent without a
+        head), ``tasks/i/prototypes``, ``tasks/i/class_ids``; ``anchors/features`` and
+        ``anchors/class_ids``; the rest under the metadata's "gr4cil"."""
+        self.tasks = [
+            TaskState(
+                adapter=info["adapter"],
+                class_ids=tensors[f"tasks/{i}/class_ids"].tolist(),
+                text_basis=tensors[f"tasks/{i}/text_basis"],
+                head=tensors.get(f"tasks/{i}/compensation_head"),
+                prototypes=tensors[f"tasks/{i}/prototypes"],
+                threshold=info["threshold"],
+                diagnostics=info["diagnostics"],
+            )
+            for i, info in enumerate(saved["tasks"], start=1)
+        ]
+        self.anchors = tensors["anchors/features"]
+        self.anchor_ids = tensors["anchors/class_ids"].tolist()
+        self.modality_gap = saved["modality_gap"]
 
 
 def _mean_or_none(values: list) -> float | None:

@@ -15,6 +15,8 @@ from benchmarks.core.errors import UserError
 
 _REGISTRY: dict[str, type] = {}
 _DISCOVERED = False
+# The package's modules that define no strategy: the base layer every strategy builds on.
+_SHARED_MODULES = frozenset({"base", "checkpointing", "config", "optim", "prompting", "registry"})
 
 
 def register(name: str):
@@ -37,7 +39,7 @@ def _discover() -> None:
     import strategies
 
     for module in pkgutil.iter_modules(strategies.__path__):
-        if module.name not in {"base", "registry"}:
+        if module.name not in _SHARED_MODULES:
             importlib.import_module(f"strategies.{module.name}")
     _DISCOVERED = True
 

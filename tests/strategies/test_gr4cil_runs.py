@@ -107,19 +107,17 @@ def test_saved_model_keys_are_documented_and_loading_restores_the_scores(gr4cil_
     stem = results / "synthetic" / "gr4cil" / "T4-seed0.model"
     with safe_open(str(stem) + ".safetensors", "pt") as f:
         keys = set(f.keys())
-        basis = f.get_tensor("tasks/1/text_basis")
-        head = f.get_tensor("tasks/1/compensation_head")
-    for i in range(1, 5):
-        assert {
-            f"tasks/{i}/text_basis",
-            f"tasks/{i}/compensation_head",
-            f"tasks/{i}/prototypes",
-            f"tasks/{i}/class_ids",
-        } <= keys
-    assert {"anchors/features", "anchors/class_ids"} <= keys
+        basis = f.get_tensor("state/tasks/0/text_basis")
+        head = f.get_tensor("state/tasks/0/head")
+    for i in range(4):
+        assert {f"state/tasks/{i}/text_basis", f"state/tasks/{i}/head", f"state/tasks/{i}/prototypes"} <= keys
+    assert "state/anchors" in keys
     assert (basis.T @ head).abs().max() < 1e-5  # W_hat stays orthogonal to the text span
     meta = json.loads((stem.parent / "T4-seed0.model.json").read_text())
     assert meta["strategy"] == "gr4cil" and len(meta["class_names"]) == 20
+    kinds = meta["state"]["state_kinds"]  # the tasks' class ids and the anchors' are in the JSON
+    assert [len(task["class_ids"]) for task in kinds["tasks"]["items"]] == [5, 5, 5, 5]
+    assert len(kinds["anchor_ids"]["value"]) == 20
 
     spec = run.expand(run.load_suite(str(suite)))[0]
     data = execute._load_data(spec, "data")
