@@ -155,3 +155,20 @@ def test_a_missing_class_with_no_close_name_and_a_namespace_package_are_named_pl
     finally:
         for name in ("plain_strategy", "folder_without_init"):
             sys.modules.pop(name, None)
+
+
+def test_the_modules_skipped_by_discovery_are_exactly_those_that_register_nothing():
+    import importlib
+    import pkgutil
+
+    import strategies
+    from strategies.registry import _REGISTRY, _SHARED_MODULES, available
+
+    available()  # discovery imports every other module
+    modules = {m.name for m in pkgutil.iter_modules(strategies.__path__)}
+    assert _SHARED_MODULES <= modules, "a skipped module no longer exists"
+    registering = {cls.__module__.rsplit(".", 1)[-1] for cls in _REGISTRY.values()}
+    assert not registering & _SHARED_MODULES
+    for name in modules - _SHARED_MODULES:
+        importlib.import_module(f"strategies.{name}")
+    assert modules - _SHARED_MODULES <= registering, "a module that registers nothing is not skipped"

@@ -16,7 +16,6 @@ from benchmarks.data.datasets import load_dataset
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
 from benchmarks.tools.loader_speed import LoaderProbe, loader_workers
-from strategies.checkpointing import pack_state, unpack_state
 from strategies.config import StrategyConfig
 from strategies.finetune import Finetune
 from strategies.optim import warmup_cosine_factor
@@ -172,41 +171,6 @@ def test_evaluation_encodes_the_text_once_per_call(tiny_stream, monkeypatch):
 def test_compute_logits_may_return_any_object(first_task):
     strategy, record = _train(first_task, strategy_cls=StructuredOutput, epochs=1)
     assert StructuredOutput.seen_outputs == [16, 16, 16] and len(record.lrs) == ITERATIONS_PER_EPOCH
-
-
-@pytest.mark.parametrize(
-    "value",
-    [
-        torch.arange(6.0).view(2, 3),
-        [torch.ones(2), torch.zeros(3, 1), torch.full((1,), 7.0)],
-        {"visual.proj": torch.eye(2), "conv1.weight": torch.ones(1, 2)},
-        None,
-    ],
-    ids=["tensor", "list", "dict", "none"],
-)
-def test_pack_state_round_trips_every_kind(value):
-    kind, packed = pack_state(value)
-    restored = unpack_state(kind, {k: v.clone() for k, v in packed.items()})
-    if value is None:
-        assert restored is None and packed == {}
-    elif isinstance(value, torch.Tensor):
-        assert set(packed) == {""} and torch.equal(restored, value)
-    elif isinstance(value, list):
-        assert sorted(packed) == ["/0", "/1", "/2"] and all(
-            torch.equal(a, b) for a, b in zip(restored, value, strict=True)
-        )
-    else:
-        assert restored.keys() == value.keys() and all(torch.equal(restored[k], value[k]) for k in value)
-
-
-def test_pack_state_loads_a_module_into_its_recreated_twin():
-    torch.manual_seed(0)
-    saved, fresh = torch.nn.Linear(3, 2), torch.nn.Linear(3, 2)
-    kind, packed = pack_state(saved)
-    assert kind == "module" and set(packed) == {"/weight", "/bias"}
-    assert unpack_state(kind, packed, fresh) is fresh and torch.equal(fresh.weight, saved.weight)
-    with pytest.raises(ValueError, match="re-create"):
-        unpack_state(kind, packed, None)
 
 
 class WithHead(Finetune):
