@@ -159,7 +159,7 @@ def strategy_state(strategy) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
     the metadata's ``state_kinds``.
     """
     tensors = {
-        f"lora/{name}/{key}": value.detach().cpu().contiguous()
+        f"lora/{name}/{key}": _cpu(value)
         for name in strategy.adapters
         for key, value in strategy.backbone.lora_state_dict(name).items()
     }

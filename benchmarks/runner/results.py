@@ -29,6 +29,7 @@ import re
 import shutil
 import warnings
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Sequence
 
@@ -75,17 +76,9 @@ class _JsonRecord:
             f.name for f in fields(cls) if f.name not in data and f.default is f.default_factory is MISSING
         ]
         if unknown or missing:
-            raise ValueError(
-                f"{cls.__name__}: "
-                + "; ".join(
-                    part
-                    for part in (
-                        f"missing keys {missing}" if missing else "",
-                        f"unknown keys {unknown}" if unknown else "",
-                    )
-                    if part
-                )
-            )
+            problems = [f"missing keys {missing}"] if missing else []
+            problems += [f"unknown keys {unknown}"] if unknown else []
+            raise ValueError(f"{cls.__name__}: {'; '.join(problems)}")
         values = dict(data)
         for name, record in cls.RECORD_FIELDS.items():
             value = values.get(name)
@@ -523,7 +516,7 @@ class LoadedResults:
         """The results for which ``keep(stored)`` holds, the rule applied to them alone."""
         return LoadedResults(tuple(s for s in self.found if keep(s)), self.skipped)
 
-    @property
+    @cached_property  # a frozen dataclass still caches: the value goes to the instance's __dict__
     def distinct(self) -> list[StoredResult]:
         """Every distinct run: one file per (key, config hash), the first by path."""
         seen, out = set(), []
@@ -534,6 +527,7 @@ class LoadedResults:
                 out.append(stored)
         return out
 
+    @cached_property
     def _groups(self) -> dict[RunKey, list[StoredResult]]:
         groups: dict[RunKey, list[StoredResult]] = {}
         for stored in sorted(self.distinct, key=lambda s: ("zero_shot" in s.result, s.path)):
@@ -543,7 +537,7 @@ class LoadedResults:
     @property
     def runs(self) -> list[StoredResult]:
         """One result per run key, chosen by the rule."""
-        return [group[0] for group in self._groups().values()]
+        return [group[0] for group in self._groups.values()]
 
     @property
     def duplicate_notes(self) -> list[str]:
@@ -551,7 +545,7 @@ class LoadedResults:
         return [
             f"{len(group)} results for {group[0].key} with different configs; "
             f"{group[0].path} is used (a result without zero-shot targets first, then the first by path)"
-            for group in self._groups().values()
+            for group in self._groups.values()
             if len(group) > 1
         ]
 
