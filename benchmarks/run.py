@@ -18,6 +18,7 @@ from pathlib import Path
 from benchmarks.core.environment import set_deterministic
 from benchmarks.core.errors import UserError, one_line_user_errors
 from benchmarks.core.precision import PRECISIONS
+from benchmarks.data.device_augment import AUGMENT_ON
 from benchmarks.runner.execute import preflight, resolve, settings_from_the_suite
 from benchmarks.runner.launcher import LAUNCHERS, InlineLauncher, Launcher, RunOptions, prepare_runner_process
 from benchmarks.runner.live_log import parse_loggers
@@ -118,6 +119,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="deterministic CUDA kernels (torch.use_deterministic_algorithms): bit-identical GPU "
         "reruns, somewhat slower; CPU runs are bit-identical without it",
+    )
+    parser.add_argument(
+        "--augment-on",
+        choices=AUGMENT_ON,
+        help="where pixels are augmented: device (default: in batches on the run's device) or pil "
+        "(torchvision's PIL pipeline, per sample); both give the same pixels",
     )
     parser.add_argument("--weights", help="local CLIP weight file (overrides the suite's pretrained tag)")
     parser.add_argument(
@@ -275,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             weights=weights,
             precision=args.precision,
             deterministic=args.deterministic or None,
+            augment_on=args.augment_on,
             check_device=slurm_options is None,
             fast_dev_run=fast_dev_run,
         )

@@ -28,7 +28,8 @@ The runner computes every metric from ``scores``, the same way for every strateg
 own ``strategy.eval`` sees the same scores, one column per class id (``scores_by_class_id``), so
 its accuracy metrics equal the runner's. The base class owns the precision (the backbone's towers
 run under autocast and return fp32 features, so scores and losses are fp32; fp16 scales the
-loss), the data loaders (workers, pinned memory, draws seeded per sample), the progress bar and
+loss), the data loaders (workers, pinned memory, draws seeded per sample, pixels a ``DeviceTransform``
+left pending finished on the device), the progress bar and
 LoRA bookkeeping. Next to it: the options (``strategies.config``), the optimiser and its schedule
 (``strategies.optim``; AdamW with a per-iteration cosine by default) and the state on disk
 (``strategies.checkpointing``: safetensors tensors and JSON metadata, the loss scaler included).
@@ -52,7 +53,7 @@ from tqdm.auto import tqdm
 
 from benchmarks.backbone import CLIPBackbone, PreparedPrompts
 from benchmarks.core.precision import loss_scaler, resolve_precision
-from benchmarks.data.loaders import seeded_loader
+from benchmarks.data.loaders import DeviceBatches, seeded_loader
 from benchmarks.data.prompts import templates
 from strategies.checkpointing import (
     load_model,
@@ -326,7 +327,7 @@ class CLIPStrategy(SupervisedTemplate):
         shuffle: bool = False,
         passes: int = 1,
         purpose: str = "eval",
-    ) -> DataLoader:
+    ) -> DataLoader | DeviceBatches:
         """A loader over ``dataset`` with ``loader_options``, for the strategy's own passes
         (evaluation, prototypes, second stages); with several ``passes`` its workers stay alive.
 
@@ -342,6 +343,7 @@ class CLIPStrategy(SupervisedTemplate):
             batch_size or self.cfg.eval_batch_size,
             shuffle=shuffle,
             max_batches=self.max_train_batches if shuffle else None,  # a shuffled pass is a training pass
+            device=self.device,
             **options,
         )
 
@@ -455,6 +457,7 @@ class CLIPStrategy(SupervisedTemplate):
             shuffle=shuffle,
             drop_last=drop_last,
             max_batches=self.max_train_batches,
+            device=self.device,
             **options,
         )
 
@@ -465,6 +468,7 @@ class CLIPStrategy(SupervisedTemplate):
             self.loader_key("avalanche-eval"),
             self.eval_mb_size,
             shuffle=shuffle,
+            device=self.device,
             **options,
         )
 

@@ -15,6 +15,10 @@ forkserver, spawn) or on a resume. Two rules make it so:
 The key names the loader; strategies use (run seed, task, purpose). A loader counts its own
 passes (epochs): pass *e* is the *e*-th iterator that yields a batch.
 
+A transform that leaves its pixels to the device (``benchmarks.data.device_augment``) yields
+``DevicePending`` items; a loader given the run's ``device`` finishes them there, batch by batch
+(``DeviceBatches``), after the same per-sample draws.
+
 Draws from Python's ``random`` or numpy's global generator are not seeded per sample (doing so
 costs more than the transform: about 30 us and 200 us a sample). ``SeededSamples`` checks the
 first sample it loads in each process and warns once if the transform drew from either.
@@ -32,6 +36,8 @@ from typing import Any
 import numpy as np
 import torch
 from torch.utils.data import BatchSampler, DataLoader, Dataset, Sampler
+
+from benchmarks.data.device_augment import DevicePending, finish_batch
 
 KeyPart = int | str
 
@@ -135,6 +141,35 @@ class FirstBatches(Sampler[list]):
         return itertools.islice(iter(self.batches), self.limit)
 
 
+class DeviceBatches:
+    """A DataLoader whose ``DevicePending`` batch elements come out as finished float images on
+    ``device`` (``device_augment.finish_batch``); other elements are left as the loader gives them.
+    Its length, workers, dataset and sampler are the loader's."""
+
+    def __init__(self, loader: DataLoader, device: torch.device | str) -> None:
+        self.loader, self.device = loader, torch.device(device)
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator:
+        for batch in self.loader:
+            yield _finished(batch, self.device)
+
+    def __getattr__(self, name: str) -> Any:  # num_workers, dataset, batch_sampler, ...
+        if name == "loader":  # not set yet (unpickling): never recurse
+            raise AttributeError(name)
+        return getattr(self.loader, name)
+
+
+def _finished(batch: Any, device: torch.device) -> Any:
+    if isinstance(batch, DevicePending):
+        return finish_batch(batch, device)
+    if isinstance(batch, (list, tuple)) and any(isinstance(item, DevicePending) for item in batch):
+        return [_finished(item, device) for item in batch]
+    return batch
+
+
 def seeded_loader(
     dataset: Dataset,
     key: tuple[KeyPart, ...],
@@ -148,17 +183,19 @@ def seeded_loader(
     collate_fn: Callable | None = None,
     multiprocessing_context: Any = None,
     max_batches: int | None = None,
-) -> DataLoader:
+    device: torch.device | str | None = None,
+) -> DataLoader | DeviceBatches:
     """A DataLoader over ``dataset`` whose shuffle, augmentation draws and worker seeds come from
     ``key`` and the pass alone (module docstring). ``collate_fn`` defaults to the dataset's own
     (Avalanche datasets carry one) or torch's default. ``max_batches`` ends every pass after that
     many batches (a fast dev run's training passes); the batches it yields are the full loader's
-    first ones."""
+    first ones. With a ``device``, items a ``DeviceTransform`` left pending are finished there
+    (``DeviceBatches``)."""
     sampler = SeededSampler(len(dataset), key, shuffle)  # type: ignore[arg-type]
     batches = BatchSampler(sampler, batch_size, drop_last)
     workers_seed = torch.Generator().manual_seed(derive_seed(*key, "workers"))
     collate = collate_fn or getattr(dataset, "collate_fn", None)
-    return DataLoader(
+    loader = DataLoader(
         SeededSamples(dataset),
         batch_sampler=batches if max_batches is None else FirstBatches(batches, max_batches),
         num_workers=num_workers,
@@ -168,3 +205,4 @@ def seeded_loader(
         generator=workers_seed,
         multiprocessing_context=multiprocessing_context,
     )
+    return loader if device is None else DeviceBatches(loader, device)

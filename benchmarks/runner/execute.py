@@ -37,8 +37,9 @@ from benchmarks.data.datasets import (
     load_dataset,
     load_zero_shot_target,
 )
+from benchmarks.data.device_augment import stream_transforms
 from benchmarks.data.streams import build_stream, split_classes, spread_indices
-from benchmarks.data.transforms import eval_transform, train_transform
+from benchmarks.data.transforms import eval_transform
 from benchmarks.runner.live_log import LiveLog, TrainingLog
 from benchmarks.runner.locking import read_holder
 from benchmarks.runner.results import (
@@ -297,9 +298,8 @@ def _build_run(spec: RunSpec, data_root: str, strategy_cls, strategy_cfg, show_p
     set_deterministic(spec.deterministic)
     seed_everything(spec.seed, -1)  # a randomly initialised backbone is the same on every (re)run
     backbone = create_clip(_backbone_spec(spec), spec.device)
-    transforms = (
-        train_transform(backbone.image_size, backbone.mean, backbone.std, strategy_cfg.train_augmentation),
-        eval_transform(backbone.image_size, backbone.mean, backbone.std),
+    transforms = stream_transforms(
+        backbone.image_size, backbone.mean, backbone.std, strategy_cfg.train_augmentation, spec.augment_on
     )
     if spec.fast_dev_run is None:
         stream = build_stream(data, spec.n_tasks, class_order, *transforms)

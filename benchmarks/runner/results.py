@@ -167,8 +167,9 @@ class RunResult(_JsonRecord):
 REQUIRED_KEYS = tuple(f.name for f in fields(RunResult) if _required(f))
 
 
-#: config entries that record, not determine: left out of the hash
-UNHASHED_CONFIG_KEYS = ("option_sources",)
+#: config entries that record, not determine: left out of the hash. ``augment_on``: the device and
+#: PIL paths give the same pixels (tests/data/test_device_augment.py), so either's result serves.
+UNHASHED_CONFIG_KEYS = ("option_sources", "augment_on")
 
 
 def config_hash(config: dict) -> str:

@@ -15,6 +15,7 @@ runner executes those. Format (see ``benchmarks/suites/smoke.toml``)::
     device      = "auto"                                      # auto | cpu | cuda
     precision   = "auto"             # auto (fp16 on CUDA, fp32 on CPU) | fp32 | fp16 | bf16
     deterministic = false            # deterministic CUDA kernels (bit-identical GPU reruns)
+    augment_on  = "device"           # device: pixels augmented in batches on the run's device | pil
     epoch_scale = 1.0                # every strategy's epochs times this, rounded, at least 1
 
     [backbone]              model = "ViT-B-16-quickgelu", pretrained = "openai" ("none": random)
@@ -55,6 +56,7 @@ from typing import Any
 from benchmarks.core.errors import UserError
 from benchmarks.core.precision import resolve_precision
 from benchmarks.data.class_orders import DEFAULT_CLASS_ORDER
+from benchmarks.data.device_augment import AUGMENT_ON
 from benchmarks.data.protocols import DEFAULT_PROTOCOL, ProtocolLayer, check_protocol, protocol_layer
 from benchmarks.runner.results import RunKey, config_hash
 
@@ -69,6 +71,7 @@ KNOWN_KEYS = {
     "device",
     "precision",
     "deterministic",
+    "augment_on",
     "backbone",
     "dataset",
     "defaults",
@@ -121,6 +124,7 @@ class RunSpec:
     option_sources: dict[str, str] = field(default_factory=dict, compare=False)  # option -> suite table
     epoch_scale: float = 1.0  # the suite's common factor on every strategy's epochs
     fast_dev_run: FastDevRun | None = None
+    augment_on: str = "device"  # benchmarks.data.device_augment.AUGMENT_ON: the same pixels either way
 
     @property
     def key(self) -> RunKey:
@@ -308,6 +312,7 @@ def expand(
     weights: str | None = None,
     precision: str | None = None,
     deterministic: bool | None = None,
+    augment_on: str | None = None,
     check_device: bool = True,
     fast_dev_run: FastDevRun | None = None,
 ) -> list[RunSpec]:
@@ -324,6 +329,9 @@ def expand(
     resolved_precision = precision or suite.get("precision", "auto")
     resolve_precision(resolved_precision, resolved_device)
     deterministic = bool(suite.get("deterministic", False) if deterministic is None else deterministic)
+    augment_on = augment_on or suite.get("augment_on", "device")
+    if augment_on not in AUGMENT_ON:
+        raise UserError(f"augment_on must be one of {', '.join(AUGMENT_ON)}, not {augment_on!r}")
     suite_order = suite.get("class_order", DEFAULT_CLASS_ORDER)
     protocol = suite.get("protocol")
     targets = tuple(suite.get("zero_shot_targets", ()))
@@ -362,6 +370,7 @@ def expand(
                         "device": resolved_device,
                         "precision": resolved_precision,
                         "deterministic": deterministic,
+                        "augment_on": augment_on,  # recorded, not hashed (results.UNHASHED_CONFIG_KEYS)
                     }
                     if targets:
                         config["zero_shot_targets"] = list(targets)
@@ -390,6 +399,7 @@ def expand(
                             sources,
                             epoch_scale,
                             fast_dev_run,
+                            augment_on,
                         )
                     )
     return runs

@@ -49,6 +49,7 @@ class LoaderProbe(SupervisedPlugin):
 
 def loader_workers(loader) -> int:
     """Workers of a torch DataLoader, or of one of Avalanche's multi-dataset loaders."""
+    loader = getattr(loader, "loader", loader)  # a DeviceBatches wraps the DataLoader
     if isinstance(loader, torch.utils.data.DataLoader):
         return loader.num_workers
     return loader.loader_kwargs.get("num_workers", 0)
