@@ -33,6 +33,7 @@ from typing import Literal, NamedTuple
 
 import numpy as np
 import torch
+import torch.nn.functional as F
 from PIL import Image
 from torchvision import transforms as T
 
@@ -156,20 +157,33 @@ def _padded_crop(pixels: torch.Tensor, top: int, left: int, size: int) -> torch.
     return out
 
 
+def flipped_coefficients(rotation: tuple[int, ...], size: int) -> tuple[int, ...]:
+    """Coefficients that read the horizontally flipped image: column ``size - 1 - (v >> 16)`` is
+    ``(size * 65536 - 1 - v) >> 16`` for every integer ``v`` (floor arithmetic), so the flip folds
+    into the rotation's x coefficients exactly."""
+    a0, a1, a2, a3, a4, a5 = rotation
+    return (-a0, -a1, size * _FIXED_ONE - 1 - a2, a3, a4, a5)
+
+
 def flip_and_rotate(pixels: torch.Tensor, flip: torch.Tensor, rotation: torch.Tensor) -> torch.Tensor:
     """``pixels`` (``[B, 3, S, S]`` uint8) flipped where ``flip`` (``[B]``), then rotated by Pillow's
-    fixed-point coefficients ``rotation`` (``[B, 6]``), nearest neighbour, zero fill: one gather."""
+    fixed-point coefficients ``rotation`` (``[B, 6]``), nearest neighbour, zero fill: one gather from
+    the images framed by a zero border, which every source position outside the image reads."""
     batch, channels, size, _ = pixels.shape
-    coords = torch.arange(size, device=pixels.device)
+    rotation = rotation.tolist()
+    flips = flip.tolist()
+    coefficients = [flipped_coefficients(r, size) if f else r for r, f in zip(rotation, flips, strict=True)]
+    a0, a1, a2, a3, a4, a5 = (
+        torch.tensor(coefficients, dtype=torch.int32, device=pixels.device).view(batch, 6, 1, 1).unbind(1)
+    )
+    coords = torch.arange(size, dtype=torch.int32, device=pixels.device)
     y, x = coords.view(1, size, 1), coords.view(1, 1, size)
-    a0, a1, a2, a3, a4, a5 = (c.view(batch, 1, 1) for c in rotation.to(pixels.device).unbind(1))
-    column = torch.div(a2 + y * a1 + x * a0, _FIXED_ONE, rounding_mode="floor")
-    row = torch.div(a5 + y * a4 + x * a3, _FIXED_ONE, rounding_mode="floor")
-    inside = (column >= 0) & (column < size) & (row >= 0) & (row < size)
-    column = torch.where(flip.to(pixels.device).view(batch, 1, 1), size - 1 - column, column)
-    source = (row.clamp(0, size - 1) * size + column.clamp(0, size - 1)).view(batch, 1, -1)
-    out = pixels.reshape(batch, channels, -1).gather(2, source.expand(batch, channels, -1))
-    return out.view_as(pixels) * inside.unsqueeze(1)
+    # int32 holds every value: Pillow's own check keeps |a2 + y*a1 + x*a0| below 2**31
+    column = ((a2 + y * a1 + x * a0) >> 16).clamp_(-1, size) + 1
+    row = ((a5 + y * a4 + x * a3) >> 16).clamp_(-1, size) + 1
+    framed = F.pad(pixels, (1, 1, 1, 1))
+    source = (row * (size + 2) + column).view(batch, 1, -1).expand(batch, channels, -1)
+    return framed.view(batch, channels, -1).gather(2, source.long()).view_as(pixels)
 
 
 def finish_batch(pending: DevicePending, device: torch.device | str) -> torch.Tensor:
