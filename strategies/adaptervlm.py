@@ -57,7 +57,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.data.transforms import patch_shuffled_train_transform
+from benchmarks.data.device_augment import patch_shuffled_transform
 from strategies.base import CLIPStrategy, StrategyConfig
 from strategies.gr4cil import anchor_loss, separation_loss
 from strategies.registry import register
@@ -158,12 +158,13 @@ class AdapterVLM(CLIPStrategy):
         if self._ood_batches is None:
             backbone = self.backbone
             ood = self.adapted_dataset.replace_current_transform_group(
-                patch_shuffled_train_transform(
+                patch_shuffled_transform(
                     backbone.image_size,
                     backbone.mean,
                     backbone.std,
                     self.cfg.train_augmentation,
                     self.cfg.patch_grid,
+                    self.augment_on,
                 )
             )
             self._ood_loader = self.data_loader(

@@ -96,6 +96,7 @@ class CLIPStrategy(SupervisedTemplate):
         show_progress: bool = True,
         seed: int | None = None,
         max_train_batches: int | None = None,
+        augment_on: str = "device",
         **avalanche_kwargs,
     ):
         """``precision``: fp32, fp16 (autocast and a loss scaler) or bf16; "auto" is fp16 on CUDA and
@@ -103,7 +104,9 @@ class CLIPStrategy(SupervisedTemplate):
         that every loader's shuffle and augmentation draws derive from (``benchmarks.data.loaders``); by
         default torch's initial seed, so ``torch.manual_seed(s)`` before building the strategy sets
         it. ``max_train_batches``: every training pass (a task's epochs, a second stage's passes) ends
-        after that many batches (a fast dev run). ``avalanche_kwargs`` (``plugins``, ``evaluator``,
+        after that many batches (a fast dev run). ``augment_on``: where the augmentation of images the
+        strategy transforms itself runs, "device" or "pil" (``benchmarks.data.device_augment``; the
+        stream's own come from the runner). ``avalanche_kwargs`` (``plugins``, ``evaluator``,
         ...) go to ``SupervisedTemplate``."""
         device = torch.device(device)
         self.seed = int(torch.initial_seed() if seed is None else seed)
@@ -114,6 +117,7 @@ class CLIPStrategy(SupervisedTemplate):
         self.class_names = list(class_names)
         self.show_progress = show_progress
         self.max_train_batches = max_train_batches
+        self.augment_on = augment_on
         self.templates = templates(config.prompt_ensemble, config.prompt_template)
         # row c * len(templates) + m is class c under template m
         self.prompt_tokens = backbone.tokenize([t.format(n) for n in class_names for t in self.templates])

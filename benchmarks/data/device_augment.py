@@ -40,9 +40,11 @@ from torchvision import transforms as T
 from benchmarks.data.transforms import (
     CLIP_MEAN,
     CLIP_STD,
+    PatchShuffle,
     _to_rgb,
     crop_padding,
     eval_transform,
+    patch_shuffled_train_transform,
     train_transform,
 )
 
@@ -111,6 +113,7 @@ class DeviceTransform:
         mean: Sequence[float] = CLIP_MEAN,
         std: Sequence[float] = CLIP_STD,
         augmentation: str = "none",
+        patch_grid: int | None = None,
     ) -> None:
         if augmentation not in DEVICE_AUGMENTATIONS:
             raise ValueError(
@@ -123,9 +126,12 @@ class DeviceTransform:
         self.rotates = self.padding is not None
         self._resize = T.Resize(image_size, interpolation=T.InterpolationMode.BICUBIC)
         self._centre_crop = T.CenterCrop(image_size)
+        self._patch_shuffle = None if patch_grid is None else PatchShuffle(patch_grid)
 
     def __call__(self, image: Image.Image) -> DevicePending:
         image = self._resize(_to_rgb(image))
+        if self._patch_shuffle is not None:  # AdapterVLM's pseudo-OOD images, before the augmentation
+            image = self._patch_shuffle(self._centre_crop(image))
         if self.padding is None:  # eval and "flip": the centre crop
             image = self._centre_crop(image)
         pixels = torch.from_numpy(np.array(image, dtype=np.uint8)).permute(2, 0, 1)
@@ -142,7 +148,8 @@ class DeviceTransform:
         return DevicePending(pixels, torch.tensor(flip), torch.tensor(rotation), self.mean_std)
 
     def __repr__(self) -> str:
-        return f"DeviceTransform(image_size={self.image_size}, augmentation={self.augmentation!r})"
+        shuffle = "" if self._patch_shuffle is None else f", patch_grid={self._patch_shuffle.grid}"
+        return f"DeviceTransform(image_size={self.image_size}, augmentation={self.augmentation!r}{shuffle})"
 
 
 def _padded_crop(pixels: torch.Tensor, top: int, left: int, size: int) -> torch.Tensor:
@@ -226,3 +233,19 @@ def stream_transforms(
         else train_transform(image_size, mean, std, augmentation)
     )
     return train, DeviceTransform(image_size, mean, std, "none")
+
+
+def patch_shuffled_transform(
+    image_size: int,
+    mean: Sequence[float],
+    std: Sequence[float],
+    augmentation: str,
+    grid: int,
+    augment_on: str = "device",
+) -> Callable:
+    """``transforms.patch_shuffled_train_transform`` (AdapterVLM's pseudo-OOD images: resize, centre
+    crop, ``grid`` x ``grid`` patch shuffle, then the train augmentation), on the device where
+    ``stream_transforms`` would put the train augmentation."""
+    if augment_on == "device" and augmentation in DEVICE_AUGMENTATIONS:
+        return DeviceTransform(image_size, mean, std, augmentation, patch_grid=grid)
+    return patch_shuffled_train_transform(image_size, mean, std, augmentation, grid)

@@ -314,6 +314,7 @@ def _build_run(spec: RunSpec, data_root: str, strategy_cls, strategy_cfg, show_p
         show_progress=show_progress,
         seed=spec.seed,
         max_train_batches=spec.fast_dev_run.train_batches if spec.fast_dev_run else None,
+        augment_on=spec.augment_on,
         plugins=[training_log] if training_log is not None else None,
     )
     return stream, strategy

@@ -14,12 +14,19 @@ from benchmarks.data.device_augment import (
     DeviceTransform,
     finish_batch,
     flip_and_rotate,
+    patch_shuffled_transform,
     pil_rotation_coefficients,
     stream_transforms,
 )
 from benchmarks.data.loaders import DeviceBatches, seeded_loader
 from benchmarks.data.streams import build_stream
-from benchmarks.data.transforms import eval_transform, train_transform
+from benchmarks.data.transforms import (
+    CLIP_MEAN,
+    CLIP_STD,
+    eval_transform,
+    patch_shuffled_train_transform,
+    train_transform,
+)
 
 
 def _images(n: int, height: int, width: int, mode: str = "RGB", seed: int = 0) -> list[Image.Image]:
@@ -160,3 +167,21 @@ def test_a_seeded_loader_on_the_device_path_yields_the_pil_loaders_batches(worke
             assert images.dtype == torch.float32 and torch.equal(images, reference)
             assert torch.equal(targets, reference_targets)
     assert not torch.equal(passes[0][0][0][0], passes[1][0][0][0])  # each pass draws anew
+
+
+@pytest.mark.parametrize("augmentation", ["paper-scaled", "flip", "none"])
+def test_adaptervlms_patch_shuffled_images_are_the_pil_pipelines_on_the_device(augmentation):
+    pil = patch_shuffled_train_transform(32, augmentation=augmentation, grid=4)
+    device = patch_shuffled_transform(32, CLIP_MEAN, CLIP_STD, augmentation, 4, "device")
+    assert isinstance(device, DeviceTransform) and "patch_grid=4" in repr(device)
+    assert not isinstance(
+        patch_shuffled_transform(32, CLIP_MEAN, CLIP_STD, augmentation, 4, "pil"), DeviceTransform
+    )
+    images = _images(24, 40, 36)
+    reference, pending = [], []
+    for k, image in enumerate(images):
+        torch.manual_seed(k)
+        reference.append(pil(image))
+        torch.manual_seed(k)
+        pending.append(device(image))
+    assert torch.equal(finish_batch(default_collate(pending), "cpu"), torch.stack(reference))
