@@ -38,6 +38,7 @@ from benchmarks.data.datasets import (
     load_zero_shot_target,
 )
 from benchmarks.data.device_augment import stream_transforms
+from benchmarks.data.resized_cache import with_resized_cache
 from benchmarks.data.streams import build_stream, split_classes, spread_indices
 from benchmarks.data.transforms import eval_transform
 from benchmarks.runner.live_log import LiveLog, TrainingLog
@@ -298,6 +299,8 @@ def _build_run(spec: RunSpec, data_root: str, strategy_cls, strategy_cfg, show_p
     set_deterministic(spec.deterministic)
     seed_everything(spec.seed, -1)  # a randomly initialised backbone is the same on every (re)run
     backbone = create_clip(_backbone_spec(spec), spec.device)
+    # folder images from their resized cache where one was built (the same pixels, decoded once)
+    data = with_resized_cache(data, data_root, backbone.image_size, strategy_cfg.train_augmentation)
     transforms = stream_transforms(
         backbone.image_size, backbone.mean, backbone.std, strategy_cfg.train_augmentation, spec.augment_on
     )
