@@ -1,6 +1,7 @@
 """Results store (atomic, cached by config hash, corrupt files) and suite expansion."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -293,3 +294,17 @@ def test_a_checkpoint_carries_the_progress_and_the_strategys_state(tmp_path):
     (tmp_path / ".checkpoints" / key.relpath / "task-02.safetensors").write_bytes(b"cut short")
     with pytest.warns(UserWarning, match="its checkpoint in .* is damaged"):
         assert store.load_checkpoint(key, "h1") is None
+
+
+def test_where_pixels_are_augmented_is_recorded_and_not_hashed():
+    """Both paths give the same pixels (tests/data/test_device_augment.py), so a finished run of one
+    serves for the other, and every stored result keeps its hash."""
+    device = expand(load_suite("smoke"), device="cpu")
+    pil = expand(load_suite("smoke"), device="cpu", augment_on="pil")
+    assert {r.augment_on for r in device} == {"device"} and {r.augment_on for r in pil} == {"pil"}
+    for a, b in zip(device, pil, strict=True):
+        assert (a.config["augment_on"], b.config["augment_on"]) == ("device", "pil")
+        assert a.config_hash == b.config_hash
+    stored = next(iter_results(Path(__file__).parents[2] / "results" / "smoke-baselines"))[1]  # older
+    assert "augment_on" not in stored["config"]
+    assert config_hash({**stored["config"], "augment_on": "device"}) == config_hash(stored["config"])

@@ -216,6 +216,7 @@ def test_continual_clip_last_stage_equals_direct_open_clip_zero_shot(mini_suite,
         (["--datasets", "cifar100", "--data-root", "/nonexistent/data"], "/nonexistent/data"),
         (["--weights", "/nonexistent/w.pt"], "/nonexistent/w.pt"),
         (["--suite", "BAD_AUGMENTATION"], "train_augmentation='heavy'"),
+        (["--suite", "BAD_AUGMENT_ON"], "augment_on must be one of device, pil, not 'gpu'"),
     ],
 )
 def test_bad_input_prints_one_line_and_exits_2(mini_suite, tmp_path, capsys, args, cause):
@@ -227,6 +228,10 @@ def test_bad_input_prints_one_line_and_exits_2(mini_suite, tmp_path, capsys, arg
         suite.write_text(
             MINI_SUITE.replace("n_test_per_class = 4", "n_test_per_class = 4\ntrain_augmentation = 'heavy'")
         )
+        argv = ["--suite", str(suite), "--results-dir", str(tmp_path / "r"), "--quiet"]
+    if args == ["--suite", "BAD_AUGMENT_ON"]:
+        suite = tmp_path / "bad.toml"
+        suite.write_text('augment_on = "gpu"\n' + MINI_SUITE)
         argv = ["--suite", str(suite), "--results-dir", str(tmp_path / "r"), "--quiet"]
     assert run.main(argv) == 2
     err = capsys.readouterr().err.strip().splitlines()
