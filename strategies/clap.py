@@ -47,6 +47,7 @@ RECIPE (CIFAR-100 10 tasks):
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Literal
 
@@ -166,10 +167,22 @@ class CLAP(CLIPStrategy):
         self.encoders = nn.ModuleList()
         self._eval_noise: dict[int, torch.Tensor] = {}
         self._templates: dict[int, torch.Tensor] = {}  # class -> [M, d]; the text tower never changes
+        # what depends only on a class list (stacked templates, t_c, the VGA mask), made once per
+        # list instead of once per step; emptied at every task (``class_list_constant``)
+        self._class_list_constants: dict[tuple, torch.Tensor] = {}
 
     # ---------------------------------------------------------------- the model
-    def class_templates(self, classes: list[int]) -> torch.Tensor:
-        """Normalised template features ``[C, M, d]`` of frozen CLIP, encoded once per class."""
+    def class_list_constant(
+        self, kind: str, values: list[int], make: Callable[[], torch.Tensor]
+    ) -> torch.Tensor:
+        """``make()``, computed once per (``kind``, ``values``) until the next task: the text tower
+        never changes, so what a class list determines is the same at every step of a task."""
+        key = (kind, tuple(values))
+        if key not in self._class_list_constants:
+            self._class_list_constants[key] = make()
+        return self._class_list_constants[key]
+
+    def _stacked_templates(self, classes: list[int]) -> torch.Tensor:
         missing = [c for c in classes if c not in self._templates]
         if missing:
             with torch.no_grad():
@@ -179,13 +192,22 @@ class CLAP(CLIPStrategy):
             self._templates.update(zip(missing, features.to(self.device)))
         return torch.stack([self._templates[c] for c in classes])
 
+    def class_templates(self, classes: list[int]) -> torch.Tensor:
+        """Normalised template features ``[C, M, d]`` of frozen CLIP, encoded once per class (and
+        stacked once per class list and task)."""
+        return self.class_list_constant("templates", classes, lambda: self._stacked_templates(classes))
+
     def class_text(self, classes: list[int]) -> torch.Tensor:
-        """t_c ``[C, d]``: the renormalised mean of each class's template features."""
-        return F.normalize(self.class_templates(classes).mean(dim=1), dim=-1)
+        """t_c ``[C, d]``: the renormalised mean of each class's template features (once per class
+        list and task)."""
+        return self.class_list_constant(
+            "text", classes, lambda: F.normalize(self._stacked_templates(classes).mean(dim=1), dim=-1)
+        )
 
     def adapted_text(self, text: torch.Tensor, image: torch.Tensor, task_sizes: list[int]) -> torch.Tensor:
         """t_c + VGA_c: ``[B, C, d]`` (per-image context) or ``[1, C, d]`` (the batch as context)."""
-        mask = task_mask(task_sizes, text.device)
+        # built once per task: on a GPU, repeat_interleave would wait for the device at every step
+        mask = self.class_list_constant("mask", task_sizes, lambda: task_mask(task_sizes, text.device))
         if self.cfg.vga_context == "image":
             queries, memory = text.unsqueeze(0).expand(len(image), -1, -1), image.unsqueeze(1)
         else:
@@ -219,10 +241,11 @@ class CLAP(CLIPStrategy):
     # ---------------------------------------------------------------- hooks
     def setup_task(self, task: int, classes: list[int]) -> None:
         self.backbone.set_adapters(visual=None, text=None)
+        self._class_list_constants.clear()  # the last task's lists are not used again
         self.encoders.requires_grad_(False)  # earlier tasks' encoders are done
         encoder = DistributionEncoder(self.backbone.embed_dim).to(self.device)
         with torch.no_grad():
-            w_mu, w_sigma = language_aware_init(self.class_templates(self.seen_classes + classes))
+            w_mu, w_sigma = language_aware_init(self._stacked_templates(self.seen_classes + classes))
             encoder.mu.weight.copy_(w_mu)
             encoder.sigma.weight.copy_(w_sigma)
         self.encoders.append(encoder)

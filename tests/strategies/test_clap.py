@@ -60,6 +60,39 @@ def test_each_class_attends_to_its_own_task_only():
     assert mask.tolist() == [[False, False, True], [False, False, True], [True, True, False]]
 
 
+def test_a_step_rebuilds_nothing_its_class_lists_determine(tmp_path, monkeypatch):
+    """The text tower is frozen: each class is encoded once, and the stacked templates, t_c and the
+    VGA mask are made once per task, not at every step (on a GPU the mask's repeat_interleave would
+    wait for the device at every step)."""
+    import strategies.clap as clap
+
+    strategy, stream = strategy_and_stream(tmp_path, SUITE)
+    calls = {"mask": [], "encode_text": 0, "stack": 0, "step": 0}
+
+    def counted(name, function):
+        def call(*args, **kwargs):
+            calls[name] += 1
+            return function(*args, **kwargs)
+
+        return call
+
+    real_mask = clap.task_mask
+    monkeypatch.setattr(
+        clap, "task_mask", lambda sizes, device: calls["mask"].append(list(sizes)) or real_mask(sizes, device)
+    )
+    monkeypatch.setattr(
+        strategy.backbone, "encode_text", counted("encode_text", strategy.backbone.encode_text)
+    )
+    monkeypatch.setattr(strategy, "_stacked_templates", counted("stack", strategy._stacked_templates))
+    monkeypatch.setattr(strategy, "compute_logits", counted("step", strategy.compute_logits))
+    strategy.learn(stream.train_stream[0])
+    strategy.learn(stream.train_stream[1])
+    assert calls["step"] >= 8  # several steps a task
+    assert calls["mask"] == [[5], [5, 5]]  # one mask per task
+    assert calls["encode_text"] == 2  # each task's new classes, once
+    assert calls["stack"] == 2 * 3  # a task: the init's, t_c of the seen classes, LASP's current ones
+
+
 def test_encoders_start_language_aware_and_past_ones_never_change(tmp_path):
     strategy, stream = strategy_and_stream(tmp_path, SUITE)
     strategy.learn(stream.train_stream[0])
