@@ -1,0 +1,573 @@
+"""Steady-state training and evaluation images per second of every strategy, against two ceilings.
+
+``python -m benchmarks.tools.speed --train [--strategies a,b] [--device cpu] [--model tiny-clip-32]``
+builds each strategy as the runner does for the ``smoke-baselines`` suite (its own resolved config:
+batch size, learning rate, augmentation, LoRA rank, ...) on task 1 of the synthetic stream, with
+``--train-per-class`` training images a class so that an epoch has more steps, its pixels augmented
+where the runner augments them (``--augment-on``), and measures in one run:
+
+1. ``train``: images/s of ``strategy.train`` through the real loader, over training steps
+   ``warmup + 1 .. warmup + steps`` (an Avalanche plugin stamps the end of each step; the epoch
+   count is raised so that the task has that many steps, and training stops after the last);
+2. ``data ceiling``: the same strategy's training path, on a fresh copy of it, whose train loader
+   yields one batch again and again: a batch of the real loader, collated and already on the device;
+3. ``model ceiling``: a bare step of the backbone with the parameters the strategy's optimiser
+   holds (``trainable_parameters()`` as the task trains), at the same precision and batch:
+   ``encode_image`` (and ``encode_text`` of the task's prompts when the text tower trains), cosine
+   logits, cross-entropy, backward and a step of the strategy's optimiser type. What trains outside
+   the backbone's forward (a head, prompts, CLAP's modules) gets no gradient there; where nothing
+   is reached the ceiling is a forward alone, and the notes say so;
+4. ``eval``: images/s of ``evaluate_dataset`` over the test images of the seen classes after the
+   task (the runner's path: a fresh cache key each time, as at stage 1), against the ``forward
+   ceiling``: ``encode_image`` over the same images, as on-device batches of the eval batch size,
+   without grad. The two alternate, in rotated order, and each reports its median time.
+
+``train / data ceiling`` is what the loader costs, ``data / model ceiling`` what the strategy's
+own step costs over a bare one, ``eval / forward ceiling`` what its evaluation costs over one
+forward per image. Work a strategy does outside Avalanche's step loop (``setup_task``,
+``finish_task``: second stages, prototypes, merging) is not timed; its seconds are reported.
+``--steps-for NAME=N`` times fewer steps of a slow strategy. ``--threads`` sets torch's intra-op
+threads; the report gives them with the CPU count and the 1-minute load average at the start, as
+other processes on the same cores slow every number down (with torch's default of one thread a
+core, many times over: a thread that waits for a descheduled partner stalls the step).
+Results print as a Markdown table and go to ``--out`` as JSON. A mistake in the input (an unknown
+strategy, a step count below 1) prints one line and exits with code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import datetime
+import itertools
+import os
+import platform
+import statistics
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+from avalanche.core import SupervisedPlugin
+from tqdm.auto import tqdm
+
+from benchmarks.backbone import TINY_MODEL
+from benchmarks.core.atomic_io import write_json
+from benchmarks.core.environment import seed_everything
+from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.core.precision import PRECISIONS, loss_scaler
+from benchmarks.data.device_augment import AUGMENT_ON
+from benchmarks.runner.execute import _build_run, preflight, resolve
+from benchmarks.runner.suites import RunSpec, expand, load_suite
+from benchmarks.tools.loader_speed import _cpu_count
+from strategies.base import CLIPStrategy
+from strategies.optim import build_optimizer
+from strategies.registry import available, get_strategy
+
+SUITE = "smoke-baselines"
+DATA_ROOT = "data"  # the synthetic world is generated, never read from disk
+
+
+def _wait_for(device: torch.device) -> None:
+    """GPU kernels run asynchronously: a timestamp on CUDA waits for them to end."""
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+class StepTimer(SupervisedPlugin):
+    """Times training steps ``warmup + 1 .. warmup + steps`` of one task, then stops the training.
+
+    It stamps the end of step ``warmup`` and of step ``warmup + steps`` (``after_training_iteration``)
+    and counts the steps and images in between. It keeps the first of the largest batches it sees
+    (as the step saw it: on the device), and the seconds before the first step (loader,
+    ``setup_task``) and after the last (``finish_task``). ``at_end(strategy)`` runs right after the
+    last timed step, with the strategy as it trains."""
+
+    def __init__(self, warmup: int, steps: int, at_end: Callable[[CLIPStrategy], None] | None = None):
+        super().__init__()
+        self.warmup, self.steps, self.at_end = warmup, steps, at_end
+        self.iterations = 0  # training steps taken
+        self.steps_on_one_batch = 0  # steps that trained on the very ``one_batch`` of the strategy
+        self.timed_steps = 0  # steps between the two stamps
+        self.timed_images = 0
+        self.seconds: float | None = None  # between the two stamps
+        self.batch: list[torch.Tensor] | None = None  # the first largest batch, as the step saw it
+        self.in_step = False  # inside a training step (a loader made now serves the step itself)
+        self.setup_seconds = self.finish_seconds = 0.0
+        self._start = self._begin = self._last = 0.0
+
+    def before_training(self, strategy, **kwargs) -> None:
+        self._begin = time.perf_counter()
+
+    def before_training_iteration(self, strategy, **kwargs) -> None:
+        if self.iterations == 0:
+            self.setup_seconds = time.perf_counter() - self._begin
+        self.in_step = True
+
+    def after_training_iteration(self, strategy, **kwargs) -> None:
+        self.in_step = False
+        self.iterations += 1
+        self.steps_on_one_batch += strategy.mbatch is getattr(strategy, "one_batch", None)
+        if self.batch is None or len(strategy.mb_x) > len(self.batch[0]):
+            self.batch = strategy.mbatch
+        if self.iterations == self.warmup:
+            _wait_for(strategy.device)
+            self._start = time.perf_counter()
+        elif self.warmup < self.iterations <= self.warmup + self.steps:
+            self.timed_steps += 1
+            self.timed_images += len(strategy.mb_x)
+            if self.iterations == self.warmup + self.steps:
+                _wait_for(strategy.device)
+                self.seconds = time.perf_counter() - self._start
+                if self.at_end is not None:
+                    self.at_end(strategy)
+                strategy.stop_training()  # the rest of the epochs would only repeat these steps
+        self._last = time.perf_counter()
+
+    def after_training_exp(self, strategy, **kwargs) -> None:
+        if self.iterations:
+            self.finish_seconds = time.perf_counter() - self._last
+
+    @property
+    def images_per_second(self) -> float | None:
+        return self.timed_images / self.seconds if self.seconds else None
+
+
+class RepeatedBatch:
+    """A train loader of ``length`` batches a pass that are all one batch: collated, on the device."""
+
+    def __init__(self, batch: list[torch.Tensor], length: int) -> None:
+        self.batch, self.length = batch, length
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __iter__(self):
+        return itertools.repeat(self.batch, self.length)
+
+
+def on_one_batch(strategy_cls: type[CLIPStrategy]) -> type[CLIPStrategy]:
+    """``strategy_cls`` whose train loader is a ``RepeatedBatch`` of its ``one_batch`` (set before
+    training), as long as the real loader; it records the purposes of the loaders it makes for its
+    own use during a step (such a loader still loads real images), and skips ``finish_task``."""
+
+    class OnOneBatch(strategy_cls):
+        one_batch: list[torch.Tensor]
+        timer: StepTimer | None = None
+        loaders_in_steps: tuple[str, ...] = ()
+
+        def make_train_dataloader(self, *args, **kwargs):
+            super().make_train_dataloader(*args, **kwargs)  # for its length alone
+            self.dataloader = RepeatedBatch(self.one_batch, len(self.dataloader))
+
+        def data_loader(self, dataset, batch_size=None, shuffle=False, passes=1, purpose="eval"):
+            if self.timer is not None and self.timer.in_step:
+                self.loaders_in_steps = (*self.loaders_in_steps, purpose)
+            return super().data_loader(dataset, batch_size, shuffle, passes, purpose)
+
+        def finish_task(self, task: int, classes: list[int]) -> None:
+            """Nothing: this copy is dropped after its steps, so its second stages would only cost time."""
+
+    OnOneBatch.__name__ = OnOneBatch.__qualname__ = f"{strategy_cls.__name__}OnOneBatch"
+    return OnOneBatch
+
+
+def bare_step_ceiling(strategy: CLIPStrategy, batch: list[torch.Tensor], warmup: int, steps: int) -> dict:
+    """Images/s of a bare backbone step on ``batch`` with what ``strategy``'s optimiser holds, in
+    its training state (adapters, modes): image features (and the task's text features when the
+    text tower trains), cosine logits, cross-entropy, backward and an optimiser step of the
+    strategy's type. A step whose loss reaches nothing that trains is a forward alone."""
+    backbone, device = strategy.backbone, strategy.device
+    params = list(strategy.trainable_parameters().values())
+    optimizer = build_optimizer(params, strategy.cfg)
+    scaler = loss_scaler(strategy.precision, device)
+    images, targets = batch[0], strategy.local_targets(batch[1])
+    prompts = backbone.prepare_prompts(
+        backbone.tokenize(
+            [strategy.cfg.prompt_template.format(strategy.class_names[c]) for c in strategy.current_classes]
+        )
+    )
+    fixed_text = backbone.encode_text(prompts, normalize=True)
+    text_trains = fixed_text.requires_grad
+    fixed_text = fixed_text.detach()
+
+    def step() -> None:
+        optimizer.zero_grad(set_to_none=True)
+        image = backbone.encode_image(images, normalize=True)
+        text = backbone.encode_text(prompts, normalize=True) if text_trains else fixed_text
+        loss = F.cross_entropy(backbone.logit_scale * image @ text.T, targets)
+        if loss.requires_grad:
+            scaler.scale(loss).backward()
+            scaler.step(optimizer)
+            scaler.update()
+
+    step()
+    reached = sum(p.grad is not None for p in params)
+    for _ in range(warmup - 1):
+        step()
+    _wait_for(device)
+    start = time.perf_counter()
+    for _ in range(steps):
+        step()
+    _wait_for(device)
+    seconds = time.perf_counter() - start
+    return {
+        "images_per_second": steps * len(images) / seconds,
+        "steps": steps,
+        "trainable_tensors": len(params),
+        "reached_tensors": reached,
+        "text_trains": text_trains,
+    }
+
+
+def _interleaved_medians(functions: dict[str, Callable[[], object]], repeats: int, device) -> dict:
+    """Median wall seconds of each function over ``repeats`` rounds after a warm-up round; within
+    a round they run in turn, each round starting one later, so that drifts hit them alike."""
+    for function in functions.values():
+        function()
+    names = list(functions)
+    times: dict[str, list[float]] = {name: [] for name in names}
+    for round_ in range(repeats):
+        shift = round_ % len(names)
+        for name in names[shift:] + names[:shift]:
+            _wait_for(device)
+            start = time.perf_counter()
+            functions[name]()
+            _wait_for(device)
+            times[name].append(time.perf_counter() - start)
+    return {name: statistics.median(values) for name, values in times.items()}
+
+
+def evaluation_speed(strategy: CLIPStrategy, stream, repeats: int) -> dict:
+    """Images/s of ``evaluate_dataset`` over the test images of the seen classes (a fresh cache key
+    each time: the runner's first evaluation of them) and of the forward ceiling over them."""
+    seen = set(strategy.seen_classes)
+    test = stream.test_set.subset([i for i, t in enumerate(stream.test_targets) if t in seen])
+    device = strategy.device
+    batches = [images.to(device) for images, *_ in strategy.data_loader(test)]
+    keys = itertools.count()
+
+    def forwards() -> None:
+        with torch.no_grad():
+            for images in batches:
+                strategy.backbone.encode_image(images)
+
+    seconds = _interleaved_medians(
+        {
+            "eval": lambda: strategy.evaluate_dataset(test, cache_key=f"train-speed-{next(keys)}"),
+            "forward": forwards,
+        },
+        repeats,
+        device,
+    )
+    n = len(test)
+    return {
+        "eval_images": n,
+        "eval_images_per_second": n / seconds["eval"],
+        "forward_images_per_second": n / seconds["forward"],
+    }
+
+
+@dataclasses.dataclass
+class Options:
+    warmup: int = 20
+    steps: int = 200
+    eval_repeats: int = 5
+    steps_for: dict[str, int] = dataclasses.field(default_factory=dict)  # fewer for a slow strategy
+
+
+def _train(spec: RunSpec, strategy_cls, strategy_cfg, timer: StepTimer, one_batch=None):
+    """A fresh strategy and stream as the runner builds them (``strategy_cls`` trains on one batch
+    when ``one_batch`` is given), trained on task 1 under ``timer``. Returns the strategy, the
+    stream and a note if the training diverged."""
+    stream, strategy = _build_run(spec, DATA_ROOT, strategy_cls, strategy_cfg, False, timer)
+    if one_batch is not None:
+        strategy.one_batch, strategy.timer = one_batch, timer
+    seed_everything(spec.seed, 0)
+    try:
+        strategy.learn(stream.train_stream[0])
+    except FloatingPointError as err:  # more steps than the recipe's: report it, keep the timings
+        return strategy, stream, f"diverged: {err}"
+    return strategy, stream, None
+
+
+def measure_strategy(spec: RunSpec, options: Options) -> dict:
+    """The four speeds of one strategy (module docstring), their ratios and notes."""
+    strategy_cls, strategy_cfg, _ = resolve(spec, DATA_ROOT)
+    warmup, steps = options.warmup, options.steps_for.get(spec.label, options.steps)
+    if isinstance(strategy_cfg.epochs, int) and strategy_cfg.epochs > 0:
+        # every epoch has at least one step; the timer stops the training after the last timed one
+        strategy_cfg = dataclasses.replace(strategy_cfg, epochs=warmup + steps)
+    notes: list[str] = []
+    real = StepTimer(warmup, steps)
+    strategy, stream, diverged = _train(spec, strategy_cls, strategy_cfg, real)
+    row = {
+        "strategy": spec.label,
+        "batch_size": strategy.train_mb_size,
+        "eval_batch_size": strategy.eval_mb_size,
+        "precision": strategy.precision,
+        "steps_requested": steps,
+        "steps_taken": real.iterations,
+        "steps_timed": {"train": real.timed_steps, "data_ceiling": 0, "model_ceiling": 0},
+        "train_images_per_second": real.images_per_second,
+        "data_ceiling_images_per_second": None,
+        "model_ceiling_images_per_second": None,
+        "setup_seconds": real.setup_seconds,
+        "finish_seconds": real.finish_seconds,
+    }
+    if real.iterations == 0:
+        notes.append("trains nothing")
+    elif real.seconds is None:
+        notes.append(f"training ended after {real.iterations} steps, before the timed ones")
+    if diverged:
+        notes.append(diverged)
+    if type(strategy).finish_task is not CLIPStrategy.finish_task and real.iterations:
+        notes.append(f"finish_task (after the steps) {real.finish_seconds:.1f} s, not timed")
+    if real.seconds is not None and real.batch is not None:
+        notes += _ceilings(spec, strategy_cls, strategy_cfg, warmup, steps, real.batch, row)
+    if diverged is None:
+        row.update(evaluation_speed(strategy, stream, options.eval_repeats))
+    row["notes"] = notes
+    return _with_ratios(row)
+
+
+def _ceilings(spec: RunSpec, strategy_cls, strategy_cfg, warmup: int, steps: int, batch, row: dict):
+    """Measure the data ceiling on a fresh copy of the strategy that trains on ``batch`` alone, and
+    the model ceiling right after its last timed step; enter both in ``row``. Returns their notes."""
+    ceiling: dict = {}
+    timer = StepTimer(
+        warmup,
+        steps,
+        at_end=lambda strategy: ceiling.update(bare_step_ceiling(strategy, batch, warmup, steps)),
+    )
+    copy, _, _ = _train(spec, on_one_batch(strategy_cls), strategy_cfg, timer, batch)
+    row["data_ceiling_images_per_second"] = timer.images_per_second
+    row["steps_timed"]["data_ceiling"] = timer.timed_steps
+    row["data_ceiling_steps_on_one_batch"] = timer.steps_on_one_batch
+    notes = []
+    if copy.loaders_in_steps:
+        notes.append(
+            f"its steps also load from a loader of their own ({', '.join(copy.loaders_in_steps)}), "
+            "in the data ceiling too"
+        )
+    if not ceiling:  # training ended before the last timed step
+        return notes
+    row["model_ceiling_images_per_second"] = ceiling.pop("images_per_second")
+    row["steps_timed"]["model_ceiling"] = ceiling["steps"]
+    row["model_ceiling"] = ceiling
+    if ceiling["reached_tensors"] == 0:
+        notes.append("model ceiling is a forward alone: nothing it trains is in the backbone's forward")
+    elif ceiling["reached_tensors"] < ceiling["trainable_tensors"]:
+        notes.append(
+            f"model ceiling reaches {ceiling['reached_tensors']} of its "
+            f"{ceiling['trainable_tensors']} trained tensors"
+        )
+    return notes
+
+
+def _with_ratios(row: dict) -> dict:
+    """The row's ratios, each the quotient of the two images/s it names (None where one is missing)."""
+
+    def ratio(a: str, b: str) -> float | None:
+        x, y = row.get(a), row.get(b)
+        return x / y if x is not None and y else None
+
+    row["train_over_data_ceiling"] = ratio("train_images_per_second", "data_ceiling_images_per_second")
+    row["data_ceiling_over_model_ceiling"] = ratio(
+        "data_ceiling_images_per_second", "model_ceiling_images_per_second"
+    )
+    row["eval_over_forward_ceiling"] = ratio("eval_images_per_second", "forward_images_per_second")
+    return row
+
+
+def run_specs(
+    names: list[str],
+    model: str,
+    device: str,
+    precision: str,
+    train_per_class: int,
+    augment_on: str | None = None,
+) -> list[RunSpec]:
+    """One run of the suite per strategy (seed 0), on ``model`` (the tiny model with its shipped
+    synthetic weights, any other randomly initialised) with ``train_per_class`` training images a
+    class; ``augment_on``: where the pixels are augmented (None: the suite's, as the runner's)."""
+    suite = load_suite(SUITE)
+    suite["backbone"] = {"model": model, "pretrained": "synthetic" if model == TINY_MODEL else "none"}
+    suite["dataset"]["synthetic"] = {**suite["dataset"]["synthetic"], "n_train_per_class": train_per_class}
+    return expand(
+        suite, strategies=names, seeds=[0], device=device, precision=precision, augment_on=augment_on
+    )
+
+
+def machine(device: str) -> dict:
+    """Where the numbers come from: CPU count, torch threads and the device's name."""
+    name = platform.processor() or platform.machine()
+    try:
+        with open("/proc/cpuinfo") as handle:
+            name = next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
+    except (OSError, StopIteration):
+        pass
+    if torch.device(device).type == "cuda":
+        name = torch.cuda.get_device_name(torch.device(device))
+    return {
+        "cpu_count": _cpu_count(),
+        "torch_threads": torch.get_num_threads(),
+        "device": device,
+        "device_name": name,
+        # other processes on the same cores slow every number down: the 1-minute load when it starts
+        "load_average": os.getloadavg()[0],
+    }
+
+
+def _number(value: float | None, ratio: bool = False) -> str:
+    if value is None:
+        return "-"
+    if ratio:
+        return f"{value:.2f}"
+    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
+
+
+def markdown_table(results: dict) -> str:
+    """The rows as a Markdown table, under a line that says when, where and on what they were measured."""
+    host = results["machine"]
+    lines = [
+        f"{results['date']}: {host['cpu_count']} CPU cores ({host['torch_threads']} torch threads), "
+        f"{host['device']} ({host['device_name']}), {results['model']}, {'/'.join(results['precisions'])}, "
+        f"augmentation on {results['augment_on']}, suite {results['suite']}, {results['warmup']} warm-up "
+        f"steps, load average {host['load_average']:.1f}",
+        "",
+        "| strategy | batch | steps timed | train img/s | data ceiling | model ceiling | train / data "
+        "| data / model | eval img/s | forward ceiling | eval / forward | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+    ]
+    for row in results["rows"]:
+        cells = [
+            row["strategy"],
+            str(row["batch_size"]),
+            str(row["steps_timed"]["train"]),
+            _number(row["train_images_per_second"]),
+            _number(row["data_ceiling_images_per_second"]),
+            _number(row["model_ceiling_images_per_second"]),
+            _number(row["train_over_data_ceiling"], ratio=True),
+            _number(row["data_ceiling_over_model_ceiling"], ratio=True),
+            _number(row.get("eval_images_per_second")),
+            _number(row.get("forward_images_per_second")),
+            _number(row["eval_over_forward_ceiling"], ratio=True),
+            "; ".join(row["notes"]),
+        ]
+        lines.append("| " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+_COUNTS = ("warmup", "steps", "train_per_class", "eval_repeats")  # options that must be at least 1
+
+
+def _steps_for(text: str) -> dict[str, int]:
+    """``--steps-for l2p_pp=50,magmax=80`` -> ``{"l2p_pp": 50, "magmax": 80}``."""
+    out = {}
+    for item in filter(None, text.split(",")):
+        name, _, steps = item.partition("=")
+        if not steps.strip().isdigit():
+            raise argparse.ArgumentTypeError(f"give NAME=STEPS, e.g. l2p_pp=50, not {item!r}")
+        out[name.strip()] = int(steps)
+    return out
+
+
+@one_line_user_errors
+def _command(argv: list[str] | None) -> dict:
+    parser = argparse.ArgumentParser(
+        prog="python -m benchmarks.tools.speed --train", description=__doc__.split("\n")[0]
+    )
+    parser.add_argument(
+        "--strategies",
+        type=lambda text: [name for name in text.split(",") if name],
+        help="comma-separated strategies (default: every registered one)",
+    )
+    parser.add_argument("--device", default="cpu")
+    parser.add_argument(
+        "--model",
+        default=TINY_MODEL,
+        help=f"default {TINY_MODEL} (its synthetic weights); ViT-B-16-quickgelu: a random ViT-B/16, for CUDA",
+    )
+    parser.add_argument(
+        "--precision",
+        default="auto",
+        choices=["auto", *PRECISIONS],
+        help="default: the suite's rule (fp16 on CUDA unless the strategy is fp32 officially, fp32 on CPU)",
+    )
+    parser.add_argument(
+        "--augment-on",
+        choices=AUGMENT_ON,
+        help="where pixels are augmented, as benchmarks.run's flag (default: the runner's, device)",
+    )
+    parser.add_argument("--warmup", type=int, default=Options.warmup, help="untimed steps first")
+    parser.add_argument("--steps", type=int, default=Options.steps, help="timed steps")
+    parser.add_argument(
+        "--steps-for",
+        type=_steps_for,
+        default={},
+        metavar="NAME=N,...",
+        help="fewer timed steps for the strategies named (slow ones); the rest take --steps",
+    )
+    parser.add_argument(
+        "--threads", type=int, help="torch's intra-op threads (default: torch's own, one a core)"
+    )
+    parser.add_argument(
+        "--train-per-class", type=int, default=100, help="training images a class (the suite: 50)"
+    )
+    parser.add_argument("--eval-repeats", type=int, default=Options.eval_repeats, help="timed evaluations")
+    parser.add_argument("--out", help="write the measurements as JSON here")
+    args = parser.parse_args(argv)
+    counts = {f"--{name.replace('_', '-')}": getattr(args, name) for name in _COUNTS}
+    counts.update({f"--steps-for {name}": steps for name, steps in args.steps_for.items()})
+    if args.threads is not None:
+        counts["--threads"] = args.threads
+    for flag, value in counts.items():
+        if value < 1:
+            raise UserError(f"{flag} must be at least 1, not {value}")
+    names = args.strategies or available()
+    for name in [*names, *args.steps_for]:
+        get_strategy(name)  # an unknown name: one line that lists the valid ones
+    if args.threads is not None:
+        torch.set_num_threads(args.threads)
+    runs = run_specs(names, args.model, args.device, args.precision, args.train_per_class, args.augment_on)
+    preflight(runs, DATA_ROOT)
+    options = Options(args.warmup, args.steps, args.eval_repeats, args.steps_for)
+    rows = []
+    progress = tqdm(runs, desc="train speed", unit="strategy")
+    for spec in progress:
+        progress.set_postfix(strategy=spec.label)
+        rows.append(measure_strategy(spec, options))
+    results = {
+        "date": datetime.date.today().isoformat(),
+        "machine": machine(runs[0].device),
+        "model": args.model,
+        "precisions": sorted({row["precision"] for row in rows}),
+        "augment_on": runs[0].augment_on,
+        "suite": SUITE,
+        "warmup": args.warmup,
+        "steps": args.steps,
+        "steps_for": args.steps_for,
+        "train_per_class": args.train_per_class,
+        "eval_repeats": args.eval_repeats,
+        "rows": rows,
+    }
+    results["table"] = markdown_table(results)
+    print(results["table"])
+    if args.out:
+        write_json(Path(args.out), results)
+    return results
+
+
+def main(argv: list[str] | None = None) -> dict:
+    """Measure (module docstring) and return the results; a mistake in the input prints one line
+    and exits with code 2 (``SystemExit``, as argparse does for a bad flag)."""
+    outcome = _command(argv)
+    if not isinstance(outcome, dict):
+        raise SystemExit(outcome)
+    return outcome
+
+
+if __name__ == "__main__":
+    main()
