@@ -26,6 +26,9 @@ randomly initialised ViT-B/16) measures, on whatever device is given:
    resident memory before them, with the tensors it holds (weights, gradients, AdamW state, the
    pretrained, current and merged visual states). Run it alone (``--only magmax_memory``) on a CPU.
 
+``--train`` measures something else, with options of its own (``--train --help``): every strategy's
+training images per second against its data and model ceilings (``benchmarks.tools.train_speed``).
+
 Class names are ImageNet-1K's (the suite ships them): real names differ in length, as they do in
 the real runs. Weights are random: speed does not depend on them. ``--precision`` (default: fp16
 on CUDA, fp32 on CPU) is the towers' autocast; equalities are checked to that precision's
@@ -497,7 +500,9 @@ def main(argv: list[str] | None = None) -> dict:
 
         return train_speed.main([arg for arg in argv if arg != "--train"])
     parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.tools.speed", description=__doc__.split("\n")[0]
+        prog="python -m benchmarks.tools.speed",
+        description=__doc__.split("\n")[0],
+        epilog="--train: training throughput against its ceilings (see --train --help)",
     )
     parser.add_argument("--model", default="tiny-clip-32")
     parser.add_argument("--tasks", type=int, default=10)
