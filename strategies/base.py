@@ -553,10 +553,17 @@ class CLIPStrategy(SupervisedTemplate):
             self.optimizer.step()
             stepped = True
         else:  # fp16: the scaler skips a step with inf/nan gradients and lowers its scale
-            scale = self.scaler.get_scale()  # scaler.step already waited for the gradients
-            self.scaler.step(self.optimizer)
+            # Whether it stepped, without reading the scale (get_scale waits for the device: once
+            # before the step, and once more after it for the optimiser's kernels): the scaler calls
+            # optimizer.step() exactly when it takes the step (build_optimizer's are not fused).
+            taken: list[bool] = []
+            hook = self.optimizer.register_step_post_hook(lambda *_: taken.append(True))
+            try:
+                self.scaler.step(self.optimizer)  # its inf/nan check: the step's one wait for the device
+            finally:
+                hook.remove()
             self.scaler.update()
-            stepped = self.scaler.get_scale() >= scale
+            stepped = bool(taken)
             self.skipped_steps += not stepped
         if stepped and self.scheduler is not None and self.cfg.schedule == "cosine_iter":
             self.scheduler.step()  # the schedule follows the steps taken

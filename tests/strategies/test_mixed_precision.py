@@ -57,3 +57,26 @@ def test_loss_scale_overflows_skip_steps_and_the_schedule_follows_the_steps_take
     skipped, scheduler_steps = first_step_skipped(2.0**40)
     assert skipped >= 1 and scheduler_steps == 2 - skipped
     assert first_step_skipped(INITIAL_LOSS_SCALE) == (0, 2)
+
+
+@pytest.mark.slow
+def test_an_fp16_step_does_not_read_the_loss_scale(tiny_stream, monkeypatch):
+    """Whether the scaler took a step comes from the optimiser (a step hook), not from
+    ``get_scale``, which waits for the device (twice a step: before it, and after it for the
+    optimiser's kernels); the scaler's own inf/nan check stays the step's one wait. With overflowing
+    steps the counts still agree with the scale's fall."""
+    reads = []
+    real = torch.amp.GradScaler.get_scale
+    monkeypatch.setattr(torch.amp.GradScaler, "get_scale", lambda self: reads.append(1) or real(self))
+    monkeypatch.setattr(
+        strategy_base,
+        "loss_scaler",
+        lambda precision, device: torch.amp.GradScaler("cpu", init_scale=2.0**20, enabled=True),
+    )
+    strategy = tiny_strategy(Finetune, tiny_stream, "fp16", batch_size=64)
+    strategy.backbone.logit_scale = 100.0
+    strategy.learn(tiny_stream.train_stream[0])  # 80 images: 2 steps, the first overflows, the second not
+    assert reads == []
+    halvings = round(torch.log2(torch.tensor(2.0**20 / strategy.scaler.get_scale())).item())
+    assert strategy.skipped_steps == halvings == 1
+    assert strategy.scheduler.last_epoch == 2 - strategy.skipped_steps
