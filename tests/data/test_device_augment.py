@@ -35,10 +35,9 @@ def _images(n: int, height: int, width: int, mode: str = "RGB", seed: int = 0) -
     return [im.convert(mode) for im in images]
 
 
-def _both_paths(images, size: int, augmentation: str) -> tuple[torch.Tensor, torch.Tensor]:
-    """Each image through the PIL pipeline and through the device path, sample k under seed k."""
-    pil = eval_transform(size) if augmentation == "eval" else train_transform(size, augmentation=augmentation)
-    device = DeviceTransform(size, augmentation="none" if augmentation == "eval" else augmentation)
+def _through(pil, device, images) -> tuple[torch.Tensor, torch.Tensor]:
+    """Each image through the PIL pipeline ``pil`` and through the device path ``device``, sample k
+    under seed k in both."""
     reference, pending = [], []
     for k, image in enumerate(images):
         torch.manual_seed(k)
@@ -46,6 +45,13 @@ def _both_paths(images, size: int, augmentation: str) -> tuple[torch.Tensor, tor
         torch.manual_seed(k)
         pending.append(device(image))
     return torch.stack(reference), finish_batch(default_collate(pending), "cpu")
+
+
+def _both_paths(images, size: int, augmentation: str) -> tuple[torch.Tensor, torch.Tensor]:
+    pil = eval_transform(size) if augmentation == "eval" else train_transform(size, augmentation=augmentation)
+    return _through(
+        pil, DeviceTransform(size, augmentation="none" if augmentation == "eval" else augmentation), images
+    )
 
 
 @pytest.mark.parametrize("augmentation", [*DEVICE_AUGMENTATIONS, "eval"])
@@ -177,11 +183,5 @@ def test_adaptervlms_patch_shuffled_images_are_the_pil_pipelines_on_the_device(a
     assert not isinstance(
         patch_shuffled_transform(32, CLIP_MEAN, CLIP_STD, augmentation, 4, "pil"), DeviceTransform
     )
-    images = _images(24, 40, 36)
-    reference, pending = [], []
-    for k, image in enumerate(images):
-        torch.manual_seed(k)
-        reference.append(pil(image))
-        torch.manual_seed(k)
-        pending.append(device(image))
-    assert torch.equal(finish_batch(default_collate(pending), "cpu"), torch.stack(reference))
+    reference, on_device = _through(pil, device, _images(24, 40, 36))
+    assert torch.equal(on_device, reference)
