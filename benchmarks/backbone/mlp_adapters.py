@@ -55,7 +55,8 @@ def noisy_top_k_gates(
     if noise is not None:
         logits = logits + noise * (F.softplus(x0 @ w_noise) + 0.01)
     top, index = logits.topk(k, dim=-1)
-    return torch.zeros_like(logits).scatter(-1, index, top.softmax(dim=-1))
+    weights = top.softmax(dim=-1)  # float32 under CUDA autocast, whatever the logits' type
+    return torch.zeros_like(logits, dtype=weights.dtype).scatter(-1, index, weights)
 
 
 class Router(nn.Module):

@@ -388,13 +388,19 @@ def run_specs(
     precision: str,
     train_per_class: int,
     augment_on: str | None = None,
+    batch_size: int | None = None,
 ) -> list[RunSpec]:
     """One run of the suite per strategy (seed 0), on ``model`` (the tiny model with its shipped
     synthetic weights, any other randomly initialised) with ``train_per_class`` training images a
-    class; ``augment_on``: where the pixels are augmented (None: the suite's, as the runner's)."""
+    class; ``augment_on``: where the pixels are augmented (None: the suite's, as the runner's);
+    ``batch_size``: one training batch size for every strategy (None: each recipe's own)."""
     suite = load_suite(SUITE)
     suite["backbone"] = {"model": model, "pretrained": "synthetic" if model == TINY_MODEL else "none"}
     suite["dataset"]["synthetic"] = {**suite["dataset"]["synthetic"], "n_train_per_class": train_per_class}
+    if batch_size is not None:
+        tables = suite.setdefault("strategy", {})
+        for name in names:
+            tables[name] = {**tables.get(name, {}), "batch_size": batch_size}
     return expand(
         suite, strategies=names, seeds=[0], device=device, precision=precision, augment_on=augment_on
     )
@@ -501,6 +507,9 @@ def _command(argv: list[str] | None) -> dict:
         choices=AUGMENT_ON,
         help="where pixels are augmented, as benchmarks.run's flag (default: the runner's, device)",
     )
+    parser.add_argument(
+        "--batch-size", type=int, help="one training batch size for every strategy (default: each recipe's)"
+    )
     parser.add_argument("--warmup", type=int, default=Options.warmup, help="untimed steps first")
     parser.add_argument("--steps", type=int, default=Options.steps, help="timed steps")
     parser.add_argument(
@@ -523,6 +532,8 @@ def _command(argv: list[str] | None) -> dict:
     counts.update({f"--steps-for {name}": steps for name, steps in args.steps_for.items()})
     if args.threads is not None:
         counts["--threads"] = args.threads
+    if args.batch_size is not None:
+        counts["--batch-size"] = args.batch_size
     for flag, value in counts.items():
         if value < 1:
             raise UserError(f"{flag} must be at least 1, not {value}")
@@ -531,7 +542,9 @@ def _command(argv: list[str] | None) -> dict:
         get_strategy(name)  # an unknown name: one line that lists the valid ones
     if args.threads is not None:
         torch.set_num_threads(args.threads)
-    runs = run_specs(names, args.model, args.device, args.precision, args.train_per_class, args.augment_on)
+    runs = run_specs(
+        names, args.model, args.device, args.precision, args.train_per_class, args.augment_on, args.batch_size
+    )
     preflight(runs, DATA_ROOT)
     options = Options(args.warmup, args.steps, args.eval_repeats, args.steps_for)
     rows = []
@@ -550,6 +563,7 @@ def _command(argv: list[str] | None) -> dict:
         "steps": args.steps,
         "steps_for": args.steps_for,
         "train_per_class": args.train_per_class,
+        "batch_size": args.batch_size,
         "eval_repeats": args.eval_repeats,
         "rows": rows,
     }

@@ -92,3 +92,20 @@ def test_deterministic_reruns_are_bit_identical(mini_suite, tmp_path):
     first, second = result_of(tmp_path / "a", "gr4cil"), result_of(tmp_path / "b", "gr4cil")
     assert first["config"]["deterministic"] and first["stages"] == second["stages"]
     assert first["diagnostics"] == second["diagnostics"]
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_moe_router_gates_under_cuda_autocast(dtype):
+    """CUDA autocast runs softmax in float32 over half logits: the gates take the softmax's type
+    (MoE4CL's evaluation under --precision fp16 crashed in scatter on an H200, 2026-11-26)."""
+    from benchmarks.backbone.mlp_adapters import noisy_top_k_gates
+
+    torch.manual_seed(0)
+    x0, w_gate, w_noise = (torch.randn(4, 16, device="cuda") for _ in range(3))
+    w_gate, w_noise = w_gate[:, :6], w_noise[:, :6]
+    with torch.autocast("cuda", dtype=dtype):
+        gates = noisy_top_k_gates(x0.to(dtype), w_gate.to(dtype), w_noise.to(dtype), 2, None)
+    reference = noisy_top_k_gates(x0.to(dtype).float(), w_gate.to(dtype).float(), w_noise.to(dtype).float(), 2, None)
+    assert gates.dtype == torch.float32
+    assert torch.allclose(gates.sum(-1), torch.ones(4, device="cuda"))
+    assert torch.allclose(gates, reference, atol=1e-2)
