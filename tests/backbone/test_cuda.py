@@ -105,7 +105,8 @@ def test_moe_router_gates_under_cuda_autocast(dtype):
     w_gate, w_noise = w_gate[:, :6], w_noise[:, :6]
     with torch.autocast("cuda", dtype=dtype):
         gates = noisy_top_k_gates(x0.to(dtype), w_gate.to(dtype), w_noise.to(dtype), 2, None)
-    reference = noisy_top_k_gates(x0.to(dtype).float(), w_gate.to(dtype).float(), w_noise.to(dtype).float(), 2, None)
+    halves = [t.to(dtype).float() for t in (x0, w_gate, w_noise)]
+    reference = noisy_top_k_gates(*halves, 2, None)
     assert gates.dtype == torch.float32
     assert torch.allclose(gates.sum(-1), torch.ones(4, device="cuda"))
     assert torch.allclose(gates, reference, atol=1e-2)
