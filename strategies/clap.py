@@ -24,7 +24,7 @@ Paper row "CLAP" (docs/baselines.md §13; facts from the paper and its code, no 
 
 Deviations: evaluation draws the R noise vectors once per stage (seeded by the stage), shared by
 every image, so a score does not depend on the evaluation batch or order (the official code draws
-per batch); trainable parameters stay fp32 under autocast (official: cast to CLIP's fp16). Left
+per batch: ``eval_noise = "batch"``, D4); trainable parameters stay fp32 under autocast (official: cast to CLIP's fp16). Left
 out, as in the published command: distillation, the NP prior, expandable tokens, the
 orthogonality loss; and replay (D5).
 
@@ -80,6 +80,7 @@ class CLAPConfig(StrategyConfig):
     kl_weight: float = 0.001
     lasp_weight: float = 15.0
     vga_context: Literal["image", "batch"] = "image"  # or "batch" (the official quirk)
+    eval_noise: Literal["stage", "batch"] = "stage"  # or "batch": fresh draws per batch (official)
     vga_heads: int = 1
     vga_feedforward: int = 2048
     vga_dropout: float = 0.1
@@ -293,7 +294,8 @@ class CLAP(CLIPStrategy):
     def scores_from_features(self, image: torch.Tensor) -> torch.Tensor:
         """Mean logits over the R samples, from normalised image features ``[B, d]``."""
         self.vga.eval()
-        logits, _ = self.sample_logits(image, self.task_classes, self.evaluation_noise())
+        noise = self.evaluation_noise() if self.cfg.eval_noise == "stage" else None  # None: fresh draws
+        logits, _ = self.sample_logits(image, self.task_classes, noise)
         return logits.mean(dim=0)
 
     @torch.no_grad()

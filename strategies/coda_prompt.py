@@ -7,11 +7,18 @@ At each prompt block l, component m has a prompt P_m ``[L, width]``, a key K_m a
 vector A_m ``[d]``; the prompt of an image is ``sum_m alpha_m P_m`` with alpha_m = cos(q * A_m, K_m)
 (a plain cosine, no softmax), its first half joining the keys and its second half the values.
 Task t owns the slice [s, f) = [t pt, (t + 1) pt), pt = components / number of tasks: at its
-start the slice is drawn from a normal distribution and Gram-Schmidt-orthonormalised against the
-earlier ones (``gram_schmidt``); during it [0, s) is used but detached, [s, f) learns, and later
+start the slice is drawn from a normal distribution and Gram-Schmidt-orthogonalised against the
+earlier ones (``gram_schmidt``), layer by layer, keys, attention vectors then prompts, as the official
+code orders its draws; the draws come from a generator seeded by (run seed, task). During it [0, s) is used but detached, [s, f) learns, and later
 slices are left out. Loss: CE over the current classes; the orthogonality penalty has weight 0 in
 the official runs and is left out. Inference: alpha over the components of every seen task, head
 logits over the seen classes.
+
+Official behaviour by default (D4): the official Gram-Schmidt subtracts each draw's projections
+onto the earlier rows as they are (classical Gram-Schmidt, float32). That is exact only against
+orthogonal earlier rows; trained ones are not, so a new slice keeps a component along the old ones
+(``gram_schmidt = "exact"``: orthogonal to their span, to rounding). The train loader drops the last
+partial batch (``drop_last``).
 
 The number of tasks is read off the stream: all classes / the first task's classes (the suite's
 tasks are equal splits).
@@ -21,7 +28,7 @@ RECIPE (CIFAR-100 10 tasks):
 | hyper-parameter | value | source |
 |---|---|---|
 | components / length / blocks | 100 / 8 (4 key + 4 value vectors) / 0-4 | code: experiments/*.sh `--prompt_param 100 8 0.0` |
-| per task, alpha, init | 100 / tasks; cos(q * A, K), no softmax; Gram-Schmidt, a new slice per task | code: models/zoo.py |
+| per task, alpha, init | 100 / tasks; cos(q * A, K), no softmax; classical Gram-Schmidt, a new slice per task | code: models/zoo.py |
 | orthogonality weight | 0 | code: `--prompt_param ... 0.0` |
 | query, head | frozen 512-d embedding; Linear(512, C) with bias | D6 (C3Box key dimension) |
 | optimiser | Adam, lr 1e-3, wd 0, batch 128, CODA cosine per epoch | code: configs, utils/schedulers.py; D6 |
@@ -32,24 +39,48 @@ RECIPE (CIFAR-100 10 tasks):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Literal
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.core.errors import UserError
+from benchmarks.data.loaders import derive_seed
 from strategies.prompting import PromptConfig, PromptStrategy
 from strategies.registry import register
 
+GramSchmidt = Literal["official", "exact"]
+
 
 def gram_schmidt(
-    rows: torch.Tensor, start: int, stop: int, generator: torch.Generator | None = None
+    rows: torch.Tensor,
+    start: int,
+    stop: int,
+    generator: torch.Generator | None = None,
+    mode: GramSchmidt = "official",
 ) -> torch.Tensor:
-    """``rows`` ``[M, n]`` with rows [start, stop) redrawn from a standard normal, each made orthogonal
-    to every earlier row (kept as they are) and to unit length. Computed in float64."""
+    """``rows`` ``[M, n]`` with rows [start, stop) redrawn from a standard normal (one float32 draw of
+    ``n`` per row, in order) and orthogonalised against every earlier row; the rest kept as they are.
+
+    ``official`` (the CODA-Prompt code): classical Gram-Schmidt in float32, each draw minus its
+    projections onto the earlier rows as they are, the new rows scaled to unit length at the end;
+    exact only where the earlier rows are orthogonal. ``exact``: each new row orthogonal to the span
+    of every earlier row (an orthonormal basis by QR, projected out twice, in float64)."""
+    draws = [torch.randn(rows.shape[1], generator=generator, dtype=torch.float32) for _ in range(start, stop)]
+    if mode == "official":
+        out = rows.detach().to(torch.float32).clone()
+        for i, v in zip(range(start, stop), draws):
+            v = v.to(out.device)
+            earlier = out[:i]
+            norms = (earlier * earlier).sum(1)
+            used = norms >= 1e-8  # a zero row has no direction to project on
+            out[i] = v - ((earlier[used] @ v) / norms[used]) @ earlier[used]
+        out[start:stop] /= out[start:stop].norm(dim=1, keepdim=True)
+        return out.to(rows.dtype)
     out = rows.detach().to(torch.float64).clone()
-    for i in range(start, stop):
-        v = torch.randn(out.shape[1], generator=generator, dtype=torch.float64, device=out.device)
+    for i, v in zip(range(start, stop), draws):
+        v = v.to(device=out.device, dtype=torch.float64)
         for _ in range(2):  # twice: orthogonal to rounding, also against non-orthonormal old rows
             if i:
                 basis = torch.linalg.qr(out[:i].T).Q  # an orthonormal basis of the earlier rows
@@ -69,6 +100,7 @@ class CodaConfig(PromptConfig):
     components: int = 100
     prompt_length: int = 8  # 4 key + 4 value vectors
     prompt_layers: list[int] = field(default_factory=lambda: [0, 1, 2, 3, 4])
+    gram_schmidt: GramSchmidt = "official"  # "exact": orthogonal to the old rows' span
 
     def __post_init__(self):
         super().__post_init__()
@@ -136,11 +168,13 @@ class CodaPrompt(PromptStrategy):
         per_task = self.per_task or self.components_per_task(len(classes))  # the first task sets the split
         start, stop = task * per_task, (task + 1) * per_task
         self.slice = (start, stop)
+        generator = torch.Generator().manual_seed(derive_seed(self.seed, task, "coda_prompt.gram_schmidt"))
+        parts = self.components
         with torch.no_grad():
-            for parameter in self.components.parameters():
-                for layer in range(parameter.shape[0]):
+            for layer in range(len(self.cfg.prompt_layers)):
+                for parameter in (parts.keys, parts.attention, parts.prompts):  # the official order
                     flat = parameter[layer].view(parameter.shape[1], -1)
-                    flat.copy_(gram_schmidt(flat, start, stop))
+                    flat.copy_(gram_schmidt(flat, start, stop, generator, self.cfg.gram_schmidt))
 
     def used(self, parameter: torch.Tensor, train: bool) -> torch.Tensor:
         """The components in use: [0, f) of the seen tasks at test; at training [0, s) detached and

@@ -6,13 +6,13 @@ shared prompt protocol (``strategies.prompting``, docs/decisions.md D6).
 Task t trains G, E_t, k_t and the head: prefix G at ``g_layers``, E_t at ``e_layers`` (where both
 apply, E before G), loss CE over the current classes + ``key_loss_weight`` * sum_b (1 - cos(q_b,
 k_t)). Other E-prompts and keys get no gradient; after task t, E_t and k_t never change.
-Inference: e* = argmax over the seen tasks' keys of cos(q, k_e); prefix G and E_{e*}; head
-logits over the seen classes.
+Inference: per E layer, e* = argmax over its keys of cos(q, k_e); prefix G and E_{e*}; head logits
+over the seen classes.
 
-Quirks (D4): the CODA-Prompt code picks e* over all ``pool_size`` keys, untrained ones included
-(``select_over = "pool"``) and keeps one key set per E layer (``keys = "per_layer"``, each layer
-picking its own E-prompt at test); the defaults are the seen tasks and keys shared by the E
-layers, as in the paper.
+Official behaviour by default (D4): as the CODA-Prompt code, one key set per E layer (``keys =
+"per_layer"``, each layer picking its own E-prompt at test) and e* over all ``pool_size`` keys,
+untrained ones included (``select_over = "pool"``); ``keys = "shared"`` and ``select_over = "seen"``
+give the paper's form. The train loader drops the last partial batch (``drop_last``).
 
 RECIPE (CIFAR-100 10 tasks):
 
@@ -20,8 +20,8 @@ RECIPE (CIFAR-100 10 tasks):
 |---|---|---|
 | G | length 6 (3 key + 3 value vectors), blocks 0, 1 | code: `--prompt_param 10 20 6`, models/zoo.py |
 | E | pool 10 (= tasks), length 20 (10 k + 10 v), blocks 2, 3, 4, top-1, uniform [0, 1) | code: models/zoo.py |
-| keys / key loss | shared by the E layers / sum of (1 - cos(q, k_t)), weight 1 | paper; code: models/zoo.py |
-| selection | own task at training; top-1 over the seen tasks at test | code: task_id_bootstrap; D4 |
+| keys / key loss | one set per E layer / sum of (1 - cos(q, k_t)), weight 1 | code: models/zoo.py; D4 |
+| selection | own task at training; top-1 over the whole pool at test | code: task_id_bootstrap, models/zoo.py; D4 |
 | query, head | frozen 512-d embedding; Linear(512, C) with bias | D6 |
 | optimiser | Adam, lr 1e-3, wd 0, batch 128, CODA cosine per epoch | code: configs, utils/schedulers.py; D6 |
 | epochs | 20 (CIFAR-100), 50 (ImageNet-R), 10 (ImageNet-100, ImageNet-1K) | code: configs; fallback |
@@ -48,8 +48,8 @@ class DualPromptConfig(PromptConfig):
     e_length: int = 20  # 10 key + 10 value vectors
     e_layers: list[int] = field(default_factory=lambda: [2, 3, 4])
     pool_size: int = 10  # E-prompts: at least the number of tasks
-    select_over: Literal["seen", "pool"] = "seen"  # or "pool" (the CODA-Prompt code)
-    keys: Literal["shared", "per_layer"] = "shared"  # or "per_layer" (the CODA-Prompt code)
+    select_over: Literal["seen", "pool"] = "pool"  # the CODA-Prompt code; "seen": the seen tasks' keys
+    keys: Literal["shared", "per_layer"] = "per_layer"  # the CODA-Prompt code; "shared": the paper
     key_loss_weight: float = 1.0
 
     def __post_init__(self):

@@ -6,13 +6,16 @@ docs/decisions.md D6).
 Per image: q = the frozen query; the ``top_k`` keys of the pool most similar to q (cosine) pick
 their prompts; at block ``prompt_layer`` the selected prompts' first halves join the keys and
 their second halves the values; logits = head(prompted embedding). Loss: CE over the current
-classes + ``key_loss_weight`` * sum of (1 - cos(q, k_j)) over each image's own top-k (the query
-detached; only the keys learn from it). The whole pool, its keys and the head train at every task;
+classes + ``key_loss_weight`` * sum of (1 - cos(q, k_j)) (the query
+detached; only the keys learn from it), each query paired with every key selected anywhere in the
+batch, as the CODA-Prompt code computes it (``key_loss = "own_topk"``: each image's own top-k, as
+the L2P paper writes it). The whole pool, its keys and the head train at every task;
 nothing is frozen or masked. Inference: the same forward, per-image top-k, head logits over the
 seen classes.
 
-Quirk (D4): the CODA-Prompt code pulls every query towards every key selected anywhere in the
-batch; ``key_loss = "all_pairs"`` restores it.
+Official behaviour by default (D4): the key loss pairs every query with every key selected
+anywhere in the batch (about B times the pull of each image's own top-k) and the train loader drops
+the last partial batch (``drop_last``).
 
 RECIPE (CIFAR-100 10 tasks):
 
@@ -20,7 +23,7 @@ RECIPE (CIFAR-100 10 tasks):
 |---|---|---|
 | pool / length / top-k | 30 / 20 (10 key + 10 value vectors) / 5 | code: experiments/cifar-100.sh `--prompt_param 30 20 -1` |
 | prompt layers / init | block 0 / uniform [0, 1) | code: models/zoo.py |
-| key loss | sum of (1 - cos), weight 1, own top-k | code: models/zoo.py; D4 |
+| key loss | sum of (1 - cos), weight 1, every (query, key selected in the batch) pair | code: models/zoo.py; D4 |
 | query, head | frozen 512-d embedding; Linear(512, C) with bias | D6 |
 | loss | CE over the current classes | code: learners/prompt.py |
 | optimiser | Adam, lr 1e-3, wd 0, batch 128, CODA cosine per epoch | code: configs/cifar-100_prompt.yaml, utils/schedulers.py |
@@ -54,7 +57,7 @@ class L2PConfig(PromptConfig):
     prompt_length: int = 20  # 10 key + 10 value prefix vectors
     top_k: int = 5
     prompt_layer: int = 0
-    key_loss: KeyLoss = "own_topk"  # or "all_pairs" (the CODA-Prompt code)
+    key_loss: KeyLoss = "all_pairs"  # the CODA-Prompt code; "own_topk": each image's own top-k
     key_loss_weight: float = 1.0
 
     def __post_init__(self):

@@ -98,6 +98,8 @@ class PromptConfig(StrategyConfig):
     optimizer: Optimizer = "adam"
     schedule: Schedule = "coda_cosine"
     train_augmentation: TrainAugmentation = "rrc_flip"
+    # The codebase's train loader drops the last partial batch (trainer.py, docs/decisions.md D4).
+    drop_last: bool = True
 
 
 class PromptStrategy(CLIPStrategy):
@@ -125,6 +127,12 @@ class PromptStrategy(CLIPStrategy):
                 f"{self.name} option {option}={layers} names blocks the visual tower does not have "
                 f"({depth} blocks: 0 to {depth - 1}); set it for this model"
             )
+
+    def make_train_dataloader(self, shuffle: bool = True, drop_last: bool = False, **kwargs):
+        # The official loader drops the last partial batch; a task smaller than one batch keeps it,
+        # where the official code would train nothing at all.
+        full_batch = len(self.adapted_dataset) >= self.train_mb_size
+        super().make_train_dataloader(shuffle, drop_last or (self.cfg.drop_last and full_batch), **kwargs)
 
     # ---------------------------------------------------------------- what a method fills in
     def prefixes(self, query: torch.Tensor, train: bool) -> tuple[dict, torch.Tensor]:

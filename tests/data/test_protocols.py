@@ -16,7 +16,7 @@ from benchmarks.data.datasets import (
     rapf_split_list,
     read_split_list,
 )
-from benchmarks.data.protocols import PUBLISHED_ROWS, SOURCES, protocol_layer
+from benchmarks.data.protocols import OFFICIAL_CODE, PUBLISHED_ROWS, SOURCES, protocol_layer
 from benchmarks.runner.suites import expand, load_suite
 from benchmarks.tools.fake_data import make_fake_data
 
@@ -151,13 +151,45 @@ def test_as_published_runs_only_the_rows_whose_protocol_differs_from_mains():
     assert set(suite["datasets"]) == {"cifar100", "imagenet_r"}
     assert not {"gr4cil", "adaptervlm", "finetune"} & set(suite["strategies"])
     assert set(suite["strategies"]) == set(PUBLISHED_ROWS)
-    for strategy in suite["strategies"]:  # main's recipes: only the protocol differs
+    for strategy in suite["strategies"]:  # main's recipes: only the protocol and the official code differ
         main = {
             r.dataset: r for r in expand(load_suite("main"), strategies=[strategy], device="cpu", seeds=[0])
         }
+        official = OFFICIAL_CODE.get(strategy, ({}, ""))[0]
         for run in expand(suite, strategies=[strategy], device="cpu", seeds=[0]):
-            assert run.strategy_options == main[run.dataset].strategy_options
+            assert run.strategy_options == {**main[run.dataset].strategy_options, **official}
             assert run.config_hash != main[run.dataset].config_hash
+
+
+#: every official behaviour of docs/decisions.md D4, as the resolved option that turns it on
+OFFICIAL_BEHAVIOURS = {
+    "l2p_pp": {"key_loss": "all_pairs", "drop_last": True},
+    "dualprompt": {"keys": "per_layer", "select_over": "pool", "drop_last": True},
+    "coda_prompt": {"gram_schmidt": "official", "drop_last": True},
+    "moe4cl": {"eval_gate_noise": True},
+    "clap": {"vga_context": "batch", "eval_noise": "batch"},
+}
+#: the ones the defaults leave off, because a score would depend on the evaluation batch or on chance
+CLEAN_DEFAULTS = {
+    "moe4cl": {"eval_gate_noise": False},
+    "clap": {"vga_context": "image", "eval_noise": "stage"},
+}
+
+
+def test_main_as_published_runs_every_row_with_its_official_code_and_main_with_the_clean_defaults():
+    from benchmarks.runner.execute import resolve
+
+    for suite_name in ("main", "main-as-published"):
+        suite = load_suite(suite_name)
+        for run in expand(suite, device="cpu", seeds=[0]):
+            if run.strategy not in OFFICIAL_BEHAVIOURS:
+                continue
+            resolved = resolve(run, "data")[2]["strategy_config"]
+            expected = dict(OFFICIAL_BEHAVIOURS[run.strategy])
+            if suite_name == "main":
+                expected.update(CLEAN_DEFAULTS.get(run.strategy, {}))
+            got = {name: resolved[name] for name in expected}
+            assert got == expected, (suite_name, run.strategy, run.dataset)
 
 
 def test_on_imagenet_100_and_1k_every_source_protocol_is_mains():

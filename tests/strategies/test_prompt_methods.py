@@ -133,22 +133,28 @@ def test_dualprompt_trainable_parameters_match_baselines_md():
         config=DualPrompt.Config(),
         show_progress=False,
     )
-    assert vit.trainable_parameter_count() == 526_436  # G 9,216 + E 460,800 + keys 5,120 + head 51,300
+    # G 9,216 + E 460,800 + keys 15,360 (one set per E layer, the default) + head 51,300
+    assert vit.trainable_parameter_count() == 536_676
 
 
 def test_dualprompt_trains_only_the_tasks_own_prompt_and_key(tmp_path):
     strategy, stream = strategy_and_stream(tmp_path, DUAL)
     strategy.cfg.epochs = 1
-    before = strategy.prompts.e.detach().clone(), strategy.prompts.keys.detach().clone()
+
+    def state():  # E-prompts [pool, ...] and keys [pool, n sets, d]: the task on the first axis
+        return strategy.prompts.e.detach().clone(), strategy.key_sets().detach().transpose(0, 1).clone()
+
+    before = state()
+    assert before[1].shape[1] == 2  # one key set per E layer (the official layout, the default)
     strategy.learn(stream.train_stream[0])
-    after_first = strategy.prompts.e.detach().clone(), strategy.prompts.keys.detach().clone()
+    after_first = state()
     assert not torch.equal(after_first[0][0], before[0][0]) and not torch.equal(
         after_first[1][0], before[1][0]
     )
     assert torch.equal(after_first[0][1:], before[0][1:]) and torch.equal(after_first[1][1:], before[1][1:])
     strategy.learn(stream.train_stream[1])
     assert torch.equal(strategy.prompts.e[0], after_first[0][0])  # task 1's prompt and key are done
-    assert torch.equal(strategy.prompts.keys[0], after_first[1][0])
+    assert torch.equal(state()[1][0], after_first[1][0])
     assert not torch.equal(strategy.prompts.e[1], before[0][1]) and torch.equal(
         strategy.prompts.e[2], before[0][2]
     )
@@ -156,7 +162,7 @@ def test_dualprompt_trains_only_the_tasks_own_prompt_and_key(tmp_path):
 
 def test_dualprompt_selects_the_task_whose_key_is_nearest_among_the_seen_tasks(tmp_path):
     path = tmp_path / "dual.toml"
-    path.write_text(DUAL)
+    path.write_text(DUAL.replace("pool_size = 3", 'pool_size = 3\nkeys = "shared"\nselect_over = "seen"'))
     strategy, _, _ = strategy_from_suite(path)
     d = strategy.backbone.embed_dim
     directions = torch.eye(d)[:3] * 5.0
@@ -173,6 +179,26 @@ def test_dualprompt_selects_the_task_whose_key_is_nearest_among_the_seen_tasks(t
     assert torch.equal(strategy.select(queries)[:, 0], truth)  # the official quirk: over the whole pool
 
 
+def test_dualprompt_each_e_layer_selects_with_its_own_keys_over_the_whole_pool(tmp_path):
+    """The default, as the CODA-Prompt code: layer i's E-prompt is the argmax over all pool_size of
+    its own keys, untrained ones included, whatever task has been seen."""
+    path = tmp_path / "dual.toml"
+    path.write_text(DUAL)
+    strategy, _, _ = strategy_from_suite(path)
+    d = strategy.backbone.embed_dim
+    directions = torch.eye(d)[:3] * 5.0
+    with torch.no_grad():  # layer 0's keys point at tasks 0, 1, 2; layer 1's at 2, 0, 1
+        strategy.prompts.keys.copy_(torch.stack([directions, directions[[2, 0, 1]]]))
+    truth = torch.arange(3).repeat_interleave(4)
+    queries = directions[truth] + 0.1 * torch.randn(12, d, generator=torch.Generator().manual_seed(4))
+    strategy.task_classes = [[0]]  # one task seen: the pool's other keys still compete
+    chosen = strategy.select(queries)
+    assert torch.equal(chosen[:, 0], truth) and torch.equal(chosen[:, 1], (truth + 1) % 3)
+    prefixes, _ = strategy.prefixes(queries, train=False)
+    e_keys = prefixes[3][0]  # block 3 is E layer 1 (blocks 2, 3): its own choice
+    assert torch.equal(e_keys, strategy.prompts.e[(truth + 1) % 3, 1, :2])
+
+
 def test_dualprompt_puts_e_before_g_where_both_apply(tmp_path):
     path = tmp_path / "dual.toml"
     path.write_text(DUAL.replace("e_layers = [2, 3]", "e_layers = [1, 2]"))
@@ -181,9 +207,12 @@ def test_dualprompt_puts_e_before_g_where_both_apply(tmp_path):
     query = torch.randn(2, strategy.backbone.embed_dim)
     prefixes, _ = strategy.prefixes(query, train=False)
     keys, values = prefixes[1]
-    e_prompt, g_prompt = strategy.prompts.e[0, 0], strategy.prompts.g[1]
-    assert torch.equal(keys[0], torch.cat([e_prompt[:2], g_prompt[:2]]))
-    assert torch.equal(values[1], torch.cat([e_prompt[2:], g_prompt[2:]]))
+    chosen = strategy.select(query)[:, 0]  # E layer 0's pick for each image
+    g_prompt = strategy.prompts.g[1]
+    for b in range(2):
+        e_prompt = strategy.prompts.e[chosen[b], 0]
+        assert torch.equal(keys[b], torch.cat([e_prompt[:2], g_prompt[:2]]))
+        assert torch.equal(values[b], torch.cat([e_prompt[2:], g_prompt[2:]]))
 
 
 @pytest.fixture(scope="module")
@@ -223,7 +252,7 @@ def test_gram_schmidt_gives_an_orthonormal_slice_orthogonal_to_the_old_rows():
     generator = torch.Generator().manual_seed(5)
     rows = torch.zeros(9, 20, dtype=torch.float64)
     rows[:3] = torch.randn(3, 20, generator=generator, dtype=torch.float64)  # "trained" rows: not orthonormal
-    out = gram_schmidt(rows, 3, 6, generator)
+    out = gram_schmidt(rows, 3, 6, generator, mode="exact")
     assert torch.equal(out[:3], rows[:3]) and torch.equal(out[6:], rows[6:])  # only the slice changes
     new = out[3:6]
     torch.testing.assert_close(new @ new.T, torch.eye(3, dtype=torch.float64), atol=1e-12, rtol=0)
@@ -267,15 +296,53 @@ def test_coda_slices_new_components_per_task_and_never_changes_old_ones(tmp_path
     for before, after in zip(parameters, strategy.components.parameters(), strict=True):
         assert torch.equal(after[:, :4], before[:, :4])  # task 1's slice is frozen
         assert torch.count_nonzero(after[:, 4:8]) > 0 and torch.count_nonzero(after[:, 8:]) == 0
-    strategy.setup_task(
-        2, stream.tasks[2]
-    )  # the next slice, before training: orthonormal, orthogonal to the rest
+    # The next slice, before training. Official Gram-Schmidt (the default): unit rows, not orthogonal
+    # to the trained ones; exact: orthonormal and orthogonal to the rest.
+    strategy.setup_task(2, stream.tasks[2])
+    leak = 0.0
+    for parameter in strategy.components.parameters():
+        for layer in range(parameter.shape[0]):
+            flat = parameter[layer].detach().reshape(12, -1).double()
+            torch.testing.assert_close(flat[8:12].norm(dim=1), torch.ones(4, dtype=torch.float64))
+            leak = max(leak, float((flat[8:12] @ flat[:8].T).abs().max()))
+    assert leak > 1e-3
+    strategy.cfg.gram_schmidt = "exact"
+    strategy.setup_task(2, stream.tasks[2])
     for parameter in strategy.components.parameters():
         for layer in range(parameter.shape[0]):
             flat = parameter[layer].detach().reshape(12, -1).double()
             new, old = flat[8:12], flat[:8]
             torch.testing.assert_close(new @ new.T, torch.eye(4, dtype=torch.float64), atol=1e-5, rtol=0)
             assert (new @ old.T).abs().max() < 1e-5
+
+
+def test_official_gram_schmidt_by_hand():
+    """Classical Gram-Schmidt as the CODA-Prompt code computes it: the draw minus its projections on
+    the earlier rows as they are, then unit length; orthogonal only to orthogonal earlier rows."""
+    from strategies.coda_prompt import gram_schmidt
+
+    draw = torch.randn(3, generator=torch.Generator().manual_seed(7))  # the one draw of row 2
+    skewed = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
+    u = draw - draw[0] * skewed[0] - (draw[0] + draw[1]) / 2 * skewed[1]
+    out = gram_schmidt(skewed, 2, 3, torch.Generator().manual_seed(7))
+    torch.testing.assert_close(out[2], u / u.norm())
+    assert abs(float(out[2] @ skewed[0])) > 1e-3  # (v0 - v1) / 2 / |u|: not orthogonal to row 0
+    straight = torch.tensor([[1.0, 0.0, 0.0], [0.0, 2.0, 0.0], [0.0, 0.0, 0.0]])
+    out = gram_schmidt(straight, 2, 3, torch.Generator().manual_seed(7))
+    torch.testing.assert_close(out[2], torch.tensor([0.0, 0.0, float(draw[2].sign())]))
+
+
+def test_coda_draws_depend_on_the_run_seed_and_task_not_on_the_global_generator(tmp_path):
+    strategy, stream = strategy_and_stream(tmp_path, CODA)
+    slices = []
+    for global_seed in (1, 2):
+        torch.manual_seed(global_seed)
+        strategy.setup_task(0, stream.tasks[0])
+        slices.append(strategy.components.prompts.detach().clone())
+    assert torch.equal(*slices) and torch.count_nonzero(slices[0]) > 0
+    strategy.seed += 1
+    strategy.setup_task(0, stream.tasks[0])
+    assert not torch.equal(strategy.components.prompts, slices[0])
 
 
 @pytest.fixture(scope="module")
