@@ -2,8 +2,10 @@
 
 Columns: the paper's row label (docs/decisions.md D9); where its recipe comes from; what is verified
 offline (its tests, and its Avg/Last on the miniature, from the ``smoke-baselines`` results kept
-under ``results/``); the paper's Table 1 numbers; and the numbers reproduced on real data, from
-every result of a paper dataset found, or "not yet run".
+under ``results/``); how many of its components equal the official code, by execution, and the
+largest difference (the table of docs/baselines.md §16, tested against the golden fixtures); the
+paper's Table 1 numbers; and the numbers reproduced on real data, from every result of a paper
+dataset found, or "not yet run".
 
 ``python -m analysis.reproducibility --results-dir results --out REPRODUCIBILITY.md`` writes the
 file; ``python -m analysis.report`` writes one beside its tables as well.
@@ -12,6 +14,7 @@ file; ``python -m analysis.report`` writes one beside its tables as well.
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 from collections import defaultdict
 from pathlib import Path
@@ -62,12 +65,50 @@ PROVENANCE = {
         "test_prompt_methods, test_visual_prefix",
     ),
     "aper_adapter": (
-        "C3Box's CLIP configuration; the same values on every dataset, a fallback (docs/baselines.md §12)",
+        "official RevisitingCIL recipe; ImageNet-100/1K a fallback (docs/baselines.md §12)",
         "test_aper_adapter",
     ),
     "clap": ("official code, replay-free (docs/baselines.md §13, D5)", "test_clap"),
 }
 MINIATURE = "synthetic"
+BASELINES_MD = Path(__file__).resolve().parents[1] / "docs" / "baselines.md"
+EQUALITY_SECTION = "## 16. "
+
+
+def official_equality(path: Path = BASELINES_MD) -> list[dict]:
+    """The rows of docs/baselines.md §16: ``component``, ``strategies``, ``official``, ``max_diff``
+    (float), ``tolerance`` and ``verdict``; [] where the file is not there (an installed copy)."""
+    if not path.is_file():
+        return []
+    text = path.read_text()
+    start = text.find(EQUALITY_SECTION)
+    if start < 0:
+        return []
+    section = text[start : text.find("\n## ", start + 1) if "\n## " in text[start + 1 :] else None]
+    rows = []
+    for line in section.splitlines():
+        cells = [cell.strip() for cell in line.strip().strip("|").split("|")]
+        if len(cells) == 7 and re.fullmatch(r"`[\w.]+`", cells[0]):
+            rows.append(
+                {
+                    "component": cells[0].strip("`"),
+                    "strategies": [name.strip("` ") for name in cells[1].split(",")],
+                    "official": cells[2],
+                    "max_diff": float(cells[4]),
+                    "tolerance": cells[5],
+                    "verdict": cells[6],
+                }
+            )
+    return rows
+
+
+def _equality_cell(name: str, rows: list[dict]) -> str:
+    mine = [row for row in rows if name in row["strategies"]]
+    if not mine:
+        return "no official code run (docs/baselines.md §16)" if name not in ("gr4cil", "finetune") else "-"
+    equal = sum(row["verdict"] == "equal" for row in mine)
+    worst = max(row["max_diff"] for row in mine)
+    return f"{equal} of {len(mine)} components equal, max diff {worst:.1e}"
 
 
 def _avg_last(runs: list[dict]) -> str:
@@ -193,10 +234,11 @@ def reproducibility_markdown(results_dir: str | Path, loaded: LoadedResults | No
         "miniature (`--suite smoke-baselines`: the tiny CLIP on the synthetic world, CPU) checks each method "
         "end to end and the order of the rows, not the paper's numbers.",
         "",
-        "| strategy | paper row | recipe from | verified offline | paper, Table 1 "
-        "| reproduced on real data |",
-        "|---|---|---|---|---|---|",
+        "| strategy | paper row | recipe from | verified offline | equal to the official code "
+        "| paper, Table 1 | reproduced on real data |",
+        "|---|---|---|---|---|---|---|",
     ]
+    equality = official_equality()
     paper_rows = list(dict.fromkeys(paper[paper["table"] == "table1_main"]["row"]))  # the paper's order
     order = {row: i for i, row in enumerate(paper_rows)}
     for name in sorted(available(), key=lambda n: (order.get(PAPER_METHOD_NAMES.get(n), len(order)), n)):
@@ -214,8 +256,8 @@ def reproducibility_markdown(results_dir: str | Path, loaded: LoadedResults | No
                     f"({len(runs)} seed{'s' if len(runs) > 1 else ''})"
                 )
         lines.append(
-            f"| `{name}` | {row_label(name)} | {source} | {offline} | {_paper_numbers(paper, name)} | "
-            f"{'; '.join(real) or 'not yet run'} |"
+            f"| `{name}` | {row_label(name)} | {source} | {offline} | {_equality_cell(name, equality)} | "
+            f"{_paper_numbers(paper, name)} | {'; '.join(real) or 'not yet run'} |"
         )
     lines += ["", _ranking_line(results, paper), ""]
     stale = _stale_miniature_results(results)

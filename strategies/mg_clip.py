@@ -74,9 +74,11 @@ def fused_scores(
 
 def gap_epoch_budget(negatives: list[float], untrained: float, threshold: float, fallback: int) -> int:
     """Epochs to train: the epochs before the first whose mean non-target logit moved more than
-    ``threshold`` (relative) from ``untrained``, at least 1; ``fallback`` if none moved that far."""
+    ``threshold`` (relative) from ``untrained``, at least 1; ``fallback`` if none moved that far. The
+    move is divided by the signed ``untrained``, as the official probe does: a negative one never
+    stops it (docs/baselines.md §5)."""
     for epoch, negative in enumerate(negatives):
-        if abs(negative - untrained) / abs(untrained) > threshold:
+        if abs(negative - untrained) / untrained > threshold:
             return max(1, epoch)
     return fallback
 
@@ -162,7 +164,7 @@ class MGCLIP(CLIPStrategy):
                 loss.backward()
                 optimizer.step()
             negatives.append(self._mean_non_target_logit())
-            if abs(negatives[-1] - untrained) / abs(untrained) > self.cfg.probe_threshold:
+            if abs(negatives[-1] - untrained) / untrained > self.cfg.probe_threshold:  # signed, as official
                 break
         for name, state in initial.items():
             self.backbone.load_lora_state_dict(name, state)

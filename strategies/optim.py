@@ -5,8 +5,10 @@
 * ``cosine_epoch``: the same cosine, stepped per epoch;
 * ``coda_cosine``: the CODA-Prompt codebase's per-epoch factor (``coda_cosine_factor``).
 
-A linear warm-up (``warmup_steps``, or ``warmup_fraction`` of the scheduled steps) runs before
-either cosine. The strategy steps the scheduler (``CLIPStrategy.optimizer_step`` and its epoch hook).
+A linear warm-up runs before either cosine: ``warmup_steps`` steps at (step + 1) / W (MagMax's and
+MoE-Adapters' form), or a ``warmup_fraction`` of the scheduled steps, W = floor(fraction x total), at
+(step + 1) / (W + 1) (CLAP's ``cosine_schedule_warmup``, the one source that gives a fraction).
+The strategy steps the scheduler (``CLIPStrategy.optimizer_step`` and its epoch hook).
 """
 
 from __future__ import annotations
@@ -29,11 +31,14 @@ def coda_cosine_factor(epoch: int, epochs: int) -> float:
     return 1.0 if epochs <= 1 else math.cos(99 * math.pi * epoch / (200 * (epochs - 1)))
 
 
-def warmup_cosine_factor(step: int, total: int, warmup: int, min_ratio: float) -> float:
+def warmup_cosine_factor(
+    step: int, total: int, warmup: int, min_ratio: float, warmup_end: int | None = None
+) -> float:
     """Learning-rate factor at ``step`` (0-based) of ``total``: linear warm-up over ``warmup`` steps
-    ((step + 1) / warmup), then a cosine from 1 down to ``min_ratio`` at step ``total``."""
+    ((step + 1) / ``warmup_end``, by default ``warmup``), then a cosine from 1 down to ``min_ratio``
+    at step ``total``."""
     if step < warmup:
-        return (step + 1) / warmup
+        return (step + 1) / (warmup_end or warmup)
     progress = min(1.0, (step - warmup) / max(1, total - warmup))
     return min_ratio + (1.0 - min_ratio) * 0.5 * (1.0 + math.cos(math.pi * progress))
 
@@ -51,7 +56,8 @@ def build_scheduler(
 ) -> torch.optim.lr_scheduler.LRScheduler:
     """The config's schedule over a task of ``epochs`` epochs of ``steps_per_epoch`` steps."""
     total = max(1, epochs * (steps_per_epoch if cfg.schedule == "cosine_iter" else 1))
-    warmup = cfg.warmup_steps or round(cfg.warmup_fraction * total)
+    warmup = cfg.warmup_steps or int(cfg.warmup_fraction * total)
+    warmup_end = warmup if cfg.warmup_steps else warmup + 1  # the two sources' forms (module docstring)
     if cfg.schedule == "coda_cosine":  # per epoch, no warm-up, its own end point
         return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: coda_cosine_factor(epoch, epochs))
     if not warmup:  # the closed form below agrees; this keeps earlier runs' numbers to the last bit
@@ -59,5 +65,5 @@ def build_scheduler(
             optimizer, T_max=total, eta_min=cfg.min_lr_ratio * cfg.lr
         )
     return torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: warmup_cosine_factor(step, total, warmup, cfg.min_lr_ratio)
+        optimizer, lambda step: warmup_cosine_factor(step, total, warmup, cfg.min_lr_ratio, warmup_end)
     )

@@ -171,28 +171,10 @@ def _suite_lrs(sizes: dict) -> torch.Tensor:
     return torch.tensor(lrs, dtype=torch.float64)
 
 
-def test_lr_warm_up_peak_and_floor_equal_the_official():
-    """At a CIFAR-100 task (T = 785 steps) the warm-ups agree: the official one has int(0.3 T) = 235
-    steps of lr (k + 1) / 236, the suite's round(0.3 T) = 236 steps of lr (k + 1) / 236; the peak and
-    the floor are the same; the cosine between differs by one step (the xfail below)."""
-    tensors, meta = load_golden("clap.lasp_schedule")
-    official, ours = tensors["output.lr"].double(), _suite_lrs(meta["sizes"])
-    assert len(ours) == len(official) == 785
-    torch.testing.assert_close(ours[:235], official[:235], rtol=LR_RTOL, atol=0)
-    assert ours.max().item() == pytest.approx(official.max().item(), rel=LR_RTOL)  # 1.6e-3
-    assert ours[-1].item() == pytest.approx(official[-1].item(), rel=1e-4)  # 1.613e-6, one step apart
-
-
-@pytest.mark.xfail(
-    strict=True,
-    reason="the official schedule warms up over W = int(0.3 T) steps at lr (k + 1) / (W + 1) and starts "
-    "its cosine at step W (clap4clip classifier/utils.py:107-116, "
-    "classifier/continual_clip_variational.py:788); "
-    "the suite's warms up at (k + 1) / W' with W' = round(0.3 T) and starts its cosine at W' "
-    "(strategies/optim.py): at T = 785 (W = 235, W' = 236) its cosine runs one step behind, "
-    "max |difference| 2.6e-6 (0.35 % of the official lr), at step 430",
-)
 def test_lr_schedule_equals_the_official_at_every_step():
+    """At a CIFAR-100 task (T = 785 steps): int(0.3 T) = 235 steps of warm-up at lr (k + 1) / 236, then
+    the cosine from step 235 down to the floor (clap4clip classifier/utils.py cosine_schedule_warmup;
+    strategies/optim.py, the warmup_fraction form)."""
     tensors, meta = load_golden("clap.lasp_schedule")
     official, ours = tensors["output.lr"].double(), _suite_lrs(meta["sizes"])
     torch.testing.assert_close(ours, official, rtol=LR_RTOL, atol=0)

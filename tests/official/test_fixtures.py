@@ -20,3 +20,20 @@ def test_each_fixture_records_where_it_comes_from():
         assert isinstance(meta["seed"], int) and meta["sizes"]
         assert tensors and all(key.split(".", 1)[0] in ROLES for key in tensors)
         assert any(key.startswith("output.") for key in tensors)
+
+
+def test_the_docs_table_lists_every_component_at_its_pinned_commit():
+    """docs/baselines.md §16 (and REPRODUCIBILITY.md's column, built from it) cannot go stale."""
+    from analysis.reproducibility import _equality_cell, official_equality
+
+    rows = official_equality()
+    registry = components()
+    assert sorted(row["component"] for row in rows) == sorted(registry)
+    for row in rows:
+        official = registry[row["component"]][0]
+        assert row["official"].startswith(f"{official.repository}@{official.commit[:7]} ")
+        assert row["verdict"] == "equal" or row["verdict"].startswith("differs"), row
+        assert row["strategies"] and row["max_diff"] >= 0
+    cell = _equality_cell("magmax", rows)
+    magmax = [row for row in rows if "magmax" in row["strategies"]]
+    assert cell.startswith(f"{len(magmax)} of {len(magmax)} components equal")

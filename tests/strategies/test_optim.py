@@ -95,10 +95,11 @@ def test_a_warmup_climbs_linearly_then_the_cosine_runs_over_the_rest():
     # 6 steps, 2 of warm-up: 1/2, 2/2, then (1 + cos(pi (k - 2) / 4)) / 2
     rates = _learning_rates(6, epochs=2, steps_per_epoch=3, warmup_steps=2)
     assert rates == pytest.approx([0.05, 0.1, 0.1, 0.0853553, 0.05, 0.0146447, 0.0], abs=1e-7)
-    # a quarter of 8 steps is the same 2 steps of warm-up
-    by_fraction = _learning_rates(8, epochs=2, steps_per_epoch=4, warmup_fraction=0.25)
-    assert by_fraction == pytest.approx(_learning_rates(8, epochs=2, steps_per_epoch=4, warmup_steps=2))
-    assert by_fraction[:3] == pytest.approx([0.05, 0.1, 0.1])
+    # CLAP's form: a fraction 0.3 of 8 steps is int(2.4) = 2 steps of warm-up at (k + 1) / 3, then the
+    # cosine over the other 6: (1 + cos(pi (k - 2) / 6)) / 2
+    by_fraction = _learning_rates(8, epochs=2, steps_per_epoch=4, warmup_fraction=0.3)
+    cosine = [0.1 * (1 + math.cos(math.pi * k / 6)) / 2 for k in range(7)]
+    assert by_fraction == pytest.approx([0.1 / 3, 0.2 / 3, *cosine], abs=1e-9)
 
 
 def test_the_coda_cosine_is_per_epoch_and_takes_no_warmup():
