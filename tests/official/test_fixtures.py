@@ -37,3 +37,25 @@ def test_the_docs_table_lists_every_component_at_its_pinned_commit():
     cell = _equality_cell("magmax", rows)
     magmax = [row for row in rows if "magmax" in row["strategies"]]
     assert cell.startswith(f"{len(magmax)} of {len(magmax)} components equal")
+
+
+def test_the_generator_says_in_one_line_what_is_missing(tmp_path, capsys):
+    from benchmarks.tools.official_goldens.__main__ import main
+
+    assert main(["--components", "magmax.merge"]) == 2
+    assert main(["--official-root", str(tmp_path), "--components", "no.such"]) == 2
+    assert main(["--official-root", str(tmp_path), "--components", "magmax.merge"]) == 2
+    lines = capsys.readouterr().err.strip().splitlines()
+    assert len(lines) == 3 and all(line.startswith("error: ") for line in lines)
+    assert "--official-root" in lines[0] and "no.such" in lines[1]
+    assert "git clone https://github.com/danielm1405/magmax" in lines[2] and "checkout 4f49f18" in lines[2]
+    assert not any((tmp_path / "out").glob("*"))
+
+
+def test_the_generator_lists_its_components_with_their_sources(capsys):
+    from benchmarks.tools.official_goldens.__main__ import main
+
+    assert main(["--list"]) == 0
+    listed = [line.split("\t") for line in capsys.readouterr().out.strip().splitlines()]
+    assert [row[0] for row in listed] == sorted(components())
+    assert all("@" in row[1] for row in listed)
