@@ -18,29 +18,13 @@ from benchmarks.tools.official_goldens.revisitingcil_repo import (
     suite_head,
 )
 from strategies.aper_adapter import AperAdapter, AperConfig, prototype_scores
+from tests.official.helpers import GivenMask, close
 
 ATOL = 1e-5  # float32 rounding: different attention kernels (nn.MultiheadAttention against the official
 # q/k/v bmm) on values of O(1-5)
 GRAD_ATOL = 2e-5  # float32 rounding accumulated over a backward through attention and the adapter
 HEAD_ATOL = 1e-6  # float32 rounding of normalised dot products of O(1)
 PROTO_ATOL = 1e-6  # float32 rounding of a class mean of 4 features of O(1-5)
-
-
-def _close(name: str, ours: torch.Tensor, theirs: torch.Tensor, atol: float) -> None:
-    assert ours.shape == theirs.shape, (name, ours.shape, theirs.shape)
-    diff = (ours.detach().float() - theirs).abs().max().item()
-    assert diff <= atol, f"{name}: max |suite - official| = {diff:.3g} > {atol:g}"
-
-
-class _GivenMask(nn.Module):
-    """The adapter's dropout with the fixture's keep mask (the official side used the same)."""
-
-    def __init__(self, mask: torch.Tensor, p: float) -> None:
-        super().__init__()
-        self.mask, self.p = mask, p
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.mask / (1 - self.p) if self.training else x
 
 
 @pytest.fixture(scope="module")
@@ -59,7 +43,7 @@ def _run(t: dict[str, torch.Tensor], mode: str, unit: str):
     host.train(mode == "train")
     expert = host.adapter.experts[0]
     if mode == "train":
-        expert.dropout = _GivenMask(t["input.train.mask"], expert.dropout.p)
+        expert.dropout = GivenMask(t["input.train.mask"], expert.dropout.p)
     x = t["input.x"].clone().requires_grad_(True)
     out = host.adapter(x, batch_first=True) if unit == "adapter" else host(x)
     return host, x, out
@@ -69,7 +53,7 @@ def _run(t: dict[str, torch.Tensor], mode: str, unit: str):
 @pytest.mark.parametrize("unit", ("adapter", "block"))
 def test_adapter_output_equals_the_official(adapter_fixture, mode, unit):
     _, _, out = _run(adapter_fixture, mode, unit)
-    _close(f"{mode} {unit}", out, adapter_fixture[f"output.{mode}.{unit}"], ATOL)
+    close(f"{mode} {unit}", out, adapter_fixture[f"output.{mode}.{unit}"], ATOL)
 
 
 @pytest.mark.parametrize("unit", ("adapter", "block"))
@@ -77,20 +61,20 @@ def test_adapter_gradients_equal_the_official(adapter_fixture, unit):
     t = adapter_fixture
     host, x, out = _run(t, "train", unit)
     (out * t["input.cotangent"]).sum().backward()
-    _close(f"{unit} grad input", x.grad, t[f"grad.train.{unit}.input.x"], GRAD_ATOL)
+    close(f"{unit} grad input", x.grad, t[f"grad.train.{unit}.input.x"], GRAD_ATOL)
     named = dict(host.adapter.named_parameters())
     prefix = f"grad.train.{unit}.adapter."
     expected = {k.removeprefix(prefix): v for k, v in t.items() if k.startswith(prefix)}
     assert set(expected) == set(named)  # every trainable tensor of the adapter is compared
     for name, grad in expected.items():
-        _close(f"{unit} grad {name}", named[name].grad, grad, GRAD_ATOL)
+        close(f"{unit} grad {name}", named[name].grad, grad, GRAD_ATOL)
 
 
 def test_head_initial_values_equal_the_official(head_fixture):
     """The same draws from the global generator after the same seed: the same init, sigma = 1."""
     head = suite_head(SEED)
-    _close("init weight", head.weight, head_fixture["output.init.weight"], 0.0)
-    _close("init sigma", head.sigma.reshape(1), head_fixture["output.init.sigma"], 0.0)
+    close("init weight", head.weight, head_fixture["output.init.weight"], 0.0)
+    close("init sigma", head.sigma.reshape(1), head_fixture["output.init.sigma"], 0.0)
 
 
 def test_head_logits_loss_and_gradients_equal_the_official(head_fixture):
@@ -102,10 +86,10 @@ def test_head_logits_loss_and_gradients_equal_the_official(head_fixture):
     logits = head(t["input.head.features"])
     loss = F.cross_entropy(logits, t["input.head.labels"])  # the suite's task-1 loss (CLIPStrategy's CE)
     loss.backward()
-    _close("head logits", logits, t["output.head.logits"], HEAD_ATOL)
-    _close("head loss", loss, t["output.head.loss"], HEAD_ATOL)
-    _close("grad weight", head.weight.grad, t["grad.head.weight"], HEAD_ATOL)
-    _close("grad sigma", head.sigma.grad, t["grad.head.sigma"], HEAD_ATOL)
+    close("head logits", logits, t["output.head.logits"], HEAD_ATOL)
+    close("head loss", loss, t["output.head.loss"], HEAD_ATOL)
+    close("grad weight", head.weight.grad, t["grad.head.weight"], HEAD_ATOL)
+    close("grad sigma", head.sigma.grad, t["grad.head.sigma"], HEAD_ATOL)
 
 
 class _Branches:
@@ -141,12 +125,12 @@ def test_features_prototypes_and_scores_equal_the_official(head_fixture):
     test_phi = AperAdapter.phi(strategy, t["input.test.phi"])
     scale = AperConfig().proto_scale
     for task, classes in enumerate(TASK_CLASSES):
-        _close(f"task {task} features", test_phi, t[f"output.task{task}.features"], 0.0)
+        close(f"task {task} features", test_phi, t[f"output.task{task}.features"], 0.0)
         phi = AperAdapter.phi(strategy, t[f"input.task{task}.phi"])
         strategy.phi_dataset = lambda _dataset, phi=phi, task=task: (phi, t[f"input.task{task}.labels"])
         strategy.adapted_dataset = SimpleNamespace(eval=lambda: None)
         AperAdapter.finish_task(strategy, task, list(classes))
-        _close(f"task {task} prototypes", strategy.prototypes, t[f"output.task{task}.prototypes"], PROTO_ATOL)
+        close(f"task {task} prototypes", strategy.prototypes, t[f"output.task{task}.prototypes"], PROTO_ATOL)
         assert scale == t[f"output.task{task}.sigma"].item()
         scores = prototype_scores(test_phi, strategy.prototypes, scale)
-        _close(f"task {task} scores", scores, t[f"output.task{task}.logits"], HEAD_ATOL)
+        close(f"task {task} scores", scores, t[f"output.task{task}.logits"], HEAD_ATOL)

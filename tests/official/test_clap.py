@@ -11,6 +11,7 @@ from benchmarks.tools.official_goldens.clap4clip_repo import ENCODERS, LASP, LOG
 from benchmarks.tools.official_goldens.golden import load_golden
 from strategies.clap import CLAP, CLAPOutput, kl_to_standard_normal, lasp_loss, task_mask
 from strategies.optim import build_optimizer, build_scheduler
+from tests.official.helpers import close
 
 ATOL = 5e-6  # float32 rounding; features, VGA outputs, mu, sigma and z are O(1) (seen: 4e-7)
 INIT_ATOL = 1e-7  # float32 rounding of E^T E / d and V^T V / d, entries below 0.04 (seen: 4e-9)
@@ -21,13 +22,6 @@ LOSS_ATOL = 5e-4  # the loss is ~230 (cross-entropy of those logits); float32 ro
 LASP_ATOL = 1e-5  # 15 * a cross-entropy of ~1; float32 rounding (seen: 2e-6)
 KL_ATOL = 1e-8  # 0.001 * KL, ~3e-3; float32 rounding (seen: 2e-10)
 LR_RTOL = 1e-6  # the official lr is a float64 numpy value, stored in float32 (relative 6e-8)
-
-
-def _close(name: str, ours: torch.Tensor, theirs: torch.Tensor, atol: float) -> None:
-    ours = torch.as_tensor(ours).detach().float()
-    assert ours.shape == theirs.shape, (name, ours.shape, theirs.shape)
-    diff = (ours - theirs).abs().max().item()
-    assert diff <= atol, f"{name}: max |suite - official| = {diff:.3g} > {atol:g}"
 
 
 def _strategy(case: Case, tensors: dict[str, torch.Tensor]) -> CLAP:
@@ -77,12 +71,10 @@ def test_language_aware_init_mask_and_text_features_equal_the_official():
     _check_sizes(ENCODERS, meta)
     strategy = suite_clap(ENCODERS, tensors["input.templates"])  # its own initialisation, nothing loaded
     for task, encoder in enumerate(strategy.encoders):
-        _close(f"W_mu {task}", encoder.mu.weight, tensors[f"output.init.mu_weight.{task}"], INIT_ATOL)
-        _close(
-            f"W_sigma {task}", encoder.sigma.weight, tensors[f"output.init.sigma_weight.{task}"], INIT_ATOL
-        )
+        close(f"W_mu {task}", encoder.mu.weight, tensors[f"output.init.mu_weight.{task}"], INIT_ATOL)
+        close(f"W_sigma {task}", encoder.sigma.weight, tensors[f"output.init.sigma_weight.{task}"], INIT_ATOL)
     assert torch.equal(task_mask(list(ENCODERS.task_sizes), "cpu"), tensors["output.mask"].bool())
-    _close("t_c", strategy.class_text(list(range(ENCODERS.classes))), tensors["output.text"], ATOL)
+    close("t_c", strategy.class_text(list(range(ENCODERS.classes))), tensors["output.text"], ATOL)
 
 
 def test_vga_and_encoders_equal_the_official_with_gradients():
@@ -93,23 +85,23 @@ def test_vga_and_encoders_equal_the_official_with_gradients():
     image = F.normalize(tensors["input.image"], dim=-1)
     text = strategy.class_text([c for task in tasks for c in task])
     vga = strategy.adapted_text(text, image, [len(t) for t in tasks])[0] - text
-    _close("VGA output", vga, tensors["output.vga"], ATOL)
+    close("VGA output", vga, tensors["output.vga"], ATOL)
     functional = (tensors["input.cotangent.vga"] * vga).sum()
     for task in range(2):  # each class attends to its own task only: a prefix of the tasks gives task i's
         _, (mu, sigma, z) = strategy.sample_logits(image, tasks[: task + 1], noise[: task + 1])
         mu, sigma, z = mu[0], sigma[0], z[:, 0]
         start = sum(len(t) for t in tasks[:task])
         encoder_input = (text + vga)[start : start + len(tasks[task])]
-        _close(f"encoder input {task}", encoder_input, tensors[f"output.encoder_input.{task}"], ATOL)
+        close(f"encoder input {task}", encoder_input, tensors[f"output.encoder_input.{task}"], ATOL)
         for kind, ours in (("mu", mu), ("sigma", sigma), ("z", z)):
-            _close(f"{kind} {task}", ours, tensors[f"output.{kind}.{task}"], ATOL)
+            close(f"{kind} {task}", ours, tensors[f"output.{kind}.{task}"], ATOL)
             functional = functional + (tensors[f"input.cotangent.{kind}.{task}"] * ours).sum()
     functional.backward()
     trained = {f"vga.{n}": p for n, p in strategy.vga.named_parameters()}
     trained |= {f"encoders.{n}": p for n, p in strategy.encoders.named_parameters() if p.requires_grad}
     assert set(trained) == {k.removeprefix("grad.") for k in tensors if k.startswith("grad.")}
     for name, parameter in trained.items():
-        _close(f"grad {name}", parameter.grad, tensors[f"grad.{name}"], GRAD_ATOL)
+        close(f"grad {name}", parameter.grad, tensors[f"grad.{name}"], GRAD_ATOL)
 
 
 def test_logits_kl_lasp_and_loss_equal_the_official_with_gradients():
@@ -120,19 +112,19 @@ def test_logits_kl_lasp_and_loss_equal_the_official_with_gradients():
     strategy.vga.train()
     tasks, image = _tasks(LOGITS), F.normalize(tensors["input.image"], dim=-1)
     logits, (mu, sigma, z) = strategy.sample_logits(image, tasks, _noise(tensors, "train"))
-    _close("training logits", logits, tensors["output.logits"], LOGIT_ATOL)
+    close("training logits", logits, tensors["output.logits"], LOGIT_ATOL)
     kl, lasp = kl_to_standard_normal(mu, sigma), lasp_loss(strategy.class_templates(tasks[1]), z)
-    _close("kl_weight * KL", strategy.cfg.kl_weight * kl, tensors["output.kl_term"], KL_ATOL)
-    _close("lasp_weight * LASP", strategy.cfg.lasp_weight * lasp, tensors["output.lasp_term"], LASP_ATOL)
+    close("kl_weight * KL", strategy.cfg.kl_weight * kl, tensors["output.kl_term"], KL_ATOL)
+    close("lasp_weight * LASP", strategy.cfg.lasp_weight * lasp, tensors["output.lasp_term"], LASP_ATOL)
     local_targets = tensors["input.labels"] - LOGITS.task_sizes[0]
     loss = strategy.compute_loss(CLAPOutput(logits.reshape(-1, logits.shape[-1]), kl, lasp), local_targets)
-    _close("loss", loss, tensors["output.loss"], LOSS_ATOL)
+    close("loss", loss, tensors["output.loss"], LOSS_ATOL)
     loss.backward()
     trained = {f"vga.{n}": p for n, p in strategy.vga.named_parameters()}
     trained |= {f"encoders.{n}": p for n, p in strategy.encoders.named_parameters() if p.requires_grad}
     assert set(trained) == {k.removeprefix("grad.") for k in tensors if k.startswith("grad.")}
     for name, parameter in trained.items():
-        _close(f"grad {name}", parameter.grad, tensors[f"grad.{name}"], GRAD_ATOL)
+        close(f"grad {name}", parameter.grad, tensors[f"grad.{name}"], GRAD_ATOL)
 
 
 def test_evaluation_logits_equal_the_official_with_the_batch_as_context():
@@ -142,7 +134,7 @@ def test_evaluation_logits_equal_the_official_with_the_batch_as_context():
     with torch.no_grad():
         image = F.normalize(tensors["input.image"], dim=-1)
         logits, _ = strategy.sample_logits(image, _tasks(LOGITS), _noise(tensors, "eval"))
-    _close("evaluation logits", logits, tensors["output.eval_logits"], LOGIT_ATOL)
+    close("evaluation logits", logits, tensors["output.eval_logits"], LOGIT_ATOL)
 
 
 def test_lasp_and_its_weight_equal_the_official():
@@ -152,9 +144,9 @@ def test_lasp_and_its_weight_equal_the_official():
     assert meta["sizes"]["templates"] == LASP.templates
     z = tensors["input.z"].clone().requires_grad_(True)
     term = config.lasp_weight * lasp_loss(tensors["input.templates"], z)
-    _close("15 * LASP", term, tensors["output.lasp_term"], LASP_ATOL)
+    close("15 * LASP", term, tensors["output.lasp_term"], LASP_ATOL)
     term.backward()
-    _close("d LASP / d z", z.grad, tensors["grad.z"], ATOL)
+    close("d LASP / d z", z.grad, tensors["grad.z"], ATOL)
 
 
 def _suite_lrs(sizes: dict) -> torch.Tensor:

@@ -7,7 +7,6 @@ from unittest import mock
 
 import pytest
 import torch
-from torch import nn
 
 from benchmarks.backbone.mlp_adapters import noisy_top_k_gates
 from benchmarks.tools.official_goldens.golden import load_golden
@@ -21,28 +20,12 @@ from benchmarks.tools.official_goldens.moe_adapters_repo import (
     suite_router,
 )
 from strategies.moe4cl import MOE4CLConfig
+from tests.official.helpers import GivenMask, close
 
 ATOL = 1e-5  # float32 rounding: the official block runs length-first, nn.MultiheadAttention on permuted
 # inputs, and sums the experts through SparseDispatcher's index_add; values are O(1-5)
 GATE_ATOL = 1e-6  # float32 rounding of a 2-way softmax over the same logits
 GRAD_ATOL = 2e-5  # float32 rounding, accumulated over a backward through attention and 2 experts
-
-
-def _close(name: str, ours: torch.Tensor, theirs: torch.Tensor, atol: float) -> None:
-    assert ours.shape == theirs.shape, (name, ours.shape, theirs.shape)
-    diff = (ours.detach().float() - theirs).abs().max().item()
-    assert diff <= atol, f"{name}: max |suite - official| = {diff:.3g} > {atol:g}"
-
-
-class _GivenMask(nn.Module):
-    """The expert's dropout with the fixture's keep mask (the official side used the same)."""
-
-    def __init__(self, mask: torch.Tensor, p: float) -> None:
-        super().__init__()
-        self.mask, self.p = mask, p
-
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return x * self.mask / (1 - self.p) if self.training else x
 
 
 @contextlib.contextmanager
@@ -83,7 +66,7 @@ def _run_block(t: dict[str, torch.Tensor], mode: str):
     adapter.eval_noise = mode == "eval_noisy"
     if mode == "train":
         for e, expert in enumerate(adapter.experts):
-            expert.dropout = _GivenMask(t[f"input.train.mask.{e}"], expert.dropout.p)
+            expert.dropout = GivenMask(t[f"input.train.mask.{e}"], expert.dropout.p)
     expert_out = {}
     for e, expert in enumerate(adapter.experts):
         expert.register_forward_hook(lambda _m, _a, out, e=e: expert_out.__setitem__(e, out))
@@ -97,24 +80,24 @@ def _run_block(t: dict[str, torch.Tensor], mode: str):
 def test_block_gates_experts_and_output_equal_the_official(block_fixture, mode):
     t = block_fixture
     host, _, out, expert_out = _run_block(t, mode)
-    _close(f"{mode} gates", host.adapter.last_gates, t[f"output.{mode}.gates"], GATE_ATOL)
+    close(f"{mode} gates", host.adapter.last_gates, t[f"output.{mode}.gates"], GATE_ATOL)
     for e in range(EXPERTS):
-        _close(f"{mode} expert {e}", expert_out[e], t[f"output.{mode}.expert.{e}"], ATOL)
-    _close(f"{mode} block", out, t[f"output.{mode}.block"], ATOL)
+        close(f"{mode} expert {e}", expert_out[e], t[f"output.{mode}.expert.{e}"], ATOL)
+    close(f"{mode} block", out, t[f"output.{mode}.block"], ATOL)
 
 
 def test_block_gradients_equal_the_official(block_fixture):
     t = block_fixture
     host, x, out, _ = _run_block(t, "train")
     (out * t["input.cotangent"]).sum().backward()
-    _close("grad input", x.grad, t["grad.train.input.x"], GRAD_ATOL)
+    close("grad input", x.grad, t["grad.train.input.x"], GRAD_ATOL)
     named = dict(host.adapter.named_parameters())
     expected = {
         k.removeprefix("grad.train.adapter."): v for k, v in t.items() if k.startswith("grad.train.adapter.")
     }
     assert set(expected) == set(named)  # every trainable tensor of the block is compared
     for name, grad in expected.items():
-        _close(f"grad {name}", named[name].grad, grad, GRAD_ATOL)
+        close(f"grad {name}", named[name].grad, grad, GRAD_ATOL)
 
 
 def test_block_fixture_is_discriminating(block_fixture):
@@ -138,20 +121,20 @@ def test_gates_equal_the_official(case):
     w_gate = t["param.w_gate"].clone().requires_grad_(True)
     w_noise = t["param.w_noise"].clone().requires_grad_(True)
     gates = noisy_top_k_gates(x, w_gate, w_noise, k, noise)
-    _close(f"{case} gates", gates, t[f"output.{case}.gates"], GATE_ATOL)
+    close(f"{case} gates", gates, t[f"output.{case}.gates"], GATE_ATOL)
     (gates * t["input.cotangent"]).sum().backward()
     for name, tensor in (("w_gate", w_gate), ("w_noise", w_noise), ("x", x)):
         key = f"grad.{case}.{name}"
         if key in t:
-            _close(f"{case} grad {name}", tensor.grad, t[key], GATE_ATOL)
+            close(f"{case} grad {name}", tensor.grad, t[key], GATE_ATOL)
         else:  # the official w_noise has no gradient without noise; the suite's neither
             assert tensor.grad is None or not tensor.grad.any()
     # The official forward computes importance (gates.sum(0)) and load and discards them (no balance
     # loss, the suite has none either); equal gates give equal importance and, without noise or at
     # k = E, equal load (the count of positive gates).
-    _close(f"{case} importance", gates.sum(0), t[f"output.{case}.importance"], GATE_ATOL)
+    close(f"{case} importance", gates.sum(0), t[f"output.{case}.importance"], GATE_ATOL)
     if case != "train_k1":  # there the official load is _prob_in_top_k's smooth estimate
-        _close(f"{case} load", (gates > 0).sum(0).float(), t[f"output.{case}.load"], 0.0)
+        close(f"{case} load", (gates > 0).sum(0).float(), t[f"output.{case}.load"], 0.0)
 
 
 @pytest.mark.parametrize("case", ("train_k2", "eval_k2"))
@@ -163,4 +146,4 @@ def test_router_module_equals_the_official_gating(case):
     noise = t.get(f"input.{case}.noise")
     with _given_noise(noise):
         gates = router(t["input.x"], noisy=noise is not None)
-    _close(f"{case} router", gates, t[f"output.{case}.gates"], GATE_ATOL)
+    close(f"{case} router", gates, t[f"output.{case}.gates"], GATE_ATOL)
