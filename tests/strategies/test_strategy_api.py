@@ -78,8 +78,9 @@ def test_warmup_and_floor_per_iteration(first_task):
     _, record = _train(first_task, warmup_steps=2, min_lr_ratio=0.1)
     total = 3 * ITERATIONS_PER_EPOCH
     assert record.lrs == pytest.approx([LR * warmup_cosine_factor(i, total, 2, 0.1) for i in range(total)])
-    _, by_fraction = _train(first_task, warmup_fraction=0.25, min_lr_ratio=0.1)  # round(0.25 * 9) = 2 steps
-    assert by_fraction.lrs == pytest.approx(record.lrs)
+    # CLAP's form: int(0.25 * 9) = 2 steps at (k + 1) / 3, then the same cosine
+    _, by_fraction = _train(first_task, warmup_fraction=0.25, min_lr_ratio=0.1)
+    assert by_fraction.lrs == pytest.approx([LR / 3, 2 * LR / 3, *record.lrs[2:]])
 
 
 def test_cosine_per_epoch_holds_within_an_epoch(first_task):
