@@ -43,7 +43,7 @@ def select_prompts(cosines: torch.Tensor, top_k: int) -> torch.Tensor:
     return cosines.topk(top_k, dim=1).indices
 
 
-def key_loss(cosines: torch.Tensor, selected: torch.Tensor, mode: str = "own_topk") -> torch.Tensor:
+def key_loss(cosines: torch.Tensor, selected: torch.Tensor, mode: str = "all_pairs") -> torch.Tensor:
     """Sum of (1 - cos) that pulls the selected keys towards their queries.
 
     ``own_topk``: sum over b and each j in image b's own top-k. ``all_pairs`` (the CODA-Prompt
