@@ -33,7 +33,6 @@ import types
 from pathlib import Path
 
 import torch
-import yaml
 from safetensors.torch import load_file
 from torch import nn
 
@@ -101,6 +100,8 @@ def _tiny_openai_clip(openai_model: types.ModuleType) -> nn.Module:
 def _config(checkout: Path) -> types.SimpleNamespace:
     """The official config file, its one interpolation (``increment: ${initial_increment}``)
     resolved as hydra would; the class order as ``run_class_incremental`` sets it."""
+    import yaml  # the official configs' format; PyYAML comes with peft and timm, needed only here
+
     values = yaml.safe_load((checkout / CONFIG).read_text())
     values.pop("hydra")
     for key, value in values.items():
