@@ -84,7 +84,8 @@ def official_equality(path: Path = BASELINES_MD) -> list[dict]:
     start = text.find(EQUALITY_SECTION)
     if start < 0:
         return []
-    section = text[start : text.find("\n## ", start + 1) if "\n## " in text[start + 1 :] else None]
+    end = text.find("\n## ", start + 1)
+    section = text[start : end if end >= 0 else None]
     rows = []
     for line in section.splitlines():
         cells = [cell.strip() for cell in line.strip().strip("|").split("|")]

@@ -78,9 +78,14 @@ def gap_epoch_budget(negatives: list[float], untrained: float, threshold: float,
     move is divided by the signed ``untrained``, as the official probe does: a negative one never
     stops it (docs/baselines.md §5)."""
     for epoch, negative in enumerate(negatives):
-        if abs(negative - untrained) / untrained > threshold:
+        if gap_moved(negative, untrained, threshold):
             return max(1, epoch)
     return fallback
+
+
+def gap_moved(negative: float, untrained: float, threshold: float) -> bool:
+    """The probe's stop rule: the move relative to the signed untrained mean exceeds ``threshold``."""
+    return abs(negative - untrained) / untrained > threshold
 
 
 def mean_non_target_logit(logits: torch.Tensor, targets: torch.Tensor) -> tuple[float, int]:
@@ -164,7 +169,7 @@ class MGCLIP(CLIPStrategy):
                 loss.backward()
                 optimizer.step()
             negatives.append(self._mean_non_target_logit())
-            if abs(negatives[-1] - untrained) / untrained > self.cfg.probe_threshold:  # signed, as official
+            if gap_moved(negatives[-1], untrained, self.cfg.probe_threshold):
                 break
         for name, state in initial.items():
             self.backbone.load_lora_state_dict(name, state)
