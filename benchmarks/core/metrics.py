@@ -99,13 +99,55 @@ def stage_metrics(
     return stage
 
 
+def task_accuracy_matrix(stages: list[dict]) -> np.ndarray:
+    """``[T, T]``: the accuracy (%) on task j (column) after stage t (row), from each stage's
+    ``acc_per_task``; NaN for the tasks not yet learned (j > t)."""
+    n_stages = len(stages)
+    matrix = np.full((n_stages, n_stages), np.nan)
+    for row, stage in enumerate(stages):
+        values = stage["acc_per_task"][:n_stages]
+        matrix[row, : len(values)] = values
+    return matrix
+
+
+def average_forgetting(acc_matrix: np.ndarray) -> np.ndarray:
+    """Average forgetting (Chaudhry et al. 2018) of ``[..., T, T]`` accuracy matrices
+    (``task_accuracy_matrix``; leading axes, such as bootstrap draws, are kept): over every task j
+    but the last, its best accuracy at stages j..T-1 minus its accuracy at stage T, averaged.
+    Lower is better. NaN when T = 1 (no task has been followed by another)."""
+    if acc_matrix.shape[-1] < 2:
+        return np.full(acc_matrix.shape[:-2], np.nan)
+    # rows = stages before the last, columns = tasks but the last; NaN above the diagonal (not yet
+    # learned) is skipped by nanmax, and the diagonal is always there
+    best_before_last = np.nanmax(acc_matrix[..., :-1, :-1], axis=-2)
+    return (best_before_last - acc_matrix[..., -1, :-1]).mean(axis=-1)
+
+
+def backward_transfer(acc_matrix: np.ndarray) -> np.ndarray:
+    """Backward transfer (Lopez-Paz and Ranzato 2017) of ``[..., T, T]`` accuracy matrices: over
+    every task j but the last, its accuracy at stage T minus its accuracy at stage j (just after
+    learning it), averaged. Negative when learning later tasks hurts earlier ones; NaN when T = 1."""
+    if acc_matrix.shape[-1] < 2:
+        return np.full(acc_matrix.shape[:-2], np.nan)
+    just_learned = np.diagonal(acc_matrix, axis1=-2, axis2=-1)[..., :-1]
+    return (acc_matrix[..., -1, :-1] - just_learned).mean(axis=-1)
+
+
+def _number_or_none(value: np.ndarray) -> float | None:
+    return None if np.isnan(value) else float(value)
+
+
 def summarize(stages: list[dict]) -> dict:
-    """Avg/Last accuracy (mean of A_1..A_T / A_T) and Avg/Last AUROC (stages 1..T-1 / stage T-1)."""
+    """Avg/Last accuracy (mean of A_1..A_T / A_T), Avg/Last AUROC (stages 1..T-1 / stage T-1), and
+    average forgetting and backward transfer from the per-task accuracies (None when T = 1)."""
     accs = [s["acc"] for s in stages]
     aurocs = [s["auroc"] for s in stages if s["auroc"] is not None]
+    acc_matrix = task_accuracy_matrix(stages)
     return {
         "avg_acc": float(np.mean(accs)),
         "last_acc": float(accs[-1]),
         "avg_auroc": float(np.mean(aurocs)) if aurocs else None,
         "last_auroc": float(aurocs[-1]) if aurocs else None,
+        "forgetting": _number_or_none(average_forgetting(acc_matrix)),
+        "bwt": _number_or_none(backward_transfer(acc_matrix)),
     }

@@ -3,7 +3,17 @@
 import numpy as np
 import pytest
 
-from benchmarks.core.metrics import accuracy, ood_metrics, routing_accuracy, softmax, stage_metrics, summarize
+from benchmarks.core.metrics import (
+    accuracy,
+    average_forgetting,
+    backward_transfer,
+    ood_metrics,
+    routing_accuracy,
+    softmax,
+    stage_metrics,
+    summarize,
+    task_accuracy_matrix,
+)
 
 
 def test_accuracy_is_micro_percent():
@@ -65,6 +75,47 @@ def test_routing_accuracy_is_at_least_accuracy():
 
 
 def test_summary_avg_includes_first_task_and_last_auroc_is_stage_t_minus_1():
-    stages = [{"acc": 90.0, "auroc": 80.0}, {"acc": 70.0, "auroc": 60.0}, {"acc": 50.0, "auroc": None}]
+    stages = [
+        {"acc": 90.0, "auroc": 80.0, "acc_per_task": [90.0]},
+        {"acc": 70.0, "auroc": 60.0, "acc_per_task": [60.0, 80.0]},
+        {"acc": 50.0, "auroc": None, "acc_per_task": [40.0, 60.0, 50.0]},
+    ]
     summary = summarize(stages)
-    assert summary == {"avg_acc": 70.0, "last_acc": 50.0, "avg_auroc": 70.0, "last_auroc": 60.0}
+    assert {k: summary[k] for k in ("avg_acc", "last_acc", "avg_auroc", "last_auroc")} == {
+        "avg_acc": 70.0,
+        "last_acc": 50.0,
+        "avg_auroc": 70.0,
+        "last_auroc": 60.0,
+    }
+
+
+# Per-task accuracies of a made-up 3-task run: task 1 first rises (60 -> 80), then falls to 70.
+HAND_STAGES = [
+    {"acc_per_task": [60.0]},
+    {"acc_per_task": [80.0, 90.0]},
+    {"acc_per_task": [70.0, 50.0, 85.0]},
+]
+
+
+def test_forgetting_and_bwt_equal_the_hand_computation():
+    matrix = task_accuracy_matrix(HAND_STAGES)
+    assert np.isnan(matrix[np.triu_indices(3, 1)]).all()  # tasks not yet learned
+    # forgetting: task 1 best before the last stage max(60, 80) = 80, final 70 -> 10;
+    # task 2: best 90, final 50 -> 40; mean (10 + 40) / 2 = 25 (task 3 is left out)
+    assert average_forgetting(matrix) == pytest.approx(25.0)
+    # BWT: task 1 final 70 minus just-learned 60 = +10; task 2: 50 - 90 = -40; mean -15. Not
+    # minus the forgetting: task 1's best (80) came after it was learned.
+    assert backward_transfer(matrix) == pytest.approx(-15.0)
+    summary = summarize([{"acc": 50.0, "auroc": None, **stage} for stage in HAND_STAGES])
+    assert (summary["forgetting"], summary["bwt"]) == (pytest.approx(25.0), pytest.approx(-15.0))
+
+
+def test_forgetting_and_bwt_are_none_with_one_task_and_vectorise_over_draws():
+    one = summarize([{"acc": 80.0, "auroc": None, "acc_per_task": [80.0]}])
+    assert one["forgetting"] is None and one["bwt"] is None
+    # leading axes (bootstrap draws) are kept: draw 0 the hand run, draw 1 a run that never forgets
+    never_forgets = [[60.0], [60.0, 90.0], [60.0, 90.0, 85.0]]
+    stable = task_accuracy_matrix([{"acc_per_task": accs} for accs in never_forgets])
+    both = np.stack([task_accuracy_matrix(HAND_STAGES), stable])
+    assert average_forgetting(both) == pytest.approx([25.0, 0.0])
+    assert backward_transfer(both) == pytest.approx([-15.0, 0.0])
