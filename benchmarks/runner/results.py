@@ -15,9 +15,10 @@ file whose hash matches is never recomputed unless the user asks (``--force``).
 
 The schema of a finished run is ``RunResult`` below, with ``StageResult`` and ``RunCost``: each
 field is commented where it is defined, and ``docs/results-schema.md`` (tested against these
-fields) explains it. ``schema_version`` 2 added the predictions sidecar; version 1 still loads
-everywhere. ``load_results`` reads a folder (or several) and holds the rule that picks one result
-where several files share a run's key.
+fields) explains it. ``schema_version`` 2 added the predictions sidecar, 3 forgetting and backward
+transfer in the summary; versions 1 and 2 still load everywhere, their summaries completed from
+their stages (``with_complete_summary``). ``load_results`` reads a folder (or several) and holds
+the rule that picks one result where several files share a run's key.
 """
 
 from __future__ import annotations
@@ -40,12 +41,14 @@ from safetensors.torch import load_file
 
 from benchmarks.core.atomic_io import atomic_write_bytes, read_json, write_json, write_tensors
 from benchmarks.core.errors import UserError
+from benchmarks.core.metrics import average_forgetting, backward_transfer, task_accuracy_matrix
 
 if TYPE_CHECKING:
     from benchmarks.runner.locking import RunLock
 
-SCHEMA_VERSION = 2
-READABLE_SCHEMA_VERSIONS = (1, 2)  # version 1: no predictions sidecar
+SCHEMA_VERSION = 3
+# version 1: no predictions sidecar; 1 and 2: no forgetting or bwt in the summary (computed on reading)
+READABLE_SCHEMA_VERSIONS = (1, 2, 3)
 PREDICTIONS_SUFFIX = ".predictions.safetensors"
 CHECKPOINT_STATE = "state.json"  # the JSON half of a checkpoint, written after its tensors
 PREDICTIONS_KEY = "runner/predictions"  # the predictions so far, among a checkpoint's tensors
@@ -151,7 +154,7 @@ class RunResult(_JsonRecord):
     class_names: list[str] | None = _optional()  # indexed by class id
     tasks: list[list[int]]  # the class ids of each task
     stages: list[StageResult]  # one per task, in order
-    summary: dict  # avg_acc, last_acc, avg_auroc, last_auroc
+    summary: dict  # avg_acc, last_acc, avg_auroc, last_auroc, forgetting, bwt (the last two from version 3)
     diagnostics: dict | None = _optional()  # run-level, documented by the strategy
     zero_shot: dict | None = _optional()  # per zero-shot target: each predictor's accuracy, n_test
     env: dict  # versions, device, git commit, host, start time
@@ -239,7 +242,9 @@ class ResultStore:
 
     def finished(self, key: RunKey, cfg_hash: str | None) -> dict | None:
         """The stored result of ``key`` if it exists and was made with the same config (with
-        ``cfg_hash`` None: with any config)."""
+        ``cfg_hash`` None: with any config). A result of an older readable schema version counts
+        as finished (the config hash does not hold the version), its summary completed
+        (``with_complete_summary``)."""
         path = self.result_path(key)
         if not path.exists():
             return None
@@ -249,7 +254,7 @@ class ResultStore:
             result.get("config_hash"),
         ):
             return None
-        return result
+        return with_complete_summary(result)
 
     def clear_checkpoint(self, key: RunKey) -> None:
         """Remove a run's checkpoint and the folders it leaves empty."""
@@ -360,6 +365,25 @@ class RunProgress:
         return len(self.stages)
 
 
+#: summary entries that results written before schema version 3 lack, and how each is computed
+#: from the stored per-task accuracies
+SUMMARY_FROM_STAGES = {"forgetting": average_forgetting, "bwt": backward_transfer}
+
+
+def with_complete_summary(result: dict) -> dict:
+    """``result`` with every ``SUMMARY_FROM_STAGES`` entry in its summary: a result of an older
+    schema version gets them computed from its stages, as the runner computes them now (None with
+    one task); a result that has them is returned as it is."""
+    summary = result.get("summary")
+    if not isinstance(summary, dict) or all(name in summary for name in SUMMARY_FROM_STAGES):
+        return result
+    acc_matrix = task_accuracy_matrix(result["stages"])
+    computed = {name: float(metric(acc_matrix)) for name, metric in SUMMARY_FROM_STAGES.items()}
+    computed = {name: None if np.isnan(value) else value for name, value in computed.items()}
+    missing = {name: value for name, value in computed.items() if name not in summary}
+    return {**result, "summary": {**summary, **missing}}
+
+
 def not_a_measurement(result: dict) -> str | None:
     """Why a result checks the code path rather than measuring anything: a ``--fast-dev-run``, or
     fake data (``benchmarks.tools.fake_data``); None for a real result. Tables, the report and the
@@ -377,7 +401,8 @@ def iter_results(root: str | Path, skipped: list[str] | None = None) -> Iterator
     """Every finished result JSON under ``root`` (checkpoints and other JSON files are skipped).
 
     A result of another ``schema_version`` is skipped too, with a line naming the file: appended to
-    ``skipped`` where given, else a warning.
+    ``skipped`` where given, else a warning. Older readable versions come with their summary
+    completed (``with_complete_summary``).
     """
     root = Path(root)
     paths = []
@@ -398,7 +423,7 @@ def iter_results(root: str | Path, skipped: list[str] | None = None) -> Iterator
             )
             skipped.append(line) if skipped is not None else warnings.warn(line, stacklevel=2)
             continue
-        yield path, data
+        yield path, with_complete_summary(data)
 
 
 @dataclass(frozen=True)

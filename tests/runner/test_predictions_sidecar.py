@@ -1,4 +1,5 @@
-"""The per-image predictions stored beside every result (schema version 2)."""
+"""The per-image predictions stored beside every result (schema version 2 on), and results of older
+versions read as they are."""
 
 import json
 from pathlib import Path
@@ -49,7 +50,7 @@ def _stage_accuracy(pred: np.ndarray, targets: np.ndarray, seen: set[int]) -> fl
 @pytest.mark.slow
 def test_the_sidecar_reproduces_every_stage_accuracy(finished):
     _, path, result = finished
-    assert result["schema_version"] == 2
+    assert result["schema_version"] == 3
     if Path("/proc/self/clear_refs").exists():  # Linux: the run's own peak, not the test process's
         assert result["cost"]["peak_memory_kind"] == "cpu_run_peak_rss"
     entry = result["predictions"]
@@ -125,6 +126,30 @@ def test_a_version_1_result_loads_without_predictions_and_without_a_word(finishe
     (tmp_path / key.relpath.parent).mkdir(parents=True)
     store.result_path(key).write_text(json.dumps(old))
     assert store.finished(key, old["config_hash"]) == old  # never recomputed for want of a sidecar
+
+
+@pytest.mark.slow
+def test_a_version_2_result_is_still_finished_and_read_with_forgetting_computed(finished, tmp_path):
+    from analysis.tables import load_runs
+    from benchmarks import run
+
+    suite, path, result = finished
+    assert set(result["summary"]) >= {"forgetting", "bwt"}  # version 3 stores them
+    key = RunKey(result["label"], result["dataset"], result["n_tasks"], result["seed"])
+    store = ResultStore(tmp_path)
+    store.result_path(key).parent.mkdir(parents=True)
+    old_summary = {k: v for k, v in result["summary"].items() if k not in ("forgetting", "bwt")}
+    old = result | {"schema_version": 2, "summary": old_summary}
+    store.result_path(key).write_text(json.dumps(old))
+    predictions_path(store.result_path(key)).write_bytes(predictions_path(path).read_bytes())
+    # read with both computed from its stages, equal to what the runner stored
+    assert store.finished(key, old["config_hash"])["summary"] == result["summary"]
+    ((_, read),) = iter_results(tmp_path)
+    assert read["summary"] == result["summary"] and read["stages"] == result["stages"]
+    assert load_runs(tmp_path).loc[0, "forgetting"] == result["summary"]["forgetting"]
+    # a rerun finds it finished: never recomputed for want of the new entries
+    assert run.main(["--suite", str(suite), "--results-dir", str(tmp_path), "--quiet"]) == 0
+    assert json.loads(store.result_path(key).read_text()) == old
 
 
 def test_the_sidecar_is_compact_and_widens_only_when_class_ids_need_it(tmp_path):
