@@ -1,7 +1,9 @@
-"""Avg/Last accuracy tables from result JSON: ``python -m analysis.tables --results-dir DIR``.
+"""Avg/Last accuracy, forgetting and BWT tables from result JSON: ``python -m analysis.tables
+--results-dir DIR``.
 
 Cells are mean ± std over seeds (population std, ddof=0; a single seed shows "(n = 1)"). Rows are
-strategies (or variant labels), columns are datasets (with the task count when several appear).
+strategies (or variant labels), columns are datasets (with the task count when several appear),
+each with Avg, Last, Forgetting and BWT (``benchmarks.core.metrics``; "–" with one task).
 The Markdown goes to stdout; ``table.md``, ``table.csv`` and ``table.tex`` are written next to
 the results.
 """
@@ -46,20 +48,27 @@ def load_runs(
     return pd.DataFrame(rows)
 
 
-def aggregate(runs: pd.DataFrame, metrics=("avg_acc", "last_acc")) -> pd.DataFrame:
+#: the summary entries of the table, by column name
+TABLE_METRICS = {"avg_acc": "Avg", "last_acc": "Last", "forgetting": "Forgetting", "bwt": "BWT"}
+
+
+def aggregate(runs: pd.DataFrame, metrics=tuple(TABLE_METRICS)) -> pd.DataFrame:
     """Mean and std over seeds per (label, dataset, n_tasks)."""
-    grouped = runs.groupby(["label", "dataset", "n_tasks"], sort=False)[list(metrics)]
+    # None (forgetting with one task) as NaN: left out of the mean, the std and the count
+    numbers = runs.reindex(columns=list(metrics)).apply(pd.to_numeric).astype(float)
+    keyed = pd.concat([runs[["label", "dataset", "n_tasks"]], numbers], axis=1)
+    grouped = keyed.groupby(["label", "dataset", "n_tasks"], sort=False)[list(metrics)]
     return grouped.agg(["mean", population_std, "count"]).rename(columns={"population_std": "std"}, level=1)
 
 
 def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Rows = labels, columns = (dataset, Avg|Last), cells = 'mean ± std'."""
+    """Rows = labels, columns = (dataset, Avg|Last|Forgetting|BWT), cells = 'mean ± std'."""
     stats = aggregate(runs)
     several_t = runs["n_tasks"].nunique() > 1
     cells = {}
     for (label, dataset, n_tasks), row in stats.iterrows():
         column = f"{dataset} (T={n_tasks})" if several_t else dataset
-        for metric, name in (("avg_acc", "Avg"), ("last_acc", "Last")):
+        for metric, name in TABLE_METRICS.items():
             cells.setdefault(label, {})[(column, name)] = mean_std_cell(
                 row[(metric, "mean")], row[(metric, "std")], n=row[(metric, "count")]
             )
@@ -82,7 +91,10 @@ def seeds_note(runs: pd.DataFrame) -> str:
         if low == high
         else f"n = {low} to {high} seeds a cell"
     )
-    return f"Accuracy (%), mean ± population std over seeds; {n}."
+    return (
+        f"Avg, Last: accuracy (%); Forgetting (lower is better), BWT (backward transfer, negative when "
+        f"later tasks cost earlier ones): points of accuracy. Mean ± population std over seeds; {n}."
+    )
 
 
 def check_only_note(runs: pd.DataFrame) -> str:

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import os
 import re
 import shutil
@@ -377,9 +378,13 @@ def with_complete_summary(result: dict) -> dict:
     summary = result.get("summary")
     if not isinstance(summary, dict) or all(name in summary for name in SUMMARY_FROM_STAGES):
         return result
-    acc_matrix = task_accuracy_matrix(result["stages"])
-    computed = {name: float(metric(acc_matrix)) for name, metric in SUMMARY_FROM_STAGES.items()}
-    computed = {name: None if np.isnan(value) else value for name, value in computed.items()}
+    stages = result.get("stages") or []
+    if stages and all(stage.get("acc_per_task") for stage in stages):
+        acc_matrix = task_accuracy_matrix(stages)
+        computed = {name: float(metric(acc_matrix)) for name, metric in SUMMARY_FROM_STAGES.items()}
+    else:  # hand-made records may leave the per-task accuracies out
+        computed = dict.fromkeys(SUMMARY_FROM_STAGES, math.nan)
+    computed = {name: None if math.isnan(value) else value for name, value in computed.items()}
     missing = {name: value for name, value in computed.items() if name not in summary}
     return {**result, "summary": {**summary, **missing}}
 

@@ -1,4 +1,4 @@
-"""The Avg/Last table equals the aggregate of its JSON inputs."""
+"""The Avg/Last/Forgetting/BWT table equals the aggregate of its JSON inputs."""
 
 import json
 
@@ -9,7 +9,9 @@ from analysis.tables import main as tables_main
 from analysis.tables import write_tables
 
 
-def _result(label, dataset, seed, stage_accs, n_tasks=10):
+def _result(label, dataset, seed, stage_accs, first_task_after, n_tasks=10):
+    """A version-1 result (no forgetting in its summary) of two stages; ``first_task_after``: task 1's
+    accuracy at stage 2 (forgetting and BWT average task 1 alone; task 2 makes up the stage mean)."""
     return {
         "schema_version": 1,
         "strategy": label,
@@ -17,7 +19,10 @@ def _result(label, dataset, seed, stage_accs, n_tasks=10):
         "dataset": dataset,
         "n_tasks": n_tasks,
         "seed": seed,
-        "stages": [{"acc": a} for a in stage_accs],
+        "stages": [
+            {"acc": stage_accs[0], "acc_per_task": [stage_accs[0]]},
+            {"acc": stage_accs[1], "acc_per_task": [first_task_after, 2 * stage_accs[1] - first_task_after]},
+        ],
         "summary": {
             "avg_acc": float(np.mean(stage_accs)),
             "last_acc": stage_accs[-1],
@@ -30,15 +35,15 @@ def _result(label, dataset, seed, stage_accs, n_tasks=10):
 @pytest.fixture
 def results_dir(tmp_path):
     rows = [
-        ("gr4cil", "cifar100", 0, [90.0, 80.0]),
-        ("gr4cil", "cifar100", 1, [92.0, 84.0]),
-        ("finetune", "cifar100", 0, [90.0, 40.0]),
-        ("gr4cil", "imagenet_r", 0, [70.0, 60.0]),
+        ("gr4cil", "cifar100", 0, [90.0, 80.0], 70.0),
+        ("gr4cil", "cifar100", 1, [92.0, 84.0], 76.0),
+        ("finetune", "cifar100", 0, [90.0, 40.0], 10.0),
+        ("gr4cil", "imagenet_r", 0, [70.0, 60.0], 50.0),
     ]
-    for label, dataset, seed, accs in rows:
+    for label, dataset, seed, accs, first_task_after in rows:
         path = tmp_path / dataset / label / f"T10-seed{seed}.json"
         path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(_result(label, dataset, seed, accs)))
+        path.write_text(json.dumps(_result(label, dataset, seed, accs, first_task_after)))
     return tmp_path
 
 
@@ -49,12 +54,18 @@ def test_cells_are_mean_and_population_std_over_seeds(results_dir):
         line.split("|")[1].strip(): [c.strip() for c in line.split("|")[2:-1]]
         for line in table.splitlines()[2:]
     }
-    assert note == "Accuracy (%), mean ± population std over seeds; n = 1 to 2 seeds a cell."
-    # gr4cil cifar100: Avg over seeds = mean(85, 88) = 86.5, std 1.5; Last = mean(80, 84) = 82, std 2
-    assert lines["gr4cil"][:2] == ["86.50 ± 1.50", "82.00 ± 2.00"]
-    assert lines["gr4cil"][2:] == ["65.00 (n = 1)", "60.00 (n = 1)"]  # one seed: no "± 0.00"
-    assert lines["finetune"][:2] == ["65.00 (n = 1)", "40.00 (n = 1)"]
-    assert lines["finetune"][2:] == ["–", "–"]
+    assert note == (
+        "Avg, Last: accuracy (%); Forgetting (lower is better), BWT (backward transfer, negative when "
+        "later tasks cost earlier ones): points of accuracy. Mean ± population std over seeds; "
+        "n = 1 to 2 seeds a cell."
+    )
+    # gr4cil cifar100: Avg over seeds = mean(85, 88) = 86.5, std 1.5; Last = mean(80, 84) = 82, std 2;
+    # forgetting: task 1 falls 90 -> 70 (20) and 92 -> 76 (16): 18 ± 2, and BWT minus that (one task
+    # before the last, learned at stage 1: its best earlier accuracy is the one just after learning)
+    assert lines["gr4cil"][:4] == ["86.50 ± 1.50", "82.00 ± 2.00", "18.00 ± 2.00", "-18.00 ± 2.00"]
+    assert lines["gr4cil"][4:] == ["65.00 (n = 1)", "60.00 (n = 1)", "20.00 (n = 1)", "-20.00 (n = 1)"]
+    assert lines["finetune"][:4] == ["65.00 (n = 1)", "40.00 (n = 1)", "80.00 (n = 1)", "-80.00 (n = 1)"]
+    assert lines["finetune"][4:] == ["–"] * 4  # one seed: no "± 0.00"; no run: "–"
     for name in ("table.md", "table.csv", "table.tex"):
         assert (results_dir / name).stat().st_size > 0
 
@@ -64,8 +75,18 @@ def test_latex_is_booktabs_with_matching_columns(results_dir):
     tex = (results_dir / "table.tex").read_text()
     assert "\\toprule" in tex and "\\bottomrule" in tex and tex.count("{") == tex.count("}")
     body = tex.split("\\midrule")[1].split("\\bottomrule")[0].strip().splitlines()
-    assert all(row.count("&") == 4 and row.endswith("\\\\") for row in body)
+    assert all(row.count("&") == 8 and row.endswith("\\\\") for row in body)
     assert "$\\pm$" in tex and "continual" not in tex
+
+
+def test_one_task_runs_show_no_forgetting(tmp_path):
+    result = _result("gr4cil", "cifar100", 0, [90.0, 80.0], 70.0, n_tasks=1)
+    result["stages"] = result["stages"][:1]
+    path = tmp_path / "cifar100" / "gr4cil" / "T1-seed0.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(result))
+    row = write_tables(tmp_path).splitlines()[2]
+    assert [c.strip() for c in row.split("|")[2:-1]] == ["85.00 (n = 1)", "80.00 (n = 1)", "–", "–"]
 
 
 def test_cli_on_an_empty_folder_is_a_one_line_error(tmp_path, capsys):
