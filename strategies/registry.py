@@ -1,7 +1,11 @@
 """Strategies by name. Adding a strategy is one file in ``strategies/`` with ``@register("name")``.
 
 Every module of the ``strategies`` package is imported on first lookup, so a new file needs no
-edit elsewhere. A strategy outside the package can be named as ``module.path:ClassName``.
+edit elsewhere. A strategy outside the package can be named as ``module.path:ClassName``, and one
+written for another framework through its adapter (``strategies.frameworks``):
+``avalanche:LwF`` (a strategy of ``avalanche.training``), ``avalanche:module.path:ClassName``,
+``pycil:module.path:ClassName`` or ``mammoth:module.path:ClassName``. Every class is checked
+against the runner's contract (``strategies.contract``) when it is looked up.
 """
 
 from __future__ import annotations
@@ -12,11 +16,21 @@ import pkgutil
 import traceback
 
 from benchmarks.core.errors import UserError
+from strategies.contract import check_strategy
 
 _REGISTRY: dict[str, type] = {}
 _DISCOVERED = False
 # The package's modules that define no strategy: the base layer every strategy builds on.
-_SHARED_MODULES = frozenset({"base", "checkpointing", "config", "optim", "prompting", "registry"})
+_SHARED_MODULES = frozenset(
+    {"base", "checkpointing", "config", "contract", "frameworks", "optim", "prompting", "registry"}
+)
+#: name prefix -> the module whose ``adapt(cls, name)`` brings that framework's strategies in
+FRAMEWORKS = {
+    "avalanche": "strategies.frameworks.avalanche",
+    "pycil": "strategies.frameworks.pycil",
+    "mammoth": "strategies.frameworks.mammoth",
+}
+_ADAPTED: dict[str, type] = {}
 
 
 def register(name: str):
@@ -101,10 +115,26 @@ def _raised_at(err: BaseException) -> str:
 
 
 def get_strategy(name: str) -> type:
-    """The strategy class registered as ``name`` (or imported from ``module:Class``)."""
+    """The strategy class registered as ``name``, imported from ``module:Class``, or another
+    framework's class in its adapter (``avalanche:LwF``, ``pycil:module:Class``, ...)."""
+    framework, _, rest = name.partition(":")
+    if framework in FRAMEWORKS:
+        return _adapted(framework, rest, name)
     if ":" in name:
-        return _import(name)
+        return check_strategy(_import(name), name)
     _discover()
     if name not in _REGISTRY:
         raise UserError(f"unknown strategy {name!r}; available: {', '.join(available())}")
     return _REGISTRY[name]
+
+
+def _adapted(framework: str, rest: str, name: str) -> type:
+    """The adapter class of ``framework`` around the class ``rest`` names, one per name."""
+    if name not in _ADAPTED:
+        if framework == "avalanche" and ":" not in rest:  # a strategy Avalanche ships
+            rest = f"avalanche.training:{rest}"
+        if ":" not in rest:
+            raise UserError(f"strategy {name!r}: give it as {framework}:module.path:ClassName")
+        adapter = importlib.import_module(FRAMEWORKS[framework])
+        _ADAPTED[name] = check_strategy(adapter.adapt(_import(rest), name), name)
+    return _ADAPTED[name]

@@ -54,6 +54,7 @@ from benchmarks.runner.results import (
     safe_label,
 )
 from benchmarks.runner.suites import FastDevRun, RunSpec, dataset_loader_options
+from strategies.contract import config_class, evaluate, optional
 from strategies.registry import get_strategy
 
 
@@ -81,7 +82,7 @@ def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
     ``amp`` (fp32 for a method that is fp32 officially)."""
     strategy_cls = get_strategy(spec.strategy)
     try:
-        strategy_cfg = strategy_cls.Config.from_dict(dict(spec.strategy_options), spec.strategy)
+        strategy_cfg = config_class(strategy_cls).from_dict(dict(spec.strategy_options), spec.strategy)
     except UserError as err:
         # The base config names its options exactly; a strategy's own checks name them in the text.
         named = err.options or [k for k in spec.option_sources if re.search(rf"\b{re.escape(k)}\b", str(err))]
@@ -216,6 +217,10 @@ def execute(
     cfg_hash = config_hash(config)
     if not force and (done := store.finished(spec.key, cfg_hash)) is not None:
         return done, "cached"
+    if save_model and not hasattr(strategy_cls, "save_model"):
+        raise UserError(
+            f"{spec.strategy} has no save_model, so --save-models cannot keep its model; drop the flag"
+        )
     lock = store.lock(spec.key)
     if not lock.acquire():
         holder = read_holder(lock.path)
@@ -273,7 +278,9 @@ def _compute(
     progress, status = _resume(spec, store, strategy, cfg_hash, force)
     if training_log is not None:
         training_log.first_step = progress.cost.train_steps or 0  # the steps of the tasks before a resume
-    _learn_tasks(spec, store, stream, strategy, progress, cfg_hash, live)
+    _learn_tasks(
+        spec, store, stream, strategy, progress, cfg_hash, live, show_progress, strategy_cfg.eval_batch_size
+    )
     zero_shot = {
         target: _zero_shot(strategy, target, data_root, spec.fast_dev_run)
         for target in spec.zero_shot_targets
@@ -301,8 +308,11 @@ def _build_run(spec: RunSpec, data_root: str, strategy_cls, strategy_cfg, show_p
     backbone = create_clip(_backbone_spec(spec), spec.device)
     # folder images from their resized cache where one was built (the same pixels, decoded once)
     data = with_resized_cache(data, data_root, backbone.image_size, strategy_cfg.train_augmentation)
+    # Pending pixels only for a strategy whose own loaders finish them; any other gets finished
+    # tensors (the same pixels: device_augment is bit-identical to PIL).
+    augment_on = spec.augment_on if optional(strategy_cls, "finishes_pending_images", False) else "pil"
     transforms = stream_transforms(
-        backbone.image_size, backbone.mean, backbone.std, strategy_cfg.train_augmentation, spec.augment_on
+        backbone.image_size, backbone.mean, backbone.std, strategy_cfg.train_augmentation, augment_on
     )
     if spec.fast_dev_run is None:
         stream = build_stream(data, spec.n_tasks, class_order, *transforms)
@@ -329,11 +339,23 @@ def _resume(spec: RunSpec, store: ResultStore, strategy, cfg_hash: str, force: b
     if checkpoint is None:
         return RunProgress(), "ran"
     progress, tensors, strategy_meta = checkpoint
+    if not optional(strategy, "resumable", True):  # state a checkpoint cannot hold: start again
+        return RunProgress(), f"ran again from task 1 ({spec.strategy} cannot resume from a checkpoint)"
     strategy.load_checkpoint_state(tensors, strategy_meta)
     return progress, f"resumed after task {progress.tasks_done}"
 
 
-def _learn_tasks(spec: RunSpec, store: ResultStore, stream, strategy, progress: RunProgress, cfg_hash, live):
+def _learn_tasks(
+    spec: RunSpec,
+    store: ResultStore,
+    stream,
+    strategy,
+    progress: RunProgress,
+    cfg_hash,
+    live,
+    show_progress: bool,
+    eval_batch_size: int,
+):
     """Learn the tasks not yet done, test after each, and checkpoint after each."""
     targets = np.asarray(stream.test_targets)
     cost = progress.cost
@@ -343,7 +365,7 @@ def _learn_tasks(spec: RunSpec, store: ResultStore, stream, strategy, progress: 
         range(progress.tasks_done, spec.n_tasks),
         desc=str(spec.key),
         leave=False,
-        disable=not strategy.show_progress,
+        disable=not show_progress,
         initial=progress.tasks_done,
         total=spec.n_tasks,
     )
@@ -359,14 +381,18 @@ def _learn_tasks(spec: RunSpec, store: ResultStore, stream, strategy, progress: 
                 "(or use --precision fp32) and rerun"
             ) from None
         cost.train_seconds += time.perf_counter() - start
-        cost.train_steps = steps_before + strategy.clock.train_iterations
+        iterations = optional(strategy, "train_iterations")
+        cost.train_steps = None if iterations is None else steps_before + iterations
 
         start = time.perf_counter()
-        scores = strategy.evaluate_dataset(stream.test_set, cache_key="test").numpy()
+        scores = evaluate(strategy, stream.test_set, eval_batch_size, spec.device, cache_key="test").numpy()
         progress.predictions.append(predicted_classes(scores, strategy.seen_classes))
         metrics = stage_metrics(scores, strategy.seen_classes, targets, stream.task_of_class, task + 1)
         with torch.no_grad():
-            diagnostics = strategy.stage_diagnostics(scores, targets, stream.task_of_class)
+            stage_diagnostics = optional(strategy, "stage_diagnostics")
+            diagnostics = (
+                stage_diagnostics(scores, targets, stream.task_of_class) if stage_diagnostics else {}
+            )
         stage = StageResult(task=task + 1, **metrics, diagnostics=diagnostics)
         cost.eval_seconds += time.perf_counter() - start
         cost.peak_memory_bytes = max(cost.peak_memory_bytes, peak_memory(spec.device)[0])  # across resumes
@@ -397,15 +423,15 @@ def _run_result(
         tasks=stream.tasks,
         stages=stages,
         summary=summarize([stage.to_json() for stage in stages]),
-        diagnostics=_no_grad(strategy.run_diagnostics),
+        diagnostics=_no_grad(optional(strategy, "run_diagnostics", dict)),
         zero_shot=zero_shot or None,
         env=environment(spec.device),
         cost=dataclasses.replace(
             progress.cost,
-            trainable_params=strategy.trainable_parameter_count(),
+            trainable_params=_no_grad(optional(strategy, "trainable_parameter_count", lambda: None)),
             peak_memory_bytes=max(memory, progress.cost.peak_memory_bytes),
             peak_memory_kind=memory_kind,
-            amp_skipped_steps=strategy.skipped_steps,
+            amp_skipped_steps=optional(strategy, "skipped_steps", 0),
         ),
     )
 

@@ -245,12 +245,13 @@ def strategy_options(
     """The suite's options for run ``label`` on ``dataset`` (``protocol``: what the suite's protocol
     sets for it), and the table each came from, most general first so that the most specific wins
     (module docstring); the strategy's own defaults fill in the rest later."""
-    from strategies.registry import get_strategy  # the strategy's own recipe decides what [common] sets
+    from strategies.contract import config_class  # the strategy's own recipe decides what [common] sets
+    from strategies.registry import get_strategy
 
     variant = suite.get("variants", {}).get(label, {})
     strategy = variant.get("strategy", label)
     dataset_table = suite.get("dataset", {}).get(dataset, {})
-    recipe = get_strategy(strategy).Config.recipe_fields()
+    recipe = config_class(get_strategy(strategy)).recipe_fields()
     common = {k: v for k, v in suite.get("common", {}).items() if k not in recipe}
     protocol_options = {
         **protocol.strategy_options,

@@ -104,7 +104,9 @@ def _import_error(name: str) -> str:
 
 
 def test_a_module_class_strategy_that_cannot_be_imported_says_why(tmp_path, monkeypatch):
-    (tmp_path / "outside_strategy.py").write_text("class OutsideStrategy:\n    pass\n")
+    (tmp_path / "outside_strategy.py").write_text(
+        "from strategies.base import CLIPStrategy\n\n\nclass OutsideStrategy(CLIPStrategy):\n    pass\n"
+    )
     (tmp_path / "broken_strategy.py").write_text("import os\nimport no_such_package_of_theirs\n")
     (tmp_path / "bad_name_strategy.py").write_text("from os import no_such_name\n")
     monkeypatch.syspath_prepend(str(tmp_path))

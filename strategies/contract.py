@@ -1,0 +1,226 @@
+"""What the runner calls on a strategy: the contract, written once.
+
+Any class that has the required members runs under the suite's protocol, whatever it is built
+on: ``CLIPStrategy`` (the suite's own base), or an adapter around another framework's strategy
+(``strategies.frameworks``: Avalanche templates, PyCIL/PILOT/C3Box learners, Mammoth models).
+
+The runner builds a strategy with the keyword arguments of ``CONSTRUCTOR_ARGUMENTS``, then for
+every task calls ``learn(experience)`` and scores the test set over ``seen_classes``; after
+every task it saves ``checkpoint_state()`` and, on a resume, gives it back to
+``load_checkpoint_state``. Everything in ``OPTIONAL`` has a default here, so a strategy from
+elsewhere needs only ``REQUIRED``. ``docs/adding-a-strategy.md`` holds the same tables
+(``tests/strategies/test_contract.py`` checks them equal).
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Callable
+from typing import Any, Protocol, runtime_checkable
+
+import torch
+
+from benchmarks.core.errors import UserError
+from strategies.config import StrategyConfig
+
+#: name -> what it is; a strategy must have every one
+REQUIRED: dict[str, str] = {
+    "learn": "learn(experience): train on one experience of the stream (an Avalanche experience; "
+    "its dataset yields (image, class id, task label 0), images as finished float tensors)",
+    "scores": "scores(images) -> [B, len(seen_classes)]: scores over every class seen so far, "
+    "columns in the order of seen_classes, no task id",
+    "seen_classes": "list of the class ids learned so far, in the order they were learned",
+    "checkpoint_state": "checkpoint_state() -> (dict of tensors, JSON dict): the learned state after a task",
+    "load_checkpoint_state": "load_checkpoint_state(tensors, meta): restore what checkpoint_state gave",
+}
+
+#: name -> (what it is, what the runner does without it)
+OPTIONAL: dict[str, tuple[str, str]] = {
+    "Config": (
+        "the options: a dataclass subclassing StrategyConfig, filled from the suite's tables",
+        "StrategyConfig: the options every strategy shares",
+    ),
+    "evaluate_dataset": (
+        "evaluate_dataset(dataset, cache_key) -> [N, len(seen_classes)] fp32 on the CPU",
+        "scores batch by batch, eval_batch_size at a time, without gradients",
+    ),
+    "finishes_pending_images": (
+        "class attribute, True when the strategy's own loaders finish DevicePending items "
+        "(benchmarks.data.device_augment) on the device",
+        "False: the stream's items are finished float tensors (augment_on = pil)",
+    ),
+    "resumable": (
+        "class or instance attribute, False when a checkpoint cannot hold all the learned state",
+        "True; when False, an interrupted run starts again from task 1",
+    ),
+    "stage_diagnostics": (
+        "stage_diagnostics(scores, targets, task_of_class) -> dict, stored per stage",
+        "{}",
+    ),
+    "run_diagnostics": ("run_diagnostics() -> dict, stored once per run", "{}"),
+    "trainable_parameter_count": (
+        "trainable_parameter_count() -> int, every optimised tensor counted once over the stream",
+        "null in cost.trainable_params",
+    ),
+    "train_iterations": ("training steps taken so far (property or attribute)", "null in cost.train_steps"),
+    "skipped_steps": ("fp16 steps the loss scaler skipped", "0"),
+    "save_model": (
+        "save_model(path, extra): the learned state as two files (--save-models)",
+        "--save-models refused",
+    ),
+    "zero_shot_predictions": (
+        "zero_shot_text(tokens) and zero_shot_predictions(images, text): zero-shot targets",
+        "a suite with zero_shot_targets refused",
+    ),
+}
+
+#: the keyword arguments the runner builds every strategy with
+CONSTRUCTOR_ARGUMENTS: dict[str, str] = {
+    "backbone": "the run's CLIPBackbone (benchmarks.backbone), on the run's device",
+    "class_names": "the dataset's class names, indexed by class id",
+    "config": "an instance of the strategy's Config, resolved from the suite",
+    "device": "torch device of the run",
+    "precision": "fp32, fp16 or bf16 (auto already resolved with Config.amp)",
+    "show_progress": "whether to draw progress bars",
+    "seed": "the run seed",
+    "max_train_batches": "None, or the training batches a pass may take (a fast dev run)",
+    "augment_on": "device or pil: where the strategy's own loaders augment",
+    "plugins": "None, or Avalanche plugins to attach (the live training log)",
+}
+
+
+@runtime_checkable
+class Strategy(Protocol):
+    """The required core (``REQUIRED``); ``OPTIONAL`` members are read with ``optional``."""
+
+    seen_classes: list[int]
+
+    def learn(self, experience: Any) -> None: ...
+
+    def scores(self, images: torch.Tensor) -> torch.Tensor: ...
+
+    def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]: ...
+
+    def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None: ...
+
+
+#: for each framework whose strategies come in through an adapter: a member that tells them apart
+_FRAMEWORK_MARKS = (
+    ("incremental_train", "pycil", "a PyCIL/PILOT/C3Box learner"),
+    ("observe", "mammoth", "a Mammoth model"),
+)
+
+
+def missing(cls: type) -> list[str]:
+    """The required members class ``cls`` lacks (``seen_classes`` counts when it is set in
+    ``__init__``, so it is looked for in the class and in its ``__init__``'s code)."""
+    absent = []
+    for name in REQUIRED:
+        if hasattr(cls, name):
+            continue
+        if name == "seen_classes" and _assigns_in_init(cls, name):
+            continue
+        absent.append(name)
+    return absent
+
+
+def _assigns_in_init(cls: type, name: str) -> bool:
+    for klass in cls.__mro__:
+        init = vars(klass).get("__init__")
+        if init is None:
+            continue
+        try:
+            if f"self.{name}" in inspect.getsource(init):
+                return True
+        except (OSError, TypeError):  # built in, or no source: trust nothing
+            continue
+    return False
+
+
+def check_strategy(cls: Any, name: str) -> type:
+    """``cls`` if it is a class with the contract's required members; else one line that names
+    what it lacks and how to bring it in."""
+    if not isinstance(cls, type):
+        raise UserError(f"{name} is a {type(cls).__name__}, not a class; name a strategy class")
+    absent = missing(cls)
+    if not absent:
+        _check_constructor(cls, name)
+        return cls
+    lacks = ", ".join(absent[:-1]) + (" and " if len(absent) > 1 else "") + absent[-1]
+    module, _, attr = name.rpartition(":")
+    return_hint = _wrap_hint(cls, module, attr)
+    raise UserError(
+        f"{name} is not a strategy of this suite: it lacks {lacks}; {return_hint} (docs/adding-a-strategy.md)"
+    )
+
+
+def _wrap_hint(cls: type, module: str, attr: str) -> str:
+    try:
+        from avalanche.training.templates import SupervisedTemplate
+    except ImportError:  # pragma: no cover - Avalanche is a dependency
+        SupervisedTemplate = ()  # noqa: N806
+    builtin = module in ("avalanche.training", "avalanche.training.supervised")
+    if isinstance(SupervisedTemplate, type) and issubclass(cls, SupervisedTemplate):
+        name = f"avalanche:{attr}" if builtin else f"avalanche:{module}:{attr}"
+        return f"wrap it as {name} (an Avalanche strategy on a head over CLIP features)"
+    for member, prefix, what in _FRAMEWORK_MARKS:
+        if hasattr(cls, member):
+            return f"wrap it as {prefix}:{module}:{attr} ({what})"
+    return (
+        "subclass strategies.base.CLIPStrategy, or wrap it as avalanche:MODULE:CLASS, "
+        "pycil:MODULE:CLASS or mammoth:MODULE:CLASS"
+    )
+
+
+def _check_constructor(cls: type, name: str) -> None:
+    """The runner's keyword arguments must all be accepted (by name, or by ``**kwargs``)."""
+    try:
+        parameters = inspect.signature(cls).parameters.values()
+    except (TypeError, ValueError):
+        return
+    if any(p.kind is p.VAR_KEYWORD for p in parameters):
+        return
+    accepted = {p.name for p in parameters if p.kind in (p.KEYWORD_ONLY, p.POSITIONAL_OR_KEYWORD)}
+    refused = [arg for arg in CONSTRUCTOR_ARGUMENTS if arg not in accepted]
+    if refused:
+        raise UserError(
+            f"{name}'s constructor does not take the runner's keyword argument(s) {', '.join(refused)}; "
+            "accept them (or **kwargs): the table 'What the runner passes' in docs/adding-a-strategy.md"
+        )
+
+
+def optional(strategy: Any, name: str, default: Any = None) -> Any:
+    """An ``OPTIONAL`` member of ``strategy`` (attribute or zero-argument property), or ``default``."""
+    return getattr(strategy, name, default)
+
+
+def config_class(cls: type) -> type[StrategyConfig]:
+    """The strategy's ``Config``, or ``StrategyConfig`` for a strategy that declares none."""
+    config = getattr(cls, "Config", StrategyConfig)
+    if not (isinstance(config, type) and issubclass(config, StrategyConfig)):
+        raise UserError(
+            f"{getattr(cls, '__name__', cls)}.Config must subclass strategies.config.StrategyConfig "
+            "(a dataclass of options)"
+        )
+    return config
+
+
+@torch.no_grad()
+def evaluate(
+    strategy: Any, dataset, batch_size: int, device: torch.device, cache_key: str | None
+) -> torch.Tensor:
+    """The scores of ``dataset`` over ``strategy.seen_classes``, ``[N, n_seen]`` fp32 on the CPU:
+    the strategy's ``evaluate_dataset`` if it has one, else ``scores`` batch by batch."""
+    own: Callable | None = getattr(strategy, "evaluate_dataset", None)
+    if own is not None:
+        return own(dataset, cache_key=cache_key)
+    loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False)
+    out = [strategy.scores(batch[0].to(device)).float().cpu() for batch in loader]
+    scores = torch.cat(out)
+    if scores.shape[1] != len(strategy.seen_classes):
+        raise UserError(
+            f"{type(strategy).__name__}.scores gave {scores.shape[1]} columns for "
+            f"{len(strategy.seen_classes)} seen classes; give one column per seen class, "
+            "in seen_classes order"
+        )
+    return scores
