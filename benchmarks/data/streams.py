@@ -2,6 +2,11 @@
 
 The class order is always passed in explicitly (never drawn from a global seed), so that the
 stream of a run is a pure function of its config and is stored with its result.
+
+The streams are task-aware the way Avalanche's own generators build them: every dataset carries
+``targets_task_labels`` (all 0: one task, no task id at test time), its items are
+``(image, class id, 0)``, and every experience has ``task_label`` 0, so Avalanche's plugins that
+read task labels (LwF, EWC, replay) run on them. Class ids are the dataset's own, never remapped.
 """
 
 from __future__ import annotations
@@ -10,8 +15,9 @@ from dataclasses import dataclass
 from typing import Callable
 
 from avalanche.benchmarks.scenarios.supervised import class_incremental_benchmark
+from avalanche.benchmarks.scenarios.task_aware import with_task_labels
 from avalanche.benchmarks.utils import DataAttribute
-from avalanche.benchmarks.utils.classification_dataset import ClassificationDataset
+from avalanche.benchmarks.utils.classification_dataset import TaskAwareSupervisedClassificationDataset
 
 from benchmarks.core.errors import UserError
 
@@ -28,7 +34,7 @@ class CILStream:
     class_order: list[int]
     tasks: list[list[int]]
     class_names: list[str]
-    test_set: object  # avalanche ClassificationDataset, eval transform
+    test_set: object  # avalanche TaskAwareSupervisedClassificationDataset, eval transform
     test_targets: list[int]
 
     @property
@@ -74,15 +80,22 @@ def build_stream(
     tasks = split_classes(class_order, n_tasks, data.name)
     groups = {"train": (train_transform, None), "eval": (eval_transform, None)}
     train, test = (
-        ClassificationDataset(
-            [images], transform_groups=groups, data_attributes=[DataAttribute(list(targets), "targets")]
+        TaskAwareSupervisedClassificationDataset(
+            [images],
+            transform_groups=groups,
+            data_attributes=[
+                DataAttribute(list(targets), "targets"),
+                DataAttribute([0] * len(targets), "targets_task_labels", use_in_getitem=True),
+            ],
         )
         for images, targets in ((data.train, data.train_targets), (data.test, data.test_targets))
     )
-    benchmark = class_incremental_benchmark(
-        {"train": train, "test": test},
-        class_order=list(class_order),
-        num_classes_per_exp=[len(t) for t in tasks],
+    benchmark = with_task_labels(
+        class_incremental_benchmark(
+            {"train": train, "test": test},
+            class_order=list(class_order),
+            num_classes_per_exp=[len(t) for t in tasks],
+        )
     )
     return CILStream(
         benchmark=benchmark,

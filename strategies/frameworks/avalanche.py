@@ -1,0 +1,193 @@
+"""Avalanche's strategies under the suite's protocol: ``avalanche:LwF``, ``avalanche:EWC``, ...,
+or a user's own ``SupervisedTemplate`` subclass as ``avalanche:module.path:ClassName``.
+
+The template trains a ``CLIPClassifier`` (``strategies.frameworks.common``: a linear or cosine head
+on the CLIP image tower, frozen or tuned through a LoRA) with its own loop, criterion
+(cross-entropy over every class id) and plugins, exactly as it would on an Avalanche benchmark.
+The runner's stream is one: its datasets are task-aware (task label 0) and its items finished
+tensors, so every plugin that reads task labels (LwF, EWC, replay) works. Its scores are its
+logits at the seen classes.
+
+Options: ``FrameworkConfig``'s (head, encoder, and StrategyConfig's recipe) plus every keyword
+argument of the template's constructor that is a number, string or flag (LwF's ``alpha`` and
+``temperature``, EWC's ``ewc_lambda``, Replay's ``mem_size``, ...). One rule gives their defaults
+(docs/decisions.md D4): Avalanche's own default where its signature has one; a parameter Avalanche
+requires must be set in the suite (``[strategy."avalanche:LwF"]``), and a run without it stops in
+one line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import inspect
+import types
+import typing
+import warnings
+from typing import Any, ClassVar
+
+import torch
+from avalanche.core import SupervisedPlugin
+from avalanche.training.plugins import EvaluationPlugin
+from avalanche.training.templates import SupervisedTemplate
+from tqdm.auto import tqdm
+
+from benchmarks.core.errors import UserError
+from strategies.frameworks.common import CLIPClassifier, FrameworkAdapter, FrameworkConfig
+from strategies.optim import build_optimizer
+
+#: constructor parameters the adapter fills itself
+_SUPPLIED = frozenset(
+    {"self", "model", "optimizer", "criterion", "train_mb_size", "train_epochs", "eval_mb_size", "device"}
+    | {"plugins", "evaluator", "eval_every", "peval_mode"}
+)
+_SIMPLE = (bool, int, float, str)
+
+
+def adapt(template: type, name: str) -> type:
+    """An adapter class (the runner's contract) around the ``SupervisedTemplate`` subclass ``template``."""
+    if not (isinstance(template, type) and issubclass(template, SupervisedTemplate)):
+        raise UserError(f"{name}: {template!r} is not an Avalanche SupervisedTemplate subclass")
+    return type(
+        f"Avalanche{template.__name__}",
+        (AvalancheStrategy,),
+        {"wrapped": template, "name": name, "Config": template_config(template), "__module__": __name__},
+    )
+
+
+def template_config(template: type) -> type[FrameworkConfig]:
+    """``FrameworkConfig`` plus a field per simple keyword argument of ``template``'s constructor."""
+    fields, required = [], []
+    hints = _constructor_hints(template)
+    for p in inspect.signature(template.__init__).parameters.values():
+        if p.name in _SUPPLIED or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
+            continue
+        hint = _simple_type(hints.get(p.name, Any))
+        if hint is None:
+            continue  # a module, a callable, a list of plugins: not a suite option
+        if p.default is inspect.Parameter.empty:
+            required.append(p.name)
+            fields.append((p.name, hint | None, dataclasses.field(default=None)))
+        elif p.default is None or isinstance(p.default, _SIMPLE):
+            fields.append(
+                (p.name, hint | None if p.default is None else hint, dataclasses.field(default=p.default))
+            )
+
+    def __post_init__(self):  # noqa: N807 - dataclass hook
+        FrameworkConfig.__post_init__(self)
+        unset = [field for field in required if getattr(self, field) is None]
+        if unset:
+            raise UserError(
+                f"avalanche:{template.__name__} needs option(s) {', '.join(unset)} (Avalanche has no "
+                f'default); set them in the suite\'s [strategy."avalanche:{template.__name__}"] table',
+                options=tuple(unset),
+            )
+
+    return dataclasses.make_dataclass(
+        f"{template.__name__}Config",
+        fields,
+        bases=(FrameworkConfig,),
+        namespace={"__post_init__": __post_init__, "__module__": __name__},
+    )
+
+
+def _constructor_hints(template: type) -> dict[str, Any]:
+    try:
+        return typing.get_type_hints(template.__init__)
+    except Exception:  # an annotation that does not resolve: such a parameter is left out
+        return {}
+
+
+def _simple_type(hint: Any) -> type | None:
+    """bool, int, float or str for an annotation that allows one (a union picks its first simple
+    member: ``Union[float, Sequence[float]]`` is float), else None."""
+    if hint in _SIMPLE:
+        return hint
+    if typing.get_origin(hint) in (typing.Union, types.UnionType):
+        for option in typing.get_args(hint):
+            if option in _SIMPLE:
+                return option
+    return None
+
+
+class AvalancheStrategy(FrameworkAdapter):
+    """The runner's contract around an Avalanche template (``adapt`` sets ``wrapped``)."""
+
+    wrapped: ClassVar[type[SupervisedTemplate]]
+    checkpoint_attributes = ("seen_classes", "model")
+
+    def __init__(self, **runner_arguments) -> None:
+        super().__init__(**runner_arguments)
+        cfg = self.cfg
+        self.model = CLIPClassifier(self.backbone, self.class_names, cfg.head, cfg.encoder, cfg).to(
+            self.device
+        )
+        trainable = [p for p in self.model.parameters() if p.requires_grad]
+        own = [_Progress(self)] + ([_FirstBatches(self.max_train_batches)] if self.max_train_batches else [])
+        with warnings.catch_warnings():  # metrics come from the runner, not from Avalanche's loggers
+            warnings.filterwarnings("ignore", message="No loggers specified")
+            evaluator = EvaluationPlugin(loggers=[])
+        self.template = self.wrapped(
+            model=self.model,
+            optimizer=build_optimizer(trainable, cfg),
+            criterion=torch.nn.CrossEntropyLoss(),
+            train_mb_size=cfg.batch_size,
+            train_epochs=cfg.epochs,
+            eval_mb_size=cfg.eval_batch_size,
+            device=self.device,
+            plugins=own + self.plugins,
+            evaluator=evaluator,
+            **self.framework_options(),
+        )
+        ours = {id(p) for p in own + self.plugins}
+        # LwF's previous model, EWC's importances, a replay buffer: state that Avalanche keeps only
+        # by pickling the whole strategy. A run with such a plugin starts again instead of resuming.
+        self.resumable = all(id(p) in ours for p in self.template.plugins)
+
+    def learn(self, experience) -> None:
+        self.template.train(experience, eval_streams=[], num_workers=self.cfg.num_workers)
+        self.model.eval()
+        new = sorted(int(c) for c in experience.classes_in_this_experience)
+        self.seen_classes = self.seen_classes + [c for c in new if c not in self.seen_classes]
+        self.train_iterations = self.template.clock.train_iterations
+
+    @torch.no_grad()
+    def scores(self, images: torch.Tensor) -> torch.Tensor:
+        self.model.eval()
+        return self.model(images.to(self.device))[:, self.seen_classes].float()
+
+    def trainable_parameter_count(self) -> int:
+        return sum(p.numel() for p in self.model.learned_state().values())
+
+
+class _Progress(SupervisedPlugin):
+    """A progress bar per task, over its training iterations."""
+
+    def __init__(self, adapter: AvalancheStrategy) -> None:
+        super().__init__()
+        self.adapter, self.bar = adapter, None
+
+    def before_training_exp(self, strategy, *args, **kwargs):
+        self.bar = tqdm(
+            total=strategy.train_epochs * len(strategy.dataloader),
+            desc=f"{self.adapter.name} task {strategy.experience.current_experience + 1}",
+            leave=False,
+            disable=not self.adapter.show_progress,
+        )
+
+    def after_training_iteration(self, strategy, *args, **kwargs):
+        self.bar.update()
+
+    def after_training_exp(self, strategy, *args, **kwargs):
+        self.bar.close()
+
+
+class _FirstBatches(SupervisedPlugin):
+    """A fast dev run: every training epoch ends after ``n`` batches."""
+
+    def __init__(self, n: int) -> None:
+        super().__init__()
+        self.n = n
+
+    def after_training_iteration(self, strategy, *args, **kwargs):
+        if strategy.clock.train_epoch_iterations + 1 >= self.n:  # the clock counts this one after us
+            strategy.stop_training()
