@@ -190,6 +190,9 @@ class AdapterVLM(CLIPStrategy):
         clip_logits = self.backbone.logit_scale * image @ text[len(self.seen_classes) :].T
         return StepOutput(clip_logits, self.aux(raw), text)
 
+    def training_class_logits(self, output: StepOutput) -> torch.Tensor:
+        return self.by_class_id(output.clip_logits, self.current_classes)
+
     def compute_loss(self, output: StepOutput, local_targets: torch.Tensor) -> torch.Tensor:
         return sum(
             loss_terms(

@@ -52,7 +52,9 @@ from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
 
 from benchmarks.backbone import CLIPBackbone, PreparedPrompts
+from benchmarks.core.errors import UserError
 from benchmarks.core.precision import loss_scaler, resolve_precision
+from benchmarks.data.device_augment import DevicePending, finish_batch
 from benchmarks.data.loaders import DeviceBatches, seeded_loader
 from benchmarks.data.prompts import templates
 from strategies.checkpointing import (
@@ -84,6 +86,8 @@ class CLIPStrategy(SupervisedTemplate):
     #: (``pack_state``): tensors, lists or dicts of tensors, modules, lists of dataclasses, JSON
     #: values, or None
     checkpoint_attributes: ClassVar[tuple[str, ...]] = ()
+    #: its loaders finish ``DevicePending`` items on the device (``strategies.contract``)
+    finishes_pending_images: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -177,6 +181,26 @@ class CLIPStrategy(SupervisedTemplate):
     def scores(self, images: torch.Tensor) -> torch.Tensor:
         """Scores ``[B, len(self.seen_classes)]`` over all seen classes, columns in that order."""
         raise NotImplementedError
+
+    def training_class_logits(self, output: Any) -> torch.Tensor:
+        """What Avalanche's plugins and metrics see as a training step's ``mb_output``: logits
+        ``[B, n_classes]`` over global class ids, from ``compute_logits``'s ``output``. By default
+        ``output`` (or ``output.logits``) is over ``self.current_classes``; the other columns are
+        ``-inf``, so the argmax is the predicted class id. Override it for another layout."""
+        logits = output if isinstance(output, torch.Tensor) else getattr(output, "logits", None)
+        if not isinstance(logits, torch.Tensor) or logits.shape[-1] != len(self.current_classes):
+            raise TypeError(
+                f"{self.name or type(self).__name__}: compute_logits's output is not logits over the "
+                "current classes; override training_class_logits to lay it out by class id"
+            )
+        return self.by_class_id(logits, self.current_classes)
+
+    def by_class_id(self, logits: torch.Tensor, columns: list[int]) -> torch.Tensor:
+        """``logits`` whose columns are the classes ``columns``, as ``[B, n_classes]`` with ``-inf``
+        for every other class id (no graph: what plugins and metrics read)."""
+        out = torch.full((logits.shape[0], len(self.class_names)), float("-inf"), device=logits.device)
+        out[:, columns] = logits.detach().float()
+        return out
 
     def stage_diagnostics(self, scores, targets, task_of_class) -> dict:
         """Strategy-specific numbers stored with each stage (``stages[i].diagnostics``)."""
@@ -311,6 +335,17 @@ class CLIPStrategy(SupervisedTemplate):
         """Train on one experience of a class-incremental stream."""
         self.train(experience, eval_streams=[])
 
+    @property
+    def train_iterations(self) -> int:
+        """Training steps taken over the stream so far (the runner's ``cost.train_steps``)."""
+        return self.clock.train_iterations
+
+    def _unpack_minibatch(self):
+        # A loader that is not the base's (a plugin's, e.g. replay) hands over pending pixels.
+        if self.mbatch is not None and isinstance(self.mbatch[0], DevicePending):
+            self.mbatch = [finish_batch(self.mbatch[0], self.device), *self.mbatch[1:]]
+        super()._unpack_minibatch()
+
     def loader_options(self) -> dict[str, Any]:
         """DataLoader options from the config: workers (kept alive across epochs), pinned memory on CUDA."""
         workers = self.cfg.num_workers
@@ -436,13 +471,47 @@ class CLIPStrategy(SupervisedTemplate):
     def model_adaptation(self, model=None):
         if not self.is_training:  # ``strategy.eval``: evaluate what was learned, change nothing
             return self.backbone.to(self.device)
+        if not self.task_classes:
+            self._read_class_mapping(self.experience)
         classes = sorted(int(c) for c in self.experience.classes_in_this_experience)
+        if classes and not 0 <= min(classes) <= max(classes) < len(self.class_names):
+            raise UserError(
+                f"{self.name or type(self).__name__}: the experience has class ids {classes[:5]}..., "
+                f"but class_names has {len(self.class_names)} names; give one name per class id"
+            )
         self.current_classes = classes
         local = torch.full((len(self.class_names),), -1, dtype=torch.long)
         local[classes] = torch.arange(len(classes))
         self._local_index = local.to(self.device)
         self.setup_task(len(self.task_classes), classes)
         return self.backbone.to(self.device)
+
+    def _read_class_mapping(self, experience) -> None:
+        """A benchmark that relabels its classes (``nc_benchmark(...,
+        class_ids_from_zero_from_first_exp=True)``) is read through its ``class_mapping``:
+        ``class_names`` name the dataset's own ids, so each name moves to its class's new id and every
+        prompt still names its class."""
+        benchmark = getattr(getattr(experience, "origin_stream", None), "benchmark", None)
+        mapping = getattr(benchmark, "class_mapping", None)
+        if not mapping or all(new in (-1, old) for old, new in enumerate(mapping)):
+            return
+        if len(mapping) != len(self.class_names):
+            raise UserError(
+                f"the benchmark relabels {len(mapping)} classes but class_names has {len(self.class_names)}; "
+                "build it without class_ids_from_zero_from_first_exp, or give one name per original class"
+            )
+        names = list(self.class_names)
+        for old, new in enumerate(mapping):
+            if new >= 0:
+                names[new] = self.class_names[old]
+        warnings.warn(
+            "the benchmark relabels its classes (class_mapping): class_names are read as the dataset's "
+            "own ids and moved to the benchmark's",
+            stacklevel=2,
+        )
+        self.class_names = names
+        self.prompt_tokens = self.backbone.tokenize([t.format(n) for n in names for t in self.templates])
+        self._prepared_prompts.clear()
 
     def check_model_and_optimizer(self, **kwargs):
         # Always adapt the model first, then build a fresh optimiser over what is trainable now.
@@ -515,13 +584,16 @@ class CLIPStrategy(SupervisedTemplate):
     # The backbone's towers autocast themselves and return fp32 features, so logits and losses
     # are computed in fp32 here, outside autocast.
     def forward(self):
+        """In training, ``compute_logits``'s output is kept for ``compute_loss`` (``train_output``),
+        and Avalanche's plugins and metrics see it by class id (``training_class_logits``)."""
         if self.is_training:
-            return self.compute_logits(self.mb_x)
+            self.train_output = self.compute_logits(self.mb_x)
+            return self.training_class_logits(self.train_output)
         return self.scores_by_class_id(self.mb_x)
 
     def criterion(self):
         if self.is_training:
-            return self.compute_loss(self.mb_output, self._local_index[self.mb_y])
+            return self.compute_loss(self.train_output, self._local_index[self.mb_y])
         return F.cross_entropy(self.mb_output, self.mb_y)  # over the seen classes (the rest are -inf)
 
     def scores_by_class_id(self, images: torch.Tensor) -> torch.Tensor:
@@ -589,6 +661,7 @@ class CLIPStrategy(SupervisedTemplate):
     def _after_training_iteration(self, **kwargs):
         super()._after_training_iteration(**kwargs)
         self._epoch_loss += self.loss.detach().sum()  # read once per epoch: no host sync per step
+        self.train_output = None  # the step's graph is not kept until the next step
         self._progress.update()
 
     def _after_training_epoch(self, **kwargs):

@@ -263,6 +263,12 @@ class CLAP(CLIPStrategy):
             lasp_loss(self.class_templates(self.current_classes), z),
         )
 
+    def training_class_logits(self, output: CLAPOutput) -> torch.Tensor:
+        """The R samples' logits averaged (as ``scores`` averages them), over the seen classes and
+        then the current ones."""
+        mean = output.logits.view(self.cfg.samples, -1, output.logits.shape[-1]).mean(dim=0)
+        return self.by_class_id(mean, self.seen_classes + self.current_classes)
+
     def compute_loss(self, output: CLAPOutput, local_targets: torch.Tensor) -> torch.Tensor:
         targets = (local_targets + len(self.seen_classes)).repeat(self.cfg.samples)  # global, per sample
         return (

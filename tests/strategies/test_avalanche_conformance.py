@@ -1,6 +1,8 @@
 """Every registered strategy is an Avalanche strategy: built with Avalanche's plugins, evaluator,
 metrics and logger, trained with ``strategy.train`` task by task, evaluated with ``strategy.eval``,
-and Avalanche's accuracy is the runner's (scores over all seen classes, no task id)."""
+and Avalanche's accuracy is the runner's (scores over all seen classes, no task id). Avalanche's
+training accuracy (``accuracy_metrics(minibatch=True, epoch=True)``) equals one computed by hand
+from each step's own output, over class ids."""
 
 from pathlib import Path
 
@@ -20,6 +22,36 @@ from strategies.registry import available, get_strategy
 
 N_TASKS = 3
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "my_strategy"  # docs/adding-a-strategy.md
+
+
+class TrainingHits(SupervisedPlugin):
+    """Each training step's hits, by hand from ``compute_logits``'s own output: its logits' argmax,
+    read as a class id through the columns the strategy's training logits cover."""
+
+    def __init__(self):
+        super().__init__()
+        self.hits, self.seen, self.last_batch = 0, 0, 0.0
+
+    def before_training_exp(self, strategy, **kwargs):
+        self.hits, self.seen = 0, 0
+
+    def after_forward(self, strategy, **kwargs):
+        if not strategy.is_training:
+            return
+        out = strategy.train_output
+        if hasattr(out, "clip_logits"):  # AdapterVLM: its CLIP logits over the task's classes
+            logits, columns = out.clip_logits, strategy.current_classes
+        elif hasattr(out, "kl"):  # CLAP: R samples of logits over the seen, then the current classes
+            logits = out.logits.reshape(strategy.cfg.samples, len(strategy.mb_y), -1).mean(0)
+            columns = strategy.seen_classes + strategy.current_classes
+        else:
+            logits = out if hasattr(out, "argmax") else out.logits
+            columns = strategy.current_classes
+        predicted = [columns[i] for i in logits.argmax(dim=1).tolist()]
+        hits = sum(p == y for p, y in zip(predicted, strategy.mb_y.tolist(), strict=True))
+        self.hits += hits
+        self.seen += len(predicted)
+        self.last_batch = hits / len(predicted)
 
 
 class CountCalls(SupervisedPlugin):
@@ -73,9 +105,9 @@ def test_avalanche_train_and_eval_match_the_runner(name, stream, capsys, monkeyp
     )
     if hasattr(config, "compensation_epochs"):
         config.compensation_epochs = 1
-    plugin = CountCalls()
+    plugin, hits = CountCalls(), TrainingHits()
     evaluator = EvaluationPlugin(
-        accuracy_metrics(experience=True, stream=True),
+        accuracy_metrics(minibatch=True, epoch=True, experience=True, stream=True),
         loss_metrics(stream=True),
         loggers=[InteractiveLogger()],
     )
@@ -84,13 +116,19 @@ def test_avalanche_train_and_eval_match_the_runner(name, stream, capsys, monkeyp
         class_names=stream.class_names,
         config=config,
         show_progress=False,
-        plugins=[plugin],
+        plugins=[plugin, hits],
         evaluator=evaluator,
     )
     targets = np.asarray(stream.test_targets)
     test_stream = stream.benchmark.test_stream
     for task, experience in enumerate(stream.train_stream):
         strategy.train(experience)
+        if strategy.train_epochs:  # continual_clip trains nothing
+            last = evaluator.get_last_metrics()
+            (epoch,) = [v for k, v in last.items() if k.startswith("Top1_Acc_Epoch/train_phase")]
+            (batch,) = [v for k, v in last.items() if k.startswith("Top1_Acc_MB/train_phase")]
+            assert epoch == pytest.approx(hits.hits / hits.seen, abs=1e-12), task
+            assert batch == pytest.approx(hits.last_batch, abs=1e-12), task
         adapters = dict(strategy.adapters)
         metrics = strategy.eval(test_stream[: task + 1])
         assert strategy.adapters == adapters  # evaluation added or changed nothing
