@@ -1,7 +1,7 @@
 """Compare strategies against a baseline (GR4CIL by default), paired and with intervals.
 
 ``python -m analysis.compare --results-dir DIR [--baseline gr4cil] [--strategies a,b]
-[--metric last|avg] [--out DIR]``
+[--metric last|avg|forgetting|bwt] [--out DIR]``
 
 For each dataset and task count, and each strategy against the baseline:
 
@@ -9,8 +9,14 @@ For each dataset and task count, and each strategy against the baseline:
 - the paired difference (strategy minus baseline) over the seeds both ran, with a 95 % interval
   from a bootstrap over seeds and test images (``analysis.statistics``), both strategies scored
   on the same resampled images;
-- a verdict: "better", "worse" or "no detectable difference at 95 %";
+- a verdict: "better", "worse" or "no detectable difference at 95 %" (for forgetting, lower is
+  better: "better" means the strategy forgets less);
 - the smallest difference that the seeds and images at hand detect with 80 % power.
+
+Forgetting and backward transfer (BWT) are functions of every task's accuracy at every stage: with
+predictions, each image resample recomputes that matrix for both strategies, then their metrics and
+the difference (as Avg recomputes every stage's accuracy). With one task they are undefined, and
+such comparisons are left out with a note.
 
 Results stored without per-image predictions (schema version 1, or a sidecar missing or damaged)
 still count: their comparison resamples seeds only, and says so. The command refuses, with one
@@ -46,9 +52,19 @@ from analysis.formatting import (
     population_std,
     signed_cell,
 )
-from analysis.statistics import CONFIDENCE, POWER, Interval, bootstrap_stage_means, interval, metric_of_stages
+from analysis.statistics import (
+    CONFIDENCE,
+    POWER,
+    Interval,
+    bootstrap_seed_means,
+    bootstrap_stage_means,
+    interval,
+    metric_of_stages,
+    task_accuracies,
+)
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.core.metrics import average_forgetting, backward_transfer
 from benchmarks.data.protocols import DEFAULT_PROTOCOL
 from benchmarks.runner.results import (
     LoadedResults,
@@ -58,7 +74,15 @@ from benchmarks.runner.results import (
     safe_label,
 )
 
-METRICS = {"last": ("last_acc", "Last accuracy"), "avg": ("avg_acc", "Avg accuracy")}
+METRICS = {
+    "last": ("last_acc", "Last accuracy"),
+    "avg": ("avg_acc", "Avg accuracy"),
+    "forgetting": ("forgetting", "Forgetting"),
+    "bwt": ("bwt", "Backward transfer (BWT)"),
+}
+#: the metrics computed from every task's accuracy at every stage, not from the stage accuracies
+TASK_METRICS = {"forgetting": average_forgetting, "bwt": backward_transfer}
+LOWER_IS_BETTER = frozenset({"forgetting"})  # a strategy that forgets less is the better one
 DRAWS = 2000
 METHOD = (
     "paired bootstrap over seeds and test images (both strategies on the same resampled images), "
@@ -159,7 +183,9 @@ class Comparison:
     def verdict(self) -> str:
         if not self.paired_seeds:
             return "unpaired"
-        return self.difference.verdict if self.difference is not None else "no interval"
+        if self.difference is None:
+            return "no interval"
+        return self.difference.verdict_for(self.metric in LOWER_IS_BETTER)
 
 
 def _values(runs: dict[int, Run], metric: str) -> dict[int, float]:
@@ -183,6 +209,54 @@ def _stage_band(runs: list[Run], draws: int) -> np.ndarray:
         )
     alpha = 1 - CONFIDENCE
     return np.vstack([mean, *np.quantile(replicates, [alpha / 2, 1 - alpha / 2], axis=0)])
+
+
+def image_tasks(result: dict, targets: np.ndarray) -> np.ndarray:
+    """``[N]``: the 0-based task of each test image's class (-1 for a class in no task)."""
+    tasks = np.full(len(targets), -1)
+    for task, classes in enumerate(result["tasks"]):
+        tasks[np.isin(targets, classes)] = task
+    return tasks
+
+
+def _paired_image_replicates(pairs: list[tuple[Run, Run]], metric: str, draws: int) -> np.ndarray:
+    """``[draws]`` replicates of the mean paired difference of ``metric``, over seeds and test
+    images, both strategies scored on the same resampled images."""
+    first = pairs[0][0]
+    if metric not in TASK_METRICS:
+        values = np.stack([a.correct.astype(float) - b.correct for a, b in pairs])
+        stage_means = bootstrap_stage_means(values, counted_images(first.result, first.targets), draws)
+        return metric_of_stages(stage_means, metric)
+    of_matrix, tasks = TASK_METRICS[metric], image_tasks(first.result, first.targets)
+
+    def difference(seed: int, weights: np.ndarray) -> np.ndarray:
+        a, b = pairs[seed]
+        return of_matrix(task_accuracies(a.correct.astype(float), tasks, weights)) - of_matrix(
+            task_accuracies(b.correct.astype(float), tasks, weights)
+        )
+
+    return bootstrap_seed_means(difference, len(pairs), len(first.targets), draws)
+
+
+def _paired_seed_replicates(pairs: list[tuple[Run, Run]], metric: str, draws: int) -> np.ndarray:
+    """``[draws]`` replicates of the mean paired difference of ``metric``, over seeds only."""
+    if metric not in TASK_METRICS:
+        stage_differences = (
+            np.stack([a.stage_accuracy - b.stage_accuracy for a, b in pairs])[:, :, None] / 100.0
+        )
+        stage_means = bootstrap_stage_means(
+            stage_differences, np.ones((stage_differences.shape[1], 1), bool), draws, resample_images=False
+        )
+        return metric_of_stages(stage_means, metric)
+    key = METRICS[metric][0]
+    differences = [a.result["summary"][key] - b.result["summary"][key] for a, b in pairs]
+    return bootstrap_seed_means(
+        lambda seed, weights: np.full(len(weights), differences[seed]),
+        len(pairs),
+        1,
+        draws,
+        resample_images=False,
+    )
 
 
 def compare_pair(
@@ -237,19 +311,11 @@ def compare_pair(
     if across_protocols:
         comparison.notes.append("across protocols: seeds resampled, test images not")
     if not across_protocols and all(a.correct is not None and b.correct is not None for a, b in pairs):
-        values = np.stack([a.correct.astype(float) - b.correct for a, b in pairs])
-        replicates = bootstrap_stage_means(
-            values, counted_images(pairs[0][0].result, pairs[0][0].targets), draws
-        )
+        replicates = _paired_image_replicates(pairs, metric, draws)
         if len(paired) == 1:
             comparison.notes.append("one paired seed: the interval covers the test images, not the seeds")
     elif len(paired) > 1:
-        stage_differences = (
-            np.stack([a.stage_accuracy - b.stage_accuracy for a, b in pairs])[:, :, None] / 100.0
-        )
-        replicates = bootstrap_stage_means(
-            stage_differences, np.ones((stage_differences.shape[1], 1), bool), draws, resample_images=False
-        )
+        replicates = _paired_seed_replicates(pairs, metric, draws)
         if not across_protocols:
             comparison.notes.append(
                 "seeds resampled, test images not: some runs have no predictions "
@@ -258,7 +324,7 @@ def compare_pair(
     else:
         comparison.notes.append("no interval: one paired seed and no stored predictions")
         return comparison
-    comparison.difference = interval(estimate, metric_of_stages(replicates, metric))
+    comparison.difference = interval(estimate, replicates)
     return comparison
 
 
@@ -321,6 +387,9 @@ def compare_all(
     wanted = strategies or [label for label in labels if label != baseline]
     comparisons, baseline_bands = [], {}
     for (dataset, n_tasks, label), group in sorted(runs.items()):
+        if metric in TASK_METRICS and n_tasks < 2 and label in wanted and label != baseline:
+            problems.append(f"{label} on {dataset} / 1 task: {METRICS[metric][1]} needs two tasks; left out")
+            continue
         if label in wanted and label != baseline and (dataset, n_tasks, baseline) in runs:
             baseline_runs = runs[(dataset, n_tasks, baseline)]
             comparisons.append(
@@ -408,14 +477,27 @@ def numbers_frame(comparisons: list[Comparison]) -> pd.DataFrame:
     return pd.DataFrame(rows)
 
 
+def metric_title(metric: str) -> str:
+    """The metric with its unit, as a table's title names it."""
+    return f"{METRICS[metric][1]} ({'points of accuracy' if metric in TASK_METRICS else '%'})"
+
+
+def direction(metric: str) -> str:
+    """Which sign of the difference the verdict calls better."""
+    if metric in LOWER_IS_BETTER:
+        return "Lower is better: a negative difference (the method forgets less) is 'better'."
+    return "Higher is better: a positive difference is 'better'."
+
+
 def render_markdown(comparisons: list[Comparison], problems: list[str] = ()) -> str:
-    metric_name = METRICS[comparisons[0].metric][1]
+    metric = comparisons[0].metric
     baseline = comparisons[0].baseline
     lines = [
-        f"# {metric_name} (%) against {baseline}",
+        f"# {metric_title(metric)} against {baseline}",
         "",
         markdown_table(comparison_frame(comparisons), index_name="method"),
-        f"Difference: method minus {baseline}, mean over the paired seeds. Interval: {METHOD}.",
+        f"Difference: method minus {baseline}, mean over the paired seeds. {direction(metric)} "
+        f"Interval: {METHOD}.",
         "",
     ]
     notes = [f"{c.label} on {c.dataset} / {c.n_tasks} tasks: {note}" for c in comparisons for note in c.notes]
@@ -428,8 +510,8 @@ def render_latex(comparisons: list[Comparison], name: str) -> str:
     """A booktabs table with a caption that names the baseline, the metric and the method."""
     c = comparisons[0]
     caption = latex_escape(
-        f"{METRICS[c.metric][1]} (%) against {c.baseline}: difference = method minus "
-        f"{c.baseline}, mean over the paired seeds. Interval: {METHOD}."
+        f"{metric_title(c.metric)} against {c.baseline}: difference = method minus "
+        f"{c.baseline}, mean over the paired seeds. {direction(c.metric)} Interval: {METHOD}."
     )
     body = latex_table(comparison_frame(comparisons), index_name="method")
     return (

@@ -7,7 +7,8 @@ reason. ``TABLES`` lists them in the paper's order.
 Which runs feed which table:
 
 * Rows named by run *label* (so a new strategy is one more row, with no code change):
-  ``table1_main``, ``table2_seq``, ``table2_ood``, ``table_anchor``.
+  ``table1_main``, ``table2_seq``, ``table2_ood``, ``table_forgetting`` (not a paper table: average
+  forgetting and backward transfer, which reviewers ask for), ``table_anchor``.
 * Rows found from the resolved GR4CIL config, never from labels (``analysis.gr4cil_settings``):
   ``table4_ablation``, ``table5_compensation``, ``table_adjacent_subspace``, ``table_tau``,
   ``table_beta_gamma``; and the diagnostics of the default configuration: ``table3_subspace``.
@@ -105,6 +106,7 @@ __all__ = [
     "table_adjacent_subspace",
     "table_anchor",
     "table_beta_gamma",
+    "table_forgetting",
     "table_tau",
 ]
 
@@ -212,6 +214,23 @@ def table2_ood(inputs: ReportInputs) -> ReportTable:
         _labels(runs),
         columns,
         "no 10-task run with AUROC",
+    )
+
+
+def table_forgetting(inputs: ReportInputs) -> ReportTable:
+    """Average forgetting and backward transfer (10 tasks), from the per-task accuracies."""
+    runs = _runs_with(inputs, 10)
+    metrics = ("forgetting", "bwt")
+    records = [(r["label"], r["dataset"], m, r["seed"], r["summary"].get(m)) for r in runs for m in metrics]
+    columns = [(d, m) for d in ordered_datasets(r["dataset"] for r in runs) for m in metrics]
+    return _table(
+        "table_forgetting",
+        "Average forgetting (lower is better) and backward transfer, BWT (negative when later tasks "
+        "cost earlier ones), points of accuracy, 10 tasks. Not in the paper.",
+        records,
+        _labels(runs),
+        columns,
+        "no 10-task run with per-task accuracies",
     )
 
 
@@ -453,6 +472,7 @@ TABLES: dict[str, Callable[[ReportInputs], ReportTable]] = {
     "table1_main": table1_main,
     "table2_seq": table2_seq,
     "table2_ood": table2_ood,
+    "table_forgetting": table_forgetting,
     "table3_zeroshot": table3_zeroshot,
     "table3_subspace": table3_subspace,
     "table4_ablation": table4_ablation,

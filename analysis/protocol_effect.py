@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.compare import DRAWS, METRICS, Run, load_runs
+from analysis.compare import DRAWS, METRICS, TASK_METRICS, Run, load_runs
 from analysis.formatting import MISSING, latex_table, markdown_table, mean_std_cell, population_std
 from analysis.statistics import bootstrap_stage_means, interval, metric_of_stages
 from benchmarks.core.atomic_io import atomic_write_text
@@ -88,6 +88,8 @@ def protocol_effect(
         )
         row = {"strategy": label, "dataset": dataset, "tasks": n_tasks, "n": len(seeds)}
         for metric, (field, name) in METRICS.items():
+            if metric in TASK_METRICS:  # this table is about accuracy: Last and Avg
+                continue
             short = name.split()[0]
             before = [one[key][s].result["summary"][field] for s in seeds]
             after = [published[key][s].result["summary"][field] for s in seeds]

@@ -7,7 +7,8 @@ Writes, under the output folder::
 
     tables/<name>.md, .csv, .tex     one per paper table (see ``analysis.paper_tables.TABLES``)
     tables/against_gr4cil-<metric>.md, .csv, .tex   every strategy against GR4CIL, paired, with
-                                     intervals and verdicts (``analysis.compare``)
+                                     intervals and verdicts (``analysis.compare``): last, avg,
+                                     forgetting, bwt
     figures/against_gr4cil/          one ``analysis.compare`` figure per strategy
     tables/protocol_effect.md, .csv, .tex   with ``--as-published DIR`` (main-as-published's results):
                                      as-published minus one-protocol per row (``analysis.protocol_effect``)
@@ -136,17 +137,21 @@ AGAINST_GR4CIL = "against_gr4cil"
 def _against_gr4cil(
     results_dir: str | Path, loaded: LoadedResults, out_dir: Path
 ) -> tuple[ReportItem, list[str]]:
-    """Every strategy against GR4CIL (``analysis.compare``), for Last and Avg accuracy."""
+    """Every strategy against GR4CIL (``analysis.compare``), for Last and Avg accuracy, forgetting
+    and backward transfer."""
     from analysis import compare
 
     paths, texts, problems = [], [], []
-    runs = compare.load_runs(loaded, problems)  # the results the tables read, for both metrics
+    runs = compare.load_runs(loaded, problems)  # the results the tables read, for every metric
     for metric in compare.METRICS:
         try:
             comparisons = compare.compare_all(
                 results_dir, "gr4cil", metric=metric, problems=problems, runs=runs
             )
         except UserError as reason:  # no GR4CIL run, nothing to pair, or another protocol
+            if metric in compare.TASK_METRICS and paths:  # only one-task runs: accuracy still compared
+                problems.append(f"{compare.METRICS[metric][1]} against GR4CIL left out: {reason}")
+                continue
             return ReportItem(AGAINST_GR4CIL, "table", skipped=str(reason)), []
         paths += compare.write_comparison(
             comparisons,

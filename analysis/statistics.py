@@ -12,12 +12,17 @@ test split, so images are crossed with seeds, not nested in them: a replicate dr
 then one resample of the images that all its seeds share. (Resampling the images again within
 each seed would treat one shared test set as n independent ones and shrink the image part of the
 variance n-fold.) Scoring both strategies on the same image resample keeps the pairing.
+
+Forgetting and backward transfer are functions of every task's accuracy at every stage, not of
+the stage scores: ``task_accuracies`` recomputes that matrix from each resample of the images, and
+``bootstrap_seed_means`` averages any per-seed score of a resample over the drawn seeds.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from statistics import NormalDist
+from typing import Callable
 
 import numpy as np
 
@@ -44,6 +49,63 @@ def _image_draws(n_images: int, n_draws: int, rng: np.random.Generator) -> np.nd
     return np.bincount(offsets, minlength=n_draws * n_images).reshape(n_draws, n_images).astype(float)
 
 
+def task_accuracies(
+    correct: np.ndarray, image_task: np.ndarray, weights: np.ndarray | None = None
+) -> np.ndarray:
+    """``[T, T]`` (or ``[D, T, T]`` for image weights ``[D, N]``): the accuracy (%) on the images of
+    task j (column) after stage t (row), from ``correct [T, N]`` and each image's 0-based task
+    ``image_task [N]``; NaN for tasks not yet learned (j > t), as ``task_accuracy_matrix``."""
+    n_stages = correct.shape[0]
+    per_task = [
+        stage_scores(correct, np.broadcast_to(image_task == task, correct.shape), weights)
+        for task in range(n_stages)
+    ]
+    matrix = np.stack(per_task, axis=-1)  # [..., stage, task]
+    return np.where(np.tri(n_stages, dtype=bool), matrix, np.nan)
+
+
+def bootstrap_seed_means(
+    score: Callable[[int, np.ndarray], np.ndarray],
+    n_seeds: int,
+    n_images: int,
+    draws: int = 2000,
+    seed: int = 0,
+    resample_images: bool = True,
+) -> np.ndarray:
+    """``[draws, ...]`` bootstrap replicates of the mean over seeds of a per-seed score.
+
+    Args:
+        score: ``score(s, weights)`` is seed ``s``'s score on each image resample of ``weights
+            [D, n_images]`` (how often each image is drawn), an array ``[D, ...]``.
+        n_seeds, n_images: what is resampled; a replicate draws its seeds, then one resample of
+            the images that all its seeds share (the module's docstring says why).
+        draws: bootstrap replicates.
+        seed: of the resampling, so that an interval is the same on every call.
+        resample_images: False resamples seeds only; ``score`` then gets weights ``[1, n_images]``
+            of ones.
+    """
+    rng = np.random.default_rng(seed)
+    seed_weights = np.zeros((draws, n_seeds))  # each replicate's drawn seeds, as weights summing to 1
+    np.add.at(
+        seed_weights,
+        (np.repeat(np.arange(draws), n_seeds), rng.integers(0, n_seeds, draws * n_seeds)),
+        1.0 / n_seeds,
+    )
+    out = None
+    chunk = max(1, _CHUNK_ELEMENTS // n_images) if resample_images else draws
+    for start in range(0, draws, chunk):
+        rows = slice(start, min(draws, start + chunk))
+        weights = (
+            _image_draws(n_images, rows.stop - start, rng) if resample_images else np.ones((1, n_images))
+        )
+        per_seed = np.stack([score(s, weights) for s in range(n_seeds)], 1)  # [D or 1, S, ...]
+        per_seed = np.broadcast_to(per_seed, (rows.stop - start, *per_seed.shape[1:]))
+        if out is None:
+            out = np.empty((draws, *per_seed.shape[2:]))
+        out[rows] = np.einsum("ds,ds...->d...", seed_weights[rows], per_seed)
+    return out
+
+
 def bootstrap_stage_means(
     values: np.ndarray, counted: np.ndarray, draws: int = 2000, seed: int = 0, resample_images: bool = True
 ) -> np.ndarray:
@@ -58,25 +120,16 @@ def bootstrap_stage_means(
             pass each run's stage scores as ``values [S, T, 1]`` with ``counted`` all true).
     """
     values = np.asarray(values, dtype=float)
-    n_seeds, n_stages, n_images = values.shape
+    n_seeds, _, n_images = values.shape
     counted = np.broadcast_to(np.asarray(counted, dtype=bool), values.shape)
-    rng = np.random.default_rng(seed)
-    seed_weights = np.zeros((draws, n_seeds))  # each replicate's drawn seeds, as weights summing to 1
-    np.add.at(
-        seed_weights,
-        (np.repeat(np.arange(draws), n_seeds), rng.integers(0, n_seeds, draws * n_seeds)),
-        1.0 / n_seeds,
+    return bootstrap_seed_means(
+        lambda s, weights: stage_scores(values[s], counted[s], weights),
+        n_seeds,
+        n_images,
+        draws,
+        seed,
+        resample_images,
     )
-    out = np.empty((draws, n_stages))
-    chunk = max(1, _CHUNK_ELEMENTS // n_images) if resample_images else draws
-    for start in range(0, draws, chunk):
-        rows = slice(start, min(draws, start + chunk))
-        weights = (
-            _image_draws(n_images, rows.stop - start, rng) if resample_images else np.ones((1, n_images))
-        )
-        per_seed = np.stack([stage_scores(values[s], counted[s], weights) for s in range(n_seeds)], 1)
-        out[rows] = np.einsum("ds,dst->dt", seed_weights[rows], per_seed)
-    return out
 
 
 @dataclass(frozen=True)
@@ -91,10 +144,16 @@ class Interval:
     @property
     def verdict(self) -> str:
         """ "better" when the interval lies above 0, "worse" below, else no detectable difference."""
+        return self.verdict_for(lower_is_better=False)
+
+    def verdict_for(self, lower_is_better: bool) -> str:
+        """The verdict on a metric where a smaller value may be the better one (forgetting): then
+        "better" when the interval lies below 0."""
+        above, below = ("worse", "better") if lower_is_better else ("better", "worse")
         if self.low > 0:
-            return "better"
+            return above
         if self.high < 0:
-            return "worse"
+            return below
         return f"no detectable difference at {CONFIDENCE:.0%}".replace("%", " %")
 
     @property
@@ -106,10 +165,13 @@ class Interval:
 
 
 def interval(estimate: float, replicates: np.ndarray) -> Interval:
-    """The percentile interval at ``CONFIDENCE`` of 1-d ``replicates`` around ``estimate``."""
+    """The percentile interval at ``CONFIDENCE`` of 1-d ``replicates`` around ``estimate``. A NaN
+    replicate (a resample that drew no image of some task, whose accuracy is then undefined) is
+    left out."""
     alpha = 1 - CONFIDENCE
-    low, high = np.quantile(replicates, [alpha / 2, 1 - alpha / 2])
-    return Interval(float(estimate), float(low), float(high), float(np.std(replicates, ddof=1)))
+    defined = np.asarray(replicates)[~np.isnan(replicates)]
+    low, high = np.quantile(defined, [alpha / 2, 1 - alpha / 2])
+    return Interval(float(estimate), float(low), float(high), float(np.std(defined, ddof=1)))
 
 
 def metric_of_stages(stage_values: np.ndarray, metric: str) -> np.ndarray:

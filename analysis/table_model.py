@@ -6,7 +6,7 @@ seed, value``); cells are mean ± std over seeds (population std, as in ``analys
 paper has the row, a "[paper]" row and a "Δ" row (reproduced mean minus paper) right below it;
 it writes Markdown, CSV and LaTeX. Bold / italic mark the best / second-best reproduced entry of
 each column (paper rows are reference only and never marked); higher is better except for the
-metrics in ``LOWER_IS_BETTER`` (subspace distances).
+metrics in ``LOWER_IS_BETTER`` (subspace distances, forgetting).
 """
 
 from __future__ import annotations
@@ -33,6 +33,8 @@ METRIC_NAMES = {
     "avg_auroc": "Avg-AUROC",
     "last_auroc": "Last-AUROC",
     "last_routing_acc": "Last-Routing Acc",
+    "forgetting": "Forgetting",
+    "bwt": "BWT",
     "last_acc_T5": "5-task",
     "last_acc_T20": "20-task",
     "adjacent_compensation_distance": "Compensation-space distance",
@@ -41,8 +43,10 @@ METRIC_NAMES = {
     "acc": "",
     "anchor_preservation": "",
 }
-# Distances: a smaller value means closer subspaces, so the smallest is best.
-LOWER_IS_BETTER = frozenset({"distance", "adjacent_compensation_distance", "adjacent_text_distance"})
+# Distances: a smaller value means closer subspaces, so the smallest is best; and the least forgetting.
+LOWER_IS_BETTER = frozenset(
+    {"distance", "adjacent_compensation_distance", "adjacent_text_distance", "forgetting"}
+)
 
 
 @dataclass

@@ -13,6 +13,18 @@ TASKS = [[0, 1], [2, 3]]  # two tasks of two classes
 TARGETS = np.array([0, 0, 1, 1, 2, 2, 3, 3, 0, 2])  # ten test images
 
 
+def _task_accuracies(predictions: np.ndarray) -> list[list[float]]:
+    """Each stage's accuracy on the images of each task learned so far (its ``acc_per_task``)."""
+    image_task = np.isin(TARGETS, TASKS[1]).astype(int)
+    return [
+        [
+            100.0 * float(np.mean(predictions[stage][image_task == task] == TARGETS[image_task == task]))
+            for task in range(stage + 1)
+        ]
+        for stage in range(len(TASKS))
+    ]
+
+
 def _stage_accuracy(predictions: np.ndarray) -> list[float]:
     accs, seen = [], set()
     for stage, classes in enumerate(TASKS):
@@ -56,14 +68,14 @@ def store_run(
             {
                 "task": t + 1,
                 "acc": acc,
-                "acc_per_task": [],  # not read by the comparison
+                "acc_per_task": per_task,  # forgetting and BWT, computed on reading (schema 1, 2)
                 "n_test_per_task": [5, 5][: t + 1],
                 "routing_acc": 100.0,
                 "auroc": None,
                 "fpr95": None,
                 "diagnostics": {},
             }
-            for t, acc in enumerate(accs)
+            for t, (acc, per_task) in enumerate(zip(accs, _task_accuracies(predictions)))
         ],
         "summary": {"avg_acc": float(np.mean(accs)), "last_acc": accs[-1]},
         "env": {},
@@ -133,6 +145,55 @@ def test_avg_metric_is_the_mean_of_the_stage_differences(tmp_path):
     (only,) = compare.compare_all(tmp_path, metric="avg", draws=300)
     assert only.difference.estimate == pytest.approx(10.0)
     assert "one paired seed: the interval covers the test images, not the seeds" in only.notes
+
+
+# Forgetting with two tasks: task 1's accuracy at stage 1 minus at stage 2; BWT minus that. Task 1's
+# images are 0-3 and 8 (classes 0, 1): each of the first four flipped at stage 2 costs 20 points.
+
+
+def test_forgetting_and_bwt_hand_example_and_lower_forgetting_is_better(tmp_path):
+    for seed in range(4):
+        store_run(tmp_path, "mine", seed, PERFECT)  # forgets nothing: 100 -> 100
+        store_run(tmp_path, "gr4cil", seed, _flip(PERFECT, 4))  # task 1: 100 -> 20, forgetting 80
+    (forgetting,) = compare.compare_all(tmp_path, metric="forgetting", draws=300)
+    assert forgetting.values == {s: 0.0 for s in range(4)}
+    assert forgetting.baseline_values == {s: 80.0 for s in range(4)}
+    # (4 differing images of 10: a resample misses all with probability 0.6^10 = 0.6 %)
+    assert forgetting.difference.estimate == pytest.approx(-80.0) and forgetting.difference.high < 0
+    assert forgetting.verdict == "better"  # it forgets less
+    (bwt,) = compare.compare_all(tmp_path, metric="bwt", draws=300)
+    assert bwt.difference.estimate == pytest.approx(80.0)  # 0 - (20 - 100)
+    assert bwt.verdict == "better"
+    (reverse,) = compare.compare_all(tmp_path, baseline="mine", metric="forgetting", draws=300)
+    assert reverse.difference.estimate == pytest.approx(80.0) and reverse.verdict == "worse"
+    text = compare.render_markdown([forgetting])
+    assert text.startswith("# Forgetting (points of accuracy) against gr4cil")
+    assert "Lower is better: a negative difference (the method forgets less) is 'better'." in text
+
+
+def test_forgetting_intervals_recompute_every_stage_from_the_resampled_images(tmp_path):
+    # The same last stage (images 0-3 wrong); at stage 1, mine has task 1 right, gr4cil wrong on
+    # images 0-3 too: forgetting 100 - 20 = 80 against 20 - 20 = 0. Only stage 1 differs, so an
+    # interval that resampled the last stage alone would be [0, 0].
+    last_stage = _flip(PERFECT, 4)[1]
+    store_run(tmp_path, "mine", 0, np.stack([PERFECT[0], last_stage]))
+    store_run(tmp_path, "gr4cil", 0, np.stack([_flip(PERFECT[:1], 4)[0], last_stage]))
+    (only,) = compare.compare_all(tmp_path, metric="forgetting", draws=500)
+    d = only.difference
+    assert d.estimate == pytest.approx(80.0) and only.verdict == "worse"  # it forgets more
+    # each replicate is 100 x (resampled images 0-3) / (resampled task-1 images): in (0, 100]
+    assert 0.0 < d.low < 80.0 < d.high <= 100.0
+    assert "one paired seed: the interval covers the test images, not the seeds" in only.notes
+
+
+def test_forgetting_of_version_1_results_resamples_seeds_only(tmp_path):
+    for seed, (mine, theirs) in enumerate([(2, 4), (3, 3), (1, 4)]):
+        store_run(tmp_path, "mine", seed, _flip(PERFECT, mine), with_sidecar=False)
+        store_run(tmp_path, "gr4cil", seed, _flip(PERFECT, theirs), with_sidecar=False)
+    (only,) = compare.compare_all(tmp_path, metric="forgetting", draws=2000)
+    # forgetting 20 per flipped image: mine 40, 60, 20 against 80, 60, 80 -> -40, 0, -60
+    assert only.difference.estimate == pytest.approx(-100 / 3)
+    assert only.difference.low == pytest.approx(-60.0) and only.difference.high == pytest.approx(0.0)
 
 
 @pytest.mark.parametrize(
