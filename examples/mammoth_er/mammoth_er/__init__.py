@@ -1,0 +1,1 @@
+"""Experience replay in Mammoth's shape (``mammoth:mammoth_er.model:ER``)."""
