@@ -526,24 +526,58 @@ def draw_figure(comparisons: list[Comparison], label: str, out_dir: Path) -> lis
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    from analysis.figures import figure_style, method_styles, plot_series, save_figure
+    from analysis.figures import (
+        HIGHLIGHT_ZORDER,
+        comparison_styles,
+        figure_style,
+        legend_names,
+        plot_series,
+        save_figure,
+        unhidden,
+    )
 
     mine = [c for c in comparisons if c.label == label]
     baseline, metric = mine[0].baseline, mine[0].metric
-    styles = method_styles([label, baseline])  # as in the report's accuracy figure
+    styles = comparison_styles(label, baseline)  # both solid, each in its own colour
+    shown = legend_names([label, baseline])
     with figure_style():
         fig = Figure(figsize=(3.4 * (len(mine) + 1), 3.4), layout="constrained")
         axes = fig.subplots(1, len(mine) + 1, squeeze=False)[0]
         for ax, c in zip(axes, mine):
-            for name in (c.label, baseline):  # the baseline last: on top, in a heavier line
+            drawn = []
+            # the baseline first, in a heavier line; the strategy over it, so that where both are
+            # equal the baseline's wider line still shows around it
+            for name, highlighted in ((baseline, True), (c.label, False)):
                 mean, low, high = c.stage_bands[name]
                 stages = np.arange(1, len(mean) + 1)
-                plot_series(ax, stages, mean, low, high, name, styles[name], name == baseline, markersize=3)
+                style = unhidden(styles[name], mean, drawn)
+                plot_series(
+                    ax,
+                    stages,
+                    mean,
+                    low,
+                    high,
+                    shown[name],
+                    style,
+                    highlighted,
+                    markersize=6 if highlighted else 4,
+                    zorder=HIGHLIGHT_ZORDER - 0.5 if highlighted else HIGHLIGHT_ZORDER,
+                )
+                drawn.append(mean)
             ax.set_title(f"{c.dataset}, {c.n_tasks} tasks")
             ax.set_xlabel("Stage (tasks learned)")
             ax.set_ylabel("Accuracy (%)")
             ax.xaxis.set_major_locator(MaxNLocator(integer=True))
-            ax.legend(fontsize="small")
+        # one legend, outside the panels: it never hides a curve, and the layout leaves it room
+        handles, names = axes[0].get_legend_handles_labels()
+        order = [names.index(shown[label]), names.index(shown[baseline])]
+        fig.legend(
+            [handles[i] for i in order],
+            [names[i] for i in order],
+            loc="outside lower center",
+            ncols=2,
+            frameon=False,
+        )
         forest = axes[-1]
         for row, c in enumerate(mine):
             if c.difference is not None:
@@ -559,7 +593,8 @@ def draw_figure(comparisons: list[Comparison], label: str, out_dir: Path) -> lis
         forest.axvline(0.0, color="grey", linewidth=1)
         forest.set_yticks(range(len(mine)), [f"{c.dataset}, T={c.n_tasks}" for c in mine])
         forest.set_ylim(-0.7, len(mine) - 0.3)
-        forest.set_xlabel(f"{METRICS[metric][1]} (pts):\n{label} − {baseline}")  # two lines fit the panel
+        # two lines fit the panel
+        forest.set_xlabel(f"{METRICS[metric][1]} (pts):\n{shown[label]} − {shown[baseline]}")
         forest.set_title(f"Paired difference, {CONFIDENCE:.0%} interval".replace("%", " %"))
     return save_figure(fig, out_dir, f"compare-{safe_label(label)}-{metric}")  # named as the run's folder is
 

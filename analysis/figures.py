@@ -7,8 +7,11 @@ Each ``fig_*`` function takes the loaded results and an output folder, writes ``
 figsize x DPI pixels. Series differ by marker, line style or hatch as well as colour, so the
 figures stay readable in greyscale. In the line figures of methods (here and in ``analysis.compare``)
 each method keeps one colour and marker (``METHOD_STYLES``), and GR4CIL, or the baseline of a
-comparison, is drawn on top in a heavier line. ``figure_style`` and ``save_figure`` give every
-figure of the report the same look and files.
+comparison, is drawn in a heavier line (``comparison_styles`` gives a comparison's two). A series
+whose values equal an earlier one's in the same panel is drawn dashed over it (``unhidden``), so
+both stay visible. Legends lie outside the axes, and name a ``module:Class`` strategy by its class
+(``legend_names``), so no long label pushes a legend past the figure's edge. ``figure_style`` and
+``save_figure`` give every figure of the report the same look and files.
 """
 
 from __future__ import annotations
@@ -109,6 +112,51 @@ HIGHLIGHTED_METHOD = "gr4cil"  # drawn on top in a heavier line in fig_accuracy_
 HIGHLIGHT_LINEWIDTH = 2.4  # the style's lines are 1.2 wide
 HIGHLIGHT_ZORDER = 3  # above the other lines (2) and the bands (1)
 _STRATEGY_BY_ROW_LABEL = {shown: name for name, shown in ROW_LABELS.items()}
+# The comparison figure's colours for a label without a style of its own: strong ones, as clear as
+# the baseline's (tab10's blue, red, green, purple)
+COMPARISON_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
+COMPARISON_MARKERS = ("s", "D")  # filled, as the baseline's: a line-art fallback marker is faint beside it
+OVERLAP_DASHES = (3.0, 2.0)  # a series equal to an earlier one: its line shows the earlier one between dashes
+
+
+def short_label(label: str) -> str:
+    """The class name of a ``module:Class`` label (``avalanche:LwF`` -> ``LwF``,
+    ``pycil:my_pkg.mod:NCM`` -> ``NCM``); any other label as it is (``gr4cil``, ``tau0.5``)."""
+    if ":" not in label:
+        return label
+    return label.rsplit(":", 1)[1].rsplit(".", 1)[-1] or label
+
+
+def legend_names(labels: Iterable[str]) -> dict[str, str]:
+    """The name each label shows in a legend: ``short_label``, unless two labels of the figure
+    would then show the same name (``avalanche:LwF`` beside ``my_pkg:LwF``): those keep their own."""
+    labels = list(dict.fromkeys(labels))
+    shorts = [short_label(label) for label in labels]
+    return {label: short if shorts.count(short) == 1 else label for label, short in zip(labels, shorts)}
+
+
+def comparison_styles(label: str, baseline: str) -> dict[str, LineStyle]:
+    """The styles of a comparison figure's two series: each method's own (``method_styles``), but
+    solid, and for a label without a style of its own in a strong colour and a filled marker unlike
+    the other's, so the compared strategy is drawn as clearly as the baseline."""
+    styles = method_styles([label, baseline])
+    for name, other in ((label, baseline), (baseline, label)):
+        if styles[name].dashes:  # a fallback: light and dashed among many, too faint beside one other
+            color = next(c for c in COMPARISON_COLORS if c != styles[other].color)
+            marker = next(m for m in COMPARISON_MARKERS if m != styles[other].marker)
+            styles[name] = LineStyle(color, marker)
+    return styles
+
+
+def unhidden(style: LineStyle, values, earlier: list) -> LineStyle:
+    """``style``, dashed where ``values`` equal those of a series drawn earlier in the panel
+    (``earlier``), so that the earlier line shows between the dashes instead of vanishing."""
+    values = np.asarray(values, dtype=float)
+    same = any(
+        np.shape(values) == np.shape(other) and np.allclose(values, other, equal_nan=True)
+        for other in earlier
+    )
+    return LineStyle(style.color, style.marker, OVERLAP_DASHES) if same else style
 
 
 def method_styles(labels: Iterable[str]) -> dict[str, LineStyle]:
@@ -137,6 +185,7 @@ def plot_series(
     # white edges set filled markers apart where lines cross; a line-art marker is all edge
     edge = "w" if MarkerStyle(style.marker).is_filled() else style.color
     emphasis = {"linewidth": HIGHLIGHT_LINEWIDTH, "zorder": HIGHLIGHT_ZORDER} if highlighted else {}
+    emphasis.update(line_options)  # the caller's options win (a comparison's zorder)
     (line,) = ax.plot(
         x,
         mean,
@@ -147,7 +196,6 @@ def plot_series(
         markeredgecolor=edge,
         label=label,
         **emphasis,
-        **line_options,
     )
     ax.fill_between(x, low, high, color=style.color, alpha=0.2)
     return line
@@ -255,7 +303,7 @@ def fig2_gap_training(inputs: ReportInputs, out_dir: Path) -> list[Path]:
         ax.set_xlabel("Training epoch (task 1)")
         ax.set_ylabel("Mean image–text cosine similarity")
         ax.set_title(f"Modality gap during training\n{_run_title(run)}", fontsize="medium")
-        ax.legend()
+        fig.legend(loc="outside lower center", ncols=3, frameon=False)  # off the curves
     return save_figure(fig, out_dir, "fig2_gap_training")
 
 
@@ -277,7 +325,7 @@ def fig3_gap_final(inputs: ReportInputs, out_dir: Path) -> list[Path]:
         ax.set_xlabel("Task")
         ax.set_ylabel("Mean image–text cosine similarity\n(last epoch, all pairs)")
         ax.set_title(f"Final modality gap per task\n{_run_title(run)}", fontsize="medium")
-        ax.legend()
+        fig.legend(loc="outside lower center", frameon=False)
     return save_figure(fig, out_dir, "fig3_gap_final")
 
 
@@ -329,7 +377,7 @@ def fig5_confidence_margin(inputs: ReportInputs, out_dir: Path) -> list[Path]:
             }
             _bars(ax, [dataset_name(d) for d in datasets], series, labels[metric])
             ax.set_xlabel("Dataset")
-            ax.legend()
+        fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=2, frameon=False)
         fig.suptitle(
             "Effect of orthogonal compensation (default GR4CIL, 10 tasks)\nper run: mean over stages "
             "(margin: stages 2–T); bars: mean over seeds, error bars: std",
@@ -482,9 +530,11 @@ def _stage_panels(
     per ``series`` (in ``styles`` order, ``highlight`` on top), the mean ``value`` per stage over
     seeds with a band of ± std; one legend below the panels."""
     fig, axes = _panels(len(panels))
+    shown = legend_names(styles)
     for ax, panel in zip(axes, panels):
         in_panel = frame[frame["panel"] == panel]
         present = set(in_panel["series"])
+        drawn = []
         # the highlighted series last, so it is drawn over the others
         for name in sorted((n for n in styles if n in present), key=lambda n: n == highlight):
             values = in_panel[in_panel["series"] == name].groupby("stage")["value"]
@@ -495,10 +545,11 @@ def _stage_panels(
                 mean,
                 mean - std,
                 mean + std,
-                name,
-                styles[name],
+                shown[name],
+                unhidden(styles[name], mean, drawn),
                 highlighted=name == highlight,
             )
+            drawn.append(mean.to_numpy())
         ax.set_title(title(panel))
         ax.set_xlabel("Stage (tasks learned)")
         ax.set_ylabel(ylabel)
@@ -508,7 +559,7 @@ def _stage_panels(
     for ax in axes:
         lines, names = ax.get_legend_handles_labels()
         handles.update(zip(names, lines))
-    labels = [name for name in styles if name in handles]
+    labels = [shown[name] for name in styles if shown[name] in handles]
     fig.legend(
         [handles[n] for n in labels],
         labels,

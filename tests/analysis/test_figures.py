@@ -65,7 +65,7 @@ def test_gr4cil_is_drawn_on_top_in_a_heavier_line(drawn, tmp_path):
     figures.fig_accuracy_curves(ReportInputs(runs, runs), tmp_path)
     (ax,) = [ax for ax in drawn[0].axes if ax.get_visible()]
     lines = {line.get_label(): line for line in ax.get_lines()}
-    assert set(lines) == {row_label(label) for label in labels}
+    assert set(lines) == {figures.short_label(row_label(label)) for label in labels}  # MyStrategy
     top = ax.get_lines()[-1]
     assert top.get_label() == "GR4CIL"  # drawn last ...
     others = [line for line in ax.get_lines() if line is not top]
@@ -78,4 +78,100 @@ def test_gr4cil_is_drawn_on_top_in_a_heavier_line(drawn, tmp_path):
     )
     # the legend lists every method once, in label order, under the panels
     (legend,) = drawn[0].legends
-    assert [text.get_text() for text in legend.get_texts()] == sorted(row_label(label) for label in labels)
+    assert [text.get_text() for text in legend.get_texts()] == [
+        figures.short_label(name) for name in sorted(row_label(label) for label in labels)
+    ]
+
+
+LONG_LABELS = ["avalanche:LwF", "pycil:my_pkg.mod:NCM", "my_strategy.strategy:MyStrategy"]
+
+
+def test_module_class_labels_are_shortened_to_the_class_name():
+    assert [figures.short_label(label) for label in LONG_LABELS] == ["LwF", "NCM", "MyStrategy"]
+    assert figures.short_label("gr4cil") == "gr4cil" and figures.short_label("tau0.5") == "tau0.5"
+    # two labels that would show the same name keep their own
+    assert figures.legend_names(["avalanche:LwF", "my_pkg:LwF", "gr4cil"]) == {
+        "avalanche:LwF": "avalanche:LwF",
+        "my_pkg:LwF": "my_pkg:LwF",
+        "gr4cil": "gr4cil",
+    }
+
+
+def _legend_inside_the_figure_and_off_the_axes(fig):
+    """Draw ``fig`` (its layout engine runs) and check each legend: whole within the figure, and
+    overlapping no panel."""
+    from matplotlib.backends.backend_agg import FigureCanvasAgg
+
+    renderer = FigureCanvasAgg(fig).get_renderer()
+    fig.draw(renderer)
+    figure_box = fig.bbox
+    (legend,) = fig.legends
+    box = legend.get_window_extent(renderer)
+    assert figure_box.x0 <= box.x0 and box.x1 <= figure_box.x1, (box, figure_box)
+    assert figure_box.y0 <= box.y0 and box.y1 <= figure_box.y1, (box, figure_box)
+    for text in legend.get_texts():  # no text cut at the figure's edge
+        extent = text.get_window_extent(renderer)
+        assert figure_box.x0 <= extent.x0 and extent.x1 <= figure_box.x1
+    for ax in fig.axes:
+        if ax.get_visible():
+            assert not box.overlaps(ax.get_window_extent(renderer)), "the legend lies on a panel"
+    return [text.get_text() for text in legend.get_texts()]
+
+
+def test_accuracy_curves_legend_is_outside_with_short_labels_and_equal_curves_stay_visible(drawn, tmp_path):
+    labels = [
+        "gr4cil",
+        "adaptervlm",
+        "mg_clip",
+        *LONG_LABELS,
+        "my_pkg.a_long_module_name:AnotherLongStrategyName",
+    ]
+    runs = _runs(labels)
+    for run in runs:  # MG-CLIP's curve made AdapterVLM's
+        if run["label"] == "mg_clip":
+            run["stages"] = next(r for r in runs if r["label"] == "adaptervlm" and r["seed"] == run["seed"])[
+                "stages"
+            ]
+    figures.fig_accuracy_curves(ReportInputs(runs, runs), tmp_path)
+    names = _legend_inside_the_figure_and_off_the_axes(drawn[0])
+    assert set(names) == {
+        "GR4CIL",
+        "AdapterVLM",
+        "MG-CLIP",
+        "LwF",
+        "NCM",
+        "MyStrategy",
+        "AnotherLongStrategyName",
+    }
+    (ax,) = [ax for ax in drawn[0].axes if ax.get_visible()]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    first, second = lines["AdapterVLM"], lines["MG-CLIP"]
+    assert list(first.get_ydata()) == list(second.get_ydata())  # the same values ...
+    # ... drawn so that both show: another marker, and the later one dashed over the solid first
+    assert first.get_marker() != second.get_marker()
+    assert (first.get_linestyle(), second.get_linestyle()) == ("-", "--")
+
+
+@pytest.mark.parametrize("same_curve", [False, True])
+def test_a_comparison_draws_the_strategy_as_clearly_as_the_baseline(drawn, tmp_path, same_curve):
+    import numpy as np
+
+    from analysis.compare import Comparison, draw_figure
+    from analysis.statistics import Interval
+
+    label, baseline = "pycil:my_pkg.mod:NCM", "gr4cil"
+    band = np.array([[90.0, 80.0, 70.0], [88.0, 78.0, 68.0], [92.0, 82.0, 72.0]])  # mean, low, high
+    comparison = Comparison(
+        "cifar100", 3, label, baseline, "last", {0: 70.0}, {0: 70.0}, [0], 0.0, Interval(0.0, -1.0, 1.0, 0.5)
+    )
+    comparison.stage_bands = {baseline: band, label: band if same_curve else band - 5.0}
+    draw_figure([comparison], label, tmp_path)
+    assert _legend_inside_the_figure_and_off_the_axes(drawn[0]) == ["NCM", "gr4cil"]
+    lines = {line.get_label(): line for line in drawn[0].axes[0].get_lines()}
+    mine, theirs = lines["NCM"], lines["gr4cil"]
+    assert mine.get_color() != theirs.get_color() and theirs.get_linestyle() == "-"
+    assert mine.get_linewidth() >= 1.0 and mine.get_zorder() > theirs.get_zorder()  # on top of it
+    if same_curve:  # over the baseline's heavier line, dashed: both show
+        assert mine.get_marker() != theirs.get_marker() and mine.get_linestyle() == "--"
+    else:
+        assert mine.get_linestyle() == "-"  # solid, as the baseline
