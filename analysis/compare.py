@@ -78,7 +78,7 @@ METRICS = {
     "last": ("last_acc", "Last accuracy"),
     "avg": ("avg_acc", "Avg accuracy"),
     "forgetting": ("forgetting", "Forgetting"),
-    "bwt": ("bwt", "Backward transfer (BWT)"),
+    "bwt": ("bwt", "Backward transfer, BWT"),
 }
 #: the metrics computed from every task's accuracy at every stage, not from the stage accuracies
 TASK_METRICS = {"forgetting": average_forgetting, "bwt": backward_transfer}
