@@ -351,6 +351,12 @@ def load_runs(
     return runs
 
 
+def _undefined(metric: str, groups: list[dict[int, Run]]) -> bool:
+    """Whether some run lacks ``metric`` (None in its summary)."""
+    key = METRICS[metric][0]
+    return any(run.result["summary"].get(key) is None for group in groups for run in group.values())
+
+
 def compare_all(
     results_dir: str | Path,
     baseline: str = "gr4cil",
@@ -387,10 +393,13 @@ def compare_all(
     wanted = strategies or [label for label in labels if label != baseline]
     comparisons, baseline_bands = [], {}
     for (dataset, n_tasks, label), group in sorted(runs.items()):
-        if metric in TASK_METRICS and n_tasks < 2 and label in wanted and label != baseline:
-            problems.append(f"{label} on {dataset} / 1 task: {METRICS[metric][1]} needs two tasks; left out")
-            continue
         if label in wanted and label != baseline and (dataset, n_tasks, baseline) in runs:
+            if metric in TASK_METRICS and _undefined(metric, [group, runs[(dataset, n_tasks, baseline)]]):
+                problems.append(
+                    f"{label} on {dataset} / {n_tasks} tasks: {METRICS[metric][1]} is undefined (one "
+                    "task, or results without per-task accuracies); left out"
+                )
+                continue
             baseline_runs = runs[(dataset, n_tasks, baseline)]
             comparisons.append(
                 compare_pair(

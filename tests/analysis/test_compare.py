@@ -276,3 +276,17 @@ def test_user_mistakes_are_one_line(tmp_path, capsys, argv, expected):
     assert compare.main(["--results-dir", str(tmp_path), *argv]) == 2
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and expected in err[0]
+
+
+def test_forgetting_of_runs_without_per_task_accuracies_is_left_out_with_a_note(tmp_path):
+    for label in ("mine", "other", "gr4cil"):
+        store_run(tmp_path, label, 0, PERFECT)
+    path = tmp_path / "toy" / "other" / "T2-seed0.json"
+    result = json.loads(path.read_text())
+    for stage in result["stages"]:
+        stage["acc_per_task"] = []  # forgetting undefined: None on reading
+    path.write_text(json.dumps(result))
+    problems = []
+    (only,) = compare.compare_all(tmp_path, metric="forgetting", draws=100, problems=problems)
+    assert only.label == "mine"
+    assert any(p.startswith("other on toy / 2 tasks: Forgetting is undefined") for p in problems)
