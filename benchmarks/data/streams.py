@@ -6,7 +6,8 @@ stream of a run is a pure function of its config and is stored with its result.
 The streams are task-aware the way Avalanche's own generators build them: every dataset carries
 ``targets_task_labels`` (all 0: one task, no task id at test time), its items are
 ``(image, class id, 0)``, and every experience has ``task_label`` 0, so Avalanche's plugins that
-read task labels (LwF, EWC, replay) run on them. Class ids are the dataset's own, never remapped.
+read task labels (LwF, EWC, replay) run on them. Class ids are the dataset's own, never remapped;
+each training experience also carries ``classes_in_order``, its classes in the class order.
 """
 
 from __future__ import annotations
@@ -97,6 +98,8 @@ def build_stream(
             num_classes_per_exp=[len(t) for t in tasks],
         )
     )
+    for experience, classes in zip(benchmark.train_stream, tasks, strict=True):
+        experience.classes_in_order = list(classes)  # a set in Avalanche; a learner's positions follow it
     return CILStream(
         benchmark=benchmark,
         class_order=list(class_order),

@@ -125,7 +125,7 @@ class FrameworkAdapter:
         self.max_train_batches = max_train_batches
         self.plugins = list(plugins or [])
         self.seen_classes: list[int] = []
-        self.train_iterations = 0
+        self.train_iterations = 0  # this process's steps: the runner adds those before a resume
 
     def framework_options(self) -> dict[str, Any]:
         """The config's fields the wrapped class takes itself (those below ``FrameworkConfig``)."""
@@ -138,7 +138,7 @@ class FrameworkAdapter:
             kind, packed = pack_state(self._state_value(attr))
             kinds[attr] = kind
             tensors.update({f"state/{attr}{suffix}": t for suffix, t in packed.items()})
-        return tensors, {"attributes": kinds, "train_iterations": self.train_iterations}
+        return tensors, {"attributes": kinds}
 
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         for attr, kind in meta["attributes"].items():
@@ -147,7 +147,6 @@ class FrameworkAdapter:
                 k[len(prefix) :]: t for k, t in tensors.items() if k == prefix or k.startswith(prefix + "/")
             }
             self._restore_value(attr, unpack_state(kind, packed, self._state_value(attr)))
-        self.train_iterations = int(meta.get("train_iterations", 0))
 
     def _state_value(self, attr: str):
         value = getattr(self, attr)

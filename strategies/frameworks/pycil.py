@@ -36,8 +36,14 @@ def declared_config(cls: type) -> type[FrameworkConfig]:
 
 
 def task_classes(experience, n_classes: int, seen: list[int], name: str) -> list[int]:
-    """The experience's class ids, sorted; ids outside the dataset or learned before are one line."""
-    classes = sorted(int(c) for c in experience.classes_in_this_experience)
+    """The experience's class ids in the run's class order (``classes_in_order``, which the suite's
+    streams carry; sorted for another stream); ids outside the dataset or learned before are one line."""
+    in_order = getattr(experience, "classes_in_order", None)
+    classes = (
+        [int(c) for c in in_order]
+        if in_order
+        else sorted(int(c) for c in experience.classes_in_this_experience)
+    )
     unknown = [c for c in classes if not 0 <= c < n_classes]
     if unknown:
         raise UserError(
