@@ -145,6 +145,7 @@ class CLIPStrategy(SupervisedTemplate):
         self.optimized_parameters: dict[str, int] = {}
         self._epoch_start: list[torch.Tensor] | None = None  # copies to tell whether an epoch moved anything
         self._warned_still_tasks: set[int] = set()
+        self._warned_output_layout = False
         # Avalanche wants an optimiser up front; the real one is built per task in make_optimizer.
         idle = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
         if "evaluator" not in avalanche_kwargs:
@@ -186,14 +187,23 @@ class CLIPStrategy(SupervisedTemplate):
         """What Avalanche's plugins and metrics see as a training step's ``mb_output``: logits
         ``[B, n_classes]`` over global class ids, from ``compute_logits``'s ``output``. By default
         ``output`` (or ``output.logits``) is over ``self.current_classes``; the other columns are
-        ``-inf``, so the argmax is the predicted class id. Override it for another layout."""
+        ``-inf``, so the argmax is the predicted class id. Override it for another layout; an output
+        it cannot read is passed on as it is, with one warning (training is not affected)."""
         logits = output if isinstance(output, torch.Tensor) else getattr(output, "logits", None)
-        if not isinstance(logits, torch.Tensor) or logits.shape[-1] != len(self.current_classes):
-            raise TypeError(
+        if logits is None and isinstance(output, dict):
+            logits = output.get("logits")
+        if isinstance(logits, torch.Tensor) and logits.shape[-1] == len(self.current_classes):
+            return self.by_class_id(logits, self.current_classes)
+        if not self._warned_output_layout:
+            self._warned_output_layout = True
+            warnings.warn(
                 f"{self.name or type(self).__name__}: compute_logits's output is not logits over the "
-                "current classes; override training_class_logits to lay it out by class id"
+                "current classes, so Avalanche's training metrics and plugins get it as it is; override "
+                "training_class_logits to lay it out by class id",
+                RuntimeWarning,
+                stacklevel=2,
             )
-        return self.by_class_id(logits, self.current_classes)
+        return output
 
     def by_class_id(self, logits: torch.Tensor, columns: list[int]) -> torch.Tensor:
         """``logits`` whose columns are the classes ``columns``, as ``[B, n_classes]`` with ``-inf``

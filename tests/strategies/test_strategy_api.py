@@ -174,6 +174,22 @@ def test_compute_logits_may_return_any_object(first_task):
     assert StructuredOutput.seen_outputs == [16, 16, 16] and len(record.lrs) == ITERATIONS_PER_EPOCH
 
 
+class OpaqueOutput(Finetune):
+    """A training output with no logits to lay out by class id: it trains, and says so once."""
+
+    def compute_logits(self, images):
+        return (super().compute_logits(images),)
+
+    def compute_loss(self, output, local_targets):
+        return super().compute_loss(output[0], local_targets)
+
+
+def test_an_output_without_logits_trains_and_warns_once_that_metrics_get_it_as_it_is(first_task):
+    with pytest.warns(RuntimeWarning, match="not logits over the current classes") as caught:
+        _train(first_task, strategy_cls=OpaqueOutput, epochs=1)
+    assert sum("training_class_logits" in str(w.message) for w in caught) == 1
+
+
 class WithHead(Finetune):
     """Finetune plus learned non-LoRA state of three kinds, checkpointed by the generic path."""
 
