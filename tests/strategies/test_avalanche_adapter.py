@@ -44,7 +44,9 @@ def test_the_cosine_head_starts_at_zero_shot_clip():
     cls = get_strategy("avalanche:Naive")
     backbone = create_clip(BackboneSpec(TINY_MODEL, "synthetic"))
     names = ["cat", "dog", "car", "tree"]
-    strategy = cls(backbone=backbone, class_names=names, config=cls.Config(head="cosine"), show_progress=False)
+    strategy = cls(
+        backbone=backbone, class_names=names, config=cls.Config(head="cosine"), show_progress=False
+    )
     strategy.seen_classes = [2, 0]
     images = torch.randn(5, 3, 32, 32)
     with torch.no_grad():
@@ -61,12 +63,18 @@ def _suite(options: dict) -> str:
 
 @pytest.fixture(scope="module")
 def naive(tmp_path_factory):
-    return run_one_run_suite(tmp_path_factory.mktemp("naive"), three_task_suite("avalanche:Naive", _suite({})))
+    return run_one_run_suite(
+        tmp_path_factory.mktemp("naive"), three_task_suite("avalanche:Naive", _suite({}))
+    )
 
 
 @pytest.mark.parametrize(
     "name, options",
-    [("LwF", {"alpha": 10.0, "temperature": 2.0}), ("EWC", {"ewc_lambda": 1e4}), ("Replay", {"mem_size": 30})],
+    [
+        ("LwF", {"alpha": 10.0, "temperature": 2.0}),
+        ("EWC", {"ewc_lambda": 1e4}),
+        ("Replay", {"mem_size": 30}),
+    ],
 )
 def test_lwf_ewc_and_replay_act_inside_the_suites_stream(name, options, naive, tmp_path):
     """The first task trains as Naive does (the plugins have nothing to keep yet), later ones differ."""
@@ -79,7 +87,9 @@ def test_lwf_ewc_and_replay_act_inside_the_suites_stream(name, options, naive, t
 
 def test_naive_resumes_from_its_checkpoint_and_lwf_starts_again(naive, tmp_path, monkeypatch):
     suite, _, reference = naive
-    resumed = killed_and_resumed(monkeypatch, get_strategy("avalanche:Naive"), suite, tmp_path / "naive", task=3)
+    resumed = killed_and_resumed(
+        monkeypatch, get_strategy("avalanche:Naive"), suite, tmp_path / "naive", task=3
+    )
     assert resumed["stages"] == reference["stages"]
 
     lwf = tmp_path / "lwf.toml"
@@ -125,12 +135,20 @@ def test_a_relabelled_benchmark_is_read_through_its_class_mapping():
     """``class_ids_from_zero_from_first_exp=True`` renumbers the classes; every prompt still names its
     class, so fine-tuning learns exactly what it learns on the same benchmark without the renumbering."""
     data = load_dataset("synthetic", n_classes=8, n_train_per_class=6, n_test_per_class=4, domain="faded")
-    train, test = _avalanche_dataset(data.train, data.train_targets), _avalanche_dataset(data.test, data.test_targets)
+    train, test = (
+        _avalanche_dataset(data.train, data.train_targets),
+        _avalanche_dataset(data.test, data.test_targets),
+    )
     order = [5, 2, 7, 0, 3, 1, 6, 4]
     accuracies = {}
     for relabel in (False, True):
         benchmark = nc_benchmark(
-            train, test, 2, task_labels=False, fixed_class_order=order, class_ids_from_zero_from_first_exp=relabel
+            train,
+            test,
+            2,
+            task_labels=False,
+            fixed_class_order=order,
+            class_ids_from_zero_from_first_exp=relabel,
         )
         cls = get_strategy("finetune")
         torch.manual_seed(0)
