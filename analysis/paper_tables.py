@@ -203,35 +203,33 @@ def table2_seq(inputs: ReportInputs) -> ReportTable:
 
 def table2_ood(inputs: ReportInputs) -> ReportTable:
     """Avg / Last AUROC of seen-vs-future detection (10 tasks)."""
-    runs = _runs_with(inputs, 10)
-    metrics = ("avg_auroc", "last_auroc")
-    records = [(r["label"], r["dataset"], m, r["seed"], r["summary"].get(m)) for r in runs for m in metrics]
-    columns = [(d, m) for d in ordered_datasets(r["dataset"] for r in runs) for m in metrics]
-    return _table(
+    return _summary_table(
+        inputs,
         "table2_ood",
         "OOD detection (seen vs future classes): Avg / Last AUROC (%), 10 tasks.",
-        records,
-        _labels(runs),
-        columns,
+        ("avg_auroc", "last_auroc"),
         "no 10-task run with AUROC",
     )
 
 
 def table_forgetting(inputs: ReportInputs) -> ReportTable:
     """Average forgetting and backward transfer (10 tasks), from the per-task accuracies."""
-    runs = _runs_with(inputs, 10)
-    metrics = ("forgetting", "bwt")
-    records = [(r["label"], r["dataset"], m, r["seed"], r["summary"].get(m)) for r in runs for m in metrics]
-    columns = [(d, m) for d in ordered_datasets(r["dataset"] for r in runs) for m in metrics]
-    return _table(
+    return _summary_table(
+        inputs,
         "table_forgetting",
         "Average forgetting (lower is better) and backward transfer, BWT (negative when later tasks "
         "cost earlier ones), points of accuracy, 10 tasks. Not in the paper.",
-        records,
-        _labels(runs),
-        columns,
+        ("forgetting", "bwt"),
         "no 10-task run with per-task accuracies",
     )
+
+
+def _summary_table(inputs: ReportInputs, name: str, caption: str, metrics: tuple[str, ...], empty: str):
+    """The 10-task runs' summary ``metrics``, one column per (dataset, metric)."""
+    runs = _runs_with(inputs, 10)
+    records = [(r["label"], r["dataset"], m, r["seed"], r["summary"].get(m)) for r in runs for m in metrics]
+    columns = [(d, m) for d in ordered_datasets(r["dataset"] for r in runs) for m in metrics]
+    return _table(name, caption, records, _labels(runs), columns, empty)
 
 
 def table3_zeroshot(inputs: ReportInputs) -> ReportTable:
