@@ -46,7 +46,7 @@ from typing import Any, ClassVar
 
 import torch
 import torch.nn.functional as F
-from avalanche.training.plugins import EvaluationPlugin
+from avalanche.training.plugins import EvaluationPlugin, LwFPlugin, ReplayPlugin
 from avalanche.training.templates import SupervisedTemplate
 from torch.utils.data import DataLoader
 from tqdm.auto import tqdm
@@ -64,6 +64,7 @@ from strategies.checkpointing import (
     strategy_state,
 )
 from strategies.config import StrategyConfig
+from strategies.contract import plugins_survive_resume
 from strategies.optim import build_optimizer, build_scheduler
 
 LOADER_KWARGS = ("num_workers", "persistent_workers", "pin_memory", "collate_fn", "multiprocessing_context")
@@ -88,6 +89,8 @@ class CLIPStrategy(SupervisedTemplate):
     checkpoint_attributes: ClassVar[tuple[str, ...]] = ()
     #: its loaders finish ``DevicePending`` items on the device (``strategies.contract``)
     finishes_pending_images: ClassVar[bool] = True
+    #: a suite's Avalanche plugins attach to it (``strategies.plugins``)
+    avalanche_plugins: ClassVar[bool] = True
 
     def __init__(
         self,
@@ -146,6 +149,7 @@ class CLIPStrategy(SupervisedTemplate):
         self._epoch_start: list[torch.Tensor] | None = None  # copies to tell whether an epoch moved anything
         self._warned_still_tasks: set[int] = set()
         self._warned_output_layout = False
+        self._own_loader = None  # the training loader make_train_dataloader built
         # Avalanche wants an optimiser up front; the real one is built per task in make_optimizer.
         idle = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
         if "evaluator" not in avalanche_kwargs:
@@ -161,6 +165,22 @@ class CLIPStrategy(SupervisedTemplate):
             device=device,
             **avalanche_kwargs,
         )
+        self.check_plugins(self.plugins)
+
+    @classmethod
+    def check_plugins(cls, plugins) -> None:
+        """Refuse, in one line, the Avalanche plugins this strategy cannot take. LwF distils
+        ``strategy.model(x)``, a classifier's logits; replay trains on earlier tasks' classes. A CLIP
+        strategy's model is its backbone and its training logits cover the current task, so both
+        would fail at task 2: the runner asks before task 1 (``strategies.contract``)."""
+        for plugin in plugins:
+            if isinstance(plugin, (LwFPlugin, ReplayPlugin)):
+                kind = "LwF" if isinstance(plugin, LwFPlugin) else "Replay"
+                raise UserError(
+                    f"{cls.name or cls.__name__} cannot take {type(plugin).__name__}: its model is the CLIP "
+                    "backbone, not a classifier over class ids, and its training logits cover the current "
+                    f"task only; run avalanche:{kind} (the plugin on a classifier over CLIP features)"
+                )
 
     # ------------------------------------------------------------------ hooks for subclasses
     def setup_task(self, task: int, classes: list[int]) -> None:
@@ -341,6 +361,12 @@ class CLIPStrategy(SupervisedTemplate):
         return sum(counted.values())
 
     # ------------------------------------------------------------------ the runner's interface
+    @property
+    def resumable(self) -> bool:
+        """Whether its checkpoint holds all it learned: not with a plugin that keeps state of its own
+        across tasks (``strategies.contract.plugins_survive_resume``)."""
+        return plugins_survive_resume(self.plugins)
+
     def learn(self, experience) -> None:
         """Train on one experience of a class-incremental stream."""
         self.train(experience, eval_streams=[])
@@ -533,7 +559,7 @@ class CLIPStrategy(SupervisedTemplate):
     # the same numbers whatever the worker count.
     def make_train_dataloader(self, shuffle: bool = True, drop_last: bool = False, **kwargs):
         options = {**self.loader_options(), **_loader_kwargs(kwargs)}
-        self.dataloader = seeded_loader(
+        self.dataloader = self._own_loader = seeded_loader(
             self.adapted_dataset,
             self.loader_key("train"),
             self.train_mb_size,
@@ -652,6 +678,13 @@ class CLIPStrategy(SupervisedTemplate):
 
     def _before_training_exp(self, **kwargs):
         super()._before_training_exp(**kwargs)
+        if self.dataloader is not self._own_loader:  # a plugin's (replay's) brings other tasks' classes
+            raise UserError(
+                f"{self.name or type(self).__name__}: a plugin replaced the training loader (e.g. "
+                "ReplayPlugin); this strategy trains logits over the current task's classes only, so a "
+                "replayed class has no column. Run avalanche:Replay (or a strategy of your own that "
+                "trains over the seen classes) instead"
+            )
         total = self.train_epochs * len(self.dataloader)
         task = len(self.task_classes) + 1
         self._progress = tqdm(

@@ -49,6 +49,14 @@ OPTIONAL: dict[str, tuple[str, str]] = {
         "(benchmarks.data.device_augment) on the device",
         "False: the stream's items are finished float tensors (augment_on = pil)",
     ),
+    "avalanche_plugins": (
+        "class attribute, True when the strategy runs Avalanche's loop, so a suite's plugins attach to it",
+        "False: a suite that gives it plugins is refused in one line",
+    ),
+    "check_plugins": (
+        "check_plugins(plugins), a classmethod: raise a UserError for a plugin the strategy cannot take",
+        "every plugin is taken",
+    ),
     "resumable": (
         "class or instance attribute, False when a checkpoint cannot hold all the learned state",
         "True; when False, an interrupted run starts again from task 1",
@@ -187,6 +195,20 @@ def _check_constructor(cls: type, name: str) -> None:
             f"{name}'s constructor does not take the runner's keyword argument(s) {', '.join(refused)}; "
             "accept them (or **kwargs): the table 'What the runner passes' in docs/adding-a-strategy.md"
         )
+
+
+#: Avalanche's own plugins that keep nothing across tasks
+_STATELESS_PLUGINS = ("EvaluationPlugin", "PeriodicEval", "Clock")
+
+
+def plugins_survive_resume(plugins) -> bool:
+    """Whether a checkpoint of the model is all a resume needs from these Avalanche plugins: each is
+    one of Avalanche's stateless ones, or says so itself (``survives_resume = True``: the suite's
+    progress bar, its live log). LwF's previous model, EWC's importances and a replay buffer live in
+    their plugins, which Avalanche keeps only by pickling the whole strategy."""
+    return all(
+        type(p).__name__ in _STATELESS_PLUGINS or getattr(p, "survives_resume", False) for p in plugins
+    )
 
 
 def optional(strategy: Any, name: str, default: Any = None) -> Any:

@@ -22,7 +22,7 @@ _REGISTRY: dict[str, type] = {}
 _DISCOVERED = False
 # The package's modules that define no strategy: the base layer every strategy builds on.
 _SHARED_MODULES = frozenset(
-    {"base", "checkpointing", "config", "contract", "frameworks", "optim", "prompting", "registry"}
+    {"base", "checkpointing", "config", "contract", "frameworks", "optim", "plugins", "prompting", "registry"}
 )
 #: name prefix -> the module whose ``adapt(cls, name)`` brings that framework's strategies in
 FRAMEWORKS = {
@@ -63,12 +63,13 @@ def available() -> list[str]:
     return sorted(_REGISTRY)
 
 
-def _import(name: str) -> type:
-    """The class ``module.path:ClassName`` names; each way it can fail is one line that says which:
-    the module is not on the path, it has no such class, or an import inside it failed."""
+def import_class(name: str, what: str = "strategy") -> type:
+    """The class ``module.path:ClassName`` names (a ``what``: strategy or plugin); each way it can fail
+    is one line that says which: the module is not on the path, it has no such class, or an import
+    inside it failed."""
     module_name, _, attr = name.partition(":")
     if not module_name or module_name.startswith(".") or not attr:
-        raise UserError(f"strategy {name!r}: give it as module.path:ClassName")
+        raise UserError(f"{what} {name!r}: give it as module.path:ClassName")
     try:
         module = importlib.import_module(module_name)
     except ImportError as err:
@@ -77,18 +78,18 @@ def _import(name: str) -> type:
             package, _, leaf = missing.rpartition(".")
             if package:  # the package imported: the path after it is wrong
                 raise UserError(
-                    f"cannot import strategy {name!r}: package {package!r} has no module {leaf!r}; "
+                    f"cannot import {what} {name!r}: package {package!r} has no module {leaf!r}; "
                     "check the module path before the colon"
                 ) from None
             raise UserError(
-                f"cannot import strategy {name!r}: no module named {missing!r} on the Python path; "
-                "install the strategy's package with pip install -e PATH (the folder of its "
+                f"cannot import {what} {name!r}: no module named {missing!r} on the Python path; "
+                f"install the {what}'s package with pip install -e PATH (the folder of its "
                 f"pyproject.toml), or put the folder that holds {missing!r} on PYTHONPATH "
                 "(e.g. PYTHONPATH=examples/my_strategy)"
             ) from None
         # The module was found: its own code failed to import something (a bug or a missing package).
         raise UserError(
-            f"cannot import strategy {name!r}: module {module_name!r} was found, but an import inside "
+            f"cannot import {what} {name!r}: module {module_name!r} was found, but an import inside "
             f"it failed ({type(err).__name__}{_raised_at(err)}: {err}); install what it needs or fix "
             "that import"
         ) from None
@@ -97,7 +98,7 @@ def _import(name: str) -> type:
         classes = [key for key, value in vars(module).items() if isinstance(value, type)]
         close = difflib.get_close_matches(attr, classes, n=1)
         raise UserError(
-            f"cannot import strategy {name!r}: module {module_name!r} "
+            f"cannot import {what} {name!r}: module {module_name!r} "
             f"({getattr(module, '__file__', None) or 'a namespace package'}) has no class {attr!r}"
             + (f"; did you mean {close[0]!r}?" if close else "")
         )
@@ -121,7 +122,7 @@ def get_strategy(name: str) -> type:
     if framework in FRAMEWORKS:
         return _adapted(framework, rest, name)
     if ":" in name:
-        return check_strategy(_import(name), name)
+        return check_strategy(import_class(name), name)
     _discover()
     if name not in _REGISTRY:
         raise UserError(f"unknown strategy {name!r}; available: {', '.join(available())}")
@@ -136,5 +137,5 @@ def _adapted(framework: str, rest: str, name: str) -> type:
         if ":" not in rest:
             raise UserError(f"strategy {name!r}: give it as {framework}:module.path:ClassName")
         adapter = importlib.import_module(FRAMEWORKS[framework])
-        _ADAPTED[name] = check_strategy(adapter.adapt(_import(rest), name), name)
+        _ADAPTED[name] = check_strategy(adapter.adapt(import_class(rest), name), name)
     return _ADAPTED[name]

@@ -29,6 +29,7 @@ from benchmarks.backbone.text import (
 )
 from benchmarks.backbone.visual_prefix import VisualPrefix
 from benchmarks.core import precision as amp
+from benchmarks.core.errors import UserError
 
 
 def _fp32_features(features: torch.Tensor, normalize: bool) -> torch.Tensor:
@@ -71,6 +72,14 @@ class CLIPBackbone(LoRAAdapters, MLPAdapters, VisualPrefix, nn.Module):
     @property
     def device(self) -> torch.device:
         return self.model.logit_scale.device
+
+    def forward(self, *args: Any, **kwargs: Any) -> torch.Tensor:
+        # Avalanche's plugins that call strategy.model(x) (LwF's previous model) expect a classifier.
+        raise UserError(
+            "a CLIP strategy's model is its backbone, not a classifier, so a plugin that calls "
+            "strategy.model(x) (e.g. LwFPlugin) cannot use it; run avalanche:LwF instead, whose model "
+            "gives logits over the class ids"
+        )
 
     # ---- encoders
 

@@ -55,6 +55,8 @@ from benchmarks.runner.results import (
 )
 from benchmarks.runner.suites import FastDevRun, RunSpec, dataset_loader_options
 from strategies.contract import config_class, evaluate, optional
+from strategies.plugins import OPTION as PLUGINS
+from strategies.plugins import build_plugins, plugin_table
 from strategies.registry import get_strategy
 
 
@@ -81,8 +83,10 @@ def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
     (not hashed: it names a cause, not a value). Precision "auto" resolves with the strategy's
     ``amp`` (fp32 for a method that is fp32 officially)."""
     strategy_cls = get_strategy(spec.strategy)
+    options = dict(spec.strategy_options)
+    plugins = _plugins(spec, strategy_cls, options.pop(PLUGINS, None))
     try:
-        strategy_cfg = config_class(strategy_cls).from_dict(dict(spec.strategy_options), spec.strategy)
+        strategy_cfg = config_class(strategy_cls).from_dict(options, spec.strategy)
     except UserError as err:
         # The base config names its options exactly; a strategy's own checks name them in the text.
         named = err.options or [k for k in spec.option_sources if re.search(rf"\b{re.escape(k)}\b", str(err))]
@@ -104,9 +108,27 @@ def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
         "strategy_config": strategy_cfg.to_dict(),
         "option_sources": sources,
     }
+    if plugins:  # absent without plugins, so that other runs' hashes stay as they were
+        config["plugins"] = plugins
     if is_fake_data_root(data_root) and spec.dataset != "synthetic":
         config["fake_data"] = True  # a result on benchmarks.tools.fake_data's files is never a real one
     return strategy_cls, strategy_cfg, config
+
+
+def _plugins(spec: RunSpec, strategy_cls, value) -> dict | None:
+    """The suite's Avalanche plugins for the run (``strategies.plugins``), checked, or None."""
+    if value is None:
+        return None
+    table = plugin_table(value, spec.strategy)
+    if table and not optional(strategy_cls, "avalanche_plugins", False):
+        raise UserError(
+            f"{spec.strategy} does not run Avalanche's loop, so the plugins {sorted(table)} cannot attach "
+            f"to it (set in {suite_table(spec.option_sources.get(PLUGINS, 'defaults'))}); "
+            "drop them for this strategy"
+        )
+    if check := optional(strategy_cls, "check_plugins"):  # before any work, not at task 2
+        check(build_plugins(table))
+    return table
 
 
 def suite_table(source: str) -> str:
@@ -300,7 +322,8 @@ def _compute(
 
 def _build_run(spec: RunSpec, data_root: str, strategy_cls, strategy_cfg, show_progress: bool, training_log):
     """The run's stream and a fresh strategy on a fresh backbone (the same on every (re)run);
-    ``training_log``, a plugin that writes the live log, or None."""
+    ``training_log``, a plugin that writes the live log, or None; the suite's plugins, built fresh."""
+    plugins = _plugins(spec, strategy_cls, spec.strategy_options.get(PLUGINS)) or {}
     data = _load_data(spec, data_root)
     class_order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
     set_deterministic(spec.deterministic)
@@ -328,7 +351,7 @@ def _build_run(spec: RunSpec, data_root: str, strategy_cls, strategy_cfg, show_p
         seed=spec.seed,
         max_train_batches=spec.fast_dev_run.train_batches if spec.fast_dev_run else None,
         augment_on=spec.augment_on,
-        plugins=[training_log] if training_log is not None else None,
+        plugins=[*([training_log] if training_log is not None else []), *build_plugins(plugins)] or None,
     )
     return stream, strategy
 

@@ -130,6 +130,8 @@ class TrainingLog(SupervisedPlugin):
     at step ``first_step`` + the strategy's iterations. The losses stay on the device until the
     epoch ends."""
 
+    survives_resume = True  # its first step comes from the checkpoint (strategies.contract)
+
     def __init__(self, log: LiveLog, first_step: int = 0) -> None:
         super().__init__()
         self.log, self.first_step = log, first_step

@@ -272,11 +272,15 @@ def strategy_options(
     return options, sources
 
 
+#: options whose value is itself a table, never per dataset (``plugins``: strategies.plugins)
+TABLE_VALUED_OPTIONS = frozenset({"plugins"})
+
+
 def _for_dataset(options: dict[str, Any], dataset: str) -> dict[str, Any]:
     """Pick per-dataset entries: ``{"epochs": {"cifar100": 70}}`` -> ``{"epochs": 70}``."""
     resolved = {}
     for key, value in options.items():
-        if isinstance(value, dict):
+        if isinstance(value, dict) and key not in TABLE_VALUED_OPTIONS:
             if dataset not in value:
                 raise UserError(
                     f"option {key!r} has no value for dataset {dataset!r} "

@@ -32,6 +32,7 @@ from avalanche.training.templates import SupervisedTemplate
 from tqdm.auto import tqdm
 
 from benchmarks.core.errors import UserError
+from strategies.contract import plugins_survive_resume
 from strategies.frameworks.common import CLIPClassifier, FrameworkAdapter, FrameworkConfig
 from strategies.optim import build_optimizer
 
@@ -114,6 +115,7 @@ class AvalancheStrategy(FrameworkAdapter):
 
     wrapped: ClassVar[type[SupervisedTemplate]]
     checkpoint_attributes = ("seen_classes", "model")
+    avalanche_plugins = True
 
     def __init__(self, **runner_arguments) -> None:
         super().__init__(**runner_arguments)
@@ -138,10 +140,8 @@ class AvalancheStrategy(FrameworkAdapter):
             evaluator=evaluator,
             **self.framework_options(),
         )
-        ours = {id(p) for p in own + self.plugins}
-        # LwF's previous model, EWC's importances, a replay buffer: state that Avalanche keeps only
-        # by pickling the whole strategy. A run with such a plugin starts again instead of resuming.
-        self.resumable = all(id(p) in ours for p in self.template.plugins)
+        # A run with a plugin that keeps state across tasks starts again instead of resuming.
+        self.resumable = plugins_survive_resume(self.template.plugins)
 
     def learn(self, experience) -> None:
         self.template.train(experience, eval_streams=[], num_workers=self.cfg.num_workers)
@@ -161,6 +161,8 @@ class AvalancheStrategy(FrameworkAdapter):
 
 class _Progress(SupervisedPlugin):
     """A progress bar per task, over its training iterations."""
+
+    survives_resume = True
 
     def __init__(self, adapter: AvalancheStrategy) -> None:
         super().__init__()
@@ -183,6 +185,8 @@ class _Progress(SupervisedPlugin):
 
 class _FirstBatches(SupervisedPlugin):
     """A fast dev run: every training epoch ends after ``n`` batches."""
+
+    survives_resume = True
 
     def __init__(self, n: int) -> None:
         super().__init__()
