@@ -63,7 +63,7 @@ from analysis.statistics import (
     task_accuracies,
 )
 from benchmarks.core.atomic_io import atomic_write_text
-from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.core.metrics import average_forgetting, backward_transfer
 from benchmarks.data.protocols import DEFAULT_PROTOCOL
 from benchmarks.runner.results import (
@@ -642,7 +642,7 @@ def unpaired_refusal(comparisons: list[Comparison]) -> str | None:
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="python -m analysis.compare", description=__doc__.split("\n")[0])
+    parser = CommandParser(prog="python -m analysis.compare", description=__doc__.split("\n")[0])
     parser.add_argument(
         "--results-dir",
         required=True,

@@ -14,7 +14,6 @@ images or other class orders, so images are not paired). With one paired seed th
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
@@ -25,7 +24,7 @@ from analysis.compare import DRAWS, METRICS, TASK_METRICS, Run, load_runs
 from analysis.formatting import MISSING, latex_table, markdown_table, mean_std_cell, population_std
 from analysis.statistics import bootstrap_stage_means, interval, metric_of_stages
 from benchmarks.core.atomic_io import atomic_write_text
-from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.data.protocols import DEFAULT_PROTOCOL
 from benchmarks.runner.results import not_a_measurement
 
@@ -130,9 +129,7 @@ def write_protocol_effect(frame: pd.DataFrame, out_dir: Path, notes: list[str] =
 
 @one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m analysis.protocol_effect", description=__doc__.split("\n")[0]
-    )
+    parser = CommandParser(prog="python -m analysis.protocol_effect", description=__doc__.split("\n")[0])
     parser.add_argument("--one-protocol", required=True, help="results of the one-protocol suite (runs/main)")
     parser.add_argument("--as-published", required=True, help="results of main-as-published")
     parser.add_argument("--out", help="folder for the table (default: the --as-published folder)")

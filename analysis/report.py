@@ -24,7 +24,6 @@ LaTeX needs ``booktabs`` and ``amssymb`` (for ``\\checkmark``).
 
 from __future__ import annotations
 
-import argparse
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -33,7 +32,7 @@ from typing import Callable, Iterable
 from analysis import figures
 from analysis.paper_tables import TABLES, MissingInputs, load_inputs, load_paper_reference
 from benchmarks.core.atomic_io import atomic_write_text
-from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.runner.results import LoadedResults
 
 
@@ -196,7 +195,7 @@ def _index(items: list[ReportItem], tables_markdown: list[str], notes: list[str]
 
 @one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__.split("\n")[0])
+    parser = CommandParser(prog="python -m analysis.report", description=__doc__.split("\n")[0])
     parser.add_argument("--results-dir", required=True, help="folder of result JSON (searched recursively)")
     parser.add_argument("--out", required=True, help="folder for tables/, figures/ and report.md")
     parser.add_argument(

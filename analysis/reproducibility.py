@@ -13,7 +13,6 @@ file; ``python -m analysis.report`` writes one beside its tables as well.
 
 from __future__ import annotations
 
-import argparse
 import re
 import sys
 from collections import defaultdict
@@ -31,7 +30,7 @@ from analysis.paper_tables import (
     row_label,
 )
 from benchmarks.core.atomic_io import atomic_write_text
-from benchmarks.core.errors import UserError
+from benchmarks.core.errors import CommandParser, UserError
 from benchmarks.runner.results import LoadedResults, StoredResult, load_results
 
 # strategy -> (where its recipe comes from, the tests that check it)
@@ -305,9 +304,7 @@ def write_reproducibility(
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m analysis.reproducibility", description=__doc__.split("\n")[0]
-    )
+    parser = CommandParser(prog="python -m analysis.reproducibility", description=__doc__.split("\n")[0])
     parser.add_argument("--results-dir", default="results", help="folder of result JSON (default: results)")
     parser.add_argument(
         "--out", default="REPRODUCIBILITY.md", help="the file to write (default: REPRODUCIBILITY.md)"

@@ -10,7 +10,6 @@ the results.
 
 from __future__ import annotations
 
-import argparse
 import sys
 import warnings
 from pathlib import Path
@@ -19,7 +18,7 @@ import pandas as pd
 
 from analysis.formatting import latex_table, markdown_table, mean_std_cell, population_std
 from benchmarks.core.atomic_io import atomic_write_text
-from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.runner.results import LoadedResults, RunKey, load_results, not_a_measurement
 
 
@@ -134,7 +133,7 @@ def write_tables(results_dir: str | Path, keys: list[RunKey] | None = None) -> s
 
 @one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m analysis.tables", description=__doc__.split("\n")[0])
+    parser = CommandParser(prog="python -m analysis.tables", description=__doc__.split("\n")[0])
     parser.add_argument("--results-dir", required=True, help="folder of result JSON (searched recursively)")
     args = parser.parse_args(argv)
     print(write_tables(args.results_dir), end="")

@@ -11,12 +11,11 @@ Mistakes in the command line or the environment print one line and exit with 2.
 from __future__ import annotations
 
 import argparse
-import errno
 import sys
 from pathlib import Path
 
 from benchmarks.core.environment import set_deterministic
-from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.core.errors import STORAGE_ERRORS, CommandParser, UserError, one_line_user_errors
 from benchmarks.core.precision import PRECISIONS
 from benchmarks.data.device_augment import AUGMENT_ON
 from benchmarks.runner.execute import preflight, resolve, settings_from_the_suite
@@ -81,11 +80,6 @@ def _duration(seconds: float) -> str:
     return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2, no usage dump
-        self.exit(2, f"error: {message}; see python -m benchmarks.run --help\n")
-
-
 def _csv(kind):
     def parse(text: str):
         try:
@@ -97,7 +91,7 @@ def _csv(kind):
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = _Parser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
+    parser = CommandParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
     parser.add_argument(
         "--suite", default="smoke", help="suite name (benchmarks/suites/NAME.toml) or a .toml path"
     )
@@ -239,10 +233,6 @@ def _check_launcher_options(args: argparse.Namespace, suite: dict):
     return options
 
 
-# A full disk or quota, or a folder the user may not write: the machine's problem, not a bug.
-_STORAGE_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS}
-
-
 def _launcher(args: argparse.Namespace, argv: list[str] | None, slurm_options, suite_name: str) -> Launcher:
     if args.launcher == "local":
         return LocalLauncher(sys.argv[1:] if argv is None else list(argv), args.workers, args.gpus)
@@ -329,7 +319,7 @@ def main(argv: list[str] | None = None) -> int:
             )
         return outcome.code
     except OSError as err:
-        if err.errno not in _STORAGE_ERRORS:
+        if err.errno not in STORAGE_ERRORS:
             raise
         where = f" ({err.filename})" if err.filename else ""
         print(

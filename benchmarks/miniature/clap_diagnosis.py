@@ -16,7 +16,6 @@ Numbers in docs/miniature.md come from this command.
 
 from __future__ import annotations
 
-import argparse
 import copy
 import dataclasses
 import sys
@@ -25,7 +24,7 @@ import torch
 
 from benchmarks.backbone.loading import create_clip
 from benchmarks.core.environment import seed_everything
-from benchmarks.core.errors import one_line_user_errors
+from benchmarks.core.errors import CommandParser, one_line_user_errors
 from benchmarks.core.metrics import predicted_classes
 from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.streams import build_stream
@@ -131,7 +130,7 @@ def _line(tag: str, report: dict) -> str:
 
 @one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="python -m benchmarks.miniature.clap_diagnosis", description=__doc__.split("\n")[0]
     )
     parser.add_argument("--seed", type=int, default=0)

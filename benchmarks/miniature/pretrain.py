@@ -29,6 +29,7 @@ from safetensors.torch import save_file
 from tqdm import tqdm
 
 from benchmarks.backbone import SYNTHETIC_WEIGHTS, TINY_MODEL, encode_clip_text
+from benchmarks.core.errors import CommandParser
 from benchmarks.data.synthetic.captions import pretraining_rng, sample_pretraining_pairs
 from benchmarks.data.transforms import CLIP_MEAN, CLIP_STD
 
@@ -42,9 +43,7 @@ DEFAULT_INIT_LOGIT_SCALE = 100.0
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.miniature.pretrain", description=__doc__.split("\n")[0]
-    )
+    parser = CommandParser(prog="python -m benchmarks.miniature.pretrain", description=__doc__.split("\n")[0])
     parser.add_argument("--steps", type=int, default=1300, help="optimizer steps")
     parser.add_argument("--batch-size", type=int, default=128, help="image-caption pairs per step")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW)")

@@ -38,7 +38,7 @@ from sklearn.linear_model import LogisticRegression
 from torch.utils.data import Dataset
 
 from benchmarks.backbone import BackboneSpec, CLIPBackbone, create_clip
-from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.core.subspace import directional_distance, energy_basis, joint_basis, orthonormal_basis
 from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.datasets import ClassificationData, load_synthetic
@@ -212,9 +212,7 @@ def _verdict(met: bool) -> str:
 
 @one_line_user_errors
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.miniature.report", description=__doc__.split("\n")[0]
-    )
+    parser = CommandParser(prog="python -m benchmarks.miniature.report", description=__doc__.split("\n")[0])
     parser.add_argument(
         "--suite",
         default="smoke-baselines",

@@ -15,7 +15,6 @@ them (``assets/imagenet_r_split_rapf.txt``).
 
 from __future__ import annotations
 
-import argparse
 import json
 import pickle
 import sys
@@ -27,7 +26,7 @@ from PIL import Image
 from tqdm.auto import tqdm
 
 from benchmarks.core.atomic_io import write_json
-from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.data.datasets import FAKE_DATA_MARKER, rapf_split_list
 
 CIFAR100_CLASSES = (
@@ -209,9 +208,7 @@ def make_fake_data(
 
 @one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.tools.fake_data", description=__doc__.split("\n")[0]
-    )
+    parser = CommandParser(prog="python -m benchmarks.tools.fake_data", description=__doc__.split("\n")[0])
     parser.add_argument("--data-root", required=True, help="where to write (a new or a fake-data folder)")
     parser.add_argument(
         "--datasets", default=",".join(DATASETS), help=f"comma-separated subset of {', '.join(DATASETS)}"

@@ -17,7 +17,6 @@ tiny model's 32 px images cost little to load. Weights are random except for the
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import time
@@ -29,6 +28,7 @@ from avalanche.core import SupervisedPlugin
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.core.atomic_io import write_json
 from benchmarks.core.environment import seed_everything
+from benchmarks.core.errors import CommandParser
 from benchmarks.data.datasets import load_dataset
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform, train_transform
@@ -130,9 +130,7 @@ def measure(
 
 
 def main(argv: list[str] | None = None) -> dict:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.tools.loader_speed", description=__doc__.split("\n")[0]
-    )
+    parser = CommandParser(prog="python -m benchmarks.tools.loader_speed", description=__doc__.split("\n")[0])
     parser.add_argument("--model", default=TINY_MODEL)
     parser.add_argument("--workers", default="0,2", help="comma-separated worker counts (default: 0,2)")
     parser.add_argument("--epochs", type=int, default=2)

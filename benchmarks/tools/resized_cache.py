@@ -9,17 +9,16 @@ renames it into place, so a build that dies leaves nothing half written; rerun i
 
 from __future__ import annotations
 
-import argparse
 import sys
 
-from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.data.datasets import DATASETS, FileListDataset, load_dataset
 from benchmarks.data.resized_cache import build_resized_cache, cache_folder, dataset_paths
 
 
 @one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="python -m benchmarks.tools.resized_cache", description=__doc__.split("\n")[0]
     )
     parser.add_argument("datasets", nargs="+", metavar="DATASET", help="folder datasets, e.g. imagenet_r")

@@ -37,7 +37,6 @@ tolerance. Results print as JSON and go to ``--out``.
 
 from __future__ import annotations
 
-import argparse
 import json
 import resource
 import statistics
@@ -54,6 +53,7 @@ from torch.utils.data import TensorDataset
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.backbone.full_tuning import visual_parameters
 from benchmarks.core.atomic_io import write_json
+from benchmarks.core.errors import CommandParser
 from benchmarks.core.precision import PRECISIONS, resolve_precision
 from benchmarks.data.class_orders import seeded_order
 from benchmarks.data.datasets import imagenet_wnid_names, load_dataset
@@ -499,7 +499,7 @@ def main(argv: list[str] | None = None) -> dict:
         from benchmarks.tools import train_speed
 
         return train_speed.main([arg for arg in argv if arg != "--train"])
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="python -m benchmarks.tools.speed",
         description=__doc__.split("\n")[0],
         epilog="--train: training throughput against its ceilings (see --train --help)",

@@ -55,7 +55,7 @@ from tqdm.auto import tqdm
 from benchmarks.backbone import TINY_MODEL
 from benchmarks.core.atomic_io import write_json
 from benchmarks.core.environment import seed_everything
-from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.core.precision import PRECISIONS, loss_scaler
 from benchmarks.data.device_augment import AUGMENT_ON
 from benchmarks.runner.execute import _build_run, preflight, resolve
@@ -482,7 +482,7 @@ def _steps_for(text: str) -> dict[str, int]:
 
 @one_line_user_errors
 def _command(argv: list[str] | None) -> dict:
-    parser = argparse.ArgumentParser(
+    parser = CommandParser(
         prog="python -m benchmarks.tools.speed --train", description=__doc__.split("\n")[0]
     )
     parser.add_argument(

@@ -9,14 +9,13 @@ code, its wall time. Finished runs are kept, so a rerun after a fix walks only w
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import io
 import sys
 import time
 from pathlib import Path
 
-from benchmarks.core.errors import one_line_user_errors
+from benchmarks.core.errors import CommandParser, one_line_user_errors
 from benchmarks.data.datasets import FAKE_DATA_MARKER
 from benchmarks.runner.results import iter_results
 from benchmarks.tools.fake_data import WEIGHTS_FILE, make_fake_data
@@ -28,9 +27,7 @@ REAL_SUITES = ("main", "main-as-published", "seq", "ood", "zeroshot", "ablation"
 def main(argv: list[str] | None = None) -> int:
     from benchmarks import run  # the command line layer: this tool drives it as a user would
 
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.tools.walk", description=__doc__.split("\n")[0]
-    )
+    parser = CommandParser(prog="python -m benchmarks.tools.walk", description=__doc__.split("\n")[0])
     parser.add_argument("--data-root", default="fake-data", help="fake data folder (made if missing)")
     parser.add_argument("--results-dir", default="runs/walk", help="one folder per suite under it")
     parser.add_argument("--suites", default=",".join(REAL_SUITES), help="comma-separated suites")

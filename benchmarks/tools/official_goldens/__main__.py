@@ -2,26 +2,20 @@
 
 from __future__ import annotations
 
-import argparse
 import sys
 from pathlib import Path
 
 import torch
 from tqdm.auto import tqdm
 
-from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.tools.official_goldens import components
 from benchmarks.tools.official_goldens.golden import FIXTURES, save_golden
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, not a usage block
-        raise UserError(f"{message} (see --help)")
-
-
 @one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = _Parser(prog="python -m benchmarks.tools.official_goldens", description=__doc__)
+    parser = CommandParser(prog="python -m benchmarks.tools.official_goldens", description=__doc__)
     parser.add_argument("--official-root", help="folder of the official checkouts (required unless --list)")
     parser.add_argument("--components", help="comma-separated subset (default: all)")
     parser.add_argument("--out", default=str(FIXTURES), help=f"fixture folder (default {FIXTURES})")
