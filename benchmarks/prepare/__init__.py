@@ -23,46 +23,35 @@ from __future__ import annotations
 
 import argparse
 import errno
-import hashlib
-import http.client
 import os
 import re
 import shutil
-import socket
 import sys
-import urllib.error
-import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from tqdm.auto import tqdm
-
 from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.prepare.extract import UnsafeArchiveError, extract
+from benchmarks.prepare.fetch import Archive, Limits, NetworkError, download, file_checksum, local_mirror
+from benchmarks.prepare.lock import describe, lock_path, target_lock
+from benchmarks.runner.locking import read_holder
+
+__all__ = [
+    "Archive",
+    "Limits",
+    "NetworkError",
+    "UnsafeArchiveError",
+    "UserError",
+    "download",
+    "extract",
+    "file_checksum",
+    "main",
+    "targets",
+]
 
 MIRROR_ENV = "CIL_BENCH_MIRROR"
-TIMEOUT_S = 30  # a stalled connection fails after this long: nothing hangs
-_CHUNK = 1 << 20
-
-
-class NetworkError(UserError):
-    """A download that could not reach its server."""
-
-
-@dataclass(frozen=True)
-class Archive:
-    """One file to download: its official URL and checksum (MD5 or SHA-256, hex)."""
-
-    url: str
-    checksum: str
-    algorithm: str = "md5"
-
-    @property
-    def filename(self) -> str:
-        return self.url.rstrip("/").rsplit("/", 1)[-1]
-
-    def source(self, mirror: str | None) -> str:
-        return f"{mirror.rstrip('/')}/{self.filename}" if mirror else self.url
 
 
 def _torchvision_archives() -> dict[str, list[Archive]]:
@@ -81,98 +70,7 @@ IMAGENET_R = Archive(
     "https://people.eecs.berkeley.edu/~hendrycks/imagenet-r.tar", "a61312130a589d0ca1a8fca1f2bd3337"
 )
 
-# --- files: checksums, downloads, staging ---------------------------------------------------------
-
-
-def file_checksum(path: Path, algorithm: str = "md5", progress: bool = False) -> str:
-    digest = hashlib.new(algorithm)
-    with (
-        open(path, "rb") as handle,
-        tqdm(
-            total=path.stat().st_size,
-            unit="B",
-            unit_scale=True,
-            desc=f"checking {path.name}",
-            leave=False,
-            disable=not progress,
-        ) as bar,
-    ):
-        while block := handle.read(_CHUNK):
-            digest.update(block)
-            bar.update(len(block))
-    return digest.hexdigest()
-
-
-def _by_hand(archive: Archive, destination: Path) -> str:
-    return f"download {archive.url} yourself, put it at {destination} and rerun"
-
-
-def download(archive: Archive, destination: Path, mirror: str | None = None, progress: bool = True) -> Path:
-    """Fetch ``archive`` to ``destination``, verified. Bytes go to ``destination.part`` first; a rerun
-    after a cut resumes it with a range request. A checksum mismatch removes the bad file."""
-    if destination.is_file():
-        _verify(archive, destination, progress)
-        return destination
-    destination.parent.mkdir(parents=True, exist_ok=True)
-    part = destination.with_name(destination.name + ".part")
-    url = archive.source(mirror)
-    offset = part.stat().st_size if part.is_file() else 0
-    total = None
-    request = urllib.request.Request(url, headers={"User-Agent": "clip-cil-bench"})
-    if offset:
-        request.add_header("Range", f"bytes={offset}-")
-    try:
-        with urllib.request.urlopen(request, timeout=TIMEOUT_S) as response:
-            if offset and response.status != 206:  # the server ignored the range: start over
-                offset = 0
-            length = response.headers.get("Content-Length")
-            total = offset + int(length) if length is not None else None
-            with (
-                open(part, "ab" if offset else "wb") as out,
-                tqdm(
-                    total=total,
-                    initial=offset,
-                    unit="B",
-                    unit_scale=True,
-                    desc=destination.name,
-                    disable=not progress,
-                ) as bar,
-            ):
-                while block := response.read(_CHUNK):
-                    out.write(block)
-                    bar.update(len(block))
-    except urllib.error.HTTPError as err:
-        if err.code != 416:  # 416: the range starts at the end, i.e. the part is already whole
-            raise NetworkError(
-                f"{url} answered HTTP {err.code} ({err.reason}); {_by_hand(archive, destination)}"
-            )
-    except (urllib.error.URLError, http.client.HTTPException, socket.timeout, ConnectionError) as err:
-        reason = getattr(err, "reason", None) or err
-        kept = (
-            f" (the {part.stat().st_size} bytes received are kept: a rerun resumes)" if part.is_file() else ""
-        )
-        raise NetworkError(
-            f"cannot download {url}: {reason}{kept}; {_by_hand(archive, destination)}"
-        ) from None
-    size = part.stat().st_size
-    if total is not None and size < total:
-        raise NetworkError(
-            f"the download of {url} stopped at {size} of {total} bytes; rerun to resume it, or "
-            f"{_by_hand(archive, destination)}"
-        )
-    _verify(archive, part, progress)
-    os.replace(part, destination)
-    return destination
-
-
-def _verify(archive: Archive, path: Path, progress: bool) -> None:
-    found = file_checksum(path, archive.algorithm, progress)
-    if found != archive.checksum.lower():
-        path.unlink()
-        raise UserError(
-            f"{path.name} fails its {archive.algorithm.upper()} check (expected {archive.checksum}, got "
-            f"{found}); the file was removed, rerun to download it again"
-        )
+# --- staging and installing ------------------------------------------------------------------------
 
 
 class Staging:
@@ -206,10 +104,25 @@ def install(built: Path, final: Path, force: bool = False) -> None:
     os.replace(built, final)
 
 
-def _extract(archive_path: Path, into: Path) -> None:
-    from torchvision.datasets.utils import extract_archive
+@contextmanager
+def _safe_torchvision_extraction() -> Iterator[None]:
+    """torchvision's ImageNet parsers, extracting through ``extract`` instead of tarfile unfiltered
+    (they call ``extract_archive`` by the name their module imported)."""
+    from torchvision.datasets import imagenet
 
-    extract_archive(str(archive_path), str(into))
+    def safe(from_path, to_path=None, remove_finished=False):
+        to_path = os.path.dirname(from_path) if to_path is None else to_path
+        extract(Path(from_path), Path(to_path))
+        if remove_finished:
+            os.remove(from_path)
+        return to_path
+
+    original = imagenet.extract_archive
+    imagenet.extract_archive = safe
+    try:
+        yield
+    finally:
+        imagenet.extract_archive = original
 
 
 # --- targets ----------------------------------------------------------------------------------------
@@ -223,6 +136,7 @@ class Context:
     force: bool = False
     progress: bool = True
     keep_archives: bool = False
+    limits: Limits = field(default_factory=Limits)
 
 
 @dataclass(frozen=True)
@@ -253,18 +167,21 @@ def _download_and_install(
     ctx: Context, name: str, archives: list[Archive], top: str, into_top: bool = False
 ) -> None:
     """Download ``archives`` (verified), extract them all into staging (into ``top/`` itself when
-    the archives hold its subfolders, as Pets' do), then install ``top``."""
-    paths = [download(a, ctx.archives / a.filename, ctx.mirror, ctx.progress) for a in archives]
+    the archives hold its subfolders, as Pets' do), then install ``top``. Only the archives this
+    command downloaded are removed afterwards: one that was there already may be the user's."""
+    theirs = {a.filename for a in archives if (ctx.archives / a.filename).is_file()}
+    paths = [download(a, ctx.archives / a.filename, ctx.mirror, ctx.progress, ctx.limits) for a in archives]
     with Staging(ctx.data_root, name) as staging:
         for path in paths:
-            _extract(path, staging / top if into_top else staging)
+            extract(path, staging / top if into_top else staging)
         built = staging / top
-        if not built.is_dir():
+        if built.is_symlink() or not built.is_dir():
             raise UserError(f"{paths[0].name} does not hold a {top}/ folder; is it the official archive?")
         install(built, ctx.data_root / top, ctx.force)
     if not ctx.keep_archives:
         for path in paths:
-            path.unlink(missing_ok=True)
+            if path.name not in theirs:
+                path.unlink(missing_ok=True)
 
 
 def _cifar_state(ctx: Context) -> str:
@@ -353,14 +270,16 @@ def _prepare_imagenet(ctx: Context) -> None:
                 file=sys.stderr,
             )
         try:
-            imagenet.parse_devkit_archive(str(staging))
-            imagenet.parse_val_archive(str(staging), folder="val")
-            imagenet.parse_train_archive(str(staging), folder="train")
+            with _safe_torchvision_extraction():
+                imagenet.parse_devkit_archive(str(staging))
+                imagenet.parse_val_archive(str(staging), folder="val")
+                imagenet.parse_train_archive(str(staging), folder="train")
         except RuntimeError as err:  # torchvision: "The archive NAME is not present ... or is corrupted"
             named = re.search(r"archive (\S+) is", str(err))
             which = named.group(1) if named else "archive"
             raise UserError(
-                f"{ctx.archives / which} is damaged: it fails torchvision's MD5 check; download it again"
+                f"{ctx.archives / which} is damaged: it fails torchvision's MD5 check; it is left where "
+                "it is: download it again"
             ) from None
         built = staging / "imagenet"
         built.mkdir()
@@ -405,7 +324,7 @@ def _weights_state(ctx: Context) -> str:
 def _prepare_weights(ctx: Context) -> None:
     if ctx.mirror:  # a plain folder: OpenAI's file by name, where the loader looks for it
         _weights_file().unlink(missing_ok=True)  # a corrupt copy
-        download(_weights_archive(), _weights_file(), ctx.mirror, ctx.progress)
+        download(_weights_archive(), _weights_file(), ctx.mirror, ctx.progress, ctx.limits)
         return
     from open_clip.pretrained import download_pretrained
 
@@ -475,6 +394,9 @@ def _list(ctx: Context) -> str:
                 state = (
                     f"missing ({part.stat().st_size} bytes of {archive.filename} downloaded: rerun to resume)"
                 )
+        holder = read_holder(lock_path(_lock_folder(target, ctx), target.name))
+        if holder is not None:
+            state += f" (being prepared by {describe(holder)})"
         lines.append(f"| {target.name} | {state} | {target.where(ctx)} |")
     return "\n".join(lines)
 
@@ -482,6 +404,19 @@ def _list(ctx: Context) -> str:
 class _Parser(argparse.ArgumentParser):
     def error(self, message: str):  # one line, exit 2
         self.exit(2, f"error: {message}; see python -m benchmarks.prepare --help\n")
+
+
+def _number(low: float, strict: bool = False) -> Callable[[str], float]:
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+        if value != value or value < low or (strict and value == low) or value == float("inf"):
+            raise argparse.ArgumentTypeError(f"{text!r} must be {'above' if strict else 'at least'} {low:g}")
+        return value
+
+    return parse
 
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
@@ -503,7 +438,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     parser.add_argument(
         "--mirror",
         default=os.environ.get(MIRROR_ENV),
-        help=f"a plain HTTP folder holding every file by name (default: ${MIRROR_ENV})",
+        help=f"an http(s):// folder, or a local folder, holding every file by name (default: ${MIRROR_ENV})",
     )
     parser.add_argument("--list", action="store_true", help="show what is present, missing or corrupt")
     parser.add_argument(
@@ -511,6 +446,26 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--keep-archives", action="store_true", help="keep downloaded archives after extraction"
+    )
+    parser.add_argument(
+        "--min-rate",
+        type=_number(0),
+        default=Limits.min_rate,
+        metavar="BYTES_PER_S",
+        help="give up a download that averages fewer bytes a second than this over any --rate-window "
+        f"(default: {Limits.min_rate:g}; 0: never)",
+    )
+    parser.add_argument(
+        "--rate-window",
+        type=_number(0, strict=True),
+        default=Limits.window,
+        metavar="SECONDS",
+        help=f"the window --min-rate is measured over (default: {Limits.window:g})",
+    )
+    parser.add_argument(
+        "--no-wait",
+        action="store_true",
+        help="stop in one line if another command is preparing the same target, instead of waiting",
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
@@ -537,6 +492,32 @@ _STORAGE_ERRORS = {
 }
 
 
+def _lock_folder(target: Target, ctx: Context) -> Path:
+    """Where ``target``'s lock lives: beside what it installs (the data root; the weights' cache)."""
+    return target.where(ctx).parent
+
+
+def _prepare_one(target: Target, ctx: Context, args: argparse.Namespace) -> None:
+    """Prepare ``target`` under its lock: its state is read again, since the command that held the
+    lock before may have prepared it meanwhile."""
+    name, state = target.name, target.state(ctx)
+    if state == "present" and not args.force:
+        print(f"{name}: already prepared at {target.where(ctx)}", file=sys.stderr)
+        return
+    if name == "imagenet" and args.all and state == "missing" and not _have_ilsvrc(ctx):
+        print(f"{name}: skipped, its ILSVRC2012 archives are not in {ctx.archives}", file=sys.stderr)
+        return
+    if state.startswith("corrupt") and not args.force:
+        raise UserError(f"{name} at {target.where(ctx)} is {state}; rerun with --force to replace it")
+    target.prepare(ctx)
+    after = target.state(ctx)
+    if after != "present":
+        raise UserError(
+            f"{name}: prepared, but {target.where(ctx)} is {after}; is the archive the official one?"
+        )
+    print(f"{name}: ready at {target.where(ctx)}", file=sys.stderr)
+
+
 @one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
@@ -548,7 +529,11 @@ def main(argv: list[str] | None = None) -> int:
         force=args.force,
         progress=not args.quiet,
         keep_archives=args.keep_archives,
+        limits=Limits(args.min_rate, args.rate_window),
     )
+    folder = local_mirror(ctx.mirror)
+    if folder is not None and not folder.is_dir():
+        raise UserError(f"the mirror folder {folder} does not exist; check --mirror or ${MIRROR_ENV}")
     if args.list:
         print(_list(ctx))
         return 0
@@ -556,22 +541,11 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name in args.targets:
             target = table[name]
-            state = target.state(ctx)
-            if state == "present" and not args.force:
+            if target.state(ctx) == "present" and not args.force:  # installed whole: no lock needed
                 print(f"{name}: already prepared at {target.where(ctx)}", file=sys.stderr)
                 continue
-            if name == "imagenet" and args.all and state == "missing" and not _have_ilsvrc(ctx):
-                print(f"{name}: skipped, its ILSVRC2012 archives are not in {ctx.archives}", file=sys.stderr)
-                continue
-            if state.startswith("corrupt") and not args.force:
-                raise UserError(f"{name} at {target.where(ctx)} is {state}; rerun with --force to replace it")
-            target.prepare(ctx)
-            after = target.state(ctx)
-            if after != "present":
-                raise UserError(
-                    f"{name}: prepared, but {target.where(ctx)} is {after}; is the archive the official one?"
-                )
-            print(f"{name}: ready at {target.where(ctx)}", file=sys.stderr)
+            with target_lock(_lock_folder(target, ctx), name, wait=not args.no_wait):
+                _prepare_one(target, ctx, args)
     except KeyboardInterrupt:
         print("interrupted: rerun the same command; a partial download resumes", file=sys.stderr)
         return 130

@@ -1,0 +1,61 @@
+"""One ``prepare`` per target and data root at a time.
+
+The runner's run lock (``benchmarks.runner.locking``), as it is: a file created exclusively, with
+its holder (host, pid, SLURM job) inside and a heartbeat on its mtime; a lock whose process died on
+this host, or whose heartbeat stopped for five minutes, is taken over. It lives beside the target,
+``DATA_ROOT/.prepare-TARGET.lock`` (the weights': in their cache folder), and is removed when the
+command ends. A second command on the same target waits for the first and says for whom, then finds
+the target prepared; ``--no-wait`` makes it stop in one line instead.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+
+from benchmarks.core.errors import UserError
+from benchmarks.runner.locking import Holder, RunLock, read_holder
+
+POLL_SECONDS = 2.0
+
+
+class TargetBusyError(UserError):
+    """Another command holds the target's lock, and this one was told not to wait."""
+
+
+def lock_path(folder: Path, target: str) -> Path:
+    return folder / f".prepare-{target}.lock"
+
+
+def describe(holder: Holder | None) -> str:
+    if holder is None:
+        return "another command (it just finished)"
+    job = f", SLURM job {holder.job_id}" if holder.job_id else ""
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.since))
+    return f"pid {holder.pid} on {holder.host}{job}, since {since}"
+
+
+@contextmanager
+def target_lock(folder: Path, target: str, wait: bool = True) -> Iterator[None]:
+    """Hold ``target``'s lock in ``folder`` for the block; wait for another holder (saying who, once)
+    or, without ``wait``, raise ``TargetBusyError``."""
+    lock = RunLock(lock_path(folder, target))
+    said = False
+    while not lock.acquire():
+        holder = read_holder(lock.path)
+        if not wait:
+            raise TargetBusyError(
+                f"{target} is being prepared by {describe(holder)} (lock {lock.path}); rerun when it "
+                "is done, or without --no-wait to wait for it"
+            )
+        if not said:
+            print(f"{target}: waiting for {describe(holder)}, which is preparing it", file=sys.stderr)
+            said = True
+        time.sleep(POLL_SECONDS)
+    try:
+        yield
+    finally:
+        lock.release()
