@@ -52,6 +52,8 @@ NAMED_ORDERS: dict[str, tuple[str, tuple[int, ...]]] = {
 }
 
 _SEED_NAME = re.compile(r"seed(-?\d+)")
+#: numpy's ``RandomState`` takes seeds in [0, 2**32)
+_MAX_SEED = 2**32 - 1
 
 
 def seeded_order(n_classes: int, seed: int = 1993) -> list[int]:
@@ -73,7 +75,12 @@ def resolve_class_order(name: str, n_classes: int, dataset: str) -> list[int]:
     """
     match = _SEED_NAME.fullmatch(name)
     if match:
-        return seeded_order(n_classes, int(match.group(1)))
+        seed = int(match.group(1))
+        if not 0 <= seed <= _MAX_SEED:  # numpy refuses it, with a traceback
+            raise UserError(
+                f"class order '{name}': the seed must be between 0 and {_MAX_SEED}; use e.g. seed5"
+            )
+        return seeded_order(n_classes, seed)
     if name in NAMED_ORDERS:
         applies_to, order = NAMED_ORDERS[name]
         if dataset != applies_to or n_classes != len(order):
@@ -83,6 +90,6 @@ def resolve_class_order(name: str, n_classes: int, dataset: str) -> list[int]:
             )
         return list(order)
     raise UserError(
-        f"unknown class order '{name}'; valid: seed1993 (default), seedN for any integer N, "
+        f"unknown class order '{name}'; valid: seed1993 (default), seedN for any N from 0 to {_MAX_SEED}, "
         + ", ".join(f"{n} ({d} only)" for n, (d, _) in NAMED_ORDERS.items())
     )

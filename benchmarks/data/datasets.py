@@ -133,6 +133,13 @@ def _check_choice(dataset: str, option: str, value: Any, valid: tuple[str, ...])
         raise UserError(f"{dataset} option {option}={value!r} is not one of {', '.join(valid)}")
 
 
+def _check_type(dataset: str, option: str, value: Any, kinds: tuple[type, ...], what: str) -> None:
+    """A suite's dataset option of the wrong type (``split_file = 5``): one line, not a traceback
+    from deep inside the loader. ``bool`` is never a number here, although Python counts it as one."""
+    if isinstance(value, bool) or not isinstance(value, kinds):
+        raise UserError(f"{dataset} option {option} must be {what}, not {value!r}")
+
+
 def _require(path: Path, what: str, how: str, is_dir: bool = False) -> None:
     """Raise a one-line ``DataNotFoundError`` unless ``path`` exists (as a folder if ``is_dir``)."""
     if not (path.is_dir() if is_dir else path.is_file()):
@@ -256,7 +263,15 @@ def read_split_list(text: str, source: str) -> dict[str, list[str]]:
         lists = {"train": lines[lines.index("train") + 1 : cut], "test": lines[cut + 1 :]}
     except (KeyError, TypeError):
         raise UserError(f'split file {source} must be JSON {{"train": [paths], "test": [paths]}}') from None
-    return {part: [p for p in paths if p.lower().endswith(IMG_EXTENSIONS)] for part, paths in lists.items()}
+    images = {part: [p for p in paths if p.lower().endswith(IMG_EXTENSIONS)] for part, paths in lists.items()}
+    for part, paths in images.items():
+        if not paths:  # a run would learn, or be evaluated on, nothing
+            dropped = " (none of its entries is an image path)" if lists[part] else ""
+            raise UserError(
+                f"split file {source} lists no {part} images{dropped}; give image paths relative to "
+                "the dataset folder, e.g. n01443537/art_0.jpg"
+            )
+    return images
 
 
 def rapf_split_list() -> dict[str, list[str]]:
@@ -321,8 +336,14 @@ def load_imagenet_r(
     _check_choice("imagenet_r", "split", split, IMAGENET_R_SPLITS)
     _check_choice("imagenet_r", "class_names", class_names, ("openai", "mg_clip"))
     root = _require_root(data_root, "imagenet_r")
+    _check_type("imagenet_r", "split_seed", split_seed, (int,), "an integer")
+    _check_type("imagenet_r", "train_fraction", train_fraction, (int, float), "a number")
+    if split_file is not None:
+        _check_type("imagenet_r", "split_file", split_file, (str, Path), "the path of a split list")
     if not 0.0 < train_fraction < 1.0:
         raise UserError(f"train_fraction must be between 0 and 1, got {train_fraction}")
+    if not 0 <= split_seed < 2**32:  # numpy's RandomState takes no other seed
+        raise UserError(f"imagenet_r option split_seed must be between 0 and {2**32 - 1}, got {split_seed}")
     folder = root / "imagenet-r"
     how = _with_prepare_hint("imagenet_r", root, f"or extract imagenet-r.tar into {root}")
     wnids = _class_folders(folder, "ImageNet-R", how)
@@ -330,7 +351,14 @@ def load_imagenet_r(
     if split_file is not None:
         path = Path(split_file).expanduser()
         _require(path, "ImageNet-R split file", "give an existing split list (JSON or RAPF's text format)")
-        lists = read_split_list(path.read_text(encoding="utf-8"), str(path))
+        try:
+            text = path.read_text(encoding="utf-8")
+        except UnicodeDecodeError as err:
+            raise UserError(
+                f"split file {path} is not UTF-8 text (a bad byte at offset {err.start}); save it as "
+                "UTF-8 (JSON or RAPF's text format)"
+            ) from None
+        lists = read_split_list(text, str(path))
         train, test = _split_from_lists(samples, folder, lists, f"file {path}", partial=False)
     elif split == "rapf":
         # fake data (benchmarks.tools.fake_data) holds a few of the listed images of each class

@@ -56,3 +56,10 @@ def test_unknown_order_names_list_the_valid_ones(name: str) -> None:
     with pytest.raises(UserError, match="valid: seed1993") as error:
         resolve_class_order(name, 100, "cifar100")
     assert "dytox" in str(error.value) and "\n" not in str(error.value)
+
+
+@pytest.mark.parametrize("name", ["seed-5", "seed-1", f"seed{2**32}"])
+def test_a_seed_numpy_cannot_take_is_one_line_not_a_traceback(name: str) -> None:
+    with pytest.raises(UserError, match="between 0 and 4294967295"):
+        resolve_class_order(name, 100, "cifar100")
+    assert resolve_class_order(f"seed{2**32 - 1}", 10, "synthetic") == seeded_order(10, 2**32 - 1)

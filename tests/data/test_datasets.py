@@ -147,6 +147,47 @@ def test_imagenet_r_split_file_overrides_the_split(tmp_path: Path) -> None:
         load_dataset("imagenet_r", tmp_path, split_file=tmp_path / "nope.json")
 
 
+@pytest.mark.parametrize(
+    "content, message",
+    [
+        (b"train\n\xe9t\xe9.jpg\ntest\n", "is not UTF-8 text"),
+        (b"5", "must be JSON"),
+        (b'{"train": [], "test": []}', "lists no train images"),
+        (b"train\ntest\n", "lists no train images"),
+        (b'{"train": [1, 2], "test": [3]}', "none of its entries is an image path"),
+        (b'{"train": ["%s/art_0.png"], "test": []}' % GOLDFISH.encode(), "lists no test images"),
+    ],
+    ids=["latin-1", "a-number", "empty-json", "empty-text", "numbers", "no-test"],
+)
+def test_a_bad_imagenet_r_split_file_is_refused_in_one_line(
+    tmp_path: Path, content: bytes, message: str
+) -> None:
+    _write_imagenet_r(tmp_path, {GOLDFISH: 3, TENCH: 2})
+    split_file = tmp_path / "split.txt"
+    split_file.write_bytes(content)
+    with pytest.raises(UserError, match=message) as refused:
+        load_dataset("imagenet_r", tmp_path, split_file=split_file)
+    assert str(split_file) in str(refused.value) and "\n" not in str(refused.value)
+
+
+@pytest.mark.parametrize(
+    "options, message",
+    [
+        ({"split_file": 5}, "split_file must be the path of a split list, not 5"),
+        ({"split_file": True}, "split_file must be the path of a split list, not True"),
+        ({"split": "stratified", "split_seed": "0"}, "split_seed must be an integer"),
+        ({"split": "stratified", "split_seed": -5}, "split_seed must be between 0 and"),
+        ({"split": "stratified", "train_fraction": "0.8"}, "train_fraction must be a number"),
+    ],
+)
+def test_an_imagenet_r_option_of_the_wrong_type_is_one_line(
+    tmp_path: Path, options: dict, message: str
+) -> None:
+    _write_imagenet_r(tmp_path, {GOLDFISH: 3, TENCH: 2})
+    with pytest.raises(UserError, match=message):
+        load_dataset("imagenet_r", tmp_path, **options)
+
+
 # --- ImageNet-100 / ImageNet-1K -----------------------------------------------------------------
 
 
