@@ -63,7 +63,13 @@ from analysis.statistics import (
     task_accuracies,
 )
 from benchmarks.core.atomic_io import atomic_write_text
-from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
+from benchmarks.core.errors import (
+    CommandParser,
+    UserError,
+    one_line_storage_errors,
+    one_line_user_errors,
+    output_folder,
+)
 from benchmarks.core.metrics import average_forgetting, backward_transfer
 from benchmarks.data.protocols import DEFAULT_PROTOCOL
 from benchmarks.runner.results import (
@@ -84,6 +90,8 @@ METRICS = {
 TASK_METRICS = {"forgetting": average_forgetting, "bwt": backward_transfer}
 LOWER_IS_BETTER = frozenset({"forgetting"})  # a strategy that forgets less is the better one
 DRAWS = 2000
+#: fewer bootstrap replicates than this give no usable 95 % interval
+MIN_DRAWS = 100
 METHOD = (
     "paired bootstrap over seeds and test images (both strategies on the same resampled images), "
     f"{CONFIDENCE:.0%} percentile interval; detectable: {POWER:.0%} power at {CONFIDENCE:.0%}"
@@ -662,12 +670,19 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def check_draws(draws: int) -> None:
+    """Refuse a bootstrap too small for a 95 % interval (0 or fewer replicates included)."""
+    if draws < MIN_DRAWS:
+        raise UserError(f"--draws {draws} is too few for a 95 % interval; use at least {MIN_DRAWS}")
+
+
 @one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     problems: list[str] = []
-    if args.draws < 100:
-        raise UserError(f"--draws {args.draws} is too few for a 95 % interval; use at least 100")
+    check_draws(args.draws)
+    # checked before the bootstrap: a file in the way would otherwise stop it after all the work
+    out = output_folder(args.out, "--out") if args.out else Path(args.results_dir[0]) / "compare"
     comparisons = compare_all(
         args.results_dir,
         args.baseline,
@@ -680,9 +695,8 @@ def main(argv: list[str] | None = None) -> int:
     for line in problems:
         print(f"warning: {line}", file=sys.stderr)
     print(render_markdown(comparisons), end="")
-    paths = write_comparison(
-        comparisons, Path(args.out) if args.out else Path(args.results_dir[0]) / "compare", problems
-    )
+    with one_line_storage_errors("write the comparison", "free space, fix permissions or give another --out"):
+        paths = write_comparison(comparisons, out, problems)
     print(f"wrote {len(paths)} files to {paths[0].parent}", file=sys.stderr)
     if (refusal := unpaired_refusal(comparisons)) is not None:
         print(f"error: {refusal}", file=sys.stderr)

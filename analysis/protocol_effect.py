@@ -20,11 +20,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.compare import DRAWS, METRICS, TASK_METRICS, Run, load_runs
+from analysis.compare import DRAWS, METRICS, TASK_METRICS, Run, check_draws, load_runs
 from analysis.formatting import MISSING, latex_table, markdown_table, mean_std_cell, population_std
 from analysis.statistics import bootstrap_stage_means, interval, metric_of_stages
 from benchmarks.core.atomic_io import atomic_write_text
-from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
+from benchmarks.core.errors import (
+    CommandParser,
+    UserError,
+    one_line_storage_errors,
+    one_line_user_errors,
+    output_folder,
+)
 from benchmarks.data.protocols import DEFAULT_PROTOCOL
 from benchmarks.runner.results import not_a_measurement
 
@@ -135,10 +141,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", help="folder for the table (default: the --as-published folder)")
     parser.add_argument("--draws", type=int, default=DRAWS, help=f"bootstrap replicates (default {DRAWS})")
     args = parser.parse_args(argv)
+    check_draws(args.draws)
+    out = output_folder(args.out or args.as_published, "--out" if args.out else "--as-published")
     frame, notes = protocol_effect(args.one_protocol, args.as_published, args.draws)
     for line in notes:
         print(f"note: {line}", file=sys.stderr)
-    paths = write_protocol_effect(frame, Path(args.out or args.as_published), notes)
+    with one_line_storage_errors("write the table", "free space, fix permissions or give another --out"):
+        paths = write_protocol_effect(frame, out, notes)
     print(markdown_table(frame.set_index("strategy"), index_name="strategy"), end="")
     print(f"wrote {len(paths)} files to {paths[0].parent}", file=sys.stderr)
     return 0

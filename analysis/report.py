@@ -32,7 +32,7 @@ from typing import Callable, Iterable
 from analysis import figures
 from analysis.paper_tables import TABLES, MissingInputs, load_inputs, load_paper_reference
 from benchmarks.core.atomic_io import atomic_write_text
-from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
+from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors, output_folder
 from benchmarks.runner.results import LoadedResults
 
 
@@ -208,9 +208,10 @@ def main(argv: list[str] | None = None) -> int:
         help="main-as-published's results: adds the table of how much the protocol moves each row",
     )
     args = parser.parse_args(argv)
+    out = output_folder(args.out, "--out")  # before any table is built, not after
     items = build_report(
         args.results_dir,
-        args.out,
+        out,
         with_paper=not args.no_paper,
         log=lambda line: print(line, file=sys.stderr),
         only=args.only.split(",") if args.only else None,
@@ -218,7 +219,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     for item in items:
         print(item, file=sys.stdout if item.written else sys.stderr)
-    print(f"report: {Path(args.out) / 'report.md'}")
+    print(f"report: {out / 'report.md'}")
     return 0
 
 

@@ -9,9 +9,11 @@ message states the cause and the fix.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import errno
 import functools
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Callable
 
@@ -66,22 +68,28 @@ class CommandParser(argparse.ArgumentParser):
 
 
 def output_folder(path: str | Path, flag: str) -> Path:
-    """``path`` as the folder a command writes into; refused in one line when it is a file (the
-    command would otherwise fail half-way, after its work)."""
+    """``path`` as the folder a command writes into; refused in one line when it, or the folder it
+    would be made in, is a file (the command would otherwise fail half-way, after its work)."""
     folder = Path(path).expanduser()
-    if folder.exists() and not folder.is_dir():
-        raise UserError(f"{flag} {folder} is a file, not a folder; give a folder (new or existing)")
+    existing = next(p for p in (folder, *folder.absolute().parents) if p.exists())
+    if not existing.is_dir():  # the folder itself, or a folder it would be made in
+        where = "" if existing == folder else f" under {existing}, which"
+        raise UserError(f"{flag} {folder}{where} is a file, not a folder; give a folder (new or existing)")
     return folder
 
 
-def storage_error(err: OSError, what: str, fix: str) -> UserError | None:
-    """The one-line ``UserError`` for an ``OSError`` that is a storage problem (``STORAGE_ERRORS``):
-    ``cannot <what> (<file>): <cause>; <fix>``. ``None`` for any other ``OSError``: a bug, to be
-    raised as it is."""
-    if err.errno not in STORAGE_ERRORS:
-        return None
-    where = f" ({err.filename})" if err.filename else ""
-    return UserError(f"cannot {what}{where}: {err.strerror}; {fix}")
+@contextlib.contextmanager
+def one_line_storage_errors(what: str, fix: str) -> Iterator[None]:
+    """Inside the block, an ``OSError`` that is a storage problem (``STORAGE_ERRORS``) becomes the
+    one-line ``UserError`` ``cannot <what> (<file>): <cause>; <fix>``. Any other ``OSError`` is a
+    bug and passes as it is."""
+    try:
+        yield
+    except OSError as err:
+        if err.errno not in STORAGE_ERRORS:
+            raise
+        where = f" ({err.filename})" if err.filename else ""
+        raise UserError(f"cannot {what}{where}: {err.strerror}; {fix}") from None
 
 
 def one_line_warning(message, category, filename, lineno, line=None) -> str:
