@@ -33,9 +33,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.core.errors import UserError, one_line_user_errors
-from benchmarks.prepare.extract import UnsafeArchiveError, extract
 from benchmarks.prepare.fetch import Archive, Limits, NetworkError, download, file_checksum, local_mirror
 from benchmarks.prepare.lock import describe, lock_path, target_lock
+from benchmarks.prepare.safe_extract import UnsafeArchiveError, extract
 from benchmarks.runner.locking import read_holder
 
 __all__ = [

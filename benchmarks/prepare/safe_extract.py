@@ -3,7 +3,7 @@
 An archive that passes its checksum is still only as safe as whoever made it (a mirror, a copy put
 in by hand), so every member is checked just before it is written, with what is already on disk
 (symlinks extracted earlier) taken into account. Refused, and the whole extraction stopped: an
-absolute path, a path that leaves the folder (``..``, or through a symlink), a symlink or hard link
+absolute path, a ``..`` in a path, a path that leaves the folder through a symlink, a symlink or hard link
 whose target leaves the folder, a device file and a FIFO. Kept, but without their setuid, setgid
 and sticky bits (and group/other write): everything else.
 
@@ -68,8 +68,18 @@ def extract(archive: Path, into: Path) -> None:
         raise UserError(f"{archive.name} is neither a tar nor a zip archive; is it the official file?")
 
 
+def _check_name(name: str, archive: Path) -> None:
+    """Refuse an absolute name (the data filter would strip its ``/`` and extract it) and any ``..``
+    component, even one that stays inside: no official archive has one."""
+    if name.startswith(("/", "\\")) or os.path.isabs(name) or (len(name) > 1 and name[1] == ":"):
+        raise UnsafeArchiveError(archive, name, "an absolute path")
+    if ".." in name.replace("\\", "/").split("/"):
+        raise UnsafeArchiveError(archive, name, "a '..' in its path")
+
+
 def _extract_tar_filtered(tar: tarfile.TarFile, archive: Path, into: Path) -> None:
     def data_filter(member: tarfile.TarInfo, dest: str) -> tarfile.TarInfo:
+        _check_name(member.name, archive)
         try:
             return tarfile.data_filter(member, dest)
         except tarfile.FilterError as err:
@@ -87,8 +97,7 @@ def _checked_member(member: tarfile.TarInfo, dest: str, archive: Path) -> tarfil
     """The rules of the ``data`` filter, for a Python without it: ``member`` (a copy, with a safe
     mode) if it may be extracted into ``dest`` (a real path), else ``UnsafeArchiveError``."""
     name = member.name
-    if name.startswith(("/", os.sep)) or os.path.isabs(name):
-        raise UnsafeArchiveError(archive, name, "an absolute path")
+    _check_name(name, archive)
     # realpath follows the symlinks already extracted: a file written through one is caught here
     if not _inside(os.path.realpath(os.path.join(dest, name)), dest):
         raise UnsafeArchiveError(archive, name, "it would be written outside the folder")
@@ -139,11 +148,8 @@ def _extract_zip(archive: Path, into: Path) -> None:
         for info in bundle.infolist():
             name = info.filename
             kind = stat.S_IFMT(info.external_attr >> 16)
-            if name.startswith(("/", "\\")) or os.path.isabs(name) or (len(name) > 1 and name[1] == ":"):
-                raise UnsafeArchiveError(archive, name, "an absolute path")
-            if ".." in name.replace("\\", "/").split("/") or not _inside(
-                os.path.realpath(os.path.join(dest, name)), dest
-            ):
+            _check_name(name, archive)
+            if not _inside(os.path.realpath(os.path.join(dest, name)), dest):
                 raise UnsafeArchiveError(archive, name, "it would be written outside the folder")
             if kind not in (0, stat.S_IFREG, stat.S_IFDIR):  # a symlink, device or FIFO entry
                 raise UnsafeArchiveError(archive, name, "not a plain file or folder")
