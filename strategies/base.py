@@ -87,6 +87,8 @@ class CLIPStrategy(SupervisedTemplate):
     #: (``pack_state``): tensors, lists or dicts of tensors, modules, lists of dataclasses, JSON
     #: values, or None
     checkpoint_attributes: ClassVar[tuple[str, ...]] = ()
+    #: the class ids learned so far, in the order learned (set per instance)
+    seen_classes: list[int]
     #: its loaders finish ``DevicePending`` items on the device (``strategies.contract``)
     finishes_pending_images: ClassVar[bool] = True
     #: a suite's Avalanche plugins attach to it (``strategies.plugins``)

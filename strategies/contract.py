@@ -120,11 +120,11 @@ _FRAMEWORK_MARKS = (
 
 
 def missing(cls: type) -> list[str]:
-    """The required members class ``cls`` lacks (``seen_classes`` counts when it is set in
-    ``__init__``, so it is looked for in the class and in its ``__init__``'s code)."""
+    """The required members class ``cls`` lacks (an attribute counts when a class of its MRO
+    declares it, ``seen_classes: list[int]``, or its ``__init__``'s code sets it)."""
     absent = []
     for name in REQUIRED:
-        if hasattr(cls, name):
+        if hasattr(cls, name) or any(name in vars(k).get("__annotations__", {}) for k in cls.__mro__):
             continue
         if name == "seen_classes" and _assigns_in_init(cls, name):
             continue

@@ -99,6 +99,7 @@ class FrameworkAdapter:
     wrapped: ClassVar[type]
     finishes_pending_images: ClassVar[bool] = False
     checkpoint_attributes: ClassVar[tuple[str, ...]] = ("seen_classes",)
+    seen_classes: list[int]  # set per instance
 
     def __init__(
         self,
