@@ -22,7 +22,6 @@ with the same checksums. Mistakes and a missing network print one line and exit 
 from __future__ import annotations
 
 import argparse
-import errno
 import os
 import re
 import shutil
@@ -32,7 +31,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.core.errors import STORAGE_ERRORS, CommandParser, UserError, one_line_user_errors
 from benchmarks.prepare.fetch import Archive, Limits, NetworkError, download, file_checksum, local_mirror
 from benchmarks.prepare.lock import describe, lock_path, target_lock
 from benchmarks.prepare.safe_extract import UnsafeArchiveError, extract
@@ -401,11 +400,6 @@ def _list(ctx: Context) -> str:
     return "\n".join(lines)
 
 
-class _Parser(argparse.ArgumentParser):
-    def error(self, message: str):  # one line, exit 2
-        self.exit(2, f"error: {message}; see python -m benchmarks.prepare --help\n")
-
-
 def _number(low: float, strict: bool = False) -> Callable[[str], float]:
     def parse(text: str) -> float:
         try:
@@ -421,7 +415,7 @@ def _number(low: float, strict: bool = False) -> Callable[[str], float]:
 
 def parse_args(argv: list[str] | None) -> argparse.Namespace:
     names = list(targets())
-    parser = _Parser(
+    parser = CommandParser(
         prog="python -m benchmarks.prepare",
         description=__doc__.split("\n")[0],
         epilog="targets: "
@@ -478,18 +472,6 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args.targets = list(dict.fromkeys(wanted))
     args.all = "all" in args.targets or set(args.targets) == set(names)
     return args
-
-
-# a full disk, a folder one may not write, or a data root under a file: the machine's problem
-_STORAGE_ERRORS = {
-    errno.ENOSPC,
-    errno.EDQUOT,
-    errno.EACCES,
-    errno.EPERM,
-    errno.EROFS,
-    errno.ENOTDIR,
-    errno.EEXIST,
-}
 
 
 def _lock_folder(target: Target, ctx: Context) -> Path:
@@ -550,7 +532,7 @@ def main(argv: list[str] | None = None) -> int:
         print("interrupted: rerun the same command; a partial download resumes", file=sys.stderr)
         return 130
     except OSError as err:
-        if err.errno not in _STORAGE_ERRORS:
+        if err.errno not in STORAGE_ERRORS:  # a full disk, a folder one may not write
             raise
         where = f" ({err.filename})" if err.filename else ""
         raise UserError(
