@@ -30,12 +30,13 @@ from pathlib import Path
 
 import numpy as np
 import PIL
-from PIL import Image
+from PIL import Image, UnidentifiedImageError
 from torch.utils.data import Dataset
 from torchvision import transforms as T
 from torchvision.datasets.folder import default_loader
 from tqdm.auto import tqdm
 
+from benchmarks.core.errors import UserError
 from benchmarks.data.datasets import FileListDataset
 
 CACHE_FOLDER = ".resized"
@@ -61,6 +62,25 @@ def cache_folder(data_root: str | Path, dataset: str, paths: Sequence[str], imag
     return Path(data_root) / CACHE_FOLDER / f"{dataset}-{image_size}px-{cache_key(paths, image_size)}"
 
 
+def _decode(path: str) -> Image.Image:
+    """The RGB pixels of ``path``. A file PIL cannot decode (empty, truncated, not an image) is a
+    one-line ``UserError`` that names it: the file is the problem, not the cache being written."""
+    try:
+        return default_loader(path)  # converts to RGB, so a truncated file fails here, not later
+    except (OSError, SyntaxError, ValueError, Image.DecompressionBombError) as err:
+        if isinstance(err, OSError) and err.errno is not None:  # cannot open it: no such file, no permission
+            reason = err.strerror
+        elif os.path.getsize(path) == 0:
+            reason = "the file is empty (0 bytes)"
+        elif isinstance(err, UnidentifiedImageError):
+            reason = "not an image PIL can decode"
+        else:
+            reason = f"the image is truncated or damaged (PIL: {err})"  # e.g. "Truncated File Read"
+        raise UserError(
+            f"cannot read image {path}: {reason}; replace the file (or prepare the dataset again) and rerun"
+        ) from None
+
+
 def build_resized_cache(paths: Sequence[str], image_size: int, folder: Path, progress: bool = True) -> Path:
     """Decode and resize every image of ``paths`` (RGB, bicubic, shorter side ``image_size``) into
     ``folder``, written beside it and renamed into place when complete: a build that dies leaves
@@ -76,7 +96,7 @@ def build_resized_cache(paths: Sequence[str], image_size: int, folder: Path, pro
     try:
         with open(building / "pixels.u8", "wb") as pixels:
             for i, path in enumerate(tqdm(paths, desc=f"{folder.name}: resizing", disable=not progress)):
-                image = np.asarray(resize(default_loader(path)), dtype=np.uint8)
+                image = np.asarray(resize(_decode(path)), dtype=np.uint8)
                 pixels.write(image.tobytes())
                 index[i] = (offset, image.shape[0], image.shape[1])
                 offset += image.size

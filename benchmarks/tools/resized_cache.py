@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import sys
 
-from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
+from benchmarks.core.errors import CommandParser, UserError, one_line_storage_errors, one_line_user_errors
 from benchmarks.data.datasets import DATASETS, FileListDataset, load_dataset
 from benchmarks.data.resized_cache import build_resized_cache, cache_folder, dataset_paths
 
@@ -36,13 +36,9 @@ def main(argv: list[str] | None = None) -> int:
         train = data.train.samples if isinstance(data.train, FileListDataset) else None
         paths = dataset_paths(data.test.samples, train)
         folder = cache_folder(args.data_root, name, paths, args.image_size)
-        try:
+        # a file that will not decode is a UserError naming it; here only the writing can fail
+        with one_line_storage_errors("write the cache", "free space or use another --data-root"):
             build_resized_cache(paths, args.image_size, folder)
-        except OSError as err:
-            where = f" ({err.filename})" if err.filename else ""
-            raise UserError(
-                f"cannot write the cache{where}: {err.strerror}; free space or use another --data-root"
-            )
         print(f"{name}: {len(paths)} images at {args.image_size} px in {folder}", file=sys.stderr)
     return 0
 

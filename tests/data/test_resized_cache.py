@@ -10,7 +10,13 @@ import torch
 from PIL import Image
 from torch.utils.data import default_collate
 
-from benchmarks.data.datasets import ClassificationData, FileListDataset, load_dataset
+from benchmarks.data.datasets import (
+    FAKE_DATA_MARKER,
+    ClassificationData,
+    FileListDataset,
+    load_dataset,
+    rapf_split_list,
+)
 from benchmarks.data.device_augment import finish_batch, stream_transforms
 from benchmarks.data.resized_cache import (
     CachedImages,
@@ -117,3 +123,37 @@ def test_the_command_names_what_it_cannot_cache(tmp_path, capsys):
     assert "held in memory" in capsys.readouterr().err
     assert resized_cache.main(["imagenet_s", "--data-root", str(tmp_path)]) == 2
     assert "unknown dataset 'imagenet_s'" in capsys.readouterr().err
+
+
+def _tiny_imagenet_r(root) -> list:
+    """A fake-data root holding the first RAPF-listed train and test image of two classes."""
+    lists = rapf_split_list()
+    wnids = sorted({path.split("/")[0] for path in lists["train"]})[:2]
+    paths = [
+        next(p for p in lists[part] if p.startswith(w + "/")) for w in wnids for part in ("train", "test")
+    ]
+    for i, relative in enumerate(paths):
+        (root / "imagenet-r" / relative).parent.mkdir(parents=True, exist_ok=True)
+        Image.fromarray(np.full((40, 50, 3), 20 * i, dtype=np.uint8)).save(root / "imagenet-r" / relative)
+    (root / FAKE_DATA_MARKER).write_text("{}")
+    return [root / "imagenet-r" / p for p in paths]
+
+
+@pytest.mark.parametrize(
+    "damage, cause",
+    [
+        (lambda data: b"", "the file is empty (0 bytes)"),
+        (lambda data: data[: len(data) // 2], "the image is truncated or damaged"),
+        (lambda data: data[:-30], "the image is truncated or damaged"),
+        (lambda data: b"not a picture at all", "not an image PIL can decode"),
+    ],
+    ids=["empty", "half", "end-cut", "not-an-image"],
+)
+def test_a_file_that_will_not_decode_is_named_with_its_cause(tmp_path, capsys, damage, cause):
+    files = _tiny_imagenet_r(tmp_path)
+    files[1].write_bytes(damage(files[1].read_bytes()))
+    assert resized_cache.main(["imagenet_r", "--data-root", str(tmp_path), "--image-size", "32"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()  # the progress bar's lines, then the error
+    assert err[-1].startswith(f"error: cannot read image {files[1]}: {cause}"), err
+    assert [line for line in err if "error" in line] == err[-1:] and "cannot write the cache" not in err[-1]
+    assert list((tmp_path / ".resized").iterdir()) == []  # nothing half-built left behind
