@@ -4,7 +4,9 @@ Every real dataset in the layout its loader reads (``benchmarks.data.datasets``)
 class lists and a few random images a class, and a randomly initialised ``ViT-B-16-quickgelu``
 weight file. With them, ``--fast-dev-run`` walks every real suite on a machine without the data or
 the weights (``docs/running.md``). The root is marked with ``FAKE_DATA.json``: checksums are not
-checked there and every result computed on it says ``config.fake_data``.
+checked there and every result computed on it says ``config.fake_data``. So it writes only into a
+new folder or one it made: a root that holds any real dataset (a dataset folder the marker does not
+list as its own, or ``prepare``'s archives) is refused, and left as it was.
 
 Class lists: CIFAR-100's 100 fine labels, Food-101's 101 dishes and the 37 Oxford-IIIT Pets breeds
 as their official metadata lists them; ImageNet's 1000 wnids (``assets/imagenet_wnids.json``);
@@ -62,8 +64,20 @@ PETS_BREEDS = (
     "Sphynx staffordshire_bull_terrier wheaten_terrier yorkshire_terrier"
 ).split()
 
-DATASETS = ("cifar100", "imagenet_r", "imagenet", "pets", "food101")
+#: the folder each dataset's loader reads under the data root (``benchmarks.data.datasets``)
+DATASET_FOLDERS = {
+    "cifar100": "cifar-100-python",
+    "imagenet_r": "imagenet-r",
+    "imagenet": "imagenet",
+    "pets": "oxford-iiit-pet",
+    "food101": "food-101",
+}
+DATASETS = tuple(DATASET_FOLDERS)
+#: what ``python -m benchmarks.prepare`` leaves beside real data: its downloads and its staging folders
+PREPARE_TRACES = ("archives", ".prepare-*")
 WEIGHTS_FILE = "ViT-B-16-quickgelu-random.safetensors"
+#: the marker's ``generator``: the folders of a marker this tool did not write are not its own
+GENERATOR = "benchmarks.tools.fake_data"
 
 
 def _wnids(asset: str) -> list[str]:
@@ -78,7 +92,7 @@ def _jpeg(path: Path, rng: np.random.RandomState) -> None:
 
 def write_cifar100(root: Path, n_train: int, n_test: int, rng: np.random.RandomState) -> Path:
     """``cifar-100-python/{train,test,meta}``: the official pickles' keys, 32x32 random images."""
-    base = root / "cifar-100-python"
+    base = root / DATASET_FOLDERS["cifar100"]
     base.mkdir(parents=True, exist_ok=True)
     with open(base / "meta", "wb") as handle:
         coarse = [f"superclass_{i}" for i in range(20)]
@@ -101,7 +115,7 @@ def write_imagenet_r(root: Path, n_train: int, n_test: int, rng: np.random.Rando
     """``imagenet-r/<wnid>/*.jpg`` for the 200 ImageNet-R wnids, named as the shipped RAPF split
     lists them: each class's first ``n_train`` train and ``n_test`` test files, so that both the
     list (``split = "rapf"``) and the stratified split walk."""
-    base = root / "imagenet-r"
+    base = root / DATASET_FOLDERS["imagenet_r"]
     lists = rapf_split_list()
     for wnid in _wnids("imagenet_r_wnids.json"):
         (base / wnid).mkdir(parents=True, exist_ok=True)
@@ -117,7 +131,7 @@ def write_imagenet_r(root: Path, n_train: int, n_test: int, rng: np.random.Rando
 
 def write_imagenet(root: Path, n_train: int, n_val: int, rng: np.random.RandomState) -> Path:
     """``imagenet/{train,val}/<wnid>/*.JPEG`` for all 1000 wnids (as ``prepare imagenet`` leaves them)."""
-    base = root / "imagenet"
+    base = root / DATASET_FOLDERS["imagenet"]
     for wnid in tqdm(_wnids("imagenet_wnids.json"), desc="fake imagenet", leave=False):
         for split, count in (("train", n_train), ("val", n_val)):
             (base / split / wnid).mkdir(parents=True, exist_ok=True)
@@ -128,7 +142,7 @@ def write_imagenet(root: Path, n_train: int, n_val: int, rng: np.random.RandomSt
 
 def write_pets(root: Path, n_train: int, n_test: int, rng: np.random.RandomState) -> Path:
     """``oxford-iiit-pet/{images,annotations}``: ``<Breed>_<n>.jpg`` and the split lists."""
-    base = root / "oxford-iiit-pet"
+    base = root / DATASET_FOLDERS["pets"]
     (base / "images").mkdir(parents=True, exist_ok=True)
     (base / "annotations").mkdir(parents=True, exist_ok=True)
     for split, count, offset in (("trainval", n_train, 0), ("test", n_test, n_train)):
@@ -144,7 +158,7 @@ def write_pets(root: Path, n_train: int, n_test: int, rng: np.random.RandomState
 
 def write_food101(root: Path, n_train: int, n_test: int, rng: np.random.RandomState) -> Path:
     """``food-101/{images/<dish>/*.jpg, meta/{train,test}.json}``."""
-    base = root / "food-101"
+    base = root / DATASET_FOLDERS["food101"]
     (base / "meta").mkdir(parents=True, exist_ok=True)
     splits: dict[str, dict[str, list[str]]] = {"train": {}, "test": {}}
     for dish in FOOD101_CLASSES:
@@ -175,6 +189,31 @@ def write_random_weights(path: Path, seed: int = 0, model: str = "ViT-B-16-quick
     return path
 
 
+def _own_folders(root: Path) -> set[str]:
+    """The dataset folders that ``root``'s marker lists as written (or being written) by this tool;
+    none where there is no marker, or one this tool did not write."""
+    try:
+        record = json.loads((root / FAKE_DATA_MARKER).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return set()
+    if not isinstance(record, dict) or record.get("generator") != GENERATOR:
+        return set()
+    listed = record.get("datasets")
+    return {str(folder) for folder in listed.values()} if isinstance(listed, dict) else set()
+
+
+def real_data_in(root: Path) -> list[str]:
+    """What under ``root`` is not fake data of this tool: every dataset folder it can write that the
+    marker does not list as its own, whichever datasets are asked for now, and ``prepare``'s traces."""
+    own = _own_folders(root)
+    found = [
+        f"{folder}/" for folder in DATASET_FOLDERS.values() if (root / folder).exists() and folder not in own
+    ]
+    for pattern in PREPARE_TRACES:
+        found += sorted(f"{path.name}/" for path in root.glob(pattern))
+    return found
+
+
 def make_fake_data(
     root: Path,
     datasets: tuple[str, ...] = DATASETS,
@@ -183,7 +222,14 @@ def make_fake_data(
     seed: int = 0,
     weights: bool = True,
 ) -> dict:
-    """Write the fake datasets and weights under ``root``; returns what ``FAKE_DATA.json`` records."""
+    """Write the fake datasets and weights under ``root``; returns what ``FAKE_DATA.json`` records.
+    A root that holds real data (``real_data_in``) is refused with a ``UserError`` before anything
+    is written."""
+    if real := real_data_in(root):  # checked before anything is written: a refusal changes nothing
+        raise UserError(
+            f"{root} holds real data ({', '.join(real)}), and its checksums would go unchecked beside "
+            f"fake data marked {FAKE_DATA_MARKER}; choose another --data-root (a new folder)"
+        )
     rng = np.random.RandomState(seed)
     writers = {
         "cifar100": lambda: write_cifar100(root, train_per_class, test_per_class, rng),
@@ -193,12 +239,16 @@ def make_fake_data(
         "food101": lambda: write_food101(root, train_per_class, test_per_class, rng),
     }
     root.mkdir(parents=True, exist_ok=True)
-    record = {"generator": "benchmarks.tools.fake_data", "seed": seed, "datasets": {}}
-    write_json(
-        root / FAKE_DATA_MARKER, record
-    )  # first: a killed generation leaves a folder a rerun completes
+    # Written first, listing what is about to be written besides what an earlier call wrote: a killed
+    # generation leaves a folder that a rerun recognises as its own and completes.
+    earlier = {
+        name: DATASET_FOLDERS[name] for name in DATASETS if DATASET_FOLDERS[name] in _own_folders(root)
+    }
+    planned = {**earlier, **{name: DATASET_FOLDERS[name] for name in datasets}}
+    record = {"generator": GENERATOR, "seed": seed, "datasets": planned}
+    write_json(root / FAKE_DATA_MARKER, record)
     for name in tqdm(datasets, desc="fake data"):
-        record["datasets"][name] = str(writers[name]().relative_to(root))
+        writers[name]()
     record.update(train_per_class=train_per_class, test_per_class=test_per_class)
     if weights:
         record["weights"] = str(write_random_weights(root / WEIGHTS_FILE, seed))
@@ -218,18 +268,15 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--no-weights", action="store_true", help="skip the random ViT-B/16 weight file")
     args = parser.parse_args(argv)
-    root = Path(args.data_root).expanduser()
-    datasets = tuple(d for d in args.datasets.split(",") if d)
+    datasets = tuple(dict.fromkeys(d for d in args.datasets.split(",") if d))
     unknown = sorted(set(datasets) - set(DATASETS))
     if unknown:
         raise UserError(f"unknown dataset {unknown[0]!r}; valid: {', '.join(DATASETS)}")
+    if not datasets:
+        raise UserError(f"--datasets names no dataset; give some of {', '.join(DATASETS)}")
     if args.train_per_class < 1 or args.test_per_class < 1:
         raise UserError("--train-per-class and --test-per-class must be at least 1")
-    real = [p for p in ("cifar-100-python", "imagenet", "imagenet-r") if (root / p).exists()]
-    if real and not (root / FAKE_DATA_MARKER).is_file():
-        raise UserError(
-            f"{root} already holds {real[0]}/ and is not a fake-data folder; choose another --data-root"
-        )
+    root = Path(args.data_root).expanduser()
     try:
         record = make_fake_data(
             root, datasets, args.train_per_class, args.test_per_class, args.seed, weights=not args.no_weights

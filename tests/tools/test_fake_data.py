@@ -42,12 +42,63 @@ def test_class_lists_have_their_official_sizes():
     assert len(set(imagenet_r)) == 200 and set(imagenet_r) <= set(fake_data._wnids("imagenet_wnids.json"))
 
 
-def test_it_never_writes_into_a_real_data_folder(tmp_path, capsys):
-    (tmp_path / "cifar-100-python").mkdir()
-    assert fake_data.main(["--data-root", str(tmp_path), "--datasets", "pets", "--no-weights"]) == 2
+def _snapshot(root) -> dict[str, bytes | None]:
+    """Every path under ``root`` with its bytes (None for a folder): what a refusal must not change."""
+    return {
+        path.relative_to(root).as_posix(): None if path.is_dir() else path.read_bytes()
+        for path in sorted(root.rglob("*"))
+    }
+
+
+REAL_DATA = [*fake_data.DATASET_FOLDERS.values(), "archives", ".prepare-pets"]
+
+
+@pytest.mark.parametrize("asked", ["pets", "food101", "cifar100,imagenet_r"])
+@pytest.mark.parametrize("real", REAL_DATA)
+def test_it_refuses_a_root_with_any_real_dataset_and_changes_nothing(tmp_path, capsys, real, asked):
+    # a real dataset's own file, e.g. Pets' annotations/test.txt, whatever the datasets asked for
+    (tmp_path / real / "annotations").mkdir(parents=True)
+    (tmp_path / real / "annotations" / "test.txt").write_text("Abyssinian_100 1 1 1\n")
+    before = _snapshot(tmp_path)
+    assert fake_data.main(["--data-root", str(tmp_path), "--datasets", asked, "--no-weights"]) == 2
     err = capsys.readouterr().err
-    assert err.count("\n") == 1 and "is not a fake-data folder" in err
-    assert not (tmp_path / "oxford-iiit-pet").exists()
+    assert err.count("\n") == 1 and err.startswith("error: ") and f"holds real data ({real}/)" in err
+    assert _snapshot(tmp_path) == before and not (tmp_path / "FAKE_DATA.json").exists()
+
+
+def test_a_fake_root_grows_but_refuses_real_data_put_beside_it(tmp_path, capsys):
+    assert fake_data.main(["--data-root", str(tmp_path), "--datasets", "cifar100", "--no-weights"]) == 0
+    assert fake_data.main(["--data-root", str(tmp_path), "--datasets", "pets", "--no-weights"]) == 0
+    record = json.loads((tmp_path / "FAKE_DATA.json").read_text())
+    assert record["datasets"] == {"cifar100": "cifar-100-python", "pets": "oxford-iiit-pet"}
+    assert load_zero_shot_target("pets", tmp_path).n_classes == 37
+    assert load_dataset("cifar100", tmp_path).n_classes == 100  # the first call's data is still listed
+    capsys.readouterr()
+
+    (tmp_path / "food-101" / "meta").mkdir(parents=True)  # the real Food-101, copied in by hand
+    (tmp_path / "food-101" / "meta" / "test.json").write_text('{"apple_pie": ["apple_pie/1"]}')
+    before = _snapshot(tmp_path)
+    assert fake_data.main(["--data-root", str(tmp_path), "--datasets", "food101", "--no-weights"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "holds real data (food-101/)" in err
+    assert _snapshot(tmp_path) == before
+
+
+def test_a_marker_it_did_not_write_makes_no_folder_its_own(tmp_path, capsys):
+    (tmp_path / "oxford-iiit-pet").mkdir()
+    (tmp_path / "FAKE_DATA.json").write_text('{"datasets": {"pets": "oxford-iiit-pet"}}')  # no generator
+    assert fake_data.main(["--data-root", str(tmp_path), "--datasets", "pets", "--no-weights"]) == 2
+    assert "holds real data (oxford-iiit-pet/)" in capsys.readouterr().err
+
+
+def test_walk_never_makes_fake_data_beside_real_data(tmp_path, capsys):
+    from benchmarks.tools import walk
+
+    (tmp_path / "food-101").mkdir()
+    before = _snapshot(tmp_path)
+    assert walk.main(["--data-root", str(tmp_path), "--results-dir", str(tmp_path / "runs")]) == 2
+    assert "holds real data (food-101/)" in capsys.readouterr().err
+    assert _snapshot(tmp_path) == before
 
 
 def test_an_unwritable_root_is_one_line_and_a_killed_generation_is_completed_by_a_rerun(
