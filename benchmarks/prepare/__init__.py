@@ -13,10 +13,15 @@ The only command of the suite that downloads. Each target ends in the layout its
 
 What a crash leaves: a download goes to ``NAME.part`` and resumes on a rerun (an HTTP range
 request); its checksum is verified before anything is extracted; an archive is extracted into a
-hidden staging folder and renamed into place whole. A rerun skips what is already prepared.
-``--list`` shows each target's state. ``--mirror URL`` (or ``CIL_BENCH_MIRROR``) fetches every
-file by name from a plain HTTP folder instead of its official host (a cluster's internal mirror),
-with the same checksums. Mistakes and a missing network print one line and exit with 2.
+hidden staging folder, member by member through ``safe_extract`` (nothing lands outside it), and
+renamed into place whole. A rerun skips what is already prepared. ``--list`` shows each target's
+state. ``--mirror`` (or ``CIL_BENCH_MIRROR``) fetches every file by name from a plain HTTP folder
+or a local folder instead of its official host (a cluster's mirror), with the same checksums.
+
+What it never does: hang on a slow server (``fetch``: ``--min-rate`` over ``--rate-window``),
+run twice at once on one target (``lock``: the second waits, or with ``--no-wait`` stops), or
+delete a file it did not download (a user's archive that fails its checksum is left where it is).
+Mistakes and a missing network print one line and exit with 2.
 """
 
 from __future__ import annotations
