@@ -274,7 +274,7 @@ class _HTTPHandler(urllib.request.HTTPHandler):
 
 class _HTTPSHandler(urllib.request.HTTPSHandler):
     def __init__(self, watch: RateWatch) -> None:
-        super().__init__(context=ssl.create_default_context())
+        super().__init__()  # no context: http.client's default, as urllib's own handler
         self.watch = watch
 
     def https_open(self, req):
