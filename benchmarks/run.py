@@ -23,7 +23,7 @@ from benchmarks.runner.launcher import LAUNCHERS, InlineLauncher, Launcher, RunO
 from benchmarks.runner.live_log import parse_loggers
 from benchmarks.runner.local_launcher import LocalLauncher, check_gpus
 from benchmarks.runner.results import ResultStore, config_hash, iter_results
-from benchmarks.runner.status import run_state
+from benchmarks.runner.status import run_state, slurm_view
 from benchmarks.runner.suites import SUITES_DIR, FastDevRun, RunSpec, expand, load_suite
 
 
@@ -40,9 +40,10 @@ def dry_run_table(runs: list[RunSpec], store: ResultStore, data_root: str) -> st
             per_task.setdefault((result["strategy"], result["dataset"]), []).append(seconds)
     lines = ["| run | state | estimated cost left |", "|---|---|---|"]
     total, estimated, unknown = 0.0, 0, 0
+    slurm = slurm_view(store, [spec.key for spec in runs])  # one question for every queued run
     for spec in runs:
         _, _, config = resolve(spec, data_root)
-        state = run_state(store, spec.key, config_hash(config))
+        state = run_state(store, spec.key, config_hash(config), slurm)
         left = 0 if state.state in ("finished", "running") else spec.n_tasks - state.tasks_done
         estimate = "-"
         if left:

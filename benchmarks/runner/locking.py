@@ -124,6 +124,23 @@ class RunLock:
         except (FileNotFoundError, ValueError):
             return None
 
+    def mark_failed(self, error: str, job: str) -> None:
+        """Record that SLURM job ``job`` failed this run without running it (a job that could never
+        start, cancelled by the launcher): an error record naming the job, and no queued mark."""
+        record = {
+            "error": error,
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "job_id": job,
+            "when": time.time(),
+        }
+        tmp = self.error_path.with_name(f".{self.error_path.name}.{self.token}.tmp")
+        tmp.write_text(json.dumps(record) + "\n")
+        os.replace(tmp, self.error_path)
+        queued = self.read_queued()
+        if queued is not None and queued.get("job_id") == job:
+            self.queued_path.unlink(missing_ok=True)
+
     def acquire(self) -> bool:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(3):  # a takeover race lost to another runner ends in "held"

@@ -10,7 +10,13 @@
 * Preemption and time limits: SLURM sends USR2 ``signal_delay`` seconds before it stops a job;
   submitit then checkpoints the call (``SlurmRun.checkpoint``: the same call again) and requeues
   the job. The requeued job resumes from the run's last finished task; nothing finished is lost.
-  A job is requeued at most ``max_requeues`` times for reaching its time limit.
+  A job is requeued at most ``max_requeues`` times for reaching its time limit. A time limit that
+  leaves a job less than ``STARTUP_SECONDS`` before that signal is refused before anything is
+  submitted: the signal would kill it before submitit's handler exists.
+* A job that dies before Python can record why (``kill -9``, the OOM killer) is reported failed,
+  with SLURM's state and its log's last line (``benchmarks.runner.slurm_jobs``); a job pending for
+  a reason SLURM says it can never meet (``PartitionConfig``: more CPUs than a node has) is
+  cancelled and its run reported failed with that reason, instead of waited for forever.
 * A submitted run is marked queued (``.locks/.../T<n>-seed<s>.queued``: its job id). Rerunning the
   same command submits only runs that are neither finished, running, nor queued in a job that is
   still alive, so nothing is submitted twice; it then waits (or, with ``--no-wait``, returns) and
@@ -21,10 +27,12 @@
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import sys
 import time
+import warnings
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
 from typing import Any
@@ -35,10 +43,16 @@ from tqdm.auto import tqdm
 from benchmarks.core.errors import UserError
 from benchmarks.runner.launcher import InlineLauncher, Outcome, RunOptions, prepare_runner_process
 from benchmarks.runner.results import ResultStore, RunKey, config_hash
-from benchmarks.runner.status import run_state
+from benchmarks.runner.slurm_jobs import SlurmView, cancel
+from benchmarks.runner.status import run_state, slurm_view
 from benchmarks.runner.suites import RunSpec
 
 POLL_SECONDS = 10.0
+# What a job needs before SLURM's warning signal may come: Python, torch and the suite imported,
+# and submitit's signal handler installed (before it, USR2 kills the job).
+STARTUP_SECONDS = 60
+# Below this much time a life between start and the warning signal, a task may never finish.
+SHORT_LIFE_SECONDS = 10 * 60
 
 
 @dataclass(frozen=True)
@@ -90,7 +104,28 @@ class SlurmOptions:
                     )
             elif not isinstance(value, str):
                 raise UserError(f"[launcher] {name} must be a string, not {value!r}")
-        return cls(**values)
+        options = cls(**values)
+        options.check_time()
+        return options
+
+    def check_time(self) -> None:
+        """Refuse a time limit that leaves a job no time to start before SLURM's warning signal
+        (sent ``signal_delay`` seconds before the limit); warn about one that leaves little."""
+        life = self.time * 60 - self.signal_delay  # seconds from the start to the warning signal
+        if life < STARTUP_SECONDS:
+            shortest = math.ceil((self.signal_delay + STARTUP_SECONDS) / 60)
+            raise UserError(
+                f"--slurm-time {self.time} (minutes) leaves a job {max(life, 0)} s before SLURM's "
+                f"warning signal (signal_delay = {self.signal_delay} s before the limit), less than the "
+                f"{STARTUP_SECONDS} s it needs to start: it would be killed before it could checkpoint. "
+                f"Give --slurm-time {shortest} or more, or a smaller signal_delay in the suite's [launcher]"
+            )
+        if life < SHORT_LIFE_SECONDS:
+            warnings.warn(
+                f"--slurm-time {self.time} leaves a job {life // 60} min before SLURM's warning signal; "
+                "a run resumes after its last finished task, so a task longer than that never finishes",
+                stacklevel=2,
+            )
 
     def executor_parameters(self, job_name: str) -> dict[str, Any]:
         """``AutoExecutor.update_parameters`` arguments."""
@@ -155,6 +190,30 @@ def _alive(folder: Path, job_ids: set[str]) -> set[str]:
     return {job.job_id for job in jobs if not job.done()}
 
 
+def _queued_jobs(store: ResultStore, keys: list[RunKey]) -> dict[RunKey, str]:
+    """The SLURM job each run is marked queued in, for the runs that have such a mark."""
+    return {
+        key: str(record["job_id"]) for key in keys if (record := store.lock(key).read_queued()) is not None
+    }
+
+
+def _give_up_on_stuck_jobs(store: ResultStore, jobs: dict[RunKey, str], slurm: SlurmView) -> set[RunKey]:
+    """Cancel the jobs of ``jobs`` that SLURM says can never start, and record each of their runs
+    as failed with SLURM's reason (one line each on stderr). Returns those runs."""
+    stuck = {
+        key: (job_id, info) for key, job_id in jobs.items() if (info := slurm.get(job_id)) and info.never_met
+    }
+    cancel(job_id for job_id, _ in stuck.values())
+    for key, (job_id, info) in stuck.items():
+        error = (
+            f"SLURM job {job_id} could never start: it pends with reason {info.reason}, because "
+            f"{info.never_met}; cancelled"
+        )
+        store.lock(key).mark_failed(error, job_id)
+        print(f"{key}: {error}", file=sys.stderr)
+    return set(stuck)
+
+
 class SlurmLauncher:
     """Submit every run that is not finished, running or queued, as one job array; wait for all of
     them unless ``wait`` is False."""
@@ -178,12 +237,15 @@ class SlurmLauncher:
         results_dir = str(store.root.resolve())
         check_slurm()
         folder = store.root / ".logs" / "slurm"
-        states = {spec.key: run_state(store, spec.key, hashes[spec.key]) for spec in runs}
+        keys = [spec.key for spec in runs]
+        slurm = slurm_view(store, keys)
+        if _give_up_on_stuck_jobs(store, _queued_jobs(store, keys), slurm):
+            slurm = slurm_view(store, keys)  # their runs are failed now, and submitted again below
+        states = {spec.key: run_state(store, spec.key, hashes[spec.key], slurm) for spec in runs}
         queued = {
-            spec.key: record["job_id"]
-            for spec in runs
-            if states[spec.key].state != "finished"
-            and (record := store.lock(spec.key).read_queued()) is not None
+            key: job_id
+            for key, job_id in _queued_jobs(store, keys).items()
+            if states[key].state != "finished"
         }
         alive = _alive(folder, set(queued.values()))
         held = {key: job_id for key, job_id in queued.items() if job_id in alive}
@@ -242,10 +304,19 @@ class SlurmLauncher:
 
         jobs = {key: _job(folder, job_id) for key, job_id in watched.items()}
         bar = tqdm(total=len(runs), desc="SLURM jobs", disable=quiet, unit="run")
+        given_up: set[RunKey] = set()
         try:
             while True:
-                states = {spec.key: run_state(store, spec.key, hashes[spec.key]) for spec in runs}
-                ended = {key for key, job in jobs.items() if job.done()}
+                slurm = slurm_view(store, keys, also=watched.values())
+                given_up |= _give_up_on_stuck_jobs(
+                    store, {key: job_id for key, job_id in watched.items() if key not in given_up}, slurm
+                )
+                states = {spec.key: run_state(store, spec.key, hashes[spec.key], slurm) for spec in runs}
+                ended = {
+                    key
+                    for key, job in jobs.items()
+                    if key in given_up or job.done() or ((info := slurm.get(job.job_id)) and info.ended)
+                }
                 bar.n = sum(state.state == "finished" for state in states.values())
                 bar.set_postfix(
                     running=sum(state.state == "running" for state in states.values()),

@@ -4,6 +4,11 @@
 (with Avg/Last), running (host, pid or job id, since when), queued (its SLURM job), partial (tasks
 done), failed (the error its last attempt recorded). ``benchmarks.run --dry-run`` uses the same states
 for the runs of a suite, adding "to run".
+
+A run marked queued in a SLURM job is shown as queued only while SLURM (``sacct``, ``squeue``)
+holds that job: a job that ended without the run's own record of it (killed by ``kill -9`` or the
+OOM killer) makes the run failed, with SLURM's state and the job log's last line, and a job pending
+for a reason it can never meet says so.
 """
 
 from __future__ import annotations
@@ -12,12 +17,14 @@ import argparse
 import json
 import sys
 import time
+from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks.core.errors import UserError, one_line_user_errors
 from benchmarks.runner.locking import is_stale, read_holder
 from benchmarks.runner.results import CHECKPOINT_STATE, ResultStore, RunKey, iter_results, safe_label
+from benchmarks.runner.slurm_jobs import SlurmView, last_log_line, view
 
 STATES = ("finished", "running", "queued", "partial", "failed", "to run")
 
@@ -29,31 +36,69 @@ class RunState:
     tasks_done: int = 0
 
 
-def run_state(store: ResultStore, key: RunKey, cfg_hash: str | None = None) -> RunState:
-    """The state of one run; with ``cfg_hash``, results and checkpoints of another config do not count."""
+def slurm_view(store: ResultStore, keys: Iterable[RunKey], also: Iterable[str] = ()) -> SlurmView:
+    """What SLURM says about the jobs that the runs ``keys`` are queued in or held by, and the
+    jobs ``also``, asked once."""
+    job_ids = set(also)
+    for key in keys:
+        lock = store.lock(key)
+        if (queued := lock.read_queued()) is not None:
+            job_ids.add(str(queued.get("job_id")))
+            if (holder := read_holder(lock.path)) is not None and holder.job_id:
+                job_ids.add(holder.job_id)
+    return view(job_ids)
+
+
+def run_state(
+    store: ResultStore, key: RunKey, cfg_hash: str | None = None, slurm: SlurmView | None = None
+) -> RunState:
+    """The state of one run; with ``cfg_hash``, results and checkpoints of another config do not count.
+    A run marked queued is checked against SLURM: ``slurm`` (from ``slurm_view``, for many runs at
+    once) or, when not given, one question about its own job."""
     lock = store.lock(key)
     holder = read_holder(lock.path)
+    queued = lock.read_queued()
+    if queued is not None and slurm is None:
+        slurm = slurm_view(store, [key])
     checkpoint = _checkpoint(store, key, cfg_hash)
     done = checkpoint.get("tasks_done", 0)
     if holder is not None and not is_stale(holder):
-        progress = f", {done}/{key.n_tasks} tasks done" if done else ""
-        return RunState("running", holder.describe() + progress, done)
+        job = slurm.get(holder.job_id) if slurm is not None else None
+        if job is None or not job.ended:  # a job SLURM says has ended holds nothing any more
+            progress = f", {done}/{key.n_tasks} tasks done" if done else ""
+            return RunState("running", holder.describe() + progress, done)
     if (result := store.finished(key, cfg_hash)) is not None:
         summary = result["summary"]
         return RunState(
             "finished", f"Avg {summary['avg_acc']:.2f}  Last {summary['last_acc']:.2f}", key.n_tasks
         )
-    if (queued := lock.read_queued()) is not None:
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(queued.get("submitted", 0)))
-        progress = f"; {done}/{key.n_tasks} tasks done" if done else ""
-        return RunState("queued", f"SLURM job {queued.get('job_id')}, submitted {since}{progress}", done)
+    kept = f"; {done}/{key.n_tasks} tasks kept" if done else ""
+    if queued is not None:
+        job_id = str(queued.get("job_id"))
+        job = slurm.get(job_id)
+        if job is not None and job.ended and not lock.error_path.exists():
+            # killed before Python could record why (kill -9, the OOM killer): SLURM and srun tell
+            line = last_log_line(store.root / ".logs" / "slurm", job_id) or "no job log"
+            return RunState("failed", f"SLURM job {job_id} {job.state}: {line}{kept}", done)
+        if job is None or not job.ended:
+            since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(queued.get("submitted", 0)))
+            if job is None:
+                said = f" (SLURM not asked: {slurm.unavailable})" if slurm.unavailable else ""
+            elif job.never_met:
+                said = (
+                    f" {job.state}, reason {job.reason}, which it can never meet: {job.never_met}; "
+                    f"scancel {job_id}, or rerun the command with other options"
+                )
+            else:
+                said = f" {job.state}{f' ({job.reason})' if job.reason and job.reason != 'None' else ''}"
+            progress = f"; {done}/{key.n_tasks} tasks done" if done else ""
+            return RunState("queued", f"SLURM job {job_id}{said}, submitted {since}{progress}", done)
     if lock.error_path.exists():
         error = json.loads(lock.error_path.read_text())
         where = error.get("job_id") or error.get("pid")
         return RunState(
             "failed",
-            f"{error.get('error', '?')} ({error.get('host', '?')}, {where}"
-            f"{f'; {done}/{key.n_tasks} tasks kept' if done else ''})",
+            f"{error.get('error', '?')} ({error.get('host', '?')}, {where}{kept})",
             done,
         )
     if done:
@@ -112,8 +157,9 @@ def status_table(store: ResultStore) -> str:
         raise UserError(f"no runs under {store.root}; give the --results-dir of a suite")
     lines = ["| run | state | detail |", "|---|---|---|"]
     counts = dict.fromkeys(STATES, 0)
+    slurm = slurm_view(store, keys)
     for key in keys:
-        state = run_state(store, key)
+        state = run_state(store, key, slurm=slurm)
         counts[state.state] += 1
         lines.append(f"| {key} | {state.state} | {state.detail} |")
     lines.append("")

@@ -1,7 +1,7 @@
 """A stand-in for SLURM's client tools, so that the SLURM launcher runs through submitit unchanged.
 
-``install(folder)`` writes ``sbatch``, ``srun``, ``scontrol``, ``sacct`` and ``scancel`` into
-``folder/bin``. They keep their state in ``folder`` (``FAKE_SLURM_DIR``):
+``install(folder)`` writes ``sbatch``, ``srun``, ``scontrol``, ``sacct``, ``squeue`` and ``scancel``
+into ``folder/bin``. They keep their state in ``folder`` (``FAKE_SLURM_DIR``):
 
 * ``sbatch SCRIPT`` keeps a copy of the script (``sbatch-<id>.sh``), and starts each array task
   at once as ``bash SCRIPT`` with the environment SLURM gives a job (job and array ids, rank 0);
@@ -10,7 +10,9 @@
 * ``scontrol requeue JOB`` appends JOB to ``requeued`` and starts the job's script again once the
   calling process has exited, as SLURM does after a requeue;
 * ``sacct`` prints the lines of ``sacct.txt`` (``JOBID|STATE|NODE``), if any: by default it
-  knows no job, and submitit waits for the job's result file; ``scancel`` does nothing;
+  knows no job, and submitit waits for the job's result file; ``squeue`` prints the lines of
+  ``squeue.txt`` (``JOBID|STATE|REASON``), if any; ``scancel JOB...`` appends the jobs to
+  ``cancelled`` and stops nothing;
 * a file ``hold`` keeps submitted jobs pending (not started).
 """
 
@@ -98,7 +100,13 @@ cat "$FAKE_SLURM_DIR/sacct.txt" 2>/dev/null
 exit 0
 """
 
+_SQUEUE = """#!/bin/sh
+cat "$FAKE_SLURM_DIR/squeue.txt" 2>/dev/null
+exit 0
+"""
+
 _SCANCEL = """#!/bin/sh
+for job in "$@"; do echo "$job" >>"$FAKE_SLURM_DIR/cancelled"; done
 exit 0
 """
 
@@ -113,6 +121,7 @@ def install(folder: Path) -> Path:
         ("srun", _SRUN),
         ("scontrol", _SCONTROL),
         ("sacct", _SACCT),
+        ("squeue", _SQUEUE),
         ("scancel", _SCANCEL),
     ):
         path = bin_dir / name

@@ -1,6 +1,7 @@
 """The SLURM launcher through submitit, with SLURM's tools replaced by ``tests/runner/fake_slurm.py``:
 the job script submitit generates, a job preempted after its first task that is requeued and
-resumes, --no-wait and collecting, nothing submitted twice, and one-line errors."""
+resumes, --no-wait and collecting, nothing submitted twice, one-line errors, jobs that died before
+Python could record it and jobs that can never start. ``test_slurm_real.py`` runs on a real SLURM."""
 
 import json
 import os
@@ -197,6 +198,13 @@ def test_a_rerun_submits_only_runs_whose_job_has_ended(tmp_path, cluster, capsys
         (["--slurm-time", "soon"], "", "invalid int value"),
         ([], 'partiton = "gpu"', "unknown key(s) ['partiton']"),
         ([], 'time = "long"', "time must be a whole number"),
+        (["--slurm-time", "2"], "", "--slurm-time 2 (minutes) leaves a job 0 s before SLURM's warning"),
+        (["--slurm-time", "2"], "", "Give --slurm-time 3 or more"),
+        (
+            [],
+            "time = 1\nsignal_delay = 30",
+            "leaves a job 30 s before SLURM's warning signal (signal_delay = 30",
+        ),
     ],
 )
 def test_bad_slurm_input_is_one_line_and_submits_nothing(
@@ -215,6 +223,83 @@ def test_bad_slurm_input_is_one_line_and_submits_nothing(
     assert not (tmp_path / "results" / ".logs").exists()
 
 
+def test_a_time_limit_that_leaves_little_work_before_the_signal_is_warned_about():
+    with pytest.warns(UserWarning, match="leaves a job 3 min before SLURM's warning signal"):
+        options = SlurmOptions.resolve({"time": 5}, {})
+    assert options.executor_parameters("x")["slurm_signal_delay_s"] == 120
+
+
+def test_a_job_that_died_before_python_could_record_it_is_failed_with_its_log_line(tmp_path, cluster, capsys):
+    """kill -9 or the OOM killer: no error record, the queued mark stays; SLURM says how it ended."""
+    store = ResultStore(tmp_path / "results")
+    store.lock(SEED0).mark_queued("900_0")
+    store.lock(SEED1).mark_queued("900_1")
+    logs = tmp_path / "results" / ".logs" / "slurm"
+    logs.mkdir(parents=True)
+    (logs / "900_0_0_log.err").write_text("task 1/3\nsrun: error: node7: task 0: Killed\n\n")
+    (cluster / "sacct.txt").write_text("900_0|FAILED|node7\n900_1|OUT_OF_MEMORY|node7\n")
+    state = run_state(store, SEED0)
+    assert state.state == "failed"
+    assert state.detail == "SLURM job 900_0 FAILED: srun: error: node7: task 0: Killed"
+    assert run_state(store, SEED1).detail == "SLURM job 900_1 OUT_OF_MEMORY: no job log"
+    # a job SLURM still holds is queued, with SLURM's word on it
+    (cluster / "squeue.txt").write_text("900_1|PENDING|Priority\n")
+    assert run_state(store, SEED1).detail.startswith("SLURM job 900_1 PENDING (Priority), submitted ")
+    from benchmarks.runner import status
+
+    assert status.main(["--results-dir", str(tmp_path / "results")]) == 0
+    table = capsys.readouterr().out
+    assert "| failed | SLURM job 900_0 FAILED: srun: error: node7: task 0: Killed |" in table
+    assert "1 queued, 1 failed" in table
+
+
+def test_status_says_when_slurm_could_not_be_asked(tmp_path, monkeypatch):
+    empty = tmp_path / "no-slurm"
+    empty.mkdir()
+    monkeypatch.setenv("PATH", str(empty))
+    store = ResultStore(tmp_path / "results")
+    store.lock(SEED0).mark_queued("900_0")
+    state = run_state(store, SEED0)
+    assert state.state == "queued" and "(SLURM not asked: sacct is not on PATH)" in state.detail
+
+
+def test_a_job_that_can_never_start_is_cancelled_and_reported_with_slurms_reason(tmp_path, cluster, capsys):
+    (cluster / "hold").mkdir(parents=True)  # submitted jobs stay pending
+    (cluster / "squeue.txt").write_text("1000_0|PENDING|PartitionConfig\n1000_1|PENDING|Resources\n")
+    argv = _argv(tmp_path, "--slurm-cpus", "4")
+    # the waiting launcher gives up on 1000_0; 1000_1 may start later, so it ends only by sacct
+    (cluster / "sacct.txt").write_text("1000_1|CANCELLED by 0|None\n")
+    assert run.main(argv) == 2
+    err = capsys.readouterr().err
+    line = (
+        "SLURM job 1000_0 could never start: it pends with reason PartitionConfig, because the "
+        "partition's nodes cannot give what each job asks for (--slurm-cpus, --slurm-gpus, --slurm-mem-gb); "
+        "cancelled"
+    )
+    assert f"{SEED0}: {line}" in err
+    assert (cluster / "cancelled").read_text().split() == ["1000_0"]
+    store = ResultStore(tmp_path / "results")
+    state = run_state(store, SEED0)
+    assert state.state == "failed" and state.detail.startswith(line)
+    assert not store.lock(SEED0).queued_path.exists()
+
+
+def test_a_rerun_cancels_a_job_that_can_never_start_and_submits_its_run_again(tmp_path, cluster, capsys):
+    (cluster / "hold").mkdir(parents=True)
+    store = ResultStore(tmp_path / "results")
+    store.lock(SEED0).mark_queued("900_0")
+    store.lock(SEED1).mark_queued("900_1")
+    (cluster / "squeue.txt").write_text("900_0|PENDING|QOSMaxCpuPerJobLimit\n900_1|PENDING|Priority\n")
+    state = run_state(store, SEED0)
+    assert state.state == "queued" and "reason QOSMaxCpuPerJobLimit, which it can never meet" in state.detail
+    assert "scancel 900_0" in state.detail
+    assert run.main(_argv(tmp_path, "--no-wait")) == 0
+    assert (cluster / "cancelled").read_text().split() == ["900_0"]
+    assert store.lock(SEED0).read_queued()["job_id"] == "1000"  # submitted again
+    assert store.lock(SEED1).read_queued()["job_id"] == "900_1"  # left in its job
+    assert "could never start: it pends with reason QOSMaxCpuPerJobLimit" in capsys.readouterr().err
+
+
 def test_a_requeued_job_takes_over_the_lock_of_its_previous_life(tmp_path, monkeypatch):
     path = tmp_path / "run.lock"
     path.write_text(
@@ -229,7 +314,7 @@ def test_a_requeued_job_takes_over_the_lock_of_its_previous_life(tmp_path, monke
     lock.release()
 
 
-def test_the_queued_mark_lasts_until_the_run_finishes_or_its_job_fails(tmp_path, monkeypatch):
+def test_the_queued_mark_lasts_until_the_run_finishes_or_its_job_fails(tmp_path, monkeypatch, cluster):
     store = ResultStore(tmp_path)
     key = RunKey("finetune", "synthetic", 3, 0)
     monkeypatch.setenv("SLURM_JOB_ID", "55")
