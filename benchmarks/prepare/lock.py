@@ -1,15 +1,21 @@
 """One ``prepare`` per target and data root at a time.
 
-The runner's run lock (``benchmarks.runner.locking``), as it is: a file created exclusively, with
-its holder (host, pid, SLURM job) inside and a heartbeat on its mtime; a lock whose process died on
-this host, or whose heartbeat stopped for five minutes, is taken over. It lives beside the target,
-``DATA_ROOT/.prepare-TARGET.lock`` (the weights': in their cache folder), and is removed when the
-command ends. A second command on the same target waits for the first and says for whom, then finds
-the target prepared; ``--no-wait`` makes it stop in one line instead.
+The runner's run lock (``benchmarks.runner.locking``): a file created exclusively, with its holder
+(host, pid) inside and a heartbeat on its mtime; a lock whose process died on this host, or whose
+heartbeat stopped for five minutes, is taken over. One rule of the runner's is left out: it takes
+over a lock held under its own SLURM job id (a requeued run's earlier life), but two ``prepare``
+commands may well share a job (``srun -n 2``), so ``PrepareLock`` records no job id.
+
+The lock lives beside the target, ``DATA_ROOT/.prepare-TARGET.lock`` (the weights': in their cache
+folder), and is removed when the command ends. A second command on the same target waits for the
+first and says for whom, then finds the target prepared; ``--no-wait`` makes it stop in one line.
 """
 
 from __future__ import annotations
 
+import json
+import os
+import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -26,6 +32,23 @@ class TargetBusyError(UserError):
     """Another command holds the target's lock, and this one was told not to wait."""
 
 
+class PrepareLock(RunLock):
+    """``RunLock`` whose file names no SLURM job, so only a dead process or a stopped heartbeat
+    frees it; the file's format is the runner's (``read_holder`` reads it)."""
+
+    def _create(self) -> bool:
+        try:
+            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            return False
+        with os.fdopen(fd, "w") as handle:
+            holder = {"host": socket.gethostname(), "pid": os.getpid(), "job_id": None}
+            json.dump({**holder, "since": time.time(), "token": self.token}, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        return True
+
+
 def lock_path(folder: Path, target: str) -> Path:
     return folder / f".prepare-{target}.lock"
 
@@ -33,16 +56,15 @@ def lock_path(folder: Path, target: str) -> Path:
 def describe(holder: Holder | None) -> str:
     if holder is None:
         return "another command (it just finished)"
-    job = f", SLURM job {holder.job_id}" if holder.job_id else ""
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.since))
-    return f"pid {holder.pid} on {holder.host}{job}, since {since}"
+    return f"pid {holder.pid} on {holder.host}, since {since}"
 
 
 @contextmanager
 def target_lock(folder: Path, target: str, wait: bool = True) -> Iterator[None]:
     """Hold ``target``'s lock in ``folder`` for the block; wait for another holder (saying who, once)
     or, without ``wait``, raise ``TargetBusyError``."""
-    lock = RunLock(lock_path(folder, target))
+    lock = PrepareLock(lock_path(folder, target))
     said = False
     while not lock.acquire():
         holder = read_holder(lock.path)
