@@ -195,3 +195,31 @@ def test_a_file_that_is_no_archive_is_one_line(tmp_path):
     (tmp_path / "x.tar").write_bytes(b"not an archive")
     with pytest.raises(prepare.UserError, match="neither a tar nor a zip"):
         extraction.extract(tmp_path / "x.tar", tmp_path / "into")
+
+
+def test_torchvisions_imagenet_parsers_extract_through_the_same_checks(tmp_path, monkeypatch, capsys):
+    """The ILSVRC2012 devkit is extracted by torchvision's parser (into a temporary folder, put under
+    tmp_path here): a hostile member is refused there too, and the user's archives stay."""
+    import tempfile
+
+    from torchvision.datasets import imagenet as tv_imagenet
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as archive:
+        archive.addfile(*_member("../../escaped.txt", data=b"written by the archive"))
+    archives = tmp_path / "ilsvrc"
+    archives.mkdir()
+    blobs = {"devkit": buffer.getvalue(), "val": b"val", "train": b"train"}
+    meta = {}
+    for part, (name, _) in tv_imagenet.ARCHIVE_META.items():
+        (archives / name).write_bytes(blobs[part])
+        meta[part] = (name, hashlib.md5(blobs[part]).hexdigest())
+    monkeypatch.setattr(tv_imagenet, "ARCHIVE_META", meta)
+    root = tmp_path / "data"
+    code = prepare.main(["imagenet", "--data-root", str(root), "--archives", str(archives), "--quiet"])
+    err = capsys.readouterr().err
+    assert code == 2 and err.count("\n") == 1 and "refused to extract member '../../escaped.txt'" in err
+    assert not list(tmp_path.rglob("escaped.txt")) and not list(root.glob(".prepare-*"))
+    assert sorted(p.name for p in archives.iterdir()) == sorted(name for name, _ in meta.values())
