@@ -15,7 +15,7 @@ import sys
 import time
 from pathlib import Path
 
-from benchmarks.core.errors import CommandParser, one_line_user_errors
+from benchmarks.core.errors import CommandParser, one_line_storage_errors, one_line_user_errors
 from benchmarks.data.datasets import FAKE_DATA_MARKER
 from benchmarks.runner.results import iter_results
 from benchmarks.tools.fake_data import WEIGHTS_FILE, make_fake_data
@@ -36,7 +36,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     root = Path(args.data_root)
     if not (root / FAKE_DATA_MARKER).is_file():
-        make_fake_data(root)
+        with one_line_storage_errors("write the fake data", "choose another --data-root"):
+            make_fake_data(root)  # refuses a root that holds real data, before writing anything
     rows = ["| suite | finished runs | exit code | wall time |", "|---|---|---|---|"]
     total, failed = 0.0, 0
     for suite in args.suites.split(","):

@@ -86,6 +86,7 @@ CASES = [
     ("benchmarks.tools.speed", ["--train", "--steps-for", "l2p_pp"], "give NAME=STEPS"),
     ("benchmarks.tools.loader_speed", ["--epochs", "x"], "--epochs: invalid int value: 'x'"),
     ("benchmarks.tools.walk", ["--bogus"], "unrecognized arguments: --bogus"),
+    ("benchmarks.tools.walk", ["--data-root", "{file}/data"], "cannot write the fake data"),
     ("benchmarks.tools.official_goldens.__main__", [], "give --official-root DIR"),
     ("benchmarks.tools.official_goldens.__main__", ["--bogus"], "unrecognized arguments: --bogus"),
     ("benchmarks.miniature.pretrain", ["--steps", "x"], "--steps: invalid int value: 'x'"),
