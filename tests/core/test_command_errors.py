@@ -3,12 +3,15 @@ no usage block, no traceback (``benchmarks.core.errors.CommandParser`` and
 ``one_line_user_errors``). Each case runs the command's ``main`` in this process; a few run it as
 ``python -m`` in a real process, where a traceback would show."""
 
+import errno
 import importlib
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+
+from benchmarks.core.errors import UserError, one_line_storage_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -162,3 +165,14 @@ def test_in_a_real_process_the_line_is_all_there_is(module, argv, fragment, tmp_
     assert done.returncode == 2 and len(err) == 1, done.stderr
     assert err[0].startswith("error: ") and fragment in err[0] and "Traceback" not in done.stderr
     assert "usage:" not in done.stdout + done.stderr
+
+
+def test_only_a_storage_error_becomes_one_line_any_other_passes_as_it_is():
+    with pytest.raises(UserError) as refused:
+        with one_line_storage_errors("write the table", "free space"):
+            raise OSError(errno.ENOSPC, "No space left on device", "/data/t.md")
+    assert str(refused.value) == "cannot write the table (/data/t.md): No space left on device; free space"
+    with pytest.raises(OSError) as bug:
+        with one_line_storage_errors("write the table", "free space"):
+            raise OSError(errno.EIO, "Input/output error")
+    assert bug.value.errno == errno.EIO and not isinstance(bug.value, UserError)
