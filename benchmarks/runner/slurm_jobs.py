@@ -47,6 +47,9 @@ NEVER_MET_REASONS = {
 _PER_JOB_LIMIT = re.compile(r"^(QOS|Assoc)Max\w*PerJob(Limit)?$")
 
 QUERY_TIMEOUT_SECONDS = 60.0
+# How srun and slurmstepd say why a task died; their last words after it ("srun: Force Terminated
+# StepId=16.0") say less.
+_SLURM_ERROR = re.compile(r"^(srun|slurmstepd)(-\S+)?: error:")
 
 
 @dataclass(frozen=True)
@@ -174,13 +177,16 @@ def cancel(job_ids: Iterable[str]) -> None:
 
 
 def last_log_line(folder: Path, job_id: str) -> str:
-    """The last line that submitit's job ``job_id`` (or srun, or slurmstepd) wrote to its stderr
-    under ``folder``, where SLURM says why a task died ("task 0: Killed"); "" when there is none."""
+    """Why submitit's job ``job_id`` died, from the end of its stderr under ``folder``: the last
+    error line of srun or slurmstepd ("srun: error: node7: task 0: Killed", "slurmstepd: error:
+    Detected 1 oom_kill event"), else the last line; "" when there is none."""
     path = Path(folder) / f"{job_id}_0_log.err"
     try:
         with open(path, "rb") as handle:
             handle.seek(max(0, handle.seek(0, 2) - 4096))  # the tail is enough
-            lines = handle.read().decode("utf-8", "replace").splitlines()
+            lines = [line.strip() for line in handle.read().decode("utf-8", "replace").splitlines()]
     except OSError:
         return ""
-    return next((line.strip() for line in reversed(lines) if line.strip()), "")
+    lines = [line for line in lines if line]
+    slurm_errors = [line for line in lines if _SLURM_ERROR.match(line)]
+    return (slurm_errors or lines or [""])[-1]

@@ -236,7 +236,9 @@ def test_a_job_that_died_before_python_could_record_it_is_failed_with_its_log_li
     store.lock(SEED1).mark_queued("900_1")
     logs = tmp_path / "results" / ".logs" / "slurm"
     logs.mkdir(parents=True)
-    (logs / "900_0_0_log.err").write_text("task 1/3\nsrun: error: node7: task 0: Killed\n\n")
+    (logs / "900_0_0_log.err").write_text(
+        "task 1/3\nsrun: error: node7: task 0: Killed\nsrun: Force Terminated StepId=900.0\n\n"
+    )
     (cluster / "sacct.txt").write_text("900_0|FAILED|node7\n900_1|OUT_OF_MEMORY|node7\n")
     state = run_state(store, SEED0)
     assert state.state == "failed"
