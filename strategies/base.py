@@ -151,7 +151,6 @@ class CLIPStrategy(SupervisedTemplate):
         self._epoch_start: list[torch.Tensor] | None = None  # copies to tell whether an epoch moved anything
         self._warned_still_tasks: set[int] = set()
         self._warned_output_layout = False
-        self._own_loader = None  # the training loader make_train_dataloader built
         # Avalanche wants an optimiser up front; the real one is built per task in make_optimizer.
         idle = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
         if "evaluator" not in avalanche_kwargs:
@@ -561,7 +560,7 @@ class CLIPStrategy(SupervisedTemplate):
     # the same numbers whatever the worker count.
     def make_train_dataloader(self, shuffle: bool = True, drop_last: bool = False, **kwargs):
         options = {**self.loader_options(), **_loader_kwargs(kwargs)}
-        self.dataloader = self._own_loader = seeded_loader(
+        self.dataloader = seeded_loader(
             self.adapted_dataset,
             self.loader_key("train"),
             self.train_mb_size,
@@ -680,13 +679,6 @@ class CLIPStrategy(SupervisedTemplate):
 
     def _before_training_exp(self, **kwargs):
         super()._before_training_exp(**kwargs)
-        if self.dataloader is not self._own_loader:  # a plugin's (replay's) brings other tasks' classes
-            raise UserError(
-                f"{self.name or type(self).__name__}: a plugin replaced the training loader (e.g. "
-                "ReplayPlugin); this strategy trains logits over the current task's classes only, so a "
-                "replayed class has no column. Run avalanche:Replay (or a strategy of your own that "
-                "trains over the seen classes) instead"
-            )
         total = self.train_epochs * len(self.dataloader)
         task = len(self.task_classes) + 1
         self._progress = tqdm(
