@@ -342,7 +342,8 @@ class SlurmLauncher:
         for key, state in states.items():
             if state.state != "finished":
                 job = jobs.get(key)
-                log = f"; job log {job.paths.stderr}" if job is not None else ""
+                has_log = job is not None and job.paths.stderr.exists()  # not for a job that never ran
+                log = f"; job log {job.paths.stderr}" if has_log else ""
                 print(
                     f"{key}: {state.state}{f' ({state.detail})' if state.detail else ''}{log}",
                     file=sys.stderr,

@@ -82,17 +82,18 @@ def run_state(
             return RunState("failed", f"SLURM job {job_id} {job.state}: {line}{kept}", done)
         if job is None or not job.ended:
             since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(queued.get("submitted", 0)))
+            said, advice = "", ""
             if job is None:
                 said = f" (SLURM not asked: {slurm.unavailable})" if slurm.unavailable else ""
-            elif job.never_met:
-                said = (
-                    f" {job.state}, reason {job.reason}, which it can never meet: {job.never_met}; "
-                    f"scancel {job_id}, or rerun the command with other options"
-                )
             else:
                 said = f" {job.state}{f' ({job.reason})' if job.reason and job.reason != 'None' else ''}"
+            if job is not None and job.never_met:
+                advice = (
+                    f"; it can never start: {job.never_met}; scancel {job_id}, or rerun the command "
+                    "with other options"
+                )
             progress = f"; {done}/{key.n_tasks} tasks done" if done else ""
-            return RunState("queued", f"SLURM job {job_id}{said}, submitted {since}{progress}", done)
+            return RunState("queued", f"SLURM job {job_id}{said}, submitted {since}{progress}{advice}", done)
     if lock.error_path.exists():
         error = json.loads(lock.error_path.read_text())
         where = error.get("job_id") or error.get("pid")
