@@ -50,7 +50,8 @@ def partitions() -> list[str]:
     except (OSError, subprocess.SubprocessError) as err:
         if os.environ.get("CIL_REQUIRE_SLURM"):
             raise
-        pytest.skip(f"SLURM does not answer ({err}); start it with .ci/slurm/start")
+        said = (getattr(err, "stderr", None) or str(err)).strip().splitlines()[-1]
+        pytest.skip(f"SLURM does not answer (sinfo: {said}); start it with .ci/slurm/start")
     return names
 
 
