@@ -76,7 +76,9 @@ def run_state(
     if queued is not None:
         job_id = str(queued.get("job_id"))
         job = slurm.get(job_id)
-        if job is not None and job.ended and not lock.error_path.exists():
+        error = _error(lock)
+        recorded = error is not None and error.get("when", 0) >= queued.get("submitted", 0)
+        if job is not None and job.ended and not recorded:
             # killed before Python could record why (kill -9, the OOM killer): SLURM and srun tell
             line = last_log_line(store.root / ".logs" / "slurm", job_id) or "no job log"
             return RunState("failed", f"SLURM job {job_id} {job.state}: {line}{kept}", done)
@@ -94,8 +96,7 @@ def run_state(
                 )
             progress = f"; {done}/{key.n_tasks} tasks done" if done else ""
             return RunState("queued", f"SLURM job {job_id}{said}, submitted {since}{progress}{advice}", done)
-    if lock.error_path.exists():
-        error = json.loads(lock.error_path.read_text())
+    if (error := _error(lock)) is not None:
         where = error.get("job_id") or error.get("pid")
         return RunState(
             "failed",
@@ -105,6 +106,14 @@ def run_state(
     if done:
         return RunState("partial", f"{done}/{key.n_tasks} tasks done", done)
     return RunState("to run")
+
+
+def _error(lock) -> dict | None:
+    """The error record of the run's last failed attempt, or None."""
+    try:
+        return json.loads(lock.error_path.read_text())
+    except (FileNotFoundError, ValueError):
+        return None
 
 
 def _checkpoint(store: ResultStore, key: RunKey, cfg_hash: str | None) -> dict:

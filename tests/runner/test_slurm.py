@@ -244,6 +244,11 @@ def test_a_job_that_died_before_python_could_record_it_is_failed_with_its_log_li
     assert state.state == "failed"
     assert state.detail == "SLURM job 900_0 FAILED: srun: error: node7: task 0: Killed"
     assert run_state(store, SEED1).detail == "SLURM job 900_1 OUT_OF_MEMORY: no job log"
+    # an error recorded by an earlier attempt says nothing about the job submitted after it
+    error = store.lock(SEED0).error_path
+    error.write_text(json.dumps({"error": "RuntimeError: old", "host": "node7", "when": 0.0}))
+    assert run_state(store, SEED0).detail.startswith("SLURM job 900_0 FAILED: srun: error")
+    error.unlink()
     # a job SLURM still holds is queued, with SLURM's word on it
     (cluster / "squeue.txt").write_text("900_1|PENDING|Priority\n")
     assert run_state(store, SEED1).detail.startswith("SLURM job 900_1 PENDING (Priority), submitted ")
