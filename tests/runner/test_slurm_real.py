@@ -204,18 +204,26 @@ def test_a_job_killed_with_kill_9_is_failed_and_a_rerun_resumes_it(
     tmp_path, partitions, inline_stages, quick_poll, capsys
 ):
     store = ResultStore(tmp_path / "results")
-    killed = {}
+    killed, launcher_returned = {}, threading.Event()
 
     def kill_9_after_the_first_task():
-        _wait_for(lambda: _tasks_done(store, SEED0) >= 1, what="the first task's checkpoint")
-        holder = _wait_for(lambda: read_holder(store.lock(SEED0).path), what="the run's lock")
+        def ready():
+            return launcher_returned.is_set() or (_tasks_done(store, SEED0) >= 1 and read_holder(lock.path))
+
+        lock = store.lock(SEED0)
+        if (holder := _wait_for(ready, what="the first task's checkpoint")) is True:
+            return  # the job ended before its first task: the test says why
         killed["job_id"] = holder.job_id
         os.kill(holder.pid, signal.SIGKILL)  # the job's Python: no handler, no record of its end
 
     killer = threading.Thread(target=kill_9_after_the_first_task, daemon=True)
     killer.start()
-    assert run.main(_argv(tmp_path, "--seeds", "0")) == 2  # the launcher waits while its job is killed
+    code = run.main(_argv(tmp_path, "--seeds", "0"))  # the launcher waits while its job is killed
+    launcher_returned.set()
     killer.join()
+    logs = sorted((store.root / ".logs").rglob("*.log*"))
+    assert "job_id" in killed, "the job ended by itself:\n" + "\n".join(p.read_text()[-2000:] for p in logs)
+    assert code == 2
     err = capsys.readouterr().err
     expected = f"SLURM job {killed['job_id']} FAILED: srun: error: "
     assert f"{SEED0}: failed ({expected}" in err and "task 0: Killed; 1/3 tasks kept)" in err, err
