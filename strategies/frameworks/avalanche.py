@@ -143,6 +143,27 @@ class AvalancheStrategy(FrameworkAdapter):
         # A run with a plugin that keeps state across tasks starts again instead of resuming.
         self.resumable = plugins_survive_resume(self.template.plugins)
 
+    def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict]:
+        """The base's state, plus the optimiser's: Avalanche keeps it across experiences (its moments
+        carry into the next task), so a resumed run needs it to train as an uninterrupted one."""
+        tensors, meta = super().checkpoint_state()
+        optimizer = self.template.optimizer.state_dict()
+        for index, state in optimizer["state"].items():
+            for key, value in state.items():
+                tensors[f"optimizer/{index}/{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
+        return tensors, {**meta, "optimizer_groups": optimizer["param_groups"]}
+
+    def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], meta: dict) -> None:
+        super().load_checkpoint_state(tensors, meta)
+        state: dict[int, dict[str, torch.Tensor]] = {}
+        for name, value in tensors.items():
+            if name.startswith("optimizer/"):
+                _, index, key = name.split("/", 2)
+                state.setdefault(int(index), {})[key] = value
+        if self.template.optimized_param_id is None:  # Avalanche's first make_optimizer sets the group
+            self.template.make_optimizer()
+        self.template.optimizer.load_state_dict({"state": state, "param_groups": meta["optimizer_groups"]})
+
     def learn(self, experience) -> None:
         self.template.train(experience, eval_streams=[], num_workers=self.cfg.num_workers)
         self.model.eval()
