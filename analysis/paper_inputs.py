@@ -19,19 +19,13 @@ from pathlib import Path
 import pandas as pd
 
 from benchmarks.core.errors import UserError
+from benchmarks.data.unit import dataset_units
 from benchmarks.runner.results import LoadedResults, load_results, not_a_measurement
 
 REFERENCE_FILE = Path(__file__).resolve().parents[1] / "results" / "reference" / "paper_tables.csv"
 
-DATASET_NAMES = {
-    "cifar100": "CIFAR-100",
-    "imagenet_r": "ImageNet-R",
-    "imagenet100": "ImageNet-100",
-    "imagenet1k": "ImageNet-1K",
-    "pets": "Pets",
-    "food101": "Food-101",
-    "average": "Average",
-}
+#: each dataset's name in tables and figures: its unit's ``title`` (``benchmarks/data/units/``)
+DATASET_NAMES = {name: unit.title for name, unit in dataset_units().items()} | {"average": "Average"}
 PAPER_DATASETS = ("cifar100", "imagenet_r", "imagenet100", "imagenet1k")
 
 # Our labels whose paper row has another name; other labels match a paper row when they agree
@@ -118,7 +112,11 @@ def ordered_datasets(names, first=PAPER_DATASETS) -> list[str]:
 
 
 def dataset_name(dataset: str) -> str:
-    return DATASET_NAMES.get(dataset, dataset)
+    """A dataset's title; a unit registered after this module was imported is looked up again."""
+    if dataset in DATASET_NAMES:
+        return DATASET_NAMES[dataset]
+    unit = dataset_units().get(dataset)
+    return unit.title if unit is not None else dataset
 
 
 def row_label(label: str) -> str:

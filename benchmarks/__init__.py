@@ -4,7 +4,8 @@ Each layer imports only from itself and the layers below it (``tests/docs/test_l
 checks this over the tree):
 
 0. ``core``: errors, precision, environment, atomic writes, protocol metrics, subspaces
-1. ``data``: datasets, the synthetic world, class orders, transforms, prompts, loaders, streams
+1. ``data``: datasets (one registered unit each, ``data/units/``), the synthetic world, class orders,
+   transforms, prompts, loaders, streams
 2. ``backbone``: CLIP models, weights, LoRA, adapters, prompts inside the encoder
 3. ``strategies`` (its own top-level package): one file per method
 4. ``runner``: suites, results store, locks, executing a run, launchers, status

@@ -13,6 +13,8 @@ MG-CLIP reported, under MG-CLIP's codebase; GR4CIL and AdapterVLM ran under GR4C
   behaviour that the suite's defaults leave off (docs/decisions.md D4) is on (``OFFICIAL_CODE``).
 
 Every fact names its source: repository, file and commit. The code of those repositories is not used.
+The facts about a dataset (its order, options and template under each source) are held by its unit
+(``DatasetUnit.published``, ``benchmarks/data/units/``); the facts about strategies are here.
 """
 
 from __future__ import annotations
@@ -21,89 +23,24 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from benchmarks.core.errors import UserError
+from benchmarks.data.unit import CONTINUAL_CLIP, MG_CLIP, RAPF, DataProtocol, iter_published
+
+__all__ = ["CONTINUAL_CLIP", "MG_CLIP", "RAPF", "DataProtocol"]  # where the units' facts come from
 
 PROTOCOLS = ("one-protocol", "as-published")
 DEFAULT_PROTOCOL = "one-protocol"
 
-CONTINUAL_CLIP = "vgthengane/Continual-CLIP@6500b8e"
-MG_CLIP = "linlany/MindtheGap@f40bfce"
-RAPF = "linlany/RAPF@81d41df"
 
-
-@dataclass(frozen=True)
-class DataProtocol:
-    """One dataset under one source's protocol. ``dataset_options`` go to the dataset loader
-    (``benchmarks.data.datasets``); ``prompt_template`` is None where the source sets no prompt
-    for the method (its own recipe then holds)."""
-
-    class_order: str
-    dataset_options: dict[str, Any] = field(default_factory=dict)
-    prompt_template: str | None = None
-    source: str = ""  # where each fact comes from
+def _sources() -> dict[str, dict[str, DataProtocol]]:
+    """Each source's protocol per dataset, read from the dataset units (``DatasetUnit.published``)."""
+    table: dict[str, dict[str, DataProtocol]] = {}
+    for source, dataset, protocol in iter_published():
+        table.setdefault(source, {})[dataset] = protocol
+    return table
 
 
 #: each source's protocol per dataset
-SOURCES: dict[str, dict[str, DataProtocol]] = {
-    "continual_clip": {
-        "cifar100": DataProtocol(
-            "dytox",
-            {"class_names": "torchvision"},
-            "a bad photo of a {}.",
-            f"{CONTINUAL_CLIP}: class_orders/cifar100.yaml; datasets.py uses torchvision's CIFAR100 "
-            "classes as they are; configs/class/cifar100_10-10.yaml prompt_template",
-        ),
-        "imagenet100": DataProtocol(
-            "seed1993",
-            {},
-            "a good photo of a {}.",
-            f"{CONTINUAL_CLIP}: class_orders/imagenet100.yaml (= seed 1993, checked); "
-            "dataset_reqs/imagenet100_classes.txt (= OpenAI's names, checked); "
-            "configs/class/imagenet100_10-10.yaml prompt_template",
-        ),
-        "imagenet1k": DataProtocol(
-            "seed1993",
-            {},
-            "a good photo of a {}.",
-            f"{CONTINUAL_CLIP}: class_orders/imagenet1000.yaml (= seed 1993, checked); "
-            "dataset_reqs/imagenet1000_classes.txt (= OpenAI's names, checked); "
-            "configs/class/imagenet1000_100-100.yaml prompt_template",
-        ),
-    },
-    "mg_clip": {
-        "cifar100": DataProtocol(
-            "dytox",
-            {"class_names": "torchvision"},
-            "a good photo of a {}.",
-            f"{MG_CLIP}: class_orders/cifar100.yaml; datasets.py uses torchvision's CIFAR100 classes "
-            "as they are; configs/class/cifar100_10-10.yaml prompt_template",
-        ),
-        "imagenet_r": DataProtocol(
-            "mg_clip_imagenet_r",
-            {"split": "rapf", "class_names": "mg_clip"},
-            "a good photo of a {}.",
-            f"{MG_CLIP}: class_orders/imagenet_R.yaml; README points to {RAPF} "
-            "imgr_split/imgr_train_test_split.txt; dataset_reqs/imagenet_R_classes.txt; "
-            "configs/class/imagenet_r_20-20.yaml prompt_template",
-        ),
-        "imagenet100": DataProtocol(
-            "seed1993",
-            {},
-            "a good photo of a {}.",
-            f"{MG_CLIP}: class_orders/imagenet100.yaml (= seed 1993, checked); "
-            "dataset_reqs/imagenet100_classes.txt (= OpenAI's names, checked); "
-            "configs/class/imagenet100_10-10.yaml prompt_template",
-        ),
-        "imagenet1k": DataProtocol(
-            "seed1993",
-            {},
-            "a good photo of a {}.",
-            f"inferred: {MG_CLIP} has no ImageNet-1K order or config; its codebase's parent "
-            f"{CONTINUAL_CLIP} class_orders/imagenet1000.yaml is seed 1993; "
-            "dataset_reqs/imagenet1000_classes.txt (= OpenAI's names, checked); the template of its "
-            "other configs",
-        ),
-    },
-}
+SOURCES: dict[str, dict[str, DataProtocol]] = _sources()
 
 #: Table 1 rows: which source's protocol each strategy's published number comes from, per dataset.
 #: A strategy or dataset absent here ran under GR4CIL's own protocol, the suite's (``main``):

@@ -41,7 +41,7 @@ from benchmarks.backbone import BackboneSpec, CLIPBackbone, create_clip
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.core.subspace import directional_distance, energy_basis, joint_basis, orthonormal_basis
 from benchmarks.data.class_orders import resolve_class_order
-from benchmarks.data.datasets import ClassificationData, load_synthetic
+from benchmarks.data.datasets import ClassificationData, load_dataset
 from benchmarks.data.streams import split_classes
 from benchmarks.data.synthetic.captions import PRETRAIN_HELD_OUT, ZERO_SHOT_PROMPT
 from benchmarks.data.synthetic.world import default_class_ids
@@ -190,7 +190,7 @@ def joint_run(suite: dict, weights: str | None = None) -> RunSpec:
 
 def cil_data(spec: RunSpec) -> ClassificationData:
     """The CIL data of ``spec`` (its synthetic dataset options, without the train augmentation)."""
-    return load_synthetic(**dataset_loader_options(spec.dataset_options))
+    return load_dataset("synthetic", **dataset_loader_options(spec.dataset_options))
 
 
 def joint_finetune_accuracy(

@@ -1,15 +1,18 @@
 """Prepare data and weights: ``python -m benchmarks.prepare cifar100 weights --data-root /data``.
 
-The only command of the suite that downloads. Each target ends in the layout its loader reads
-(``benchmarks.data.datasets``) or, for the weights, in the cache the backbone loader looks in
-(``benchmarks.backbone.loading``):
+The only command of the suite that downloads. Each target ends in the layout its loader reads or,
+for the weights, in the cache the backbone loader looks in (``benchmarks.backbone.loading``). The
+dataset targets are the dataset units' (``benchmarks/data/units/``): each unit holds its files,
+their checksums and its steps; this command runs them safely:
 
 * ``cifar100``, ``pets``, ``food101``: torchvision's archives, URLs and MD5 checksums;
-* ``imagenet_r``: the official ``imagenet-r.tar`` (MD5 below);
+* ``imagenet_r``: the official ``imagenet-r.tar``;
 * ``imagenet``: the user's ILSVRC2012 archives (a login is needed to download them), parsed by
-  torchvision's ImageNet functions into ``imagenet/{train,val}/<wnid>/``, val sorted by the devkit;
+  torchvision's ImageNet functions into ``imagenet/{train,val}/<wnid>/``, val sorted by the devkit
+  (``imagenet100`` and ``imagenet1k`` name it too: both read that folder);
 * ``weights``: the openai ViT-B-16 checkpoint through open_clip's own download (Hugging Face hub);
-* ``all``: every target above (``imagenet`` only when its archives are there).
+* ``all``: every target above (one whose files only the user can get, such as ``imagenet``, only
+  when they are there).
 
 What a crash leaves: a download goes to ``NAME.part`` and resumes on a rerun (an HTTP range
 request); its checksum is verified before anything is extracted; an archive is extracted into a
@@ -28,15 +31,14 @@ from __future__ import annotations
 
 import argparse
 import os
-import re
 import shutil
 import sys
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.core.errors import STORAGE_ERRORS, CommandParser, UserError, one_line_user_errors
+from benchmarks.data.unit import DatasetUnit, file_targets, target_of
 from benchmarks.prepare.fetch import Archive, Limits, NetworkError, download, file_checksum, local_mirror
 from benchmarks.prepare.lock import describe, lock_path, target_lock
 from benchmarks.prepare.safe_extract import UnsafeArchiveError, extract
@@ -57,22 +59,6 @@ __all__ = [
 
 MIRROR_ENV = "CIL_BENCH_MIRROR"
 
-
-def _torchvision_archives() -> dict[str, list[Archive]]:
-    from torchvision.datasets import CIFAR100, Food101, OxfordIIITPet
-
-    return {
-        "cifar100": [Archive(CIFAR100.url, CIFAR100.tgz_md5)],
-        "pets": [Archive(url, md5) for url, md5 in OxfordIIITPet._RESOURCES],
-        "food101": [Archive(Food101._URL, Food101._MD5)],
-    }
-
-
-# The official archive (github.com/hendrycks/imagenet-r); its README publishes no checksum, so this
-# is the MD5 that torch-uncertainty's ImageNetR dataset verifies for the same file.
-IMAGENET_R = Archive(
-    "https://people.eecs.berkeley.edu/~hendrycks/imagenet-r.tar", "a61312130a589d0ca1a8fca1f2bd3337"
-)
 
 # --- staging and installing ------------------------------------------------------------------------
 
@@ -108,27 +94,6 @@ def install(built: Path, final: Path, force: bool = False) -> None:
     os.replace(built, final)
 
 
-@contextmanager
-def _safe_torchvision_extraction() -> Iterator[None]:
-    """torchvision's ImageNet parsers, extracting through ``extract`` instead of tarfile unfiltered
-    (they call ``extract_archive`` by the name their module imported)."""
-    from torchvision.datasets import imagenet
-
-    def safe(from_path, to_path=None, remove_finished=False):
-        to_path = os.path.dirname(from_path) if to_path is None else to_path
-        extract(Path(from_path), Path(to_path))
-        if remove_finished:
-            os.remove(from_path)
-        return to_path
-
-    original = imagenet.extract_archive
-    imagenet.extract_archive = safe
-    try:
-        yield
-    finally:
-        imagenet.extract_archive = original
-
-
 # --- targets ----------------------------------------------------------------------------------------
 
 
@@ -142,6 +107,21 @@ class Context:
     keep_archives: bool = False
     limits: Limits = field(default_factory=Limits)
 
+    # The safe steps a dataset unit's ``prepare`` runs (``benchmarks.data.unit.PrepareContext``).
+    def download_and_install(
+        self, target: str, archives: list[Archive], top: str, into_top: bool = False
+    ) -> None:
+        _download_and_install(self, target, archives, top, into_top)
+
+    def staging(self, target: str) -> Staging:
+        return Staging(self.data_root, target)
+
+    def install(self, built: Path, final: Path) -> None:
+        install(built, final, self.force)
+
+    def extract(self, archive: Path, into: Path) -> None:
+        extract(archive, into)
+
 
 @dataclass(frozen=True)
 class Target:
@@ -154,17 +134,8 @@ class Target:
     state: Callable[[Context], str]
     prepare: Callable[[Context], None]
     archives: Callable[[], list[Archive]] = field(default=list)
-
-
-def _missing_or(checks: list[tuple[bool, str]], anchor: Path) -> str:
-    if not anchor.exists():
-        return "missing"
-    broken = [why for ok, why in checks if not ok]
-    return f"corrupt: {broken[0]}" if broken else "present"
-
-
-def _count_dirs(folder: Path) -> int:
-    return sum(1 for p in folder.iterdir() if p.is_dir()) if folder.is_dir() else 0
+    #: why ``all`` skips it although missing (files only the user can get), or None
+    unavailable: Callable[[Context], str | None] = lambda ctx: None
 
 
 def _download_and_install(
@@ -186,110 +157,6 @@ def _download_and_install(
         for path in paths:
             if path.name not in theirs:
                 path.unlink(missing_ok=True)
-
-
-def _cifar_state(ctx: Context) -> str:
-    from torchvision.datasets import CIFAR100
-    from torchvision.datasets.utils import check_integrity
-
-    base = ctx.data_root / CIFAR100.base_folder
-    files = [*CIFAR100.train_list, *CIFAR100.test_list, [CIFAR100.meta["filename"], CIFAR100.meta["md5"]]]
-    return _missing_or(
-        [(check_integrity(str(base / f), md5), f"{f} fails its MD5 check") for f, md5 in files], base
-    )
-
-
-def _pets_state(ctx: Context) -> str:
-    base = ctx.data_root / "oxford-iiit-pet"
-    return _missing_or(
-        [
-            ((base / "annotations" / "test.txt").is_file(), "annotations/test.txt is missing"),
-            ((base / "images").is_dir(), "images/ is missing"),
-        ],
-        base,
-    )
-
-
-def _food_state(ctx: Context) -> str:
-    base = ctx.data_root / "food-101"
-    return _missing_or(
-        [
-            ((base / "meta" / "test.json").is_file(), "meta/test.json is missing"),
-            (_count_dirs(base / "images") == 101, "images/ does not hold 101 class folders"),
-        ],
-        base,
-    )
-
-
-def _imagenet_r_state(ctx: Context) -> str:
-    base = ctx.data_root / "imagenet-r"
-    return _missing_or([(_count_dirs(base) == 200, f"{base} does not hold 200 wnid folders")], base)
-
-
-ILSVRC = ("devkit", "val", "train")
-
-
-def _ilsvrc_archives() -> dict[str, tuple[str, str]]:
-    from torchvision.datasets.imagenet import ARCHIVE_META
-
-    return {part: ARCHIVE_META[part] for part in ILSVRC}
-
-
-def _imagenet_state(ctx: Context) -> str:
-    from benchmarks.data.datasets import imagenet_wnid_names
-
-    base = ctx.data_root / "imagenet"
-    wnids = set(imagenet_wnid_names())
-    checks = []
-    for split in ("train", "val"):
-        found = {p.name for p in (base / split).iterdir()} if (base / split).is_dir() else set()
-        checks.append((wnids <= found, f"{split}/ lacks {len(wnids - found)} of the 1000 wnid folders"))
-    return _missing_or(checks, base)
-
-
-def _have_ilsvrc(ctx: Context) -> bool:
-    return all((ctx.archives / name).is_file() for name, _ in _ilsvrc_archives().values())
-
-
-def _prepare_imagenet(ctx: Context) -> None:
-    """torchvision's parsers on the user's archives, in staging (they write their ``meta.bin`` beside
-    the archives, which may be read-only): each verifies its archive's MD5 before extracting it."""
-    from torchvision.datasets import imagenet
-
-    files = {part: ctx.archives / name for part, (name, _) in _ilsvrc_archives().items()}
-    missing = [str(path) for path in files.values() if not path.is_file()]
-    if missing:
-        raise UserError(
-            f"imagenet needs the official ILSVRC2012 archives, which need a login to download "
-            f"(image-net.org); missing: {', '.join(missing)}. Put them there, or give their folder "
-            "with --archives DIR"
-        )
-    with Staging(ctx.data_root, "imagenet") as staging:
-        for path in files.values():
-            (staging / path.name).symlink_to(path.resolve())
-        if ctx.progress:
-            print(
-                "imagenet: devkit, then val (6.3 GB), then train (138 GB): MD5 checks and extraction "
-                "take a while",
-                file=sys.stderr,
-            )
-        try:
-            with _safe_torchvision_extraction():
-                imagenet.parse_devkit_archive(str(staging))
-                imagenet.parse_val_archive(str(staging), folder="val")
-                imagenet.parse_train_archive(str(staging), folder="train")
-        except RuntimeError as err:  # torchvision: "The archive NAME is not present ... or is corrupted"
-            named = re.search(r"archive (\S+) is", str(err))
-            which = named.group(1) if named else "archive"
-            raise UserError(
-                f"{ctx.archives / which} is damaged: it fails torchvision's MD5 check; it is left where "
-                "it is: download it again"
-            ) from None
-        built = staging / "imagenet"
-        built.mkdir()
-        for split in ("train", "val"):
-            os.replace(staging / split, built / split)
-        install(built, ctx.data_root / "imagenet", ctx.force)
 
 
 # The weights: where the backbone loader looks (benchmarks.backbone.loading), filled by open_clip.
@@ -344,45 +211,31 @@ def _prepare_weights(ctx: Context) -> None:
         ) from None
 
 
-def _dataset_target(
-    name: str, top: str, state: Callable[[Context], str], archives: Callable, into_top: bool = False
-) -> Target:
+def _dataset_target(unit: DatasetUnit) -> Target:
+    """The target of a dataset unit's files: its own steps, run by this command."""
     return Target(
-        name,
-        f"{top}/ from {', '.join(a.filename for a in archives())}",
-        lambda ctx: ctx.data_root / top,
-        state,
-        lambda ctx: _download_and_install(ctx, name, archives(), top, into_top),
-        archives,
+        unit.target,
+        unit.describe_files(),
+        lambda ctx: ctx.data_root / unit.folder,
+        unit.state,
+        unit.prepare,
+        lambda: unit.archives(),
+        unit.unavailable,
     )
 
 
 def targets() -> dict[str, Target]:
-    tv = _torchvision_archives
-    return {
-        t.name: t
-        for t in (
-            _dataset_target("cifar100", "cifar-100-python", _cifar_state, lambda: tv()["cifar100"]),
-            _dataset_target("imagenet_r", "imagenet-r", _imagenet_r_state, lambda: [IMAGENET_R]),
-            Target(
-                "imagenet",
-                "imagenet/{train,val}/<wnid>/ from your ILSVRC2012 archives (--archives)",
-                lambda ctx: ctx.data_root / "imagenet",
-                _imagenet_state,
-                _prepare_imagenet,
-            ),
-            _dataset_target("pets", "oxford-iiit-pet", _pets_state, lambda: tv()["pets"], into_top=True),
-            _dataset_target("food101", "food-101", _food_state, lambda: tv()["food101"]),
-            Target(
-                "weights",
-                f"{WEIGHTS_MODEL} {WEIGHTS_TAG} into open_clip's cache",
-                lambda ctx: _weights_file(),
-                _weights_state,
-                _prepare_weights,
-                lambda: [_weights_archive()],
-            ),
-        )
-    }
+    """Every dataset target of the registered units, in their listing order, then the weights."""
+    table = {name: _dataset_target(unit) for name, unit in file_targets().items()}
+    table["weights"] = Target(
+        "weights",
+        f"{WEIGHTS_MODEL} {WEIGHTS_TAG} into open_clip's cache",
+        lambda ctx: _weights_file(),
+        _weights_state,
+        _prepare_weights,
+        lambda: [_weights_archive()],
+    )
+    return table
 
 
 # --- the command ------------------------------------------------------------------------------------
@@ -427,7 +280,12 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         + "; ".join(f"{t.name}: {t.help}" for t in targets().values())
         + "; all: every one",
     )
-    parser.add_argument("targets", nargs="*", metavar="TARGET", help=f"{', '.join(names)} or all")
+    parser.add_argument(
+        "targets",
+        nargs="*",
+        metavar="TARGET",
+        help=f"{', '.join(names)} or all (or the name of a dataset: the target it reads)",
+    )
     parser.add_argument("--data-root", default="data", help="where the datasets go (default: ./data)")
     parser.add_argument(
         "--archives",
@@ -468,7 +326,8 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     )
     parser.add_argument("--quiet", action="store_true", help="no progress bars")
     args = parser.parse_args(argv)
-    wanted = names if "all" in args.targets else args.targets
+    # a dataset's name means the target of the files it reads (imagenet100: imagenet)
+    wanted = names if "all" in args.targets else [target_of(t) or t for t in args.targets]
     unknown = [t for t in wanted if t not in names]
     if unknown:
         parser.error(f"unknown target {unknown[0]!r}; valid: {', '.join(names)}, all")
@@ -491,8 +350,8 @@ def _prepare_one(target: Target, ctx: Context, args: argparse.Namespace) -> None
     if state == "present" and not args.force:
         print(f"{name}: already prepared at {target.where(ctx)}", file=sys.stderr)
         return
-    if name == "imagenet" and args.all and state == "missing" and not _have_ilsvrc(ctx):
-        print(f"{name}: skipped, its ILSVRC2012 archives are not in {ctx.archives}", file=sys.stderr)
+    if args.all and state == "missing" and (why := target.unavailable(ctx)) is not None:
+        print(f"{name}: skipped, {why}", file=sys.stderr)
         return
     if state.startswith("corrupt") and not args.force:
         raise UserError(f"{name} at {target.where(ctx)} is {state}; rerun with --force to replace it")

@@ -35,6 +35,7 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from benchmarks.core.errors import UserError
+from benchmarks.data.unit import Archive  # a dataset unit declares its files as these
 
 TIMEOUT_S = 30  # a connection silent this long fails, whatever the rate limits
 MAX_REDIRECTS = 10
@@ -44,22 +45,6 @@ _MAX_ROUNDS = 5  # range requests after a download that ended without a length a
 
 class NetworkError(UserError):
     """A download that could not reach its server, or that the server did not finish."""
-
-
-@dataclass(frozen=True)
-class Archive:
-    """One file to download: its official URL and checksum (MD5 or SHA-256, hex)."""
-
-    url: str
-    checksum: str
-    algorithm: str = "md5"
-
-    @property
-    def filename(self) -> str:
-        return self.url.rstrip("/").rsplit("/", 1)[-1]
-
-    def source(self, mirror: str | None) -> str:
-        return f"{mirror.rstrip('/')}/{self.filename}" if mirror else self.url
 
 
 @dataclass(frozen=True)

@@ -187,7 +187,7 @@ def _merged(under: dict[str, Any], over: dict[str, Any]) -> dict[str, Any]:
 def _check_suite(suite: dict[str, Any], path: Path) -> None:
     """The shape of a suite, so that a slip in the file is one line, not a traceback or a silently
     ignored table."""
-    from benchmarks.data.datasets import DATASETS
+    from benchmarks.data.unit import dataset_names
     from strategies.registry import available
 
     examples = {"datasets": '["cifar100"]', "strategies": '["gr4cil"]', "tasks": "[10]", "seeds": "[0, 1, 2]"}
@@ -218,7 +218,10 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
         raise UserError(
             f"suite {path}: [backbone] has unknown key(s) {sorted(backbone_keys)}; valid: model, pretrained"
         )
-    for table, names, kind in (("strategy", available(), "strategy"), ("dataset", list(DATASETS), "dataset")):
+    for table, names, kind in (
+        ("strategy", available(), "strategy"),
+        ("dataset", dataset_names(), "dataset"),
+    ):
         for name in suite.get(table, {}):
             if name not in names and not (
                 table == "strategy" and ":" in name

@@ -12,7 +12,7 @@ from __future__ import annotations
 import sys
 
 from benchmarks.core.errors import CommandParser, UserError, one_line_storage_errors, one_line_user_errors
-from benchmarks.data.datasets import DATASETS, FileListDataset, load_dataset
+from benchmarks.data.datasets import FileListDataset, load_dataset
 from benchmarks.data.resized_cache import build_resized_cache, cache_folder, dataset_paths
 
 
@@ -21,15 +21,15 @@ def main(argv: list[str] | None = None) -> int:
     parser = CommandParser(
         prog="python -m benchmarks.tools.resized_cache", description=__doc__.split("\n")[0]
     )
-    parser.add_argument("datasets", nargs="+", metavar="DATASET", help="folder datasets, e.g. imagenet_r")
+    parser.add_argument(
+        "datasets", nargs="+", metavar="DATASET", help="registered folder datasets, e.g. imagenet_r"
+    )
     parser.add_argument("--data-root", default="data", help="folder holding the datasets (default: ./data)")
     parser.add_argument("--image-size", type=int, default=224, help="the model's input size (default: 224)")
     args = parser.parse_args(argv)
     if args.image_size < 1:
         raise UserError("--image-size must be at least 1")
     for name in args.datasets:
-        if name not in DATASETS:
-            raise UserError(f"unknown dataset {name!r}; valid: {', '.join(DATASETS)}")
         data = load_dataset(name, args.data_root)
         if not isinstance(data.test, FileListDataset):
             raise UserError(f"{name} is held in memory; it has no image files to cache")

@@ -6,7 +6,8 @@ import numpy as np
 import pytest
 
 from benchmarks.core.errors import UserError
-from benchmarks.data.class_orders import DYTOX_CIFAR100_ORDER, resolve_class_order, seeded_order
+from benchmarks.data.class_orders import resolve_class_order, seeded_order
+from benchmarks.data.units.cifar100 import DYTOX_CIFAR100_ORDER
 
 
 def test_cifar100_default_order_starts_like_the_protocol() -> None:

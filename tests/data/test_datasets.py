@@ -15,9 +15,7 @@ from PIL import Image
 from torchvision import transforms as T
 
 from benchmarks.core.errors import DataNotFoundError, UserError
-from benchmarks.data import datasets as datasets_module
 from benchmarks.data.datasets import (
-    DATASETS,
     TransformedDataset,
     clean_class_name,
     imagenet_wnid_names,
@@ -26,6 +24,8 @@ from benchmarks.data.datasets import (
     stratified_split,
 )
 from benchmarks.data.transforms import CLIP_MEAN, CLIP_STD, crop_padding, eval_transform, train_transform
+from benchmarks.data.unit import dataset_names
+from benchmarks.data.units import imagenet as imagenet_unit
 
 GOLDFISH, TENCH, SHARK = "n01443537", "n01440764", "n01484850"
 
@@ -259,9 +259,9 @@ def test_imagenet1k_needs_all_1000_wnids_and_sorted_val(tmp_path: Path) -> None:
 def test_zero_shot_targets_read_only_their_test_split(tmp_path: Path, monkeypatch) -> None:
     _write_full_imagenet(tmp_path)
     scanned = []
-    real_scan = datasets_module._scan_folder
+    real_scan = imagenet_unit.scan_folder
     monkeypatch.setattr(
-        datasets_module, "_scan_folder", lambda d, *a: scanned.append(Path(d).name) or real_scan(d, *a)
+        imagenet_unit, "scan_folder", lambda d, *a: scanned.append(Path(d).name) or real_scan(d, *a)
     )
     data = load_zero_shot_target("imagenet1k", tmp_path)
     assert scanned == ["val"] and data.train is None and data.n_classes == 1000
@@ -323,7 +323,7 @@ def test_food101_loader(tmp_path: Path) -> None:
 # --- errors -------------------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize("name", sorted(set(DATASETS) - {"synthetic"}))
+@pytest.mark.parametrize("name", sorted(set(dataset_names()) - {"synthetic"}))
 def test_missing_data_root_names_the_path(tmp_path: Path, name: str) -> None:
     root = tmp_path / "empty"
     root.mkdir()

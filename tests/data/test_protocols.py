@@ -8,15 +8,10 @@ from importlib import resources
 import pytest
 
 from benchmarks.core.errors import DataNotFoundError, UserError
-from benchmarks.data.class_orders import NAMED_ORDERS, resolve_class_order
-from benchmarks.data.datasets import (
-    imagenet_wnid_names,
-    load_dataset,
-    mg_clip_imagenet_r_names,
-    rapf_split_list,
-    read_split_list,
-)
+from benchmarks.data.class_orders import named_orders, resolve_class_order
+from benchmarks.data.datasets import imagenet_wnid_names, load_dataset, read_split_list
 from benchmarks.data.protocols import OFFICIAL_CODE, PUBLISHED_ROWS, SOURCES, protocol_layer
+from benchmarks.data.units.imagenet_r import mg_clip_imagenet_r_names, rapf_split_list
 from benchmarks.runner.suites import expand, load_suite
 from benchmarks.tools.fake_data import make_fake_data
 
@@ -56,9 +51,9 @@ def test_a_split_list_in_rapfs_text_format_drops_what_is_not_an_image():
         read_split_list("test\na.jpg\ntrain\nb.jpg\n", "x")
 
 
-@pytest.mark.parametrize("name", list(NAMED_ORDERS))
+@pytest.mark.parametrize("name", list(named_orders()))
 def test_every_named_order_is_a_permutation_of_its_datasets_classes(name):
-    dataset, order = NAMED_ORDERS[name]
+    dataset, order = named_orders()[name]
     n_classes = {"cifar100": 100, "imagenet_r": 200}[dataset]
     assert sorted(resolve_class_order(name, n_classes, dataset)) == list(range(n_classes))
     with pytest.raises(UserError, match="does not apply"):

@@ -15,7 +15,6 @@ from benchmarks.data.datasets import (
     ClassificationData,
     FileListDataset,
     load_dataset,
-    rapf_split_list,
 )
 from benchmarks.data.device_augment import finish_batch, stream_transforms
 from benchmarks.data.resized_cache import (
@@ -25,7 +24,9 @@ from benchmarks.data.resized_cache import (
     dataset_paths,
     with_resized_cache,
 )
-from benchmarks.tools import fake_data, resized_cache
+from benchmarks.data.unit import dataset_unit
+from benchmarks.data.units.imagenet_r import rapf_split_list
+from benchmarks.tools import resized_cache
 
 
 @pytest.fixture(scope="module")
@@ -110,7 +111,7 @@ def test_a_build_that_dies_leaves_nothing(photos, tmp_path, monkeypatch):
 
 @pytest.mark.slow
 def test_the_command_builds_the_cache_a_run_then_reads(tmp_path, capsys):
-    fake_data.write_imagenet_r(tmp_path, 1, 1, np.random.RandomState(0))
+    dataset_unit("imagenet_r").write_fake(tmp_path, 1, 1, np.random.RandomState(0))
     (tmp_path / "FAKE_DATA.json").write_text("{}")
     assert resized_cache.main(["imagenet_r", "--data-root", str(tmp_path), "--image-size", "32"]) == 0
     assert "imagenet_r: 400 images at 32 px" in capsys.readouterr().err

@@ -11,10 +11,10 @@ import pytest
 import torch
 
 from benchmarks.backbone import SYNTHETIC_WEIGHTS, TINY_MODEL, BackboneSpec, create_clip
-from benchmarks.data.datasets import load_synthetic
 from benchmarks.data.synthetic import captions as C
 from benchmarks.data.synthetic import world as S
 from benchmarks.data.transforms import eval_transform
+from benchmarks.data.units.synthetic import load_synthetic
 from benchmarks.miniature.pretrain import images_to_tensor, main
 from benchmarks.miniature.report import evaluate_zero_shot
 

@@ -9,9 +9,10 @@ import pytest
 from PIL import Image
 
 from benchmarks.core.errors import UserError
-from benchmarks.data.datasets import load_dataset, load_synthetic
+from benchmarks.data.datasets import load_dataset
 from benchmarks.data.synthetic import domains
 from benchmarks.data.synthetic import world as S
+from benchmarks.data.units.synthetic import load_synthetic
 
 
 @pytest.fixture(scope="module")

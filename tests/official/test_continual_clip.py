@@ -8,9 +8,8 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-from benchmarks.data.class_orders import DYTOX_CIFAR100_ORDER
 from benchmarks.data.protocols import SOURCES
-from benchmarks.tools.fake_data import CIFAR100_CLASSES
+from benchmarks.data.units.cifar100 import CIFAR100_CLASSES, DYTOX_CIFAR100_ORDER
 from benchmarks.tools.official_goldens.golden import load_golden
 from strategies.continual_clip import ContinualCLIP
 

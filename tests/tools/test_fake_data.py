@@ -5,7 +5,12 @@ import json
 
 import pytest
 
-from benchmarks.data.datasets import load_dataset, load_zero_shot_target
+from benchmarks.data.datasets import imagenet_wnid_names, load_dataset, load_zero_shot_target
+from benchmarks.data.unit import dataset_unit
+from benchmarks.data.units.cifar100 import CIFAR100_CLASSES
+from benchmarks.data.units.food101 import FOOD101_CLASSES
+from benchmarks.data.units.imagenet_r import imagenet_r_wnids
+from benchmarks.data.units.pets import PETS_BREEDS
 from benchmarks.tools import fake_data
 
 
@@ -33,13 +38,11 @@ def test_every_loader_reads_the_fake_data_with_the_real_classes(tmp_path, capsys
 
 
 def test_class_lists_have_their_official_sizes():
-    assert len(set(fake_data.CIFAR100_CLASSES)) == 100 and fake_data.CIFAR100_CLASSES == sorted(
-        fake_data.CIFAR100_CLASSES
-    )
-    assert len(set(fake_data.FOOD101_CLASSES)) == 101
-    assert len(set(fake_data.PETS_BREEDS)) == 37
-    imagenet_r = fake_data._wnids("imagenet_r_wnids.json")
-    assert len(set(imagenet_r)) == 200 and set(imagenet_r) <= set(fake_data._wnids("imagenet_wnids.json"))
+    assert len(set(CIFAR100_CLASSES)) == 100 and CIFAR100_CLASSES == sorted(CIFAR100_CLASSES)
+    assert len(set(FOOD101_CLASSES)) == 101
+    assert len(set(PETS_BREEDS)) == 37
+    imagenet_r = imagenet_r_wnids()
+    assert len(set(imagenet_r)) == 200 and set(imagenet_r) <= set(imagenet_wnid_names())
 
 
 def _snapshot(root) -> dict[str, bytes | None]:
@@ -50,7 +53,7 @@ def _snapshot(root) -> dict[str, bytes | None]:
     }
 
 
-REAL_DATA = [*fake_data.DATASET_FOLDERS.values(), "archives", ".prepare-pets"]
+REAL_DATA = [*fake_data.dataset_folders().values(), "archives", ".prepare-pets"]
 
 
 @pytest.mark.parametrize("asked", ["pets", "food101", "cifar100,imagenet_r"])
@@ -113,7 +116,7 @@ def test_an_unwritable_root_is_one_line_and_a_killed_generation_is_completed_by_
         raise KeyboardInterrupt
 
     root = tmp_path / "data"
-    monkeypatch.setattr(fake_data, "write_pets", killed)
+    monkeypatch.setattr(dataset_unit("pets"), "write_fake", killed)
     with pytest.raises(KeyboardInterrupt):
         fake_data.main(["--data-root", str(root), "--datasets", "cifar100,pets", "--no-weights"])
     monkeypatch.undo()

@@ -20,8 +20,8 @@ from torchvision.datasets import imagenet as tv_imagenet
 
 from benchmarks import prepare
 from benchmarks.backbone import BackboneSpec, check_weights
-from benchmarks.data.datasets import load_dataset, load_zero_shot_target
-from benchmarks.tools import fake_data
+from benchmarks.data.datasets import imagenet_wnid_names, load_dataset, load_zero_shot_target
+from benchmarks.data.unit import dataset_unit, random_jpeg
 
 
 class ArchiveServer:
@@ -85,25 +85,19 @@ def official(tmp_path, monkeypatch):
     rng = np.random.RandomState(0)
     made = tmp_path / "made"
     files = {
-        "cifar-100-python.tar.gz": _tar(fake_data.write_cifar100(made, 2, 1, rng), "cifar-100-python"),
-        "imagenet-r.tar": _tar(fake_data.write_imagenet_r(made, 1, 1, rng), "imagenet-r", "w"),
-        "food-101.tar.gz": _tar(fake_data.write_food101(made, 1, 1, rng), "food-101"),
+        "cifar-100-python.tar.gz": _tar(
+            dataset_unit("cifar100").write_fake(made, 2, 1, rng), "cifar-100-python"
+        ),
+        "imagenet-r.tar": _tar(dataset_unit("imagenet_r").write_fake(made, 1, 1, rng), "imagenet-r", "w"),
+        "food-101.tar.gz": _tar(dataset_unit("food101").write_fake(made, 1, 1, rng), "food-101"),
     }
-    pets = fake_data.write_pets(made, 1, 1, rng)
+    pets = dataset_unit("pets").write_fake(made, 1, 1, rng)
     files["images.tar.gz"] = _tar(pets / "images", "images")
     files["annotations.tar.gz"] = _tar(pets / "annotations", "annotations")
-    real = prepare._torchvision_archives()
-    monkeypatch.setattr(
-        prepare,
-        "_torchvision_archives",
-        lambda: {
-            name: [prepare.Archive(a.url, _md5(files[a.filename])) for a in archives]
-            for name, archives in real.items()
-        },
-    )
-    monkeypatch.setattr(
-        prepare, "IMAGENET_R", prepare.Archive(prepare.IMAGENET_R.url, _md5(files["imagenet-r.tar"]))
-    )
+    for name in ("cifar100", "imagenet_r", "pets", "food101"):  # each unit's archives, the fakes' MD5
+        unit = dataset_unit(name)
+        fakes = [prepare.Archive(a.url, _md5(files[a.filename])) for a in unit.archives()]
+        monkeypatch.setattr(unit, "archives", lambda fakes=fakes: fakes)
     cifar = made / "cifar-100-python"
     cifar_md5 = {name: _md5((cifar / name).read_bytes()) for name in ("train", "test", "meta")}
     monkeypatch.setattr(torchvision.datasets.CIFAR100, "train_list", [["train", cifar_md5["train"]]])
@@ -272,11 +266,11 @@ def _ilsvrc_archives(folder: Path, wnids: list[str], rng) -> dict[str, bytes]:
     val.mkdir()
     train.mkdir()
     for n, i in enumerate(order):
-        fake_data._jpeg(val / f"ILSVRC2012_val_{n + 1:08d}.JPEG", rng)
+        random_jpeg(val / f"ILSVRC2012_val_{n + 1:08d}.JPEG", rng)
     for wnid in wnids:
         inner = folder / "inner" / wnid
         inner.mkdir(parents=True)
-        fake_data._jpeg(inner / f"{wnid}_1.JPEG", rng)
+        random_jpeg(inner / f"{wnid}_1.JPEG", rng)
         with tarfile.open(train / f"{wnid}.tar", "w") as archive:
             archive.add(inner / f"{wnid}_1.JPEG", arcname=f"{wnid}_1.JPEG")
 
@@ -297,7 +291,7 @@ def _ilsvrc_archives(folder: Path, wnids: list[str], rng) -> dict[str, bytes]:
 @pytest.mark.slow
 def test_imagenet_from_ilsvrc_archives_is_sorted_by_the_devkit(tmp_path, monkeypatch, capsys):
     rng = np.random.RandomState(0)
-    wnids = fake_data._wnids("imagenet_wnids.json")
+    wnids = list(imagenet_wnid_names())
     blobs = _ilsvrc_archives(tmp_path / "made", wnids, rng)
     archives = tmp_path / "ilsvrc"
     archives.mkdir()

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import prepare
+from benchmarks.data.unit import dataset_unit
+from benchmarks.data.units.imagenet_r import IMAGENET_R
 
 FAST = ["--min-rate", "1000", "--rate-window", "0.5", "--quiet"]
 
@@ -39,9 +41,8 @@ BLOB = _imagenet_r_tar()
 
 @pytest.fixture(autouse=True)
 def official_checksum(monkeypatch):
-    monkeypatch.setattr(
-        prepare, "IMAGENET_R", prepare.Archive(prepare.IMAGENET_R.url, hashlib.md5(BLOB).hexdigest())
-    )
+    archive = prepare.Archive(IMAGENET_R.url, hashlib.md5(BLOB).hexdigest())
+    monkeypatch.setattr(dataset_unit("imagenet_r"), "archives", lambda: [archive])
 
 
 class Hostile:

@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import prepare
+from benchmarks.data.unit import dataset_unit
+from benchmarks.data.units.imagenet_r import IMAGENET_R
 from benchmarks.prepare import safe_extract as extraction
 
 WNIDS = [f"n{i:08d}" for i in range(200)]  # the state check counts 200 wnid folders
@@ -108,7 +110,8 @@ def _prepare(tmp_path: Path, monkeypatch, capsys, blob: bytes) -> tuple[int, str
     mirror.mkdir(exist_ok=True)
     (mirror / "imagenet-r.tar").write_bytes(blob)
     checksum = hashlib.md5(blob).hexdigest()
-    monkeypatch.setattr(prepare, "IMAGENET_R", prepare.Archive(prepare.IMAGENET_R.url, checksum))
+    archive = prepare.Archive(IMAGENET_R.url, checksum)
+    monkeypatch.setattr(dataset_unit("imagenet_r"), "archives", lambda: [archive])
     root = tmp_path / "data"
     code = prepare.main(["imagenet_r", "--data-root", str(root), "--mirror", str(mirror), "--quiet"])
     return code, capsys.readouterr().err, root

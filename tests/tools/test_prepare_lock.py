@@ -18,6 +18,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks import prepare
+from benchmarks.data.unit import dataset_unit
+from benchmarks.data.units.imagenet_r import IMAGENET_R
 from benchmarks.prepare import lock as prepare_lock
 
 
@@ -37,9 +39,8 @@ BLOB = _imagenet_r_tar()
 @pytest.fixture
 def slow_server(monkeypatch):
     """Serves imagenet-r.tar after 1 s; ``started`` is set when the first request arrives."""
-    monkeypatch.setattr(
-        prepare, "IMAGENET_R", prepare.Archive(prepare.IMAGENET_R.url, hashlib.md5(BLOB).hexdigest())
-    )
+    archive = prepare.Archive(IMAGENET_R.url, hashlib.md5(BLOB).hexdigest())
+    monkeypatch.setattr(dataset_unit("imagenet_r"), "archives", lambda: [archive])
     monkeypatch.setattr(prepare_lock, "POLL_SECONDS", 0.05)
     started, requests = threading.Event(), []
 

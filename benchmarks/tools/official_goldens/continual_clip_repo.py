@@ -38,7 +38,7 @@ from torch import nn
 
 from benchmarks.backbone import TINY_MODEL
 from benchmarks.backbone.loading import SYNTHETIC_WEIGHTS
-from benchmarks.tools.fake_data import CIFAR100_CLASSES
+from benchmarks.data.units.cifar100 import CIFAR100_CLASSES
 from benchmarks.tools.official_goldens import component
 from benchmarks.tools.official_goldens.golden import Golden, Official, official_import_path, stub_module
 
@@ -187,7 +187,8 @@ def zero_shot(checkout: Path) -> Golden:
         notes=(
             f"Config {CONFIG}: prompt_template {template!r}, 10 tasks of 10 classes, the class order of "
             f"{CLASS_ORDER} (the DyTox order). Class names: torchvision's CIFAR-100 names, unchanged "
-            "(aquarium_fish), the suite's benchmarks.tools.fake_data.CIFAR100_CLASSES. Model: the tiny CLIP "
+            "(aquarium_fish), the suite's benchmarks.data.units.cifar100.CIFAR100_CLASSES. "
+            "Model: the tiny CLIP "
             f"({TINY_MODEL}, synthetic weights) as OpenAI's CLIP class, text tower and logit scale "
             f"(exp = {math.exp(float(load_file(str(SYNTHETIC_WEIGHTS))['logit_scale'])):.4f}). "
             "input.image: raw image features (normalised by the official forward). "

@@ -1,0 +1,98 @@
+"""Dataset units: every dataset is one registered unit, and a unit dropped into the package (the
+worked unit of docs/adding-a-dataset.md, written there by this test and removed after) is found by
+``prepare --list``, ``fake_data`` and ``run`` with no edit elsewhere."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from pathlib import Path
+
+import pytest
+
+from analysis.paper_inputs import dataset_name
+from benchmarks import prepare, run
+from benchmarks.data import unit as unit_module
+from benchmarks.data.datasets import load_dataset
+from benchmarks.data.unit import dataset_names, dataset_unit, file_targets, target_of
+from benchmarks.runner.results import iter_results
+from benchmarks.tools import fake_data
+from tests.helpers import tiny_suite, write_suite
+
+ROOT = Path(__file__).resolve().parents[2]
+GUIDE = ROOT / "docs" / "adding-a-dataset.md"
+UNITS = ROOT / "benchmarks" / "data" / "units"
+
+
+def test_every_dataset_is_a_unit_and_imagenet_is_one_target_for_two_datasets():
+    assert dataset_names() == [
+        "cifar100",
+        "imagenet_r",
+        "imagenet100",
+        "imagenet1k",
+        "pets",
+        "food101",
+        "synthetic",
+    ]
+    assert list(file_targets()) == ["cifar100", "imagenet_r", "imagenet", "pets", "food101"]
+    assert target_of("imagenet100") == target_of("imagenet1k") == target_of("imagenet") == "imagenet"
+    assert target_of("synthetic") is None and target_of("nothing") is None
+    assert dataset_unit("imagenet100").folder == dataset_unit("imagenet1k").folder == "imagenet"
+
+
+def test_prepare_and_fake_data_take_a_dataset_name_for_its_target(tmp_path, capsys):
+    args = prepare.parse_args(["imagenet100", "imagenet1k", "cifar100"])
+    assert args.targets == ["imagenet", "cifar100"]
+    code = fake_data.main(["--data-root", str(tmp_path), "--datasets", "imagenet1k,nope", "--no-weights"])
+    assert code == 2 and "unknown dataset 'nope'" in capsys.readouterr().err
+
+
+def _guide_unit() -> str:
+    (code,) = re.findall(r"```python\n(.*?)```", GUIDE.read_text(), flags=re.S)
+    return code
+
+
+@pytest.fixture
+def dropped_unit(monkeypatch):
+    """The guide's unit as a new module of the units package, found by a fresh discovery (as in a
+    new process); the file, its module and its registration are gone afterwards."""
+    module = f"flowers5_dropped_{abs(hash(str(ROOT))) % 10**8}"
+    path = UNITS / f"{module}.py"
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no .pyc left behind in the tree
+    monkeypatch.setattr(unit_module, "_REGISTRY", dict(unit_module._REGISTRY))
+    monkeypatch.setattr(unit_module, "_DISCOVERED", False)
+    path.write_text(_guide_unit())
+    importlib.invalidate_caches()  # the import system caches the folder's listing
+    try:
+        yield "flowers5"
+    finally:
+        path.unlink(missing_ok=True)
+        sys.modules.pop(f"{unit_module.UNITS_PACKAGE}.{module}", None)
+        importlib.invalidate_caches()
+
+
+def test_a_dropped_in_unit_is_prepared_faked_and_run(dropped_unit, tmp_path, capsys):
+    name = dropped_unit
+    data_root, fake = tmp_path / "data", tmp_path / "fake"
+
+    assert prepare.main(["--list", "--data-root", str(data_root)]) == 0
+    assert f"| {name} | missing | {data_root / name} |" in capsys.readouterr().out
+
+    argv = ["--data-root", str(fake), "--datasets", name, "--no-weights", "--train-per-class", "2"]
+    assert fake_data.main(argv) == 0
+    capsys.readouterr()
+    data = load_dataset(name, fake)
+    assert data.class_names == ["daisy", "dandelion", "rose", "sunflower", "tulip"]
+    assert (len(data.train), len(data.test)) == (10, 5)
+    assert prepare.main(["--list", "--data-root", str(fake)]) == 0
+    assert f"| {name} | present |" in capsys.readouterr().out
+
+    suite = write_suite(tmp_path / "tiny.toml", tiny_suite(["continual_clip"], tasks=5))
+    results = tmp_path / "runs"
+    argv = ["--suite", suite, "--datasets", name, "--fast-dev-run", "--data-root", str(fake)]
+    assert run.main([*argv, "--results-dir", str(results), "--quiet"]) == 0
+    (result,) = [r for _, r in iter_results(results)]
+    assert result["dataset"] == name and len(result["stages"]) == 5
+    assert result["config"]["fake_data"] is True
+    assert dataset_name(name) == "Flowers-5"
