@@ -13,7 +13,6 @@ for a reason it can never meet says so.
 
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -21,7 +20,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from benchmarks.core.errors import UserError, one_line_user_errors
+from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.runner.locking import is_stale, read_holder
 from benchmarks.runner.results import CHECKPOINT_STATE, ResultStore, RunKey, iter_results, safe_label
 from benchmarks.runner.slurm_jobs import SlurmView, last_log_line, view
@@ -179,9 +178,7 @@ def status_table(store: ResultStore) -> str:
 
 @one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m benchmarks.runner.status", description=__doc__.split("\n")[0]
-    )
+    parser = CommandParser(prog="python -m benchmarks.runner.status", description=__doc__.split("\n")[0])
     parser.add_argument("--results-dir", required=True, help="the results folder of one or more suites")
     args = parser.parse_args(argv)
     root = Path(args.results_dir)

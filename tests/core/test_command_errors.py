@@ -104,21 +104,10 @@ def _fill(words: list[str], tmp_path: Path) -> list[str]:
     return [w.replace("{tmp}", str(tmp_path)).replace("{file}", str(tmp_path / "a-file")) for w in words]
 
 
-# commands that other work in progress has yet to move to CommandParser
-NOT_YET = {
-    "benchmarks.runner.status": "benchmarks/runner/status.py, being rewritten in parallel, still uses a "
-    "plain argparse.ArgumentParser (a usage block); it should take benchmarks.core.errors.CommandParser",
-}
-
-
 @pytest.mark.parametrize(
     "module, argv, fragment",
     [
-        pytest.param(
-            *case,
-            id=f"{case[0].split('.')[-1]}: {' '.join(case[1]) or '(nothing)'}",
-            marks=[pytest.mark.xfail(reason=NOT_YET[case[0]])] if case[0] in NOT_YET else [],
-        )
+        pytest.param(*case, id=f"{case[0].split('.')[-1]}: {' '.join(case[1]) or '(nothing)'}")
         for case in CASES
     ],
 )
