@@ -228,7 +228,9 @@ class RateWatch:
                 return
 
 
-class _WatchedHTTP(http.client.HTTPConnection):
+class _Watched:
+    """A connection whose socket the rate watch can close (a mixin before the HTTP(S) connection)."""
+
     def __init__(self, *args, watch: RateWatch, **kwargs) -> None:
         super().__init__(*args, **kwargs)
         self._watch = watch
@@ -238,14 +240,12 @@ class _WatchedHTTP(http.client.HTTPConnection):
         self._watch.attach(self.sock)
 
 
-class _WatchedHTTPS(http.client.HTTPSConnection):
-    def __init__(self, *args, watch: RateWatch, **kwargs) -> None:
-        super().__init__(*args, **kwargs)
-        self._watch = watch
+class _WatchedHTTP(_Watched, http.client.HTTPConnection):
+    pass
 
-    def connect(self) -> None:
-        super().connect()
-        self._watch.attach(self.sock)
+
+class _WatchedHTTPS(_Watched, http.client.HTTPSConnection):
+    pass
 
 
 class _HTTPHandler(urllib.request.HTTPHandler):
