@@ -40,6 +40,7 @@ from torchvision import transforms as T
 from benchmarks.data.transforms import (
     CLIP_MEAN,
     CLIP_STD,
+    RESIZE_FIRST,
     PatchShuffle,
     _to_rgb,
     crop_padding,
@@ -48,8 +49,6 @@ from benchmarks.data.transforms import (
     train_transform,
 )
 
-#: the train augmentations ``DeviceTransform`` applies (the others stay on PIL)
-DEVICE_AUGMENTATIONS = ("paper", "paper-scaled", "flip", "none")
 _ROTATION_DEGREES = (0.0, 10.0)  # the paper's RandomRotation((0, 10)), as torchvision stores it
 _FIXED_ONE = 65536  # Pillow's 16.16 fixed point
 
@@ -103,7 +102,7 @@ _IDENTITY = pil_rotation_coefficients(0.0, 1, 1)
 class DeviceTransform:
     """The per-sample half of a transform whose pixels are finished on the device (module docstring).
 
-    ``augmentation`` is one of ``DEVICE_AUGMENTATIONS``; "none" is the eval transform. Picklable, so
+    ``augmentation`` is one of ``RESIZE_FIRST``; "none" is the eval transform. Picklable, so
     it runs in DataLoader workers under every start method.
     """
 
@@ -115,10 +114,8 @@ class DeviceTransform:
         augmentation: str = "none",
         patch_grid: int | None = None,
     ) -> None:
-        if augmentation not in DEVICE_AUGMENTATIONS:
-            raise ValueError(
-                f"augmentation on the device is one of {DEVICE_AUGMENTATIONS}, not {augmentation!r}"
-            )
+        if augmentation not in RESIZE_FIRST:
+            raise ValueError(f"augmentation on the device is one of {RESIZE_FIRST}, not {augmentation!r}")
         self.image_size, self.augmentation = image_size, augmentation
         self.mean_std = torch.tensor([*mean, *std], dtype=torch.float64)
         self.padding = crop_padding(image_size, augmentation) if augmentation.startswith("paper") else None
@@ -220,7 +217,7 @@ def stream_transforms(
     augment_on: str = "device",
 ) -> tuple[Callable, Callable]:
     """The train and eval transforms of a stream: ``DeviceTransform`` s where ``augment_on`` is
-    "device" and the augmentation is covered (``DEVICE_AUGMENTATIONS``), torchvision's PIL pipeline
+    "device" and the augmentation is covered (``RESIZE_FIRST``), torchvision's PIL pipeline
     otherwise. A loader built with the run's ``device`` finishes the first kind
     (``benchmarks.data.loaders.DeviceBatches``)."""
     if augment_on not in AUGMENT_ON:
@@ -229,7 +226,7 @@ def stream_transforms(
         return train_transform(image_size, mean, std, augmentation), eval_transform(image_size, mean, std)
     train = (
         DeviceTransform(image_size, mean, std, augmentation)
-        if augmentation in DEVICE_AUGMENTATIONS
+        if augmentation in RESIZE_FIRST
         else train_transform(image_size, mean, std, augmentation)
     )
     return train, DeviceTransform(image_size, mean, std, "none")
@@ -246,6 +243,6 @@ def patch_shuffled_transform(
     """``transforms.patch_shuffled_train_transform`` (AdapterVLM's pseudo-OOD images: resize, centre
     crop, ``grid`` x ``grid`` patch shuffle, then the train augmentation), on the device where
     ``stream_transforms`` would put the train augmentation."""
-    if augment_on == "device" and augmentation in DEVICE_AUGMENTATIONS:
+    if augment_on == "device" and augmentation in RESIZE_FIRST:
         return DeviceTransform(image_size, mean, std, augmentation, patch_grid=grid)
     return patch_shuffled_train_transform(image_size, mean, std, augmentation, grid)

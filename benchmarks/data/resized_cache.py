@@ -38,6 +38,7 @@ from tqdm.auto import tqdm
 
 from benchmarks.core.errors import UserError
 from benchmarks.data.datasets import FileListDataset
+from benchmarks.data.transforms import RESIZE_FIRST
 
 CACHE_FOLDER = ".resized"
 
@@ -139,10 +140,6 @@ class CachedImages(Dataset):
 
     def __getstate__(self) -> dict:
         return {**self.__dict__, "_pixels": None}
-
-
-#: train augmentations that begin with the resize of the shorter side, as the eval transform does
-RESIZE_FIRST = ("paper", "paper-scaled", "flip", "none")
 
 
 def with_resized_cache(data, data_root: str | Path, image_size: int, train_augmentation: str):

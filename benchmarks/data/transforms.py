@@ -54,6 +54,10 @@ def eval_transform(
 #   ViT augmentation (an option of APER-Adapter).
 TrainAugmentation = Literal["paper", "paper-scaled", "none", "rrc90", "rrc_flip", "flip", "rrc05_flip"]
 TRAIN_AUGMENTATIONS = typing.get_args(TrainAugmentation)
+#: the train augmentations that begin as the eval transform does, with the bicubic resize of the
+#: shorter side and a centre crop: a resized cache can serve them (``resized_cache``), and the device
+#: can finish them (``device_augment``); the random-resized crops start from the original image
+RESIZE_FIRST = ("paper", "paper-scaled", "flip", "none")
 PAPER_CROP_PADDING = 4
 PAPER_INPUT_SIZE = 224
 

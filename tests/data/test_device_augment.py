@@ -9,7 +9,6 @@ from PIL import Image
 from torch.utils.data import default_collate
 
 from benchmarks.data.device_augment import (
-    DEVICE_AUGMENTATIONS,
     DevicePending,
     DeviceTransform,
     finish_batch,
@@ -23,6 +22,7 @@ from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import (
     CLIP_MEAN,
     CLIP_STD,
+    RESIZE_FIRST,
     eval_transform,
     patch_shuffled_train_transform,
     train_transform,
@@ -54,7 +54,7 @@ def _both_paths(images, size: int, augmentation: str) -> tuple[torch.Tensor, tor
     )
 
 
-@pytest.mark.parametrize("augmentation", [*DEVICE_AUGMENTATIONS, "eval"])
+@pytest.mark.parametrize("augmentation", [*RESIZE_FIRST, "eval"])
 @pytest.mark.parametrize(
     "size, height, width",
     [
@@ -80,7 +80,7 @@ def test_grey_palette_and_alpha_images_are_converted_to_rgb_as_the_pil_pipeline_
 def test_a_sample_consumes_the_generator_exactly_as_the_pil_pipeline_does():
     """Same draws, same order: the generator ends in the same state, so later draws are unchanged."""
     (image,) = _images(1, 32, 32)
-    for augmentation in DEVICE_AUGMENTATIONS:
+    for augmentation in RESIZE_FIRST:
         torch.manual_seed(7)
         train_transform(32, augmentation=augmentation)(image)
         after_pil = torch.get_rng_state()
