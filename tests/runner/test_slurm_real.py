@@ -28,6 +28,10 @@ from benchmarks.runner.status import run_state
 from tests.runner.test_slurm import SEED0, SEED1, SUITE
 
 LOW, HIGH = "cil-low", "cil-high"  # .ci/slurm/slurm.conf.in: HIGH's jobs preempt LOW's, which are requeued
+# The interrupted runs' suite: their first life waits before task 2 (tests/runner/first_life_pause.py)
+PAUSED_SUITE = SUITE.replace(
+    "lora_rank = 2", 'lora_rank = 2\nplugins = { "tests.runner.first_life_pause:PauseFirstLife" = {} }'
+)
 
 pytestmark = [
     pytest.mark.slow,
@@ -73,8 +77,8 @@ def quick_poll(monkeypatch):
     monkeypatch.setattr(SlurmJob, "watcher", SlurmInfoWatcher(delay_s=600))  # no job states from other tests
 
 
-def _argv(tmp_path, *extra: str, partition: str = LOW) -> list[str]:
-    (tmp_path / "suite.toml").write_text(SUITE)
+def _argv(tmp_path, *extra: str, partition: str = LOW, suite: str = SUITE) -> list[str]:
+    (tmp_path / "suite.toml").write_text(suite)
     return [
         "--suite",
         str(tmp_path / "suite.toml"),
@@ -130,7 +134,7 @@ def _start_when_requeued(job_id: str) -> None:
 def _interrupted_after_the_first_task(tmp_path, interrupt) -> tuple[ResultStore, str]:
     """Submit seed 0 alone, call ``interrupt(store, job_id)`` once its first task is checkpointed;
     return the store and the job id."""
-    assert run.main(_argv(tmp_path, "--seeds", "0", "--no-wait")) == 0
+    assert run.main(_argv(tmp_path, "--seeds", "0", "--no-wait", suite=PAUSED_SUITE)) == 0
     store = ResultStore(tmp_path / "results")
     job_id = _job_of(store, SEED0)
     _wait_for(lambda: _tasks_done(store, SEED0) >= 1, what="the first task's checkpoint")
@@ -145,9 +149,9 @@ def _states(job_id: str) -> list[str]:
     ).split()
 
 
-def _resumed(tmp_path, store: ResultStore) -> str:
+def _resumed(tmp_path, store: ResultStore, suite: str = SUITE) -> str:
     """Wait for seed 0 through the launcher; return its run log, which tells it resumed."""
-    assert run.main(_argv(tmp_path, "--seeds", "0")) == 0
+    assert run.main(_argv(tmp_path, "--seeds", "0", suite=suite)) == 0
     log = (store.root / ".logs" / SEED0.relpath.with_suffix(".log")).read_text()
     assert "resumed after task" in log
     return log
@@ -176,7 +180,7 @@ def test_a_job_requeued_with_scontrol_resumes_and_equals_inline(
         _start_when_requeued(job_id)
 
     store, job_id = _interrupted_after_the_first_task(tmp_path, requeue)
-    _resumed(tmp_path, store)
+    _resumed(tmp_path, store, PAUSED_SUITE)
     assert store.finished(SEED0, None)["stages"] == inline_stages[0]
     assert _states(job_id)[:1] == ["REQUEUED"]  # its first life; the last may still be completing
 
@@ -195,7 +199,7 @@ def test_a_job_preempted_by_the_higher_partition_resumes_and_equals_inline(
         _start_when_requeued(job_id)
 
     store, job_id = _interrupted_after_the_first_task(tmp_path, preempt)
-    _resumed(tmp_path, store)
+    _resumed(tmp_path, store, PAUSED_SUITE)
     assert store.finished(SEED0, None)["stages"] == inline_stages[0]
     assert _states(job_id)[:1] == ["PREEMPTED"]
 
