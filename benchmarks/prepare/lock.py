@@ -13,9 +13,6 @@ first and says for whom, then finds the target prepared; ``--no-wait`` makes it 
 
 from __future__ import annotations
 
-import json
-import os
-import socket
 import sys
 import time
 from collections.abc import Iterator
@@ -36,17 +33,8 @@ class PrepareLock(RunLock):
     """``RunLock`` whose file names no SLURM job, so only a dead process or a stopped heartbeat
     frees it; the file's format is the runner's (``read_holder`` reads it)."""
 
-    def _create(self) -> bool:
-        try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
-        with os.fdopen(fd, "w") as handle:
-            holder = {"host": socket.gethostname(), "pid": os.getpid(), "job_id": None}
-            json.dump({**holder, "since": time.time(), "token": self.token}, handle)
-            handle.flush()
-            os.fsync(handle.fileno())
-        return True
+    def holder_job_id(self) -> None:  # two srun steps of one job must not take each other's lock
+        return None
 
 
 def lock_path(folder: Path, target: str) -> Path:

@@ -162,6 +162,10 @@ class RunLock:
             self.took_over = holder
         return False
 
+    def holder_job_id(self) -> str | None:
+        """The SLURM job recorded as the holder: a later life of the same job may take the lock over."""
+        return job_id()
+
     def _create(self) -> bool:
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
@@ -172,7 +176,7 @@ class RunLock:
                 {
                     "host": socket.gethostname(),
                     "pid": os.getpid(),
-                    "job_id": job_id(),
+                    "job_id": self.holder_job_id(),
                     "since": time.time(),
                     "token": self.token,
                 },
