@@ -151,6 +151,7 @@ class CLIPStrategy(SupervisedTemplate):
         self._epoch_start: list[torch.Tensor] | None = None  # copies to tell whether an epoch moved anything
         self._warned_still_tasks: set[int] = set()
         self._warned_output_layout = False
+        self._column_index: dict[tuple, torch.Tensor] = {}  # by_class_id: (columns, device) -> index
         # Avalanche wants an optimiser up front; the real one is built per task in make_optimizer.
         idle = torch.optim.SGD([torch.nn.Parameter(torch.zeros(1))], lr=0.0)
         if "evaluator" not in avalanche_kwargs:
@@ -229,8 +230,11 @@ class CLIPStrategy(SupervisedTemplate):
     def by_class_id(self, logits: torch.Tensor, columns: list[int]) -> torch.Tensor:
         """``logits`` whose columns are the classes ``columns``, as ``[B, n_classes]`` with ``-inf``
         for every other class id (no graph: what plugins and metrics read)."""
+        key = (tuple(columns), logits.device)
+        if key not in self._column_index:  # once per class list, not a host-to-device copy per step
+            self._column_index[key] = torch.tensor(columns, dtype=torch.long, device=logits.device)
         out = torch.full((logits.shape[0], len(self.class_names)), float("-inf"), device=logits.device)
-        out[:, columns] = logits.detach().float()
+        out[:, self._column_index[key]] = logits.detach().float()
         return out
 
     def stage_diagnostics(self, scores, targets, task_of_class) -> dict:
@@ -637,10 +641,7 @@ class CLIPStrategy(SupervisedTemplate):
         """``scores`` laid out for Avalanche's evaluation: ``[B, n_classes]``, column ``c`` is class
         ``c`` and classes not seen yet are ``-inf``, so ``argmax`` is the predicted class id and
         Avalanche's accuracy equals the runner's (top-1 over all seen classes, no task id)."""
-        seen = self.scores(images).float()
-        out = torch.full((seen.shape[0], len(self.class_names)), float("-inf"), device=seen.device)
-        out[:, self.seen_classes] = seen
-        return out
+        return self.by_class_id(self.scores(images), self.seen_classes)
 
     def _before_eval(self, **kwargs):
         super()._before_eval(**kwargs)
