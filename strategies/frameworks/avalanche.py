@@ -33,7 +33,7 @@ from tqdm.auto import tqdm
 
 from benchmarks.core.errors import UserError
 from strategies.contract import plugins_survive_resume
-from strategies.frameworks.common import CLIPClassifier, FrameworkAdapter, FrameworkConfig
+from strategies.frameworks.common import CLIPClassifier, FrameworkAdapter, FrameworkConfig, task_classes
 from strategies.optim import build_optimizer
 
 #: constructor parameters the adapter fills itself
@@ -165,10 +165,10 @@ class AvalancheStrategy(FrameworkAdapter):
         self.template.optimizer.load_state_dict({"state": state, "param_groups": meta["optimizer_groups"]})
 
     def learn(self, experience) -> None:
+        new = task_classes(experience, len(self.class_names), self.seen_classes, self.name)  # checked first
         self.template.train(experience, eval_streams=[], num_workers=self.cfg.num_workers)
         self.model.eval()
-        new = sorted(int(c) for c in experience.classes_in_this_experience)
-        self.seen_classes = self.seen_classes + [c for c in new if c not in self.seen_classes]
+        self.seen_classes = self.seen_classes + new
         self.train_iterations = self.template.clock.train_iterations
 
     @torch.no_grad()

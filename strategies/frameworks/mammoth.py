@@ -27,8 +27,7 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from benchmarks.core.errors import UserError
-from strategies.frameworks.common import CLIPClassifier, FrameworkAdapter
-from strategies.frameworks.pycil import declared_config, task_classes
+from strategies.frameworks.common import CLIPClassifier, FrameworkAdapter, declared_config, task_classes
 from strategies.optim import build_optimizer
 
 _MODEL = "model."  # checkpoint names of the model's own attributes

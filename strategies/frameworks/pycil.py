@@ -24,36 +24,7 @@ from torch.utils.data import Dataset
 
 from benchmarks.core.errors import UserError
 from strategies.checkpointing import pack_state, unpack_state
-from strategies.frameworks.common import FrameworkAdapter, FrameworkConfig
-
-
-def declared_config(cls: type) -> type[FrameworkConfig]:
-    """The learner's own ``Config`` where it subclasses ``FrameworkConfig``, else ``FrameworkConfig``."""
-    config = getattr(cls, "Config", None)
-    if isinstance(config, type) and issubclass(config, FrameworkConfig):
-        return config
-    return FrameworkConfig
-
-
-def task_classes(experience, n_classes: int, seen: list[int], name: str) -> list[int]:
-    """The experience's class ids in the run's class order (``classes_in_order``, which the suite's
-    streams carry; sorted for another stream); ids outside the dataset or learned before are one line."""
-    in_order = getattr(experience, "classes_in_order", None)
-    classes = (
-        [int(c) for c in in_order]
-        if in_order
-        else sorted(int(c) for c in experience.classes_in_this_experience)
-    )
-    unknown = [c for c in classes if not 0 <= c < n_classes]
-    if unknown:
-        raise UserError(
-            f"{name}: the experience holds class ids {unknown[:5]} outside the {n_classes} classes of "
-            "class_names; give a stream of the run's dataset (ids 0..n_classes-1, not remapped)"
-        )
-    again = sorted(set(classes) & set(seen))
-    if again:
-        raise UserError(f"{name}: classes {again[:5]} arrive in a second task; tasks must be disjoint")
-    return classes
+from strategies.frameworks.common import FrameworkAdapter, declared_config, task_classes
 
 
 class TaskImages(Dataset):
