@@ -1,7 +1,8 @@
 """The public strategy interface matches its documentation (docs/adding-a-strategy.md): the hook,
-attribute, helper and Avalanche-method tables hold every public name of ``CLIPStrategy`` exactly
-once, with the hooks' signatures as written; the ``StrategyConfig`` table lists every field with
-its default; the Avalanche example runs as written; no doc or example calls a private name."""
+attribute, helper and Avalanche-method tables hold every public name of ``CLIPStrategy`` (its
+mixins' included) exactly once, with the hooks' signatures as written; the ``StrategyConfig`` table
+lists every field with its default; the Avalanche example runs as written; no doc or example calls
+a private name."""
 
 import dataclasses
 import inspect
@@ -47,7 +48,8 @@ def _documented(heading: str) -> dict[str, str]:
 
 def test_every_public_name_of_the_base_is_in_exactly_one_table():
     tables = {kind: set(_documented(heading)) for kind, heading in TABLES.items()}
-    public = {name for name in vars(CLIPStrategy) if not name.startswith("_")}
+    own = [cls for cls in CLIPStrategy.__mro__ if cls.__module__.startswith("strategies.")]  # and its mixins
+    public = {name for cls in own for name in vars(cls) if not name.startswith("_")}
     listed = [name for names in tables.values() for name in names]
     assert sorted(set(listed)) == sorted(public)
     assert len(listed) == len(set(listed)), "a name is in two tables"
