@@ -173,6 +173,7 @@ class AdapterVLM(CLIPStrategy):
                 shuffle=True,
                 passes=self.train_epochs,
                 purpose="pseudo-ood",
+                training=True,  # its images feed every training step's loss
             )
             self._ood_batches = iter(self._ood_loader)
         try:

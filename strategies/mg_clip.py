@@ -158,6 +158,7 @@ class MGCLIP(CLIPStrategy):
             shuffle=True,
             passes=total,
             purpose="probe",
+            training=True,
         )
         for epoch in range(total):
             for group in optimizer.param_groups:

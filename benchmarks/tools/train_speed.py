@@ -161,10 +161,10 @@ def on_one_batch(strategy_cls: type[CLIPStrategy]) -> type[CLIPStrategy]:
             super().make_train_dataloader(*args, **kwargs)  # for its length alone
             self.dataloader = RepeatedBatch(self.one_batch, len(self.dataloader))
 
-        def data_loader(self, dataset, batch_size=None, shuffle=False, passes=1, purpose="eval"):
+        def data_loader(self, dataset, batch_size=None, shuffle=False, passes=1, purpose="eval", **kwargs):
             if self.timer is not None and self.timer.in_step:
                 self.loaders_in_steps = (*self.loaders_in_steps, purpose)
-            return super().data_loader(dataset, batch_size, shuffle, passes, purpose)
+            return super().data_loader(dataset, batch_size, shuffle, passes, purpose, **kwargs)
 
         def finish_task(self, task: int, classes: list[int]) -> None:
             """Nothing: this copy is dropped after its steps, so its second stages would only cost time."""

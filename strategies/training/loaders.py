@@ -46,9 +46,13 @@ class SeededLoaders:
         shuffle: bool = False,
         passes: int = 1,
         purpose: str = "eval",
+        *,
+        training: bool = False,
     ) -> DataLoader | DeviceBatches:
         """A loader over ``dataset`` with ``loader_options``, for the strategy's own passes
         (evaluation, prototypes, second stages); with several ``passes`` its workers stay alive.
+        ``training``: the passes train something, so a fast dev run ends each after
+        ``max_train_batches`` batches; an evaluation pass is never cut short.
 
         Its shuffle and every augmentation draw depend only on (run seed, task, ``purpose``, pass,
         sample index), never on the worker count (``benchmarks.data.loaders``): give each loader that
@@ -61,7 +65,7 @@ class SeededLoaders:
             self.loader_key(purpose),
             batch_size or self.cfg.eval_batch_size,
             shuffle=shuffle,
-            max_batches=self.max_train_batches if shuffle else None,  # a shuffled pass is a training pass
+            max_batches=self.max_train_batches if training else None,
             device=self.device,
             **options,
         )

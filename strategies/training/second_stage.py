@@ -33,6 +33,7 @@ class SecondStage:
             shuffle=True,
             passes=epochs,
             purpose=purpose,
+            training=True,
         )
         total, step = epochs * len(loader), 0
         for _ in range(epochs):
