@@ -14,7 +14,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks.core.environment import set_deterministic
+from benchmarks.core.environment import check_threads, set_deterministic
 from benchmarks.core.errors import STORAGE_ERRORS, CommandParser, UserError, one_line_user_errors
 from benchmarks.core.precision import PRECISIONS
 from benchmarks.data.device_augment import AUGMENT_ON
@@ -133,7 +133,17 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         action="store_true",
         help="also save each finished run's learned state (safetensors + JSON) next to its result",
     )
-    parser.add_argument("--quiet", action="store_true", help="no progress bars")
+    parser.add_argument(
+        "--quiet",
+        action="store_true",
+        help="no progress bars and no per-task lines (without it: bars on a terminal, a line per "
+        "finished task in a log)",
+    )
+    parser.add_argument(
+        "--threads",
+        help='torch threads of each run process: a number, or "auto" (the default, or the suite\'s '
+        "threads): one on the CPU, every core on CUDA; recorded in each result's env, not hashed",
+    )
     parser.add_argument(
         "--launcher",
         choices=LAUNCHERS,
@@ -251,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         loggers = parse_loggers(args.log)  # a logger that cannot start: one line, before any run
         suite = load_suite(args.suite)
+        threads = check_threads(args.threads or suite.get("threads", "auto"))
         slurm_options = _check_launcher_options(
             args, suite
         )  # bad launcher input: one line, before anything runs
@@ -291,10 +302,13 @@ def main(argv: list[str] | None = None) -> int:
             spec = next(s for s in runs if (s.label, s.dataset) == (label, dataset))
             # an outside strategy: say what the suite's protocol gave it (docs/adding-a-strategy.md)
             print(settings_from_the_suite(label, dataset, resolve(spec, args.data_root)[2]), file=sys.stderr)
+        bars = not args.quiet and sys.stderr.isatty()  # a log file gets one line per task instead
         options = RunOptions(
             data_root=args.data_root,
             force=args.force,
-            quiet=args.quiet,
+            quiet=not bars,
+            task_lines=not args.quiet and not bars,
+            threads=threads,
             save_models=args.save_models,
             run_logs=args.run_logs,
             suite_name=suite["name"],

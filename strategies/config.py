@@ -98,6 +98,8 @@ class StrategyConfig:
     amp: bool = True
     #: the fewest epochs a task may train (0 only for a strategy that never trains)
     min_epochs: ClassVar[int] = 1
+    #: the fields that set a training pass's batch size (a fast dev run caps them, runner.suites.RunLimits)
+    training_batch_sizes: ClassVar[tuple[str, ...]] = ("batch_size",)
 
     def __post_init__(self):
         for name, hint in _choice_fields(type(self)).items():  # every Literal field, in every subclass

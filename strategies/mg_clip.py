@@ -43,7 +43,7 @@ RECIPE (CIFAR-100; per-dataset values in the suites):
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import torch
 import torch.nn.functional as F
@@ -113,6 +113,7 @@ class MGCLIPConfig(StrategyConfig):
     visual_epochs: int = 3
     visual_lr: float = 5e-4
     visual_batch_size: int = 64
+    training_batch_sizes: ClassVar[tuple[str, ...]] = ("batch_size", "visual_batch_size")
     text_weight: float = 1.0
     vision_weight: float = 4.0
     amp: bool = False  # fp32, as the official code

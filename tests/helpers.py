@@ -116,7 +116,7 @@ def strategy_from_suite(suite, **options):
     strategy_cls, config, _ = run.resolve(spec, "data")
     for key, value in options.items():
         setattr(config, key, value)
-    data = execute._load_data(spec, "data")
+    data = execute.load_run_data(spec, "data")
     strategy = strategy_cls(
         backbone=create_clip(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"])),
         class_names=data.class_names,

@@ -12,9 +12,12 @@ import sys
 from datetime import datetime, timezone
 from importlib import metadata
 from pathlib import Path
+from typing import Literal
 
 import numpy as np
 import torch
+
+from benchmarks.core.errors import UserError
 
 PACKAGES = (
     "torch",
@@ -28,6 +31,43 @@ PACKAGES = (
     "pandas",
 )
 REPO_ROOT = Path(__file__).resolve().parents[2]
+
+#: torch's threads in a run process: a number, or "auto" (``auto_threads``)
+Threads = int | Literal["auto"]
+_threads_setting: Threads = "auto"  # what this process was asked for, recorded in each result's env
+
+
+def usable_cores() -> int:
+    """The cores this process may run on (its CPU affinity: a SLURM job's own, a taskset's)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+def auto_threads(device: str) -> int:
+    """Threads for a run when none are asked for. On the CPU, one: torch splits float sums by
+    thread, so the count is part of a CPU run's numbers, and one thread gives the same numbers on
+    every machine; torch's own default (every core) also makes a step 3 to 30 times slower when
+    another process keeps a core busy (docs/running.md). On CUDA, where the GPU computes, every
+    core the process may use."""
+    return 1 if device == "cpu" else usable_cores()
+
+
+def check_threads(value: object) -> Threads:
+    """``value`` (a suite's ``threads`` or ``--threads``) as a ``Threads``, or one line."""
+    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
+        return value  # type: ignore[return-value]
+    if isinstance(value, str) and value.isdigit() and int(value) >= 1:
+        return int(value)
+    raise UserError(f'threads must be a whole number >= 1 or "auto", not {value!r}')
+
+
+def set_threads(threads: Threads, device: str) -> int:
+    """Set torch's intra-op threads for this process's runs on ``device`` (``auto_threads`` for
+    "auto"); returns the count."""
+    global _threads_setting
+    _threads_setting = threads
+    count = auto_threads(device) if threads == "auto" else threads
+    torch.set_num_threads(count)
+    return count
 
 
 def _git(*args: str) -> str | None:
@@ -57,6 +97,7 @@ def environment(device: str) -> dict:
         "device": device,
         "device_name": device_name,
         "torch_threads": torch.get_num_threads(),
+        "threads_setting": _threads_setting,  # --threads / the suite's threads: "auto" or a number
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty": bool(status) if status is not None else None,
         "hostname": socket.gethostname(),

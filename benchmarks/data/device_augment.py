@@ -37,6 +37,7 @@ import torch.nn.functional as F
 from PIL import Image
 from torchvision import transforms as T
 
+from benchmarks.core.errors import UserError
 from benchmarks.data.transforms import (
     CLIP_MEAN,
     CLIP_STD,
@@ -209,19 +210,25 @@ AugmentOn = Literal["device", "pil"]
 AUGMENT_ON: tuple[str, ...] = typing.get_args(AugmentOn)
 
 
+def check_augment_on(value: object) -> AugmentOn:
+    """``value`` if it is an ``AugmentOn``, else one line naming the choices. A run's value is
+    checked once, where it enters (``benchmarks.runner.suites.expand``), and travels typed."""
+    if value not in AUGMENT_ON:
+        raise UserError(f"augment_on must be one of {', '.join(AUGMENT_ON)}, not {value!r}")
+    return typing.cast(AugmentOn, value)
+
+
 def stream_transforms(
     image_size: int,
     mean: Sequence[float],
     std: Sequence[float],
     augmentation: str,
-    augment_on: str = "device",
+    augment_on: AugmentOn = "device",
 ) -> tuple[Callable, Callable]:
     """The train and eval transforms of a stream: ``DeviceTransform`` s where ``augment_on`` is
     "device" and the augmentation is covered (``RESIZE_FIRST``), torchvision's PIL pipeline
     otherwise. A loader built with the run's ``device`` finishes the first kind
     (``benchmarks.data.loaders.DeviceBatches``)."""
-    if augment_on not in AUGMENT_ON:
-        raise ValueError(f"augment_on must be one of {AUGMENT_ON}, not {augment_on!r}")
     if augment_on == "pil":
         return train_transform(image_size, mean, std, augmentation), eval_transform(image_size, mean, std)
     train = (
@@ -238,7 +245,7 @@ def patch_shuffled_transform(
     std: Sequence[float],
     augmentation: str,
     grid: int,
-    augment_on: str = "device",
+    augment_on: AugmentOn = "device",
 ) -> Callable:
     """``transforms.patch_shuffled_train_transform`` (AdapterVLM's pseudo-OOD images: resize, centre
     crop, ``grid`` x ``grid`` patch shuffle, then the train augmentation), on the device where

@@ -22,14 +22,10 @@ import sys
 
 import torch
 
-from benchmarks.backbone.loading import create_clip
 from benchmarks.core.environment import seed_everything
 from benchmarks.core.errors import CommandParser, one_line_user_errors
 from benchmarks.core.metrics import predicted_classes
-from benchmarks.data.class_orders import resolve_class_order
-from benchmarks.data.streams import build_stream
-from benchmarks.data.transforms import eval_transform, train_transform
-from benchmarks.runner.execute import _backbone_spec, _load_data, resolve
+from benchmarks.runner.execute import build_run, resolve
 from benchmarks.runner.suites import expand, load_suite
 from strategies.clap import task_mask
 
@@ -52,26 +48,11 @@ def untrained(clap, tasks: list[list[int]]):
 def build(seed: int, epochs: int | None, suite: str = "smoke-baselines", n_tasks: int = 10):
     """CLAP as the runner builds it for ``suite`` (seed ``seed``), its stream and test features."""
     (spec,) = expand(load_suite(suite), strategies=["clap"], seeds=[seed], tasks=[n_tasks], device="cpu")
-    cls, cfg, _ = resolve(spec, "data")
+    resolved = resolve(spec, "data")
     if epochs is not None:
-        cfg = dataclasses.replace(cfg, epochs=epochs)
-    data = _load_data(spec, "data")
-    order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
-    seed_everything(seed, -1)
-    backbone = create_clip(_backbone_spec(spec), "cpu")
-    transforms = (
-        train_transform(backbone.image_size, backbone.mean, backbone.std, cfg.train_augmentation),
-        eval_transform(backbone.image_size, backbone.mean, backbone.std),
-    )
-    stream = build_stream(data, spec.n_tasks, order, *transforms)
-    clap = cls(
-        backbone=backbone,
-        class_names=stream.class_names,
-        config=cfg,
-        device="cpu",
-        show_progress=False,
-        seed=seed,
-    )
+        resolved = resolved._replace(strategy_cfg=dataclasses.replace(resolved.strategy_cfg, epochs=epochs))
+    built = build_run(spec, "data", resolved=resolved)
+    clap, stream = built.strategy, built.stream
     features = clap.frozen_features(stream.test_set, "test", None).float()
     return clap, stream, features, torch.tensor(stream.test_targets)
 

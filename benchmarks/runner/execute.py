@@ -12,8 +12,11 @@ import contextlib
 import dataclasses
 import json
 import re
+import sys
 import time
+from dataclasses import dataclass
 from functools import lru_cache
+from typing import Any, NamedTuple
 
 import numpy as np
 import torch
@@ -37,9 +40,9 @@ from benchmarks.data.datasets import (
     load_dataset,
     load_zero_shot_target,
 )
-from benchmarks.data.device_augment import stream_transforms
+from benchmarks.data.device_augment import AugmentOn, stream_transforms
 from benchmarks.data.resized_cache import with_resized_cache
-from benchmarks.data.streams import build_stream, split_classes, spread_indices
+from benchmarks.data.streams import CILStream, build_stream, split_classes, spread_indices
 from benchmarks.data.transforms import eval_transform
 from benchmarks.runner.live_log import LiveLog, TrainingLog
 from benchmarks.runner.locking import read_holder
@@ -53,7 +56,7 @@ from benchmarks.runner.results import (
     config_hash,
     safe_label,
 )
-from benchmarks.runner.suites import FastDevRun, RunSpec, dataset_loader_options
+from benchmarks.runner.suites import RunLimits, RunSpec, dataset_loader_options
 from strategies.contract import config_class, evaluate, optional
 from strategies.plugins import OPTION as PLUGINS
 from strategies.plugins import build_plugins, plugin_table
@@ -70,12 +73,21 @@ def _zero_shot_target(name: str, data_root: str):
     return load_zero_shot_target(name, data_root)
 
 
-def _load_data(spec: RunSpec, data_root: str):
+def load_run_data(spec: RunSpec, data_root: str):
+    """The run's dataset (train and test splits), loaded once per process for runs that share it."""
     options = dataset_loader_options(spec.dataset_options)
     return _dataset(spec.dataset, data_root, tuple(sorted(options.items())))
 
 
-def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
+class ResolvedRun(NamedTuple):
+    """A run's strategy class, its config, and the fully resolved run config (hashed for caching)."""
+
+    strategy_cls: type
+    strategy_cfg: Any
+    config: dict
+
+
+def resolve(spec: RunSpec, data_root: str) -> ResolvedRun:
     """The strategy class, its config, and the fully resolved run config (hashed for caching).
 
     Options come from the suite's tables, most specific first (``benchmarks.runner.suites``), then the
@@ -99,10 +111,10 @@ def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
         scaled = max(1, round(strategy_cfg.epochs * spec.epoch_scale))
         strategy_cfg = dataclasses.replace(strategy_cfg, epochs=scaled)
         sources["epochs"] += f" x epoch_scale {spec.epoch_scale:g}"
-    if spec.fast_dev_run is not None:
-        strategy_cfg = _fast_dev_config(strategy_cfg, spec.fast_dev_run, sources)
+    strategy_cfg = _limited_config(strategy_cfg, spec.limits, sources)
     config = {
         **spec.config,
+        "augment_on": spec.augment_on,  # recorded, not hashed (results.UNHASHED_CONFIG_KEYS)
         "backbone": recorded_backbone(spec.config["backbone"]),
         "precision": precision,
         "strategy_config": strategy_cfg.to_dict(),
@@ -112,7 +124,7 @@ def resolve(spec: RunSpec, data_root: str) -> tuple[type, object, dict]:
         config["plugins"] = plugins
     if is_fake_data_root(data_root) and spec.dataset != "synthetic":
         config["fake_data"] = True  # a result on benchmarks.tools.fake_data's files is never a real one
-    return strategy_cls, strategy_cfg, config
+    return ResolvedRun(strategy_cls, strategy_cfg, config)
 
 
 def _plugins(spec: RunSpec, strategy_cls, value) -> dict | None:
@@ -157,39 +169,46 @@ def settings_from_the_suite(label: str, dataset: str, config: dict) -> str:
     return f"{label} on {dataset} takes from the suite: {taken}; every other option is its Config's default"
 
 
-def _fast_dev_config(strategy_cfg, fast: FastDevRun, sources: dict[str, str]):
-    """A fast dev run's recipe: one epoch of ``fast.train_batches`` batches (the loaders cap each
-    training pass) and every training batch size capped; all else as the real run's."""
+def _limited_config(strategy_cfg, limits: RunLimits, sources: dict[str, str]):
+    """The recipe under ``limits``: its epochs and each training batch size it declares
+    (``StrategyConfig.training_batch_sizes``) capped; every other option as the real run's."""
     changes = {}
-    if isinstance(strategy_cfg.epochs, int) and strategy_cfg.epochs > 1:
-        changes["epochs"] = 1
-    for name, value in strategy_cfg.to_dict().items():
-        if name.endswith("batch_size") and name != "eval_batch_size" and isinstance(value, int):
-            if value > fast.max_batch_size:
-                changes[name] = fast.max_batch_size
+    if (
+        limits.epochs is not None
+        and isinstance(strategy_cfg.epochs, int)
+        and strategy_cfg.epochs > limits.epochs
+    ):
+        changes["epochs"] = limits.epochs
+    if limits.batch_size is not None:
+        for name in strategy_cfg.training_batch_sizes:
+            if getattr(strategy_cfg, name) > limits.batch_size:
+                changes[name] = limits.batch_size
     for name in changes:
         sources[name] += " capped by --fast-dev-run"
     return dataclasses.replace(strategy_cfg, **changes)
 
 
-def _fast_dev_stream(data, class_order: list[int], n_tasks: int, fast: FastDevRun, transforms):
-    """A fast dev run's stream: ``train_per_class`` training images a class, and ``test_per_task``
-    test images a task, spread over its classes (``spread_indices``). The benchmark's own test
-    stream keeps every image (Avalanche wants the same classes in train and test); the runner
-    scores ``test_set``."""
+def _limited_stream(data, class_order: list[int], n_tasks: int, limits: RunLimits, transforms) -> CILStream:
+    """The run's stream under ``limits``: ``train_images_per_class`` training images a class, and
+    ``test_images_per_task`` test images a task, spread over its classes (``spread_indices``). The
+    benchmark's own test stream keeps every image (Avalanche wants the same classes in train and
+    test); the runner scores ``test_set``."""
     task_of_class = {c: t for t, classes in enumerate(split_classes(class_order, n_tasks)) for c in classes}
-    if data.train_targets is not None:
+    if limits.train_images_per_class is not None and data.train_targets is not None:
         data = data.subset(
-            train=spread_indices(data.train_targets, task_of_class, per_class=fast.train_per_class)
+            train=spread_indices(data.train_targets, task_of_class, per_class=limits.train_images_per_class)
         )
     stream = build_stream(data, n_tasks, class_order, *transforms)
-    test = spread_indices(stream.test_targets, task_of_class, limit=fast.test_per_task * n_tasks)
+    if limits.test_images_per_task is None:
+        return stream
+    test = spread_indices(stream.test_targets, task_of_class, limit=limits.test_images_per_task * n_tasks)
     return dataclasses.replace(
         stream, test_set=stream.test_set.subset(test), test_targets=[stream.test_targets[i] for i in test]
     )
 
 
-def _backbone_spec(spec: RunSpec) -> BackboneSpec:
+def backbone_spec(spec: RunSpec) -> BackboneSpec:
+    """The run's backbone: the model's name and its weights (None: random)."""
     return BackboneSpec(model=spec.backbone["model"], pretrained=spec.backbone["pretrained"])
 
 
@@ -206,7 +225,7 @@ def preflight(runs: list[RunSpec], data_root: str) -> None:
             )
     for spec in runs:
         resolve(spec, data_root)
-        data = _load_data(spec, data_root)
+        data = load_run_data(spec, data_root)
         order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
         split_classes(order, spec.n_tasks, spec.dataset)
         for target in spec.zero_shot_targets:
@@ -217,7 +236,7 @@ def preflight(runs: list[RunSpec], data_root: str) -> None:
                     "from the suite or run a strategy that has one (gr4cil)"
                 )
             _zero_shot_target(target, data_root)
-    for backbone in {_backbone_spec(spec) for spec in runs}:
+    for backbone in {backbone_spec(spec) for spec in runs}:
         check_weights(backbone)
 
 
@@ -228,18 +247,21 @@ def execute(
     *,
     force: bool = False,
     show_progress: bool = True,
+    task_lines: bool = False,
     save_model: bool = False,
     log: tuple[str, ...] = (),
     project: str = "",
 ) -> tuple[dict | None, str]:
     """Run (or resume, or skip) one run under its lock. Returns its result and what happened; the
-    result is None when another process holds the run's lock. ``log``: the live logs to write
-    (``benchmarks.runner.live_log``), ``project`` naming the W&B project."""
-    strategy_cls, strategy_cfg, config = resolve(spec, data_root)
-    cfg_hash = config_hash(config)
+    result is None when another process holds the run's lock. ``show_progress``: progress bars;
+    ``task_lines``: one line on stderr per finished task instead (a log that is not a terminal);
+    ``log``: the live logs to write (``benchmarks.runner.live_log``), ``project`` naming the W&B
+    project."""
+    resolved = resolve(spec, data_root)
+    cfg_hash = config_hash(resolved.config)
     if not force and (done := store.finished(spec.key, cfg_hash)) is not None:
         return done, "cached"
-    if save_model and not hasattr(strategy_cls, "save_model"):
+    if save_model and not hasattr(resolved.strategy_cls, "save_model"):
         raise UserError(
             f"{spec.strategy} has no save_model, so --save-models cannot keep its model; drop the flag"
         )
@@ -251,21 +273,21 @@ def execute(
         if not force and (done := store.finished(spec.key, cfg_hash)) is not None:
             result, status = done, "cached (finished by another process)"
         else:
-            live = LiveLog(log, store.root, spec.key, {**config, "suite": project}) if log else None
+            live = LiveLog(log, store.root, spec.key, {**resolved.config, "suite": project}) if log else None
             with live or contextlib.nullcontext():
-                result, status = _compute(
+                context = RunContext(
                     spec,
                     store,
                     data_root,
-                    strategy_cls,
-                    strategy_cfg,
-                    config,
+                    resolved,
                     cfg_hash,
                     force=force,
                     show_progress=show_progress,
+                    task_lines=task_lines,
                     save_model=save_model,
                     live=live,
                 )
+                result, status = _compute(context)
     except (KeyboardInterrupt, SystemExit):  # stopped, not failed (SLURM's requeue exits this way)
         lock.release()
         raise
@@ -279,39 +301,47 @@ def execute(
     return result, status
 
 
-def _compute(
-    spec: RunSpec,
-    store: ResultStore,
-    data_root: str,
-    strategy_cls,
-    strategy_cfg,
-    config: dict,
-    cfg_hash: str,
-    *,
-    force: bool,
-    show_progress: bool,
-    save_model: bool,
-    live: LiveLog | None = None,
-) -> tuple[dict, str]:
-    """Train and evaluate one run, resuming from its checkpoint; store the result. ``live``: the
-    run's live log (``benchmarks.runner.live_log``), if any."""
+@dataclass(frozen=True)
+class RunContext:
+    """One run under way: what computing it needs besides its stream and strategy."""
+
+    spec: RunSpec
+    store: ResultStore
+    data_root: str
+    resolved: ResolvedRun
+    cfg_hash: str
+    force: bool = False
+    show_progress: bool = True
+    task_lines: bool = False
+    save_model: bool = False
+    live: LiveLog | None = None  # the run's live log (benchmarks.runner.live_log), if any
+
+
+def _compute(context: RunContext) -> tuple[dict, str]:
+    """Train and evaluate one run, resuming from its checkpoint; store the result."""
+    spec, store, live = context.spec, context.store, context.live
     training_log = TrainingLog(live) if live is not None else None
-    stream, strategy = _build_run(spec, data_root, strategy_cls, strategy_cfg, show_progress, training_log)
-    progress, status = _resume(spec, store, strategy, cfg_hash, force)
+    built = build_run(
+        spec,
+        context.data_root,
+        resolved=context.resolved,
+        show_progress=context.show_progress,
+        plugins=[training_log] if training_log is not None else (),
+    )
+    stream, strategy = built.stream, built.strategy
+    progress, status = _resume(spec, store, strategy, context.cfg_hash, context.force)
     if training_log is not None:
         training_log.first_step = progress.cost.train_steps or 0  # the steps of the tasks before a resume
-    _learn_tasks(
-        spec, store, stream, strategy, progress, cfg_hash, live, show_progress, strategy_cfg.eval_batch_size
-    )
+    _learn_tasks(context, stream, strategy, progress)
     zero_shot = {
-        target: _zero_shot(strategy, target, data_root, spec.fast_dev_run)
+        target: _zero_shot(strategy, target, context.data_root, spec.limits)
         for target in spec.zero_shot_targets
     }
-    result = _run_result(spec, config, cfg_hash, stream, strategy, progress, zero_shot)
-    if save_model:  # next to the result: T<n>-seed<s>.model.safetensors + .model.json
+    result = _run_result(spec, built.config, context.cfg_hash, stream, strategy, progress, zero_shot)
+    if context.save_model:  # next to the result: T<n>-seed<s>.model.safetensors + .model.json
         strategy.save_model(
             store.result_path(spec.key).with_suffix(".model"),
-            extra={"run": str(spec.key), "config_hash": cfg_hash},
+            extra={"run": str(spec.key), "config_hash": context.cfg_hash},
         )
     targets = np.asarray(stream.test_targets)
     predictions = Predictions(np.stack(progress.predictions), targets, np.arange(len(targets)))
@@ -320,15 +350,42 @@ def _compute(
     return stored.to_json(), status
 
 
-def _build_run(spec: RunSpec, data_root: str, strategy_cls, strategy_cfg, show_progress: bool, training_log):
-    """The run's stream and a fresh strategy on a fresh backbone (the same on every (re)run);
-    ``training_log``, a plugin that writes the live log, or None; the suite's plugins, built fresh."""
-    plugins = _plugins(spec, strategy_cls, spec.strategy_options.get(PLUGINS)) or {}
-    data = _load_data(spec, data_root)
+@dataclass(frozen=True)
+class BuiltRun:
+    """A run as the runner builds it (``build_run``): its resolved options, its stream and a fresh
+    strategy on a fresh backbone (``strategy.backbone``)."""
+
+    spec: RunSpec
+    strategy_cls: type
+    strategy_cfg: Any
+    config: dict  # the resolved run config, as its result records it
+    stream: CILStream
+    strategy: Any
+    augment_on: AugmentOn  # where the stream's training pixels are augmented (pil for a strategy
+    # whose loaders do not finish pending pixels)
+
+
+def build_run(
+    spec: RunSpec,
+    data_root: str,
+    *,
+    resolved: ResolvedRun | None = None,
+    show_progress: bool = False,
+    plugins=(),
+) -> BuiltRun:
+    """The run's stream and a fresh strategy on a fresh backbone, exactly as the runner trains them
+    (the same on every (re)run): the tools and the miniature build their runs here.
+
+    ``resolved``: ``resolve(spec, data_root)``, or a changed copy of it (a tool's shorter recipe);
+    ``plugins``: Avalanche plugins attached before the suite's own (the live log, a tool's timer).
+    The run's limits (``spec.limits``) apply to the stream and the strategy's training passes."""
+    strategy_cls, strategy_cfg, config = resolved or resolve(spec, data_root)
+    suite_plugins = _plugins(spec, strategy_cls, spec.strategy_options.get(PLUGINS)) or {}
+    data = load_run_data(spec, data_root)
     class_order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
     set_deterministic(spec.deterministic)
     seed_everything(spec.seed, -1)  # a randomly initialised backbone is the same on every (re)run
-    backbone = create_clip(_backbone_spec(spec), spec.device)
+    backbone = create_clip(backbone_spec(spec), spec.device)
     # folder images from their resized cache where one was built (the same pixels, decoded once)
     data = with_resized_cache(data, data_root, backbone.image_size, strategy_cfg.train_augmentation)
     # Pending pixels only for a strategy whose own loaders finish them; any other gets finished
@@ -337,10 +394,7 @@ def _build_run(spec: RunSpec, data_root: str, strategy_cls, strategy_cfg, show_p
     transforms = stream_transforms(
         backbone.image_size, backbone.mean, backbone.std, strategy_cfg.train_augmentation, augment_on
     )
-    if spec.fast_dev_run is None:
-        stream = build_stream(data, spec.n_tasks, class_order, *transforms)
-    else:
-        stream = _fast_dev_stream(data, class_order, spec.n_tasks, spec.fast_dev_run, transforms)
+    stream = _limited_stream(data, class_order, spec.n_tasks, spec.limits, transforms)
     strategy = strategy_cls(
         backbone=backbone,
         class_names=stream.class_names,
@@ -349,11 +403,11 @@ def _build_run(spec: RunSpec, data_root: str, strategy_cls, strategy_cfg, show_p
         precision=spec.precision,
         show_progress=show_progress,
         seed=spec.seed,
-        max_train_batches=spec.fast_dev_run.train_batches if spec.fast_dev_run else None,
-        augment_on=spec.augment_on,
-        plugins=[*([training_log] if training_log is not None else []), *build_plugins(plugins)] or None,
+        max_train_batches=spec.limits.train_batches,
+        augment_on=augment_on,
+        plugins=[*plugins, *build_plugins(suite_plugins)] or None,
     )
-    return stream, strategy
+    return BuiltRun(spec, strategy_cls, strategy_cfg, config, stream, strategy, augment_on)
 
 
 def _resume(spec: RunSpec, store: ResultStore, strategy, cfg_hash: str, force: bool):
@@ -368,18 +422,10 @@ def _resume(spec: RunSpec, store: ResultStore, strategy, cfg_hash: str, force: b
     return progress, f"resumed after task {progress.tasks_done}"
 
 
-def _learn_tasks(
-    spec: RunSpec,
-    store: ResultStore,
-    stream,
-    strategy,
-    progress: RunProgress,
-    cfg_hash,
-    live,
-    show_progress: bool,
-    eval_batch_size: int,
-):
+def _learn_tasks(context: RunContext, stream, strategy, progress: RunProgress) -> None:
     """Learn the tasks not yet done, test after each, and checkpoint after each."""
+    spec, store, live = context.spec, context.store, context.live
+    eval_batch_size = context.resolved.strategy_cfg.eval_batch_size
     targets = np.asarray(stream.test_targets)
     cost = progress.cost
     steps_before = cost.train_steps or 0  # the training iterations of the tasks before a resume
@@ -388,7 +434,7 @@ def _learn_tasks(
         range(progress.tasks_done, spec.n_tasks),
         desc=str(spec.key),
         leave=False,
-        disable=not show_progress,
+        disable=not context.show_progress,
         initial=progress.tasks_done,
         total=spec.n_tasks,
     )
@@ -403,7 +449,8 @@ def _learn_tasks(
                 f"{spec.key}: task {task + 1}: {err}; {kept}. Lower the learning rate "
                 "(or use --precision fp32) and rerun"
             ) from None
-        cost.train_seconds += time.perf_counter() - start
+        train_seconds = time.perf_counter() - start
+        cost.train_seconds += train_seconds
         iterations = optional(strategy, "train_iterations")
         cost.train_steps = None if iterations is None else steps_before + iterations
 
@@ -417,13 +464,20 @@ def _learn_tasks(
                 stage_diagnostics(scores, targets, stream.task_of_class) if stage_diagnostics else {}
             )
         stage = StageResult(task=task + 1, **metrics, diagnostics=diagnostics)
-        cost.eval_seconds += time.perf_counter() - start
+        eval_seconds = time.perf_counter() - start
+        cost.eval_seconds += eval_seconds
         cost.peak_memory_bytes = max(cost.peak_memory_bytes, peak_memory(spec.device)[0])  # across resumes
         progress.stages.append(stage)
         if live is not None:
             live.stage(stage.to_json(), cost.train_steps)
         tasks.set_postfix(acc=f"{stage.acc:.1f}")
-        store.save_checkpoint(spec.key, progress, *strategy.checkpoint_state(), cfg_hash)
+        store.save_checkpoint(spec.key, progress, *strategy.checkpoint_state(), context.cfg_hash)
+        if context.task_lines:
+            tqdm.write(
+                f"{spec.key}: task {task + 1}/{spec.n_tasks}: acc {stage.acc:.2f} "
+                f"(train {train_seconds:.0f} s, test {eval_seconds:.0f} s)",
+                file=sys.stderr,
+            )
 
 
 def _run_result(
@@ -460,18 +514,16 @@ def _run_result(
 
 
 @torch.no_grad()
-def _zero_shot(strategy, target: str, data_root: str, fast_dev_run: FastDevRun | None = None) -> dict:
+def _zero_shot(strategy, target: str, data_root: str, limits: RunLimits) -> dict:
     """Accuracy (%) of each of the strategy's zero-shot predictors on a target dataset's test split
-    (a fast dev run: ``zero_shot_images`` of it, spread over the classes).
+    (``limits.zero_shot_images`` of it where set, spread over the classes).
 
     Images are transformed in the loader's workers; the target's text features are computed once.
     """
     data = _zero_shot_target(target, data_root)
-    if fast_dev_run is not None:
+    if limits.zero_shot_images is not None:
         every_class = {c: 0 for c in range(len(data.class_names))}
-        data = data.subset(
-            test=spread_indices(data.test_targets, every_class, limit=fast_dev_run.zero_shot_images)
-        )
+        data = data.subset(test=spread_indices(data.test_targets, every_class, limit=limits.zero_shot_images))
     backbone = strategy.backbone
     tokens = backbone.tokenize([strategy.cfg.prompt_template.format(n) for n in data.class_names])
     text = strategy.zero_shot_text(tokens)

@@ -20,6 +20,7 @@ from typing import Protocol
 
 from tqdm.auto import tqdm
 
+from benchmarks.core.environment import Threads, set_threads
 from benchmarks.core.errors import UserError
 from benchmarks.runner.results import ResultStore, RunKey
 from benchmarks.runner.suites import RunSpec
@@ -34,6 +35,8 @@ class RunOptions:
     data_root: str = "data"
     force: bool = False  # recompute finished runs
     quiet: bool = False  # no progress bars
+    task_lines: bool = False  # one line per finished task instead of bars (stderr is not a terminal)
+    threads: Threads = "auto"  # torch threads of each run process (benchmarks.core.environment)
     save_models: bool = False  # also save each finished run's learned state
     run_logs: bool = False  # each run's stderr goes to <results-dir>/.logs/<run>.log
     suite_name: str = ""
@@ -101,6 +104,7 @@ class InlineLauncher:
 
         finished = []
         for spec in tqdm(runs, desc=f"suite {options.suite_name}", disable=options.quiet):
+            set_threads(options.threads, spec.device)
             with run_log(store, spec.key) if options.run_logs else contextlib.nullcontext():
                 result, status = execute(
                     spec,
@@ -108,6 +112,7 @@ class InlineLauncher:
                     options.data_root,
                     force=options.force,
                     show_progress=not options.quiet,
+                    task_lines=options.task_lines,
                     save_model=options.save_models,
                     log=options.log,
                     project=options.suite_name,

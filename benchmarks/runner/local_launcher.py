@@ -4,8 +4,9 @@ this machine, each the inline launcher over the same suite and results folder. T
 finished, so each run is computed once, by whichever worker reaches it first. With ``--gpus`` worker
 i sees GPU ``gpus[i % len(gpus)]`` alone (``CUDA_VISIBLE_DEVICES``). Each worker logs every run to
 ``<results-dir>/.logs/<dataset>/<label>/T<n>-seed<s>.log``; this process shows progress (runs
-finished / running / failed) and prints the table when all workers end. The thread count is left to
-the caller (``OMP_NUM_THREADS``): it is part of a CPU run's numbers (docs/cluster.md).
+finished / running / failed) and prints the table when all workers end. Each worker runs with
+``--threads``: the command's, or for "auto" one on the CPU and a share of the cores on CUDA
+(``worker_threads``).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import time
 
 from tqdm.auto import tqdm
 
+from benchmarks.core.environment import Threads, auto_threads
 from benchmarks.core.errors import UserError
 from benchmarks.runner.launcher import Outcome, RunOptions
 from benchmarks.runner.results import ResultStore, config_hash
@@ -47,11 +49,17 @@ def worker_argv(argv: list[str]) -> list[str]:
             skip = False
             continue
         name = token.split("=", 1)[0]
-        if name in ("--launcher", "--workers", "--gpus"):
+        if name in ("--launcher", "--workers", "--gpus", "--threads"):
             skip = "=" not in token
             continue
         out.append(token)
     return out
+
+
+def worker_threads(threads: Threads, workers: int, device: str) -> int:
+    """Each worker's torch threads: as asked, or for "auto" ``auto_threads``, shared out among the
+    workers (one each on the CPU)."""
+    return threads if threads != "auto" else max(1, auto_threads(device) // workers)
 
 
 class LocalLauncher:
@@ -75,7 +83,8 @@ class LocalLauncher:
             *worker_argv(self.argv),
             "--launcher",
             "inline",
-            "--quiet",
+            "--threads",
+            str(worker_threads(options.threads, workers, runs[0].device)),
             "--run-logs",
             "--results-dir",
             str(store.root),

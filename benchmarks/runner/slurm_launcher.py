@@ -231,6 +231,7 @@ class SlurmLauncher:
             run_options,
             data_root=str(Path(run_options.data_root).resolve()),
             quiet=True,
+            task_lines=True,
             run_logs=True,
             force=False,
         )

@@ -16,6 +16,7 @@ runner executes those. Format (see ``benchmarks/suites/smoke.toml``)::
     precision   = "auto"             # auto (fp16 on CUDA, fp32 on CPU) | fp32 | fp16 | bf16
     deterministic = false            # deterministic CUDA kernels (bit-identical GPU reruns)
     augment_on  = "device"           # device: pixels augmented in batches on the run's device | pil
+    threads     = "auto"             # torch threads of each run process (--threads); not hashed
     epoch_scale = 1.0                # every strategy's epochs times this, rounded, at least 1
 
     [backbone]              model = "ViT-B-16-quickgelu", pretrained = "openai" ("none": random)
@@ -56,7 +57,7 @@ from typing import Any
 from benchmarks.core.errors import UserError
 from benchmarks.core.precision import resolve_precision
 from benchmarks.data.class_orders import DEFAULT_CLASS_ORDER
-from benchmarks.data.device_augment import AUGMENT_ON
+from benchmarks.data.device_augment import AugmentOn, check_augment_on
 from benchmarks.data.protocols import DEFAULT_PROTOCOL, ProtocolLayer, check_protocol, protocol_layer
 from benchmarks.runner.results import RunKey, config_hash
 
@@ -72,6 +73,7 @@ KNOWN_KEYS = {
     "precision",
     "deterministic",
     "augment_on",
+    "threads",
     "backbone",
     "dataset",
     "defaults",
@@ -90,7 +92,8 @@ KNOWN_KEYS = {
 class FastDevRun:
     """``--fast-dev-run``: a run that walks every code path of the real one (every stage, second
     stage, checkpoint, metric, zero-shot target) in minutes, on a few images. Recorded in each
-    result's config, and hashed, so its results are never taken for real ones."""
+    result's config, and hashed, so its results are never taken for real ones. ``run_limits`` turns
+    it into the limits the runner applies."""
 
     train_batches: int = 2  # batches of every training pass (a task's training, each second-stage pass)
     max_batch_size: int = 2  # every training batch size is capped at this (ViT-B/16 on a CPU)
@@ -101,6 +104,34 @@ class FastDevRun:
     def __post_init__(self) -> None:
         if self.train_batches < 1:
             raise UserError(f"--fast-dev-run takes a whole number of batches >= 1, not {self.train_batches}")
+
+
+@dataclass(frozen=True)
+class RunLimits:
+    """What a run may use at most; None: no limit (a real run has none). The runner applies each
+    where it builds the thing it limits (``benchmarks.runner.execute``)."""
+
+    epochs: int | None = None  # a task's epochs (the recipe's Config.epochs)
+    train_batches: int | None = None  # the batches of every training pass (the strategy's loaders)
+    batch_size: int | None = None  # every training batch size (Config.training_batch_sizes)
+    train_images_per_class: int | None = None
+    test_images_per_task: int | None = None  # scored at every stage, spread over the task's classes
+    zero_shot_images: int | None = None  # of each zero-shot target, spread over its classes
+
+
+def run_limits(fast_dev_run: FastDevRun | None) -> RunLimits:
+    """The explicit limits of a run: none for a real run; for a fast dev run, one epoch of
+    ``train_batches`` batches of at most ``max_batch_size`` images, and its image counts."""
+    if fast_dev_run is None:
+        return RunLimits()
+    return RunLimits(
+        epochs=1,
+        train_batches=fast_dev_run.train_batches,
+        batch_size=fast_dev_run.max_batch_size,
+        train_images_per_class=fast_dev_run.train_per_class,
+        test_images_per_task=fast_dev_run.test_per_task,
+        zero_shot_images=fast_dev_run.zero_shot_images,
+    )
 
 
 @dataclass(frozen=True)
@@ -124,7 +155,13 @@ class RunSpec:
     option_sources: dict[str, str] = field(default_factory=dict, compare=False)  # option -> suite table
     epoch_scale: float = 1.0  # the suite's common factor on every strategy's epochs
     fast_dev_run: FastDevRun | None = None
-    augment_on: str = "device"  # benchmarks.data.device_augment.AUGMENT_ON: the same pixels either way
+    # Where the pixels are augmented: the same pixels either way, so recorded in the result's config
+    # (by ``execute.resolve``) and not hashed. Checked once, by ``expand``.
+    augment_on: AugmentOn = "device"
+
+    @property
+    def limits(self) -> RunLimits:
+        return run_limits(self.fast_dev_run)
 
     @property
     def key(self) -> RunKey:
@@ -320,7 +357,7 @@ def expand(
     weights: str | None = None,
     precision: str | None = None,
     deterministic: bool | None = None,
-    augment_on: str | None = None,
+    augment_on: AugmentOn | None = None,
     check_device: bool = True,
     fast_dev_run: FastDevRun | None = None,
 ) -> list[RunSpec]:
@@ -337,9 +374,7 @@ def expand(
     resolved_precision = precision or suite.get("precision", "auto")
     resolve_precision(resolved_precision, resolved_device)
     deterministic = bool(suite.get("deterministic", False) if deterministic is None else deterministic)
-    augment_on = augment_on or suite.get("augment_on", "device")
-    if augment_on not in AUGMENT_ON:
-        raise UserError(f"augment_on must be one of {', '.join(AUGMENT_ON)}, not {augment_on!r}")
+    augment_on = check_augment_on(augment_on or suite.get("augment_on", "device"))
     suite_order = suite.get("class_order", DEFAULT_CLASS_ORDER)
     protocol = suite.get("protocol")
     targets = tuple(suite.get("zero_shot_targets", ()))
@@ -378,7 +413,6 @@ def expand(
                         "device": resolved_device,
                         "precision": resolved_precision,
                         "deterministic": deterministic,
-                        "augment_on": augment_on,  # recorded, not hashed (results.UNHASHED_CONFIG_KEYS)
                     }
                     if targets:
                         config["zero_shot_targets"] = list(targets)

@@ -57,8 +57,8 @@ from benchmarks.core.atomic_io import write_json
 from benchmarks.core.environment import seed_everything
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.core.precision import PRECISIONS, loss_scaler
-from benchmarks.data.device_augment import AUGMENT_ON
-from benchmarks.runner.execute import _build_run, preflight, resolve
+from benchmarks.data.device_augment import AUGMENT_ON, AugmentOn
+from benchmarks.runner.execute import ResolvedRun, build_run, preflight, resolve
 from benchmarks.runner.suites import RunSpec, expand, load_suite
 from benchmarks.tools.loader_speed import _cpu_count
 from strategies.base import CLIPStrategy
@@ -277,11 +277,12 @@ class Options:
     steps_for: dict[str, int] = dataclasses.field(default_factory=dict)  # fewer for a slow strategy
 
 
-def _train(spec: RunSpec, strategy_cls, strategy_cfg, timer: StepTimer, one_batch=None):
-    """A fresh strategy and stream as the runner builds them (``strategy_cls`` trains on one batch
-    when ``one_batch`` is given), trained on task 1 under ``timer``. Returns the strategy, the
+def _train(spec: RunSpec, resolved: ResolvedRun, timer: StepTimer, one_batch=None):
+    """A fresh strategy and stream as the runner builds them (``resolved.strategy_cls`` trains on one
+    batch when ``one_batch`` is given), trained on task 1 under ``timer``. Returns the strategy, the
     stream and a note if the training diverged."""
-    stream, strategy = _build_run(spec, DATA_ROOT, strategy_cls, strategy_cfg, False, timer)
+    built = build_run(spec, DATA_ROOT, resolved=resolved, plugins=[timer])
+    stream, strategy = built.stream, built.strategy
     if one_batch is not None:
         strategy.one_batch, strategy.timer = one_batch, timer
     seed_everything(spec.seed, 0)
@@ -294,14 +295,16 @@ def _train(spec: RunSpec, strategy_cls, strategy_cfg, timer: StepTimer, one_batc
 
 def measure_strategy(spec: RunSpec, options: Options) -> dict:
     """The four speeds of one strategy (module docstring), their ratios and notes."""
-    strategy_cls, strategy_cfg, _ = resolve(spec, DATA_ROOT)
+    resolved = resolve(spec, DATA_ROOT)
+    strategy_cfg = resolved.strategy_cfg
     warmup, steps = options.warmup, options.steps_for.get(spec.label, options.steps)
     if isinstance(strategy_cfg.epochs, int) and strategy_cfg.epochs > 0:
         # every epoch has at least one step; the timer stops the training after the last timed one
         strategy_cfg = dataclasses.replace(strategy_cfg, epochs=warmup + steps)
+        resolved = resolved._replace(strategy_cfg=strategy_cfg)
     notes: list[str] = []
     real = StepTimer(warmup, steps)
-    strategy, stream, diverged = _train(spec, strategy_cls, strategy_cfg, real)
+    strategy, stream, diverged = _train(spec, resolved, real)
     row = {
         "strategy": spec.label,
         "batch_size": strategy.train_mb_size,
@@ -325,14 +328,14 @@ def measure_strategy(spec: RunSpec, options: Options) -> dict:
     if type(strategy).finish_task is not CLIPStrategy.finish_task and real.iterations:
         notes.append(f"finish_task (after the steps) {real.finish_seconds:.1f} s, not timed")
     if real.seconds is not None and real.batch is not None:
-        notes += _ceilings(spec, strategy_cls, strategy_cfg, warmup, steps, real.batch, row)
+        notes += _ceilings(spec, resolved, warmup, steps, real.batch, row)
     if diverged is None:
         row.update(evaluation_speed(strategy, stream, options.eval_repeats))
     row["notes"] = notes
     return _with_ratios(row)
 
 
-def _ceilings(spec: RunSpec, strategy_cls, strategy_cfg, warmup: int, steps: int, batch, row: dict):
+def _ceilings(spec: RunSpec, resolved: ResolvedRun, warmup: int, steps: int, batch, row: dict):
     """Measure the data ceiling on a fresh copy of the strategy that trains on ``batch`` alone, and
     the model ceiling right after its last timed step; enter both in ``row``. Returns their notes."""
     ceiling: dict = {}
@@ -341,7 +344,8 @@ def _ceilings(spec: RunSpec, strategy_cls, strategy_cfg, warmup: int, steps: int
         steps,
         at_end=lambda strategy: ceiling.update(bare_step_ceiling(strategy, batch, warmup, steps)),
     )
-    copy, _, _ = _train(spec, on_one_batch(strategy_cls), strategy_cfg, timer, batch)
+    one_batch_run = resolved._replace(strategy_cls=on_one_batch(resolved.strategy_cls))
+    copy, _, _ = _train(spec, one_batch_run, timer, batch)
     row["data_ceiling_images_per_second"] = timer.images_per_second
     row["steps_timed"]["data_ceiling"] = timer.timed_steps
     row["data_ceiling_steps_on_one_batch"] = timer.steps_on_one_batch
@@ -387,7 +391,7 @@ def run_specs(
     device: str,
     precision: str,
     train_per_class: int,
-    augment_on: str | None = None,
+    augment_on: AugmentOn | None = None,
     batch_size: int | None = None,
 ) -> list[RunSpec]:
     """One run of the suite per strategy (seed 0), on ``model`` (the tiny model with its shipped

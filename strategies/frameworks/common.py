@@ -22,6 +22,7 @@ from torch import nn
 from benchmarks.backbone import CLIPBackbone
 from benchmarks.core.errors import UserError
 from benchmarks.core.precision import resolve_precision
+from benchmarks.data.device_augment import AugmentOn
 from strategies.checkpointing import pack_state, unpack_state
 from strategies.config import StrategyConfig
 
@@ -113,7 +114,7 @@ class FrameworkAdapter:
         show_progress: bool = True,
         seed: int | None = None,
         max_train_batches: int | None = None,
-        augment_on: str = "pil",
+        augment_on: AugmentOn = "pil",
         plugins: list | None = None,
     ) -> None:
         self.device = torch.device(device)

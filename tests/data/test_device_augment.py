@@ -145,8 +145,15 @@ def test_stream_transforms_choose_the_device_where_it_covers_the_augmentation():
     assert not isinstance(train, DeviceTransform) and isinstance(evaluate, DeviceTransform)
     train, evaluate = stream_transforms(32, (0.5,) * 3, (0.5,) * 3, "paper", "pil")
     assert not isinstance(train, DeviceTransform) and not isinstance(evaluate, DeviceTransform)
-    with pytest.raises(ValueError, match="augment_on"):
-        stream_transforms(32, (0.5,) * 3, (0.5,) * 3, "paper", "gpu")
+
+
+def test_augment_on_is_checked_in_one_line():
+    from benchmarks.core.errors import UserError
+    from benchmarks.data.device_augment import check_augment_on
+
+    assert [check_augment_on(v) for v in ("device", "pil")] == ["device", "pil"]
+    with pytest.raises(UserError, match="augment_on must be one of device, pil, not 'gpu'"):
+        check_augment_on("gpu")
 
 
 @pytest.mark.parametrize("workers", [0, 2])

@@ -120,7 +120,7 @@ def test_saved_model_keys_are_documented_and_loading_restores_the_scores(gr4cil_
     assert len(kinds["anchor_ids"]["value"]) == 20
 
     spec = run.expand(run.load_suite(str(suite)))[0]
-    data = execute._load_data(spec, "data")
+    data = execute.load_run_data(spec, "data")
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec("tiny-clip-32", None))
     strategy = GR4CIL(

@@ -5,6 +5,7 @@ every class id. The buffer is checkpointed, so a resumed run replays the same im
 Run it with the suite as ``--strategies mammoth:mammoth_er.model:ER``."""
 
 from dataclasses import dataclass
+from typing import ClassVar
 
 import torch
 from torch import nn
@@ -17,6 +18,7 @@ class ERConfig(FrameworkConfig):
     head: Head = "cosine"  # starts at zero-shot CLIP
     buffer_size: int = 200  # images kept over the stream
     minibatch_size: int = 32  # replayed images a step
+    training_batch_sizes: ClassVar[tuple[str, ...]] = ("batch_size", "minibatch_size")
     lr: float = 1e-3
     weight_decay: float = 0.0
 
