@@ -1,2 +1,15 @@
-"""Layer 5: measurement tools built on the runner: ``speed`` (GR4CIL's fast paths against the
-plain ones) and ``loader_speed`` (data-loader throughput)."""
+"""Tools built on the runner (layer 5; ``walk`` is layer 6, the command line). Each is a command,
+``python -m benchmarks.tools.NAME``:
+
+Measurements
+    ``speed`` (GR4CIL's fast paths against the plain ones, and ``--train``: every strategy's training
+    speed against its data and model ceilings, from ``train_speed``), ``loader_speed`` (data-loader
+    throughput), ``official_goldens`` (outputs of the official code that the tests compare with).
+
+Data commands
+    ``fake_data`` (fake files in every real dataset's format, and a random ViT-B/16), ``resized_cache``
+    (images decoded and resized once). Downloads are ``benchmarks.prepare``'s alone.
+
+The real-path walk
+    ``walk``: every real suite with ``--fast-dev-run`` on fake data.
+"""

@@ -120,3 +120,55 @@ def test_the_rule_catches_an_upward_import(tmp_path):
     path.write_text("def f():\n    from benchmarks.runner.results import ResultStore\n")
     (target,) = imports(path, modules())
     assert target == "benchmarks.runner.results" and layer_of(target) > layer_of("benchmarks.core.bad")
+
+
+def _declared_layers() -> dict[str, int]:
+    """Each part that ``benchmarks/__init__.py``'s numbered list names in double backticks, with
+    the number of its item (``strategies`` and ``analysis`` are top-level packages)."""
+    import re
+
+    import benchmarks
+
+    items: dict[int, str] = {}
+    layer = None
+    for line in benchmarks.__doc__.splitlines():
+        if item := re.match(r"(\d)\. ", line):
+            layer = int(item[1])
+        if layer is not None and line.strip():
+            items[layer] = items.get(layer, "") + " " + line
+    declared = {}
+    for layer, text in items.items():
+        for name in re.findall(r"``([a-z_.]+)``", re.sub(r"\([^()]*\)", "", text)):  # not the asides
+            top = name.split(".")[0] in ("strategies", "analysis")
+            declared[name if top else f"benchmarks.{name}"] = layer
+    return declared
+
+
+def test_the_package_docstring_declares_every_layer_the_check_uses():
+    expected = {name: layer for name, layer in LAYERS.items() if name != "benchmarks"}
+    assert _declared_layers() == expected
+
+
+def test_every_part_of_the_tree_has_a_layer_and_a_row_in_the_readme():
+    """Each package of ``benchmarks`` (and each top-level module) is in ``LAYERS`` by its own name or
+    its parent's, and its folder or file is named in the README's parts table."""
+    parts = sorted(
+        p.relative_to(ROOT).as_posix()
+        for p in (ROOT / "benchmarks").iterdir()
+        if (p.is_dir() and (p / "__init__.py").exists()) or (p.suffix == ".py" and p.name != "__init__.py")
+    )
+    readme = (ROOT / "README.md").read_text()
+    table = readme[readme.index("| part | where |") : readme.index("The table runs")]
+    for part in [*parts, "strategies", "analysis"]:
+        module = part.removesuffix(".py").replace("/", ".")
+        assert module in LAYERS, f"{module} has no layer in LAYERS (and benchmarks/__init__.py)"
+        named = f"`{part}/`" if not part.endswith(".py") else f"`{part}`"
+        assert named in table, f"the README's parts table does not name {named}"
+
+
+def test_the_tools_package_names_every_tool_it_holds():
+    import benchmarks.tools
+
+    tools = {p.stem for p in (ROOT / "benchmarks" / "tools").iterdir() if p.suffix == ".py" or p.is_dir()}
+    tools -= {"__init__", "__pycache__"}
+    assert tools and all(f"``{name}``" in benchmarks.tools.__doc__ for name in tools), tools
