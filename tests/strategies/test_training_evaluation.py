@@ -1,6 +1,7 @@
 """``strategies.training.evaluation``: ``evaluate_dataset`` opens every evaluation the same way
 (eval mode, no gradients, text fixed) and hands a cache key to ``score_dataset``, or scores batch
-by batch without one; ``scores_by_class_id`` lays scores out by class id for Avalanche."""
+by batch without one; Avalanche's ``eval`` runs with the text fixed, and ``scores_by_class_id``
+lays scores out by class id for it."""
 
 import contextlib
 
@@ -9,7 +10,15 @@ import torch
 from strategies.training.evaluation import Evaluation
 
 
-class Scorer(Evaluation):
+class Template:  # Avalanche's side of ``eval``
+    def _before_eval(self, **kwargs):
+        self.calls.append("avalanche before")
+
+    def _after_eval(self, **kwargs):
+        self.calls.append("avalanche after")
+
+
+class Scorer(Evaluation, Template):
     show_progress = False
     device = torch.device("cpu")
 
@@ -22,6 +31,7 @@ class Scorer(Evaluation):
     def fixed_text(self):
         self.calls.append("fixed")
         yield
+        self.calls.append("unfixed")
 
     def data_loader(self, dataset):
         return [(dataset[i : i + 2],) for i in range(0, len(dataset), 2)]
@@ -44,10 +54,18 @@ def test_an_evaluation_is_opened_once_for_every_strategy():
     scorer, images = Scorer(), torch.randn(5, 2)
     scores = scorer.evaluate_dataset(images)
     assert scores.shape == (5, 3) and scores.dtype == torch.float32
-    assert scorer.calls == ["fixed", *[("scores", False, False)] * 3]  # 3 batches, eval mode, no grad
+    assert scorer.calls == ["fixed", *[("scores", False, False)] * 3, "unfixed"]  # eval mode, no grad
     scorer.calls.clear()
     scorer.evaluate_dataset(images, cache_key="test")
-    assert scorer.calls == ["fixed", ("score_dataset", "test")]
+    assert scorer.calls == ["fixed", ("score_dataset", "test"), "unfixed"]
+
+
+def test_avalanches_eval_keeps_the_text_fixed_throughout():
+    scorer = Scorer()
+    scorer._before_eval()
+    scorer.calls.append("eval")
+    scorer._after_eval()
+    assert scorer.calls == ["avalanche before", "fixed", "eval", "unfixed", "avalanche after"]
 
 
 def test_scores_by_class_id_put_each_seen_class_in_its_column():
