@@ -19,9 +19,6 @@ Which runs feed which table:
 * ``table3_zeroshot`` reads the ``zero_shot`` key of zero-shot runs.
 
 All tables except ``table2_seq`` use 10-task runs, as in the paper.
-
-This module also re-exports the names that lived here before the split (``from
-analysis.paper_tables import load_inputs`` keeps working).
 """
 
 from __future__ import annotations
@@ -32,83 +29,21 @@ import numpy as np
 import pandas as pd
 
 from analysis.gr4cil_settings import (
-    ABLATION_SWITCHES,
     default_gr4cil_runs,
     differing_switches,
-    effective_setting,
     first_per,
-    gr4cil_defaults,
     gr4cil_setting,
     matches,
     suite_setting,
 )
 from analysis.paper_inputs import (
-    DATASET_NAMES,
     PAPER_DATASETS,
-    PAPER_METHOD_NAMES,
-    PAPER_ROW_ALIASES,
-    REFERENCE_FILE,
-    ROW_LABELS,
     MissingInputs,
     ReportInputs,
     dataset_name,
-    load_inputs,
-    load_paper_reference,
-    match_paper_row,
     ordered_datasets,
-    row_label,
 )
-from analysis.table_model import LOWER_IS_BETTER, METRIC_NAMES, RenderedTable, ReportTable
-
-# The builders, and the names that lived here before the split; GR4CIL_DEFAULTS, ABLATION_ROWS and
-# COMPENSATION_ROWS are read on access (__getattr__ at the end), so a star import leaves them out.
-__all__ = [
-    "ABLATION_RUNS",
-    "ABLATION_SWITCHES",
-    "COMPENSATION_RUNS",
-    "DATASET_NAMES",
-    "LOWER_IS_BETTER",
-    "METRIC_NAMES",
-    "PAPER_DATASETS",
-    "PAPER_METHOD_NAMES",
-    "PAPER_ROW_ALIASES",
-    "REFERENCE_FILE",
-    "ROW_LABELS",
-    "TABLES",
-    "WITHOUT_LOSSES_RUN",
-    "ZERO_SHOT_ROWS",
-    "ZERO_SHOT_TARGETS",
-    "MissingInputs",
-    "RenderedTable",
-    "ReportInputs",
-    "ReportTable",
-    "ablation_rows",
-    "compensation_rows",
-    "dataset_name",
-    "default_gr4cil_runs",
-    "differing_switches",
-    "effective_setting",
-    "gr4cil_defaults",
-    "gr4cil_setting",
-    "load_inputs",
-    "load_paper_reference",
-    "match_paper_row",
-    "matches",
-    "ordered_datasets",
-    "row_label",
-    "table1_main",
-    "table2_ood",
-    "table2_seq",
-    "table3_subspace",
-    "table3_zeroshot",
-    "table4_ablation",
-    "table5_compensation",
-    "table_adjacent_subspace",
-    "table_anchor",
-    "table_beta_gamma",
-    "table_forgetting",
-    "table_tau",
-]
+from analysis.table_model import ReportTable
 
 ZERO_SHOT_TARGETS = ("pets", "food101", "imagenet1k")
 ZERO_SHOT_ROWS = {"cifar100": "GR4CIL i", "imagenet_r": "GR4CIL ii"}  # the paper's names by training set
@@ -480,17 +415,3 @@ TABLES: dict[str, Callable[[ReportInputs], ReportTable]] = {
     "table_tau": table_tau,
     "table_beta_gamma": table_beta_gamma,
 }
-
-
-_DERIVED = {  # module constants of old, now read from their one source on first access
-    "GR4CIL_DEFAULTS": gr4cil_defaults,
-    "ABLATION_ROWS": ablation_rows,
-    "COMPENSATION_ROWS": compensation_rows,
-}
-
-
-def __getattr__(name: str):
-    # Computed on access, not at import: reading them imports the strategies (analysis.gr4cil_settings).
-    if name in _DERIVED:
-        return _DERIVED[name]()
-    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,7 +30,8 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from analysis import figures
-from analysis.paper_tables import TABLES, MissingInputs, load_inputs, load_paper_reference
+from analysis.paper_inputs import MissingInputs, load_inputs, load_paper_reference
+from analysis.paper_tables import TABLES
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors, output_folder
 from benchmarks.runner.results import LoadedResults

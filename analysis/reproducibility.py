@@ -22,7 +22,7 @@ from statistics import fmean
 import numpy as np
 
 from analysis.formatting import mean_std_cell, population_std
-from analysis.paper_tables import (
+from analysis.paper_inputs import (
     DATASET_NAMES,
     PAPER_DATASETS,
     PAPER_METHOD_NAMES,

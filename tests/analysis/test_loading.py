@@ -3,7 +3,7 @@
 import numpy as np
 
 from analysis import compare, tables
-from analysis.paper_tables import load_inputs
+from analysis.paper_inputs import load_inputs
 from benchmarks.runner.results import (
     Predictions,
     ResultStore,

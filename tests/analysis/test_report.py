@@ -12,8 +12,9 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import figures, paper_tables
-from analysis.paper_tables import GR4CIL_DEFAULTS, REFERENCE_FILE, load_inputs, load_paper_reference
+from analysis import figures
+from analysis.gr4cil_settings import gr4cil_defaults
+from analysis.paper_inputs import REFERENCE_FILE, load_inputs, load_paper_reference, row_label
 from analysis.report import build_report
 from analysis.report import main as report_main
 
@@ -134,7 +135,7 @@ def _result(label, dataset, n_tasks, seed, rng, strategy=None, options=None, zer
             "thresholds": [None] * n_tasks,
             "eval_branch_forwards": 100,
         }
-    strategy_config = {"epochs": 2, **(GR4CIL_DEFAULTS if gr4cil else {}), **(options or {})}
+    strategy_config = {"epochs": 2, **(gr4cil_defaults() if gr4cil else {}), **(options or {})}
     result = {
         "schema_version": 1,
         "strategy": strategy,
@@ -264,7 +265,7 @@ def _check(report, name, expected, decimals=2):
 
 def _add(expected, row, column, value):
     """Expect ``value`` in the cell of run label ``row`` (shown under its docs/decisions.md D9 row label)."""
-    expected.setdefault((paper_tables.row_label(row), column), []).append(value)
+    expected.setdefault((row_label(row), column), []).append(value)
 
 
 @pytest.mark.slow
@@ -615,7 +616,7 @@ def test_cost_figure_has_every_method_that_ran_under_its_paper_label(report):
         for r in report["runs"][role]
         if r["dataset"] == "cifar100"
     }
-    assert set(frame["label"]) == {paper_tables.row_label(label) for label in labels}
+    assert set(frame["label"]) == {row_label(label) for label in labels}
     assert {"GR4CIL", "Continual-CLIP", "my_new_method"} <= set(frame["label"])
 
 

@@ -5,7 +5,7 @@ import pytest
 import torch
 
 from analysis import compare, tables
-from analysis.paper_tables import load_inputs
+from analysis.paper_inputs import load_inputs
 from benchmarks import run
 from benchmarks.data.loaders import seeded_loader
 from benchmarks.data.streams import spread_indices

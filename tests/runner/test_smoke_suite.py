@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from analysis.paper_tables import row_label
+from analysis.paper_inputs import row_label
 from analysis.report import build_report
 from benchmarks import run
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
