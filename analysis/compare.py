@@ -52,6 +52,7 @@ from analysis.formatting import (
     population_std,
     signed_cell,
 )
+from analysis.loading import Results, measurement_caveat, protocol_of, read_results
 from analysis.statistics import (
     CONFIDENCE,
     POWER,
@@ -71,14 +72,7 @@ from benchmarks.core.errors import (
     output_folder,
 )
 from benchmarks.core.metrics import average_forgetting, backward_transfer
-from benchmarks.data.protocols import DEFAULT_PROTOCOL
-from benchmarks.runner.results import (
-    LoadedResults,
-    load_predictions,
-    load_results,
-    not_a_measurement,
-    safe_label,
-)
+from benchmarks.runner.results import LoadedResults, RunResult, load_predictions, safe_label
 
 METRICS = {
     "last": ("last_acc", "Last accuracy"),
@@ -106,19 +100,19 @@ class ProtocolMismatch(UserError):
 class Run:
     """One stored run, with its per-image predictions where it has them."""
 
-    result: dict
+    result: RunResult
     correct: np.ndarray | None = None  # [T, N] booleans
     targets: np.ndarray | None = None  # [N]
     image_ids: np.ndarray | None = None  # [N]
 
     @property
     def stage_accuracy(self) -> np.ndarray:
-        return np.array([stage["acc"] for stage in self.result["stages"]])
+        return np.array([stage.acc for stage in self.result.stages])
 
 
 def protocol(run: Run) -> dict:
     """What must be equal for two runs to be compared, by the name a refusal gives it."""
-    result, config = run.result, run.result["config"]
+    result, config = run.result, run.result.config
     backbone = dict(config.get("backbone", {}))
     weights = (
         backbone.pop("pretrained", None),
@@ -127,16 +121,16 @@ def protocol(run: Run) -> dict:
     )
     test_set = (run.image_ids.tolist(), run.targets.tolist()) if run.targets is not None else None
     return {
-        "evaluation protocol": config.get("protocol", DEFAULT_PROTOCOL),  # benchmarks.data.protocols
-        "class order": list(result["class_order"]),
+        "evaluation protocol": protocol_of(result),  # benchmarks.data.protocols
+        "class order": list(result.class_order),
         "data": (config.get("dataset"), config.get("dataset_options")),
         "backbone": backbone,
         "weights": weights,
-        "task count": result["n_tasks"],
+        "task count": result.n_tasks,
         "precision": config.get("precision"),
         "fast dev run": config.get("fast_dev_run"),  # never compared with real runs
         "fake data": config.get("fake_data", False),
-        "test set": (test_set, [stage["n_test_per_task"] for stage in result["stages"]][-1:]),
+        "test set": (test_set, [stage.n_test_per_task for stage in result.stages][-1:]),
     }
 
 
@@ -160,11 +154,11 @@ def protocol_difference(pa: dict, b: Run, across_protocols: bool = False) -> str
     return None
 
 
-def counted_images(result: dict, targets: np.ndarray) -> np.ndarray:
+def counted_images(result: RunResult, targets: np.ndarray) -> np.ndarray:
     """``[T, N]``: whether each test image's class has been seen at each stage."""
     seen: set[int] = set()
     rows = []
-    for classes in result["tasks"][: len(result["stages"])]:
+    for classes in result.tasks[: len(result.stages)]:
         seen |= set(classes)
         rows.append(np.isin(targets, sorted(seen)))
     return np.array(rows)
@@ -198,7 +192,7 @@ class Comparison:
 
 def _values(runs: dict[int, Run], metric: str) -> dict[int, float]:
     key = METRICS[metric][0]
-    return {seed: run.result["summary"][key] for seed, run in sorted(runs.items())}
+    return {seed: run.result.summary[key] for seed, run in sorted(runs.items())}
 
 
 def _stage_band(runs: list[Run], draws: int) -> np.ndarray:
@@ -219,10 +213,10 @@ def _stage_band(runs: list[Run], draws: int) -> np.ndarray:
     return np.vstack([mean, *np.quantile(replicates, [alpha / 2, 1 - alpha / 2], axis=0)])
 
 
-def image_tasks(result: dict, targets: np.ndarray) -> np.ndarray:
+def image_tasks(result: RunResult, targets: np.ndarray) -> np.ndarray:
     """``[N]``: the 0-based task of each test image's class (-1 for a class in no task)."""
     tasks = np.full(len(targets), -1)
-    for task, classes in enumerate(result["tasks"]):
+    for task, classes in enumerate(result.tasks):
         tasks[np.isin(targets, classes)] = task
     return tasks
 
@@ -257,7 +251,7 @@ def _paired_seed_replicates(pairs: list[tuple[Run, Run]], metric: str, draws: in
         )
         return metric_of_stages(stage_means, metric)
     key = METRICS[metric][0]
-    differences = [a.result["summary"][key] - b.result["summary"][key] for a, b in pairs]
+    differences = [a.result.summary[key] - b.result.summary[key] for a, b in pairs]
     return bootstrap_seed_means(
         lambda seed, weights: np.full(len(weights), differences[seed]),
         len(pairs),
@@ -337,24 +331,24 @@ def compare_pair(
 
 
 def load_runs(
-    results_dir: str | Path | list[str | Path] | LoadedResults, problems: list[str]
+    results_dir: str | Path | list[str | Path] | LoadedResults | Results, problems: list[str]
 ) -> dict[tuple[str, int, str], dict[int, Run]]:
     """(dataset, n_tasks, label) -> seed -> Run, for every stored result under ``results_dir`` (a
-    folder, a list of folders, or what ``load_results`` read): one result per run key, by
-    ``load_results``' rule, whose notes go to ``problems``."""
-    loaded = results_dir if isinstance(results_dir, LoadedResults) else load_results(results_dir)
-    problems += loaded.notes
+    folder, a list of folders, or what ``load_results`` or ``read_results`` read): one result per
+    run key, by ``load_results``' rule, whose notes go to ``problems``."""
+    results = read_results(results_dir)
+    problems += results.notes
     runs: dict[tuple[str, int, str], dict[int, Run]] = defaultdict(dict)
-    for stored in loaded.runs:
-        run = Run(stored.result)
-        predictions = load_predictions(stored.path, stored.result, problems)
+    for file in results.runs:
+        run = Run(file.result)
+        predictions = load_predictions(file.path, file.stored.result, problems)
         if predictions is not None:
             run.correct, run.targets, run.image_ids = (
                 predictions.correct(),
                 predictions.targets,
                 predictions.image_ids,
             )
-        key = stored.key
+        key = file.key
         runs[key.dataset, key.n_tasks, key.label][key.seed] = run
     return runs
 
@@ -362,7 +356,7 @@ def load_runs(
 def _undefined(metric: str, groups: list[dict[int, Run]]) -> bool:
     """Whether some run lacks ``metric`` (None in its summary)."""
     key = METRICS[metric][0]
-    return any(run.result["summary"].get(key) is None for group in groups for run in group.values())
+    return any(run.result.summary.get(key) is None for group in groups for run in group.values())
 
 
 def compare_all(
@@ -387,7 +381,7 @@ def compare_all(
             "or point --results-dir at a folder of results"
         )
     caveats = [
-        why for seeds in runs.values() for run in seeds.values() if (why := not_a_measurement(run.result))
+        why for seeds in runs.values() for run in seeds.values() if (why := measurement_caveat(run.result))
     ]
     for why in sorted(set(caveats)):
         problems.append(

@@ -41,7 +41,7 @@ from analysis.paper_inputs import (
     ordered_datasets,
     row_label,
 )
-from benchmarks.runner.results import safe_label
+from benchmarks.runner.results import RunKey, RunResult, safe_label
 
 DPI = 150
 FIGSIZES = {
@@ -254,37 +254,38 @@ def _bars(ax, groups: list[str], series: dict[str, tuple[list, list]], ylabel: s
     ax.set_ylabel(ylabel)
 
 
-def _gap_run(inputs: ReportInputs) -> dict:
+def _gap_run(inputs: ReportInputs) -> RunResult:
     """The run of fig2/fig3: a GR4CIL run with modality-gap statistics, preferring the default
-    configuration and ImageNet-100 (the paper's example), then the paper's other datasets."""
+    configuration and ImageNet-100 (the paper's example), then the paper's other datasets, then
+    the first by path."""
     candidates = [
         r
         for r in inputs.runs
-        if r.get("strategy") == "gr4cil" and ((r.get("diagnostics") or {}).get("modality_gap") or [[]])[0]
+        if r.strategy == "gr4cil" and ((r.diagnostics or {}).get("modality_gap") or [[]])[0]
     ]
     if not candidates:
         raise MissingInputs("no GR4CIL run with modality-gap diagnostics")
     defaults = {id(r) for r in default_gr4cil_runs(inputs, n_tasks=None)}
     order = ["imagenet100", *[d for d in PAPER_DATASETS if d != "imagenet100"]]
 
-    def rank(r):
+    def rank(r: RunResult):
         return (
             id(r) not in defaults,
-            order.index(r["dataset"]) if r["dataset"] in order else len(order),
-            r["_path"],
+            order.index(r.dataset) if r.dataset in order else len(order),
+            str(inputs.paths[r.key]),
         )
 
     return min(candidates, key=rank)
 
 
-def _run_title(run: dict) -> str:
-    return f"{run['label']}, {dataset_name(run['dataset'])}, T={run['n_tasks']}, seed {run['seed']}"
+def _run_title(run: RunResult) -> str:
+    return f"{run.label}, {dataset_name(run.dataset)}, T={run.n_tasks}, seed {run.seed}"
 
 
 def fig2_gap_training(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     """Mean image-text cosine per epoch while training task 1: all, positive and negative pairs."""
     run = _gap_run(inputs)
-    epochs = pd.DataFrame(run["diagnostics"]["modality_gap"][0])
+    epochs = pd.DataFrame(run.diagnostics["modality_gap"][0])
     with figure_style():
         fig = Figure(figsize=FIGSIZES["fig2_gap_training"], layout="constrained")
         ax = fig.subplots()
@@ -312,7 +313,7 @@ def fig3_gap_final(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     run = _gap_run(inputs)
     finals = [
         (task, epochs[-1]["overall"])
-        for task, epochs in enumerate(run["diagnostics"]["modality_gap"], start=1)
+        for task, epochs in enumerate(run.diagnostics["modality_gap"], start=1)
         if epochs
     ]
     with figure_style():
@@ -329,8 +330,8 @@ def fig3_gap_final(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     return save_figure(fig, out_dir, "fig3_gap_final")
 
 
-def _stage_mean(run: dict, key: str) -> float | None:
-    values = [s["diagnostics"].get(key) for s in run["stages"] if s.get("diagnostics")]
+def _stage_mean(run: RunResult, key: str) -> float | None:
+    values = [s.diagnostics.get(key) for s in run.stages if s.diagnostics]
     values = [v for v in values if v is not None]
     return float(np.mean(values)) if values else None
 
@@ -348,9 +349,7 @@ def fig5_confidence_margin(inputs: ReportInputs, out_dir: Path) -> list[Path]:
             ):
                 value = _stage_mean(run, f"{metric}_{variant}")
                 if value is not None:
-                    rows.append(
-                        {"dataset": run["dataset"], "metric": metric, "variant": name, "value": value}
-                    )
+                    rows.append({"dataset": run.dataset, "metric": metric, "variant": name, "value": value})
     if not rows:
         raise MissingInputs("no default GR4CIL 10-task run with confidence/margin diagnostics")
     frame = pd.DataFrame(rows)
@@ -399,23 +398,23 @@ def cost_frame(inputs: ReportInputs) -> tuple[str, pd.DataFrame]:
     """Fig. 6's data: the 10-task dataset that most labels ran (the paper's datasets first on ties)
     and one row per run on it: docs/decisions.md D9 row label, trainable parameters (millions),
     peak memory (bytes) and its kind."""
-    runs = [r for r in inputs.runs if r["n_tasks"] == 10 and (r.get("cost") or {}).get("trainable_params")]
+    runs = [r for r in inputs.runs if r.n_tasks == 10 and r.cost.trainable_params]
     if not runs:
         raise MissingInputs("no 10-task run with cost records")
-    datasets = ordered_datasets(r["dataset"] for r in runs)
+    datasets = ordered_datasets(r.dataset for r in runs)
     dataset = max(
-        datasets, key=lambda d: (len({r["label"] for r in runs if r["dataset"] == d}), -datasets.index(d))
+        datasets, key=lambda d: (len({r.label for r in runs if r.dataset == d}), -datasets.index(d))
     )
     frame = pd.DataFrame(
         [
             {
-                "label": row_label(r["label"]),
-                "params": r["cost"]["trainable_params"] / 1e6,
-                "memory": r["cost"].get("peak_memory_bytes") or np.nan,
-                "kind": r["cost"].get("peak_memory_kind") or "unknown",
+                "label": row_label(r.label),
+                "params": r.cost.trainable_params / 1e6,
+                "memory": r.cost.peak_memory_bytes or np.nan,
+                "kind": r.cost.peak_memory_kind or "unknown",
             }
             for r in runs
-            if r["dataset"] == dataset
+            if r.dataset == dataset
         ]
     )
     return dataset, frame
@@ -460,16 +459,16 @@ def fig7_routing(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     """Per-stage routing accuracy of the three score variants, one panel per dataset."""
     rows = [
         {
-            "panel": run["dataset"],
-            "seed": run["seed"],
-            "stage": stage["task"],
+            "panel": run.dataset,
+            "seed": run.seed,
+            "stage": stage.task,
             "series": name,
-            "value": stage["diagnostics"][key],
+            "value": stage.diagnostics[key],
         }
         for run in default_gr4cil_runs(inputs)
-        for stage in run["stages"]
+        for stage in run.stages
         for key, name in ROUTING_VARIANTS.items()
-        if (stage.get("diagnostics") or {}).get(key) is not None
+        if (stage.diagnostics or {}).get(key) is not None
     ]
     if not rows:
         raise MissingInputs("no default GR4CIL 10-task run with routing diagnostics")
@@ -497,13 +496,13 @@ def fig_accuracy_curves(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     (``method_styles``); GR4CIL is drawn on top in a heavier line."""
     rows = [
         {
-            "panel": (run["dataset"], run["n_tasks"]),
-            "series": row_label(run["label"]),
-            "stage": stage["task"],
-            "value": stage["acc"],
+            "panel": (run.dataset, run.n_tasks),
+            "series": row_label(run.label),
+            "stage": stage.task,
+            "value": stage.acc,
         }
         for run in inputs.runs
-        for stage in run["stages"]
+        for stage in run.stages
     ]
     if not rows:
         raise MissingInputs("no run has stages")
@@ -570,24 +569,26 @@ def _stage_panels(
     return fig, axes
 
 
-def _file_stem(run: dict) -> str:
-    return f"{run['dataset']}_{safe_label(run['label'])}_T{run['n_tasks']}_seed{run['seed']}"
+def _file_stem(key: RunKey) -> str:
+    return f"{key.dataset}_{safe_label(key.label)}_T{key.n_tasks}_seed{key.seed}"
 
 
 def fig_acc_matrix(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     """Per run, in ``out_dir/acc_matrix/``: accuracy (%) on each learned task (columns) after each
     stage (rows), annotated when there are at most 10 tasks."""
-    runs = [r for r in inputs.runs if any(s.get("acc_per_task") for s in r["stages"])]
+    runs = [r for r in inputs.runs if any(s.acc_per_task for s in r.stages)]
     if not runs:
         raise MissingInputs("no run has acc_per_task")
     paths = []
     for run in runs:
-        matrix = np.full((len(run["stages"]), run["n_tasks"]), np.nan)
-        for i, stage in enumerate(run["stages"]):
-            values = stage.get("acc_per_task") or []
+        matrix = np.full((len(run.stages), run.n_tasks), np.nan)
+        for i, stage in enumerate(run.stages):
+            values = stage.acc_per_task or []
             matrix[i, : len(values)] = values
         with figure_style():
-            paths += save_figure(_heat_map(matrix, _run_title(run)), out_dir / "acc_matrix", _file_stem(run))
+            paths += save_figure(
+                _heat_map(matrix, _run_title(run)), out_dir / "acc_matrix", _file_stem(run.key)
+            )
     return paths
 
 

@@ -17,6 +17,7 @@ import functools
 from typing import Callable
 
 from analysis.paper_inputs import ReportInputs
+from benchmarks.runner.results import RunResult
 
 # The switches the paper's ablations vary: a run whose switches equal GR4CIL's defaults is "the
 # default configuration". Like epochs and lr, ``visual_init`` belongs to a suite's training recipe,
@@ -82,12 +83,12 @@ def suite_setting(suite: str, label: str) -> dict:
     return dict(_suite_setting(suite, label))
 
 
-def gr4cil_setting(run: dict) -> dict | None:
+def gr4cil_setting(run: RunResult) -> dict | None:
     """The run's ablation switches with those a disabled component ignores set to None, or
     None for a run of another strategy."""
-    if run.get("strategy") != "gr4cil":
+    if run.strategy != "gr4cil":
         return None
-    options = run.get("config", {}).get("strategy_config", {})
+    options = run.config.get("strategy_config", {})
     return effective_setting({k: options.get(k, v) for k, v in _defaults().items()})
 
 
@@ -104,7 +105,7 @@ def effective_setting(setting: dict) -> dict:
     return setting
 
 
-def differing_switches(run: dict) -> set[str] | None:
+def differing_switches(run: RunResult) -> set[str] | None:
     """Names of the switches where a GR4CIL run differs from the defaults (None: not GR4CIL)."""
     setting = gr4cil_setting(run)
     if setting is None:
@@ -113,16 +114,16 @@ def differing_switches(run: dict) -> set[str] | None:
     return {k for k in default if setting[k] != default[k]}
 
 
-def matches(run: dict, overrides: dict) -> bool:
+def matches(run: RunResult, overrides: dict) -> bool:
     """Whether a GR4CIL run has exactly the default setting changed by ``overrides``."""
     setting = gr4cil_setting(run)
     return setting is not None and setting == effective_setting({**_defaults(), **overrides})
 
 
-def default_gr4cil_runs(inputs: ReportInputs, n_tasks: int | None = 10) -> list[dict]:
+def default_gr4cil_runs(inputs: ReportInputs, n_tasks: int | None = 10) -> list[RunResult]:
     """GR4CIL runs in the default configuration, one per (dataset, n_tasks, seed)."""
-    runs = [r for r in inputs.runs if matches(r, {}) and (n_tasks is None or r["n_tasks"] == n_tasks)]
-    return first_per(runs, lambda r: (r["dataset"], r["n_tasks"], r["seed"]))
+    runs = [r for r in inputs.runs if matches(r, {}) and (n_tasks is None or r.n_tasks == n_tasks)]
+    return first_per(runs, lambda r: (r.dataset, r.n_tasks, r.seed))
 
 
 def first_per(items: list, ident: Callable) -> list:

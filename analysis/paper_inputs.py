@@ -18,9 +18,10 @@ from pathlib import Path
 
 import pandas as pd
 
+from analysis.loading import Results, measurement_caveat, protocol_of, read_results
 from benchmarks.core.errors import UserError
 from benchmarks.data.unit import dataset_units
-from benchmarks.runner.results import LoadedResults, load_results, not_a_measurement
+from benchmarks.runner.results import LoadedResults, RunKey, RunResult
 
 REFERENCE_FILE = Path(__file__).resolve().parents[1] / "results" / "reference" / "paper_tables.csv"
 
@@ -56,30 +57,32 @@ class MissingInputs(Exception):
 # ============================================================================ results
 @dataclass
 class ReportInputs:
-    """Finished results of one results folder.
+    """Finished results of one results folder, as typed records.
 
     ``runs`` has one result per (label, dataset, n_tasks, seed): when several files share a key
     (e.g. a main-protocol run and a zero-shot run with held-out images), the one without
     ``zero_shot`` is kept, then the first by path. ``all_runs`` keeps every distinct run.
     """
 
-    runs: list[dict]
-    all_runs: list[dict]
+    runs: list[RunResult]
+    all_runs: list[RunResult]
     notes: list[str] = field(default_factory=list)
-    loaded: LoadedResults | None = None  # what was read, for the report's other readers
+    loaded: Results | None = None  # what was read, for the report's other readers
+    paths: dict[RunKey, Path] = field(default_factory=dict)  # the file each of ``runs`` was read from
 
 
-def load_inputs(results_dir: str | Path | LoadedResults) -> ReportInputs:
-    """The finished results under ``results_dir`` (a folder, or what ``load_results`` read from
-    one), one per run key by ``load_results``' rule; a ``UserError`` when there are none."""
-    if isinstance(results_dir, LoadedResults):
-        loaded = results_dir
+def load_inputs(results_dir: str | Path | LoadedResults | Results) -> ReportInputs:
+    """The finished results under ``results_dir`` (a folder, or what ``load_results`` or
+    ``read_results`` read from one), one per run key by ``load_results``' rule; a ``UserError``
+    when there are none."""
+    if isinstance(results_dir, (LoadedResults, Results)):
+        loaded = read_results(results_dir)
     else:
         if not Path(results_dir).is_dir():
             raise UserError(f"results folder {results_dir} does not exist; give the --results-dir of a run")
-        loaded = load_results(results_dir)
+        loaded = read_results(results_dir)
     # a paper table holds one protocol: as-published runs are read by the protocol table only
-    one_protocol = loaded.where(lambda stored: stored.result["config"].get("protocol") != "as-published")
+    one_protocol = loaded.where(lambda file: protocol_of(file.result) != "as-published")
     notes = list(loaded.skipped)
     if len(one_protocol) < len(loaded):
         notes.append(
@@ -92,16 +95,17 @@ def load_inputs(results_dir: str | Path | LoadedResults) -> ReportInputs:
             "run python -m benchmarks.run first "
             "or point --results-dir at a folder of results"
         )
-    distinct = [dict(stored.result, _path=str(stored.path)) for stored in one_protocol.distinct]
-    caveats = [why for run in distinct if (why := not_a_measurement(run))]
+    distinct = [file.result for file in one_protocol.distinct]
+    caveats = [why for run in distinct if (why := measurement_caveat(run))]
     notes += [
         f"{caveats.count(why)} result(s) are {why}: a check of the code path, not a measurement; "
         "never report these tables"
         for why in sorted(set(caveats))
     ]
     notes += one_protocol.duplicate_notes
-    runs = [dict(stored.result, _path=str(stored.path)) for stored in one_protocol.runs]
-    return ReportInputs(runs, distinct, notes, loaded)
+    runs = [file.result for file in one_protocol.runs]
+    paths = {file.key: file.path for file in one_protocol.runs}
+    return ReportInputs(runs, distinct, notes, loaded, paths)
 
 
 # ============================================================================ names

@@ -18,7 +18,8 @@ Which runs feed which table:
   differs from the defaults.
 * ``table3_zeroshot`` reads the ``zero_shot`` key of zero-shot runs.
 
-All tables except ``table2_seq`` use 10-task runs, as in the paper.
+All tables except ``table2_seq`` use 10-task runs, as in the paper. Each builder reads the runs as
+typed records (``RunResult``, ``analysis.loading``).
 """
 
 from __future__ import annotations
@@ -44,6 +45,7 @@ from analysis.paper_inputs import (
     ordered_datasets,
 )
 from analysis.table_model import ReportTable
+from benchmarks.runner.results import RunResult
 
 ZERO_SHOT_TARGETS = ("pets", "food101", "imagenet1k")
 ZERO_SHOT_ROWS = {"cifar100": "GR4CIL i", "imagenet_r": "GR4CIL ii"}  # the paper's names by training set
@@ -69,12 +71,12 @@ def _table(name, title, records, rows, columns, missing: str, **options) -> Repo
     )
 
 
-def _runs_with(inputs: ReportInputs, n_tasks: int = 10) -> list[dict]:
-    return [r for r in inputs.runs if r["n_tasks"] == n_tasks]
+def _runs_with(inputs: ReportInputs, n_tasks: int = 10) -> list[RunResult]:
+    return [r for r in inputs.runs if r.n_tasks == n_tasks]
 
 
-def _labels(runs: list[dict]) -> list[str]:
-    return sorted({r["label"] for r in runs})
+def _labels(runs: list[RunResult]) -> list[str]:
+    return sorted({r.label for r in runs})
 
 
 def table1_main(inputs: ReportInputs) -> ReportTable:
@@ -83,13 +85,13 @@ def table1_main(inputs: ReportInputs) -> ReportTable:
     if not runs:
         raise MissingInputs("no 10-task runs")
     metrics = ("avg_acc", "last_acc")
-    datasets = ordered_datasets(r["dataset"] for r in runs)
-    records = [(r["label"], r["dataset"], m, r["seed"], r["summary"][m]) for r in runs for m in metrics]
+    datasets = ordered_datasets(r.dataset for r in runs)
+    records = [(r.label, r.dataset, m, r.seed, r.summary[m]) for r in runs for m in metrics]
     # Average columns: per label and seed, the mean over the datasets; only for seeds that ran on
     # every dataset of the table, so that every row averages the same datasets.
     per_seed: dict[tuple, dict] = {}
     for r in runs:
-        per_seed.setdefault((r["label"], r["seed"]), {})[r["dataset"]] = r["summary"]
+        per_seed.setdefault((r.label, r.seed), {})[r.dataset] = r.summary
     for (label, seed), summaries in per_seed.items():
         if set(summaries) == set(datasets):
             records += [
@@ -118,14 +120,11 @@ def table1_main(inputs: ReportInputs) -> ReportTable:
 
 def table2_seq(inputs: ReportInputs) -> ReportTable:
     """Last accuracy with 5 and 20 tasks."""
-    runs = [r for r in inputs.runs if r["n_tasks"] in (5, 20)]
+    runs = [r for r in inputs.runs if r.n_tasks in (5, 20)]
     if not runs:
         raise MissingInputs("no 5- or 20-task runs")
-    records = [
-        (r["label"], r["dataset"], f"last_acc_T{r['n_tasks']}", r["seed"], r["summary"]["last_acc"])
-        for r in runs
-    ]
-    columns = [(d, f"last_acc_T{t}") for d in ordered_datasets(r["dataset"] for r in runs) for t in (5, 20)]
+    records = [(r.label, r.dataset, f"last_acc_T{r.n_tasks}", r.seed, r.summary["last_acc"]) for r in runs]
+    columns = [(d, f"last_acc_T{t}") for d in ordered_datasets(r.dataset for r in runs) for t in (5, 20)]
     return _table(
         "table2_seq",
         "Last accuracy (%) with 5 and 20 tasks.",
@@ -162,26 +161,26 @@ def table_forgetting(inputs: ReportInputs) -> ReportTable:
 def _summary_table(inputs: ReportInputs, name: str, caption: str, metrics: tuple[str, ...], empty: str):
     """The 10-task runs' summary ``metrics``, one column per (dataset, metric)."""
     runs = _runs_with(inputs, 10)
-    records = [(r["label"], r["dataset"], m, r["seed"], r["summary"].get(m)) for r in runs for m in metrics]
-    columns = [(d, m) for d in ordered_datasets(r["dataset"] for r in runs) for m in metrics]
+    records = [(r.label, r.dataset, m, r.seed, r.summary.get(m)) for r in runs for m in metrics]
+    columns = [(d, m) for d in ordered_datasets(r.dataset for r in runs) for m in metrics]
     return _table(name, caption, records, _labels(runs), columns, empty)
 
 
 def table3_zeroshot(inputs: ReportInputs) -> ReportTable:
     """Zero-shot accuracy on unseen datasets: the original CLIP and knowledge fusion (eq. 8)."""
-    runs = [r for r in inputs.all_runs if r.get("zero_shot")]
+    runs = [r for r in inputs.all_runs if r.zero_shot]
     if not runs:
         raise MissingInputs("no run has zero_shot results (run the zeroshot suite)")
     records, rows = [], ["CLIP"]
-    for r in sorted(runs, key=lambda r: (ordered_datasets([r["dataset"]]), r["label"], r["seed"])):
-        if r["label"] == "gr4cil":
-            row = ZERO_SHOT_ROWS.get(r["dataset"], f"GR4CIL ({dataset_name(r['dataset'])})")
+    for r in sorted(runs, key=lambda r: (ordered_datasets([r.dataset]), r.label, r.seed)):
+        if r.label == "gr4cil":
+            row = ZERO_SHOT_ROWS.get(r.dataset, f"GR4CIL ({dataset_name(r.dataset)})")
         else:
-            row = f"{r['label']} ({dataset_name(r['dataset'])})"
+            row = f"{r.label} ({dataset_name(r.dataset)})"
         rows.append(row)
-        for target, accs in r["zero_shot"].items():
-            records.append(("CLIP", target, "acc", r["seed"], accs.get("clip")))  # the same CLIP in every run
-            records.append((row, target, "acc", r["seed"], accs.get("fusion")))
+        for target, accs in r.zero_shot.items():
+            records.append(("CLIP", target, "acc", r.seed, accs.get("clip")))  # the same CLIP in every run
+            records.append((row, target, "acc", r.seed, accs.get("fusion")))
     targets = ordered_datasets({rec[1] for rec in records}, first=ZERO_SHOT_TARGETS)
     return _table(
         "table3_zeroshot",
@@ -200,17 +199,11 @@ def table3_subspace(inputs: ReportInputs) -> ReportTable:
     runs = default_gr4cil_runs(inputs)
     names = ("I-T", "I-C", "I-TC")
     records = [
-        (
-            n,
-            r["dataset"],
-            "distance",
-            r["seed"],
-            ((r.get("diagnostics") or {}).get("subspace_distance") or {}).get(n),
-        )
+        (n, r.dataset, "distance", r.seed, ((r.diagnostics or {}).get("subspace_distance") or {}).get(n))
         for r in runs
         for n in names
     ]
-    columns = [(d, "distance") for d in ordered_datasets(r["dataset"] for r in runs)]
+    columns = [(d, "distance") for d in ordered_datasets(r.dataset for r in runs)]
     return _table(
         "table3_subspace",
         "Subspace distance between image space and classifier spaces "
@@ -251,17 +244,13 @@ def compensation_rows() -> dict[str, dict]:
     return {row: suite_setting("ablation", label) for row, label in COMPENSATION_RUNS.items()}
 
 
-def _run_values(run: dict) -> dict:
+def _run_values(run: RunResult) -> dict:
     """The per-run numbers the ablation tables read: summary, run diagnostics, and the routing
     accuracy of the last stage."""
-    return {
-        **run["summary"],
-        **(run.get("diagnostics") or {}),
-        "last_routing_acc": run["stages"][-1].get("routing_acc"),
-    }
+    return {**run.summary, **(run.diagnostics or {}), "last_routing_acc": run.stages[-1].routing_acc}
 
 
-def _variant_rows(inputs: ReportInputs, variants: dict[str, dict]) -> list[tuple[str, dict]]:
+def _variant_rows(inputs: ReportInputs, variants: dict[str, dict]) -> list[tuple[str, RunResult]]:
     """(row, run) for every 10-task GR4CIL run whose setting is one of ``variants``."""
     return [
         (row, run)
@@ -271,7 +260,9 @@ def _variant_rows(inputs: ReportInputs, variants: dict[str, dict]) -> list[tuple
     ]
 
 
-def _swept_rows(inputs: ReportInputs, keys: set[str], name: Callable[[dict], str]) -> list[tuple[str, dict]]:
+def _swept_rows(
+    inputs: ReportInputs, keys: set[str], name: Callable[[dict], str]
+) -> list[tuple[str, RunResult]]:
     """(row, run) for 10-task GR4CIL runs that differ from the defaults only in ``keys``, sorted
     by the values of those switches."""
     swept = []
@@ -286,14 +277,14 @@ def _swept_rows(inputs: ReportInputs, keys: set[str], name: Callable[[dict], str
 def _variant_table(name, title, pairs, rows, metrics, **options) -> ReportTable:
     """A table of config-identified rows on the datasets where some run differs from the default
     configuration (default runs alone make no ablation)."""
-    pairs = first_per(pairs, lambda pair: (pair[0], pair[1]["dataset"], pair[1]["seed"]))
-    datasets = ordered_datasets(run["dataset"] for _, run in pairs if differing_switches(run))
+    pairs = first_per(pairs, lambda pair: (pair[0], pair[1].dataset, pair[1].seed))
+    datasets = ordered_datasets(run.dataset for _, run in pairs if differing_switches(run))
     if not datasets:
         raise MissingInputs(f"no 10-task GR4CIL runs with the non-default settings of {name}")
     records = [
-        (row, run["dataset"], m, run["seed"], _run_values(run).get(m))
+        (row, run.dataset, m, run.seed, _run_values(run).get(m))
         for row, run in pairs
-        if run["dataset"] in datasets
+        if run.dataset in datasets
         for m in metrics
     ]
     rows = rows if rows is not None else list(dict.fromkeys(row for row, _ in pairs))
@@ -378,18 +369,12 @@ def table_adjacent_subspace(inputs: ReportInputs) -> ReportTable:
 
 def table_anchor(inputs: ReportInputs) -> ReportTable:
     """Mean cosine between final text features of historical classes and their cached anchors."""
-    runs = [r for r in _runs_with(inputs, 10) if r.get("strategy") == "gr4cil"]
+    runs = [r for r in _runs_with(inputs, 10) if r.strategy == "gr4cil"]
     records = [
-        (
-            r["label"],
-            r["dataset"],
-            "anchor_preservation",
-            r["seed"],
-            (r.get("diagnostics") or {}).get("anchor_preservation"),
-        )
+        (r.label, r.dataset, "anchor_preservation", r.seed, (r.diagnostics or {}).get("anchor_preservation"))
         for r in runs
     ]
-    columns = [(d, "anchor_preservation") for d in ordered_datasets(r["dataset"] for r in runs)]
+    columns = [(d, "anchor_preservation") for d in ordered_datasets(r.dataset for r in runs)]
     return _table(
         "table_anchor",
         "Anchor preservation: mean cos(t_c^T, z_c) over historical classes, 10 tasks.",

@@ -22,6 +22,7 @@ import pandas as pd
 
 from analysis.compare import DRAWS, METRICS, TASK_METRICS, Run, check_draws, load_runs
 from analysis.formatting import MISSING, latex_table, markdown_table, mean_std_cell, population_std
+from analysis.loading import measurement_caveat, protocol_of
 from analysis.statistics import bootstrap_stage_means, interval, metric_of_stages
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import (
@@ -31,8 +32,6 @@ from benchmarks.core.errors import (
     one_line_user_errors,
     output_folder,
 )
-from benchmarks.data.protocols import DEFAULT_PROTOCOL
-from benchmarks.runner.results import not_a_measurement
 
 TABLE = "protocol_effect"
 
@@ -45,7 +44,7 @@ def _runs_of(
         raise UserError(f"no result JSON found under {folder}; run the suite first or point at its results")
     for (dataset, n_tasks, label), seeds in runs.items():
         for seed, run in seeds.items():
-            found = run.result["config"].get("protocol", DEFAULT_PROTOCOL)
+            found = protocol_of(run.result)
             if found != protocol:
                 raise UserError(
                     f"{folder} holds a {found!r} run ({label} / {dataset} / T={n_tasks} / seed {seed}) where "
@@ -70,7 +69,7 @@ def protocol_effect(
         for runs in (one, published)
         for seeds in runs.values()
         for run in seeds.values()
-        if (why := not_a_measurement(run.result))
+        if (why := measurement_caveat(run.result))
     ]
     problems += [
         f"{caveats.count(why)} run(s) are {why}: a check of the code path, not a measurement"
@@ -96,8 +95,8 @@ def protocol_effect(
             if metric in TASK_METRICS:  # this table is about accuracy: Last and Avg
                 continue
             short = name.split()[0]
-            before = [one[key][s].result["summary"][field] for s in seeds]
-            after = [published[key][s].result["summary"][field] for s in seeds]
+            before = [one[key][s].result.summary[field] for s in seeds]
+            after = [published[key][s].result.summary[field] for s in seeds]
             row[f"{short} one-protocol"] = _cell(before)
             row[f"{short} as-published"] = _cell(after)
             estimate = float(np.mean(np.subtract(after, before)))

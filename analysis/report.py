@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from analysis import figures
+from analysis.loading import Results
 from analysis.paper_inputs import MissingInputs, load_inputs, load_paper_reference
 from analysis.paper_tables import TABLES
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors, output_folder
-from benchmarks.runner.results import LoadedResults
 
 
 @dataclass
@@ -134,9 +134,7 @@ def build_report(
 AGAINST_GR4CIL = "against_gr4cil"
 
 
-def _against_gr4cil(
-    results_dir: str | Path, loaded: LoadedResults, out_dir: Path
-) -> tuple[ReportItem, list[str]]:
+def _against_gr4cil(results_dir: str | Path, loaded: Results, out_dir: Path) -> tuple[ReportItem, list[str]]:
     """Every strategy against GR4CIL (``analysis.compare``), for Last and Avg accuracy, forgetting
     and backward transfer."""
     from analysis import compare

@@ -22,6 +22,7 @@ from statistics import fmean
 import numpy as np
 
 from analysis.formatting import mean_std_cell, population_std
+from analysis.loading import ResultFile, Results, read_results
 from analysis.paper_inputs import (
     DATASET_NAMES,
     PAPER_DATASETS,
@@ -31,7 +32,7 @@ from analysis.paper_inputs import (
 )
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError
-from benchmarks.runner.results import LoadedResults, StoredResult, load_results
+from benchmarks.runner.results import LoadedResults, RunResult
 
 # strategy -> (where its recipe comes from, the tests that check it)
 PROVENANCE = {
@@ -111,21 +112,19 @@ def _equality_cell(name: str, rows: list[dict]) -> str:
     return f"{equal} of {len(mine)} components equal, max diff {worst:.1e}"
 
 
-def _avg_last(runs: list[dict]) -> str:
+def _avg_last(runs: list[RunResult]) -> str:
     """ "Avg / Last", each the mean over ``runs``."""
-    return " / ".join(
-        f"{fmean(r['summary'][metric] for r in runs):.2f}" for metric in ("avg_acc", "last_acc")
-    )
+    return " / ".join(f"{fmean(r.summary[metric] for r in runs):.2f}" for metric in ("avg_acc", "last_acc"))
 
 
-def _avg_last_spread(runs: list[dict]) -> str:
+def _avg_last_spread(runs: list[RunResult]) -> str:
     """ "Avg / Last" as mean ± std over seeds with n, or the one seed's numbers with "n = 1". The std
     is the population std, as in ``analysis.tables``, so both files print the same cell."""
     if len(runs) == 1:
         return f"{_avg_last(runs)} (n = 1)"
     cells = []
     for metric in ("avg_acc", "last_acc"):
-        values = [r["summary"][metric] for r in runs]
+        values = [r.summary[metric] for r in runs]
         cells.append(mean_std_cell(fmean(values), population_std(values)))
     return f"{' / '.join(cells)} (n = {len(runs)})"
 
@@ -153,7 +152,7 @@ def ranking_agreement(
     return tau, float(low), float(high), len(rows)
 
 
-def _ranking_line(results: dict[tuple[str, str], list[dict]], paper) -> str:
+def _ranking_line(results: dict[tuple[str, str], list[RunResult]], paper) -> str:
     table = paper[
         (paper["table"] == "table1_main") & (paper["group"] == "cifar100") & (paper["metric"] == "last_acc")
     ]
@@ -163,7 +162,7 @@ def _ranking_line(results: dict[tuple[str, str], list[dict]], paper) -> str:
         if (table["row"] == row).any()
     }
     last_by_row = {
-        name: [r["summary"]["last_acc"] for r in results.get((name, MINIATURE), [])] for name in paper_last
+        name: [r.summary["last_acc"] for r in results.get((name, MINIATURE), [])] for name in paper_last
     }
     agreement = ranking_agreement({k: v for k, v in last_by_row.items() if v}, paper_last)
     if agreement is None:
@@ -201,29 +200,27 @@ def _paper_numbers(paper, label: str) -> str:
 MINIATURE_SUITE = "smoke-baselines"  # the suite whose miniature results the file reports
 
 
-def reproducibility_markdown(results_dir: str | Path, loaded: LoadedResults | None = None) -> str:
+def reproducibility_markdown(results_dir: str | Path, loaded: LoadedResults | Results | None = None) -> str:
     """The file's text from the results under ``results_dir`` (which may hold none); ``loaded``: what
-    ``load_results`` already read from it."""
+    ``load_results`` or ``read_results`` already read from it."""
     from benchmarks.runner.suites import available_suites
     from strategies.registry import available
 
-    results: dict[tuple[str, str], list[dict]] = defaultdict(list)
+    results: dict[tuple[str, str], list[RunResult]] = defaultdict(list)
     root = Path(results_dir)
     if root.is_dir():
         other_suites = set(available_suites()) - {MINIATURE_SUITE}
 
-        def counted(stored: StoredResult) -> bool:
+        def counted(file: ResultFile) -> bool:
             # the miniature column is smoke-baselines' alone, not another suite's run on the same world
             # (a diagnosis kept in results/smoke-official-steps, say); variants have rows of their own
-            result = stored.result
-            another_suite = other_suites & set(stored.path.relative_to(root).parts)
-            return result["label"] == result["strategy"] and not (
-                result["dataset"] == MINIATURE and another_suite
-            )
+            result = file.result
+            another_suite = other_suites & set(file.path.relative_to(root).parts)
+            return result.label == result.strategy and not (result.dataset == MINIATURE and another_suite)
 
-        loaded = load_results(root) if loaded is None else loaded
-        for stored in loaded.where(counted).runs:  # one result per run: load_results' rule
-            results[(stored.result["strategy"], stored.result["dataset"])].append(stored.result)
+        read = read_results(root if loaded is None else loaded)
+        for file in read.where(counted).runs:  # one result per run: load_results' rule
+            results[(file.result.strategy, file.result.dataset)].append(file.result)
     paper = load_paper_reference()
     lines = [
         "# Reproducibility",
@@ -249,7 +246,7 @@ def reproducibility_markdown(results_dir: str | Path, loaded: LoadedResults | No
             offline += f"; miniature {_avg_last_spread(miniature)}"
         real = []
         for dataset in PAPER_DATASETS:
-            runs = [r for r in results.get((name, dataset), []) if r["n_tasks"] == 10]
+            runs = [r for r in results.get((name, dataset), []) if r.n_tasks == 10]
             if runs:
                 real.append(
                     f"{DATASET_NAMES[dataset]} {_avg_last(runs)} "
@@ -266,7 +263,7 @@ def reproducibility_markdown(results_dir: str | Path, loaded: LoadedResults | No
     return "\n".join(lines)
 
 
-def _stale_miniature_results(results: dict[tuple[str, str], list[dict]]) -> str:
+def _stale_miniature_results(results: dict[tuple[str, str], list[RunResult]]) -> str:
     """A warning when stored miniature results no longer match the shipped checkpoint or the
     ``smoke-baselines`` suite as it now reads ("" when all match)."""
     from benchmarks.backbone import recorded_backbone
@@ -282,8 +279,8 @@ def _stale_miniature_results(results: dict[tuple[str, str], list[dict]]) -> str:
     stale = [
         r
         for r in stored
-        if (expected := current.get((r["strategy"], r["n_tasks"]))) is None
-        or any(r["config"].get(key) != expected.get(key) for key in compared)
+        if (expected := current.get((r.strategy, r.n_tasks))) is None
+        or any(r.config.get(key) != expected.get(key) for key in compared)
     ]
     if not stale:
         return ""
@@ -296,7 +293,7 @@ def _stale_miniature_results(results: dict[tuple[str, str], list[dict]]) -> str:
 
 
 def write_reproducibility(
-    results_dir: str | Path, out: str | Path, loaded: LoadedResults | None = None
+    results_dir: str | Path, out: str | Path, loaded: LoadedResults | Results | None = None
 ) -> Path:
     out = Path(out)
     atomic_write_text(out, reproducibility_markdown(results_dir, loaded))

@@ -17,33 +17,37 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.formatting import latex_table, markdown_table, mean_std_cell, population_std
+from analysis.loading import Results, measurement_caveat, read_results
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
-from benchmarks.runner.results import LoadedResults, RunKey, load_results, not_a_measurement
+from benchmarks.runner.results import LoadedResults, RunKey, RunResult
+
+
+def summary_row(result: RunResult) -> dict:
+    """A run's row of the table's frame: its key, whether it is no measurement, its summary."""
+    return {
+        "label": result.label,
+        "dataset": result.dataset,
+        "n_tasks": result.n_tasks,
+        "seed": result.seed,
+        "not_a_measurement": measurement_caveat(result),
+        **result.summary,
+    }
 
 
 def load_runs(
-    results_dir: str | Path | LoadedResults, keys: list[RunKey] | None = None, notes: list[str] | None = None
+    results_dir: str | Path | LoadedResults | Results,
+    keys: list[RunKey] | None = None,
+    notes: list[str] | None = None,
 ) -> pd.DataFrame:
     """One row per run (label, dataset, n_tasks, seed) with the summary metrics: one result per run
     key, by ``load_results``' rule. ``notes`` receives what the reader should be told (skipped
     files, keys that several results share); without it, each is a warning."""
-    loaded = results_dir if isinstance(results_dir, LoadedResults) else load_results(results_dir)
+    results = read_results(results_dir)
     wanted = set(keys) if keys is not None else None
-    for note in loaded.notes:
+    for note in results.notes:
         notes.append(note) if notes is not None else warnings.warn(note, stacklevel=2)
-    rows = [
-        {
-            "label": stored.key.label,
-            "dataset": stored.key.dataset,
-            "n_tasks": stored.key.n_tasks,
-            "seed": stored.key.seed,
-            "not_a_measurement": not_a_measurement(stored.result),
-            **stored.result["summary"],
-        }
-        for stored in loaded.runs
-        if wanted is None or stored.key in wanted
-    ]
+    rows = [summary_row(file.result) for file in results.runs if wanted is None or file.key in wanted]
     return pd.DataFrame(rows)
 
 

@@ -8,6 +8,7 @@ from analysis import figures
 from analysis.figures import METHOD_STYLES, method_styles
 from analysis.paper_inputs import PAPER_METHOD_NAMES, ReportInputs, row_label
 from strategies.registry import available
+from tests.analysis.records import run_result, stage_result
 
 matplotlib.use("Agg")  # the figures draw on Figure objects; nothing here needs a display
 
@@ -39,13 +40,13 @@ def test_labels_outside_the_registry_never_take_a_registered_style():
 
 def _runs(labels, seeds=(0, 1), n_tasks=3):
     return [
-        {
-            "label": label,
-            "dataset": "cifar100",
-            "n_tasks": n_tasks,
-            "seed": seed,
-            "stages": [{"task": t, "acc": 90.0 - 10 * t - i - seed} for t in range(1, n_tasks + 1)],
-        }
+        run_result(
+            label,
+            "cifar100",
+            n_tasks,
+            seed,
+            stages=[stage_result(t, 90.0 - 10 * t - i - seed) for t in range(1, n_tasks + 1)],
+        )
         for i, label in enumerate(labels)
         for seed in seeds
     ]
@@ -128,10 +129,8 @@ def test_accuracy_curves_legend_is_outside_with_short_labels_and_equal_curves_st
     ]
     runs = _runs(labels)
     for run in runs:  # MG-CLIP's curve made AdapterVLM's
-        if run["label"] == "mg_clip":
-            run["stages"] = next(r for r in runs if r["label"] == "adaptervlm" and r["seed"] == run["seed"])[
-                "stages"
-            ]
+        if run.label == "mg_clip":
+            run.stages = next(r for r in runs if r.label == "adaptervlm" and r.seed == run.seed).stages
     figures.fig_accuracy_curves(ReportInputs(runs, runs), tmp_path)
     names = _legend_inside_the_figure_and_off_the_axes(drawn[0])
     assert set(names) == {

@@ -3,16 +3,11 @@ forgetting and BWT, the least forgetting and the highest BWT marked best."""
 
 from analysis.paper_inputs import ReportInputs
 from analysis.paper_tables import table_forgetting
+from tests.analysis.records import run_result
 
 
 def _run(label, seed, forgetting, bwt):
-    return {
-        "label": label,
-        "dataset": "cifar100",
-        "n_tasks": 10,
-        "seed": seed,
-        "summary": {"forgetting": forgetting, "bwt": bwt},
-    }
+    return run_result(label, "cifar100", 10, seed, summary={"forgetting": forgetting, "bwt": bwt})
 
 
 def test_cells_and_marks_follow_each_metrics_direction():

@@ -1,8 +1,13 @@
-"""One results loader: every reader picks the same result where several files share a run's key."""
+"""One results loader: every reader picks the same result where several files share a run's key,
+and reads every stored schema version as typed records."""
+
+import json
 
 import numpy as np
+import pytest
 
-from analysis import compare, tables
+from analysis import compare, reproducibility, tables
+from analysis.loading import read_results
 from analysis.paper_inputs import load_inputs
 from benchmarks.runner.results import (
     Predictions,
@@ -89,9 +94,123 @@ def test_every_reader_counts_one_seed_in_the_mixed_suites_folder(tmp_path):
     problems: list[str] = []
     compared = compare.load_runs(runs, problems)
     assert list(compared) == [("cifar100", 2, "gr4cil")]
-    assert [run.result["summary"]["last_acc"] for run in compared["cifar100", 2, "gr4cil"].values()] == [80.0]
+    assert [run.result.summary["last_acc"] for run in compared["cifar100", 2, "gr4cil"].values()] == [80.0]
     assert sum("2 results for gr4cil" in line for line in problems) == 1
 
     inputs = load_inputs(runs)
-    assert [run["summary"]["last_acc"] for run in inputs.runs] == [80.0]
+    assert [run.summary["last_acc"] for run in inputs.runs] == [80.0]
     assert len(inputs.all_runs) == 2  # the zero-shot table still finds the zero-shot run
+
+
+# ---------------------------------------------------------------- typed records of every schema version
+# A 2-task run whose task 1 falls from 100 to 50: forgetting 50, BWT -50.
+PER_TASK = [[100.0], [50.0, 100.0]]
+
+
+def _typed_run(version: int) -> RunResult:
+    stages = [
+        StageResult(
+            task=t,
+            acc=float(np.mean(PER_TASK[t - 1])),
+            acc_per_task=PER_TASK[t - 1],
+            n_test_per_task=[2] * t,
+            routing_acc=100.0,
+            auroc=60.0 if t == 1 else None,
+            fpr95=40.0 if t == 1 else None,
+            diagnostics={"routing_acc_full": 99.0},
+        )
+        for t in (1, 2)
+    ]
+    summary = {"avg_acc": 87.5, "last_acc": 75.0, "avg_auroc": 60.0, "last_auroc": 60.0}
+    if version == 3:
+        summary |= {"forgetting": 50.0, "bwt": -50.0}
+    return RunResult(
+        schema_version=version,
+        strategy="gr4cil",
+        label=f"v{version}",
+        dataset="cifar100",
+        n_tasks=2,
+        seed=0,
+        config={"strategy_config": {}, "protocol": "one-protocol"},
+        config_hash=f"v{version}",
+        class_order=[0, 1, 2, 3],
+        class_names=["a", "b", "c", "d"],
+        tasks=[[0, 1], [2, 3]],
+        stages=stages,
+        summary=summary,
+        env={},
+        # version 1 named the process's resident peak "cpu_max_rss" and counted no training steps
+        cost=RunCost(
+            train_seconds=1.0,
+            eval_seconds=2.0,
+            peak_memory_bytes=2**20,
+            train_steps=None if version == 1 else 8,
+            trainable_params=1000,
+            peak_memory_kind="cpu_max_rss" if version == 1 else None,
+        ),
+    )
+
+
+@pytest.fixture
+def every_version(tmp_path):
+    """One run of each readable schema version, as each stored it: version 1 without a predictions
+    sidecar, versions 1 and 2 without forgetting and BWT in the summary."""
+    predictions = np.stack([np.array([0, 1, 0, 0]), TARGETS])
+    for version in (1, 2, 3):
+        run = _typed_run(version)
+        sidecar = Predictions(predictions, TARGETS, np.arange(4)) if version > 1 else None
+        ResultStore(tmp_path).save(run.key, run, sidecar)
+    stored = {p.parent.name: json.loads(p.read_text()) for p in sorted(tmp_path.rglob("*.json"))}
+    assert {label: data["schema_version"] for label, data in stored.items()} == {"v1": 1, "v2": 2, "v3": 3}
+    assert "predictions" not in stored["v1"] and "forgetting" not in stored["v2"]["summary"]
+    return tmp_path
+
+
+def test_every_schema_version_is_read_as_typed_records(every_version):
+    results = read_results(every_version)
+    assert results.notes == [] and [file.key.label for file in results.runs] == ["v1", "v2", "v3"]
+    for file in results.runs:
+        run = file.result
+        assert isinstance(run, RunResult) and isinstance(run.cost, RunCost)
+        assert all(isinstance(stage, StageResult) for stage in run.stages)
+        # the fields analysis reads, as typed values: forgetting and BWT computed for versions 1 and 2
+        assert (run.summary["forgetting"], run.summary["bwt"]) == (50.0, -50.0)
+        assert run.stages[-1].acc_per_task == [50.0, 100.0] and run.stages[-1].routing_acc == 100.0
+        assert run.stages[0].diagnostics == {"routing_acc_full": 99.0} and run.tasks == [[0, 1], [2, 3]]
+        assert run.cost.trainable_params == 1000 and isinstance(run.cost.peak_memory_bytes, int)
+    v1, v2, v3 = (file.result for file in results.runs)
+    assert (v1.cost.peak_memory_kind, v1.cost.train_steps, v1.predictions) == ("cpu_max_rss", None, None)
+    assert v2.cost.train_steps == 8 and v3.predictions["n_images"] == 4
+
+
+def test_every_reader_reads_every_schema_version(every_version):
+    frame = tables.load_runs(every_version)
+    assert frame.set_index("label")[["forgetting", "bwt"]].to_dict("index") == {
+        f"v{v}": {"forgetting": 50.0, "bwt": -50.0} for v in (1, 2, 3)
+    }
+    inputs = load_inputs(every_version)
+    assert [run.schema_version for run in inputs.runs] == [1, 2, 3]
+    assert all(isinstance(run, RunResult) for run in inputs.runs + inputs.all_runs)
+    assert {key.label: path.name for key, path in inputs.paths.items()} == dict.fromkeys(
+        ("v1", "v2", "v3"), "T2-seed0.json"
+    )
+    assert [run.cost.peak_memory_kind for run in inputs.runs] == ["cpu_max_rss", None, None]
+    runs = compare.load_runs(every_version, problems := [])
+    assert problems == []
+    by_label = {label: seeds[0] for (_, _, label), seeds in runs.items()}
+    assert by_label["v1"].correct is None and by_label["v2"].correct is not None  # no sidecar in version 1
+    assert all(run.stage_accuracy.tolist() == [100.0, 75.0] for run in by_label.values())
+    assert "| `gr4cil` |" in reproducibility.reproducibility_markdown(every_version)
+
+
+def test_a_file_that_is_no_complete_result_is_skipped_with_a_note(every_version):
+    broken = every_version / "cifar100" / "v2" / "T2-seed0.json"
+    data = json.loads(broken.read_text())
+    del data["env"], data["stages"][0]["routing_acc"]
+    broken.write_text(json.dumps(data))
+    results = read_results(every_version)
+    assert [file.key.label for file in results.runs] == ["v1", "v3"]
+    (note,) = results.notes
+    assert note.startswith(f"skipped {broken}: not a complete result (RunResult: missing keys ['env'])")
+    frame = tables.load_runs(every_version, notes=(notes := []))
+    assert frame["label"].tolist() == ["v1", "v3"] and notes == [note]

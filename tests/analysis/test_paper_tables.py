@@ -21,6 +21,7 @@ from analysis.gr4cil_settings import (
 from analysis.paper_inputs import load_paper_reference
 from analysis.table_model import ReportTable
 from benchmarks.runner.suites import load_suite
+from tests.analysis.records import run_result
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -125,10 +126,10 @@ def test_suite_setting_reads_the_suite_as_the_runner_resolves_it(tmp_path):
 
 
 def test_a_disabled_component_ignores_its_switches():
-    run = {"strategy": "gr4cil", "config": {"strategy_config": {"use_separation_loss": False, "tau": 0.3}}}
+    run = run_result("gr4cil", config={"strategy_config": {"use_separation_loss": False, "tau": 0.3}})
     assert matches(run, {"use_separation_loss": False})  # tau means nothing without L_sep
     assert not matches(run, {})
-    assert not matches({"strategy": "finetune", "config": {}}, {})
+    assert not matches(run_result("finetune"), {})
 
 
 def test_a_table_renders_paper_rows_differences_and_marks():

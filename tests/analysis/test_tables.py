@@ -19,9 +19,12 @@ def _result(label, dataset, seed, stage_accs, first_task_after, n_tasks=10):
         "dataset": dataset,
         "n_tasks": n_tasks,
         "seed": seed,
+        "config": {},
+        "class_order": [],
+        "tasks": [],
         "stages": [
-            {"acc": stage_accs[0], "acc_per_task": [stage_accs[0]]},
-            {"acc": stage_accs[1], "acc_per_task": [first_task_after, 2 * stage_accs[1] - first_task_after]},
+            _stage(1, stage_accs[0], [stage_accs[0]]),
+            _stage(2, stage_accs[1], [first_task_after, 2 * stage_accs[1] - first_task_after]),
         ],
         "summary": {
             "avg_acc": float(np.mean(stage_accs)),
@@ -29,6 +32,21 @@ def _result(label, dataset, seed, stage_accs, first_task_after, n_tasks=10):
             "avg_auroc": None,
             "last_auroc": None,
         },
+        "env": {},
+        "cost": {},
+    }
+
+
+def _stage(task, acc, acc_per_task):
+    return {
+        "task": task,
+        "acc": acc,
+        "acc_per_task": acc_per_task,
+        "n_test_per_task": [10] * task,
+        "routing_acc": 100.0,
+        "auroc": None,
+        "fpr95": None,
+        "diagnostics": {},
     }
 
 

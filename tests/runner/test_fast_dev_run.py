@@ -10,7 +10,7 @@ from benchmarks import run
 from benchmarks.data.loaders import seeded_loader
 from benchmarks.data.streams import spread_indices
 from benchmarks.runner.execute import resolve
-from benchmarks.runner.results import config_hash, iter_results, not_a_measurement
+from benchmarks.runner.results import RunResult, config_hash, iter_results, not_a_measurement
 from benchmarks.runner.suites import FastDevRun, expand
 from tests.helpers import MINI_SUITE, result_of, write_suite
 
@@ -109,11 +109,9 @@ def test_tables_report_and_comparison_never_take_a_fast_dev_run_for_a_measuremen
     notes = load_inputs(runs).notes
     assert any(note.startswith("2 result(s) are a fast dev run") for note in notes)
     # a fast dev run and a real run are two protocols: the comparison refuses to pair them
-    fast = result_of(runs / "mini-fast-dev-run", "finetune")
-    (real,) = [r for _, r in iter_results(runs / "mini")]
-    assert (
-        compare.protocol_difference(compare.protocol(compare.Run(fast)), compare.Run(real)) == "fast dev run"
-    )
+    fast = compare.Run(RunResult.from_json(result_of(runs / "mini-fast-dev-run", "finetune")))
+    (real,) = [compare.Run(RunResult.from_json(r)) for _, r in iter_results(runs / "mini")]
+    assert compare.protocol_difference(compare.protocol(fast), real) == "fast dev run"
     # among fast dev runs alone, it compares and warns
     problems: list[str] = []
     compare.compare_all(runs / "mini-fast-dev-run", "finetune", draws=100, problems=problems)

@@ -43,9 +43,7 @@ def test_a_run_folder_is_its_safe_label_and_every_name_in_use_is_its_own():
     key = RunKey("my_strategy.strategy:MyStrategy", "synthetic", 5, 0)
     assert key.relpath == Path("synthetic/my_strategy.strategy_MyStrategy/T5-seed0")
     assert str(key) == "my_strategy.strategy:MyStrategy / synthetic / 5 tasks / seed 0"  # a label, not a path
-    assert _file_stem({"dataset": "synthetic", "label": key.label, "n_tasks": 5, "seed": 0}) == (
-        "synthetic_my_strategy.strategy_MyStrategy_T5_seed0"
-    )
+    assert _file_stem(key) == "synthetic_my_strategy.strategy_MyStrategy_T5_seed0"
     assert [safe_label(x) for x in ("a/b", "..", ".hidden", "")] == ["a_b", "_.", "_hidden", "_"]
     labels = set(available()) | {
         label for name in available_suites() for label in load_suite(name).get("variants", {})
