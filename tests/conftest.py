@@ -1,9 +1,54 @@
-"""Fixtures for every test; the helpers the tests import are in ``tests/helpers.py``."""
+"""Fixtures for every test; the helpers the tests import are in ``tests/helpers.py``.
+
+The costly inputs (fake data in the real formats with a random ViT-B/16 weight file, a random
+ViT-B/16, the smoke suite's results) are built once per test run, also when pytest-xdist's workers
+share the run (``built_once``).
+"""
+
+import copy
+import os
+import shutil
+from pathlib import Path
 
 import pytest
 import torch
 
-from tests.helpers import MINI_SUITE, write_suite
+from tests.helpers import MINI_SUITE, TORCH_DEFAULT_THREADS, write_suite
+
+
+def pytest_collection_modifyitems(config, items):
+    """The hot-path timings (``tests/perf``) run only when asked for with ``--benchmark-only``
+    (or ``--benchmark-enable``); a plain ``pytest`` skips them."""
+    if config.getoption("benchmark_only", False) or config.getoption("benchmark_enable", False):
+        return
+    skip = pytest.mark.skip(reason="a timing: run pytest tests/perf --benchmark-only")
+    for item in items:
+        if item.nodeid.startswith(PERF):
+            item.add_marker(skip)
+
+
+PERF = "tests/perf/"
+
+
+def built_once(tmp_path_factory, name: str, build) -> Path:
+    """The folder ``name``, filled by ``build(folder)`` once per test run: under xdist by the first
+    worker to ask, under a file lock in the run's shared temporary folder, and then read by every
+    worker; without xdist, once in this process. A test must not change what is in it."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        folder = tmp_path_factory.mktemp(name, numbered=False)
+        build(folder)
+        return folder
+    from filelock import FileLock
+
+    shared = tmp_path_factory.getbasetemp().parent  # the run's folder, above each worker's own
+    folder, done = shared / name, shared / f"{name}.done"
+    with FileLock(str(shared / f"{name}.lock")):
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)  # a build that failed in another worker
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -38,15 +83,75 @@ def small_data():
     return load_dataset("synthetic", None, n_train_per_class=3, n_test_per_class=2)
 
 
-PERF = "tests/perf/"
+@pytest.fixture(scope="session")
+def fake_root(tmp_path_factory) -> Path:
+    """``python -m benchmarks.tools.fake_data``'s output with its defaults: every real dataset in
+    its real layout (2 training and 1 test image a class, seed 0) and a randomly initialised
+    ViT-B-16-quickgelu weight file (``fake_data.WEIGHTS_FILE``). Read only."""
+    from benchmarks.tools.fake_data import make_fake_data
+
+    return built_once(tmp_path_factory, "fake-data", make_fake_data)
 
 
-def pytest_collection_modifyitems(config, items):
-    """The hot-path timings (``tests/perf``) run only when asked for with
-    ``--benchmark-only`` (or ``--benchmark-enable``); a plain ``pytest`` skips them."""
-    if config.getoption("benchmark_only", False) or config.getoption("benchmark_enable", False):
-        return
-    skip = pytest.mark.skip(reason="a timing: run pytest tests/perf --benchmark-only")
-    for item in items:
-        if item.nodeid.startswith(PERF):
-            item.add_marker(skip)
+@pytest.fixture(scope="session")
+def _vit_b16_template():
+    from benchmarks.backbone import BackboneSpec, create_clip
+
+    return create_clip(BackboneSpec("ViT-B-16-quickgelu", None))
+
+
+@pytest.fixture
+def vit_b16(_vit_b16_template):
+    """A fresh, randomly initialised ViT-B-16-quickgelu backbone as ``create_clip`` builds it
+    (attention split, base weights frozen, no adapters): a copy of one built once per worker."""
+    return copy.deepcopy(_vit_b16_template)
+
+
+README_RESULTS = Path(__file__).parents[1] / "runs" / "smoke"  # where the README's first command writes
+
+
+def _results_of_this_commit(folder: Path) -> bool:
+    """``folder`` holds the smoke suite's results computed from the checked-out commit with no
+    change to a tracked file and the test's thread count, and the tree has no change now: then
+    they are this code's results."""
+    from benchmarks.core.environment import environment
+    from benchmarks.runner.results import iter_results
+
+    env = environment("cpu")
+    found = [r for _, r in iter_results(folder)] if folder.is_dir() else []
+    return (
+        bool(found)
+        and env["git_dirty"] is False
+        and all(
+            r["env"].get("git_commit") == env["git_commit"]
+            and r["env"].get("git_dirty") is False
+            and r["env"].get("torch_threads") == TORCH_DEFAULT_THREADS  # CPU float sums depend on it
+            for r in found
+        )
+    )
+
+
+def _run_smoke(results: Path) -> None:
+    from benchmarks import run
+
+    # CI runs the README's first command before the tests: its results, from this very commit, are
+    # this run's (the runner skips a finished run with the same config, as it does for any user).
+    if _results_of_this_commit(README_RESULTS):
+        shutil.copytree(README_RESULTS, results, dirs_exist_ok=True)
+    # the README command's thread count: CPU float sums, and so the numbers, depend on it
+    torch.set_num_threads(TORCH_DEFAULT_THREADS)
+    try:
+        assert run.main(["--suite", "smoke", "--results-dir", str(results), "--quiet"]) == 0
+    finally:
+        torch.set_num_threads(1)
+
+
+@pytest.fixture(scope="session")
+def smoke_results(tmp_path_factory):
+    """The shipped ``smoke`` suite run as the README's first command runs it (reusing that
+    command's results where they are this commit's): the results folder and each run's result by
+    label. Read only."""
+    from benchmarks.runner.results import iter_results
+
+    results = built_once(tmp_path_factory, "smoke", _run_smoke)
+    return results, {r["label"]: r for _, r in iter_results(results)}

@@ -13,14 +13,14 @@ from benchmarks.data.datasets import imagenet_wnid_names, load_dataset, read_spl
 from benchmarks.data.protocols import OFFICIAL_CODE, PUBLISHED_ROWS, SOURCES, protocol_layer
 from benchmarks.data.units.imagenet_r import mg_clip_imagenet_r_names, rapf_split_list
 from benchmarks.runner.suites import expand, load_suite
-from benchmarks.tools.fake_data import make_fake_data
 
 
-@pytest.fixture(scope="module")
-def fake_cifar_and_imagenet_r(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fake")
-    make_fake_data(root, ("cifar100", "imagenet_r"), train_per_class=2, test_per_class=1, weights=False)
-    return root
+@pytest.fixture
+def fake_cifar_and_imagenet_r(fake_root):
+    """Fake CIFAR-100 and ImageNet-R, 2 training and 1 test image a class, in the run's one fake
+    data root (tests/conftest.py, with the other datasets)."""
+    assert (fake_root / "cifar-100-python").is_dir() and (fake_root / "imagenet-r").is_dir()
+    return fake_root
 
 
 def imagenet_r_wnids() -> list[str]:

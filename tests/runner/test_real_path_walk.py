@@ -8,7 +8,7 @@ import pytest
 from benchmarks import run
 from benchmarks.runner.results import iter_results
 from benchmarks.runner.suites import expand, load_suite
-from benchmarks.tools.fake_data import WEIGHTS_FILE, make_fake_data
+from benchmarks.tools.fake_data import WEIGHTS_FILE
 
 pytestmark = pytest.mark.slow
 
@@ -28,11 +28,7 @@ REPRESENTATIVES = {
 }
 
 
-@pytest.fixture(scope="module")
-def fake_root(tmp_path_factory):
-    root = tmp_path_factory.mktemp("fake-data")
-    make_fake_data(root)
-    return root
+# fake_root (tests/conftest.py): python -m benchmarks.tools.fake_data's output, made once per test run
 
 
 @pytest.mark.parametrize("suite", list(REPRESENTATIVES))

@@ -1,59 +1,18 @@
 """The shipped offline ``smoke`` suite, run exactly as the README's first command runs it."""
 
-import shutil
-from pathlib import Path
-
 import pytest
-import torch
 
 from analysis.paper_inputs import row_label
 from analysis.report import build_report
 from benchmarks import run
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-from benchmarks.core.environment import environment
 from benchmarks.miniature.report import ZERO_SHOT_TARGET, cil_data, evaluate_zero_shot, joint_run
-from benchmarks.runner.results import iter_results
 from benchmarks.runner.suites import load_suite
-from tests.helpers import TORCH_DEFAULT_THREADS
 
 pytestmark = pytest.mark.slow
 
 
-README_RESULTS = Path(__file__).parents[2] / "runs" / "smoke"  # where the README's first command writes
-
-
-def _results_of_this_commit(folder: Path) -> bool:
-    """``folder`` holds the smoke suite's results computed from the checked-out commit with no
-    change to a tracked file and the test's thread count, and the tree has no change now: then
-    they are this code's results."""
-    env = environment("cpu")
-    found = [r for _, r in iter_results(folder)] if folder.is_dir() else []
-    return (
-        bool(found)
-        and env["git_dirty"] is False
-        and all(
-            r["env"].get("git_commit") == env["git_commit"]
-            and r["env"].get("git_dirty") is False
-            and r["env"].get("torch_threads") == TORCH_DEFAULT_THREADS  # CPU float sums depend on it
-            for r in found
-        )
-    )
-
-
-@pytest.fixture(scope="module")
-def smoke_results(tmp_path_factory):
-    results = tmp_path_factory.mktemp("smoke")
-    # CI runs the README's first command before the tests: its results, from this very commit, are
-    # this run's (the runner skips a finished run with the same config, as it does for any user).
-    if _results_of_this_commit(README_RESULTS):
-        shutil.copytree(README_RESULTS, results, dirs_exist_ok=True)
-    # the README command's thread count: CPU float sums, and so the numbers, depend on it
-    torch.set_num_threads(TORCH_DEFAULT_THREADS)
-    try:
-        assert run.main(["--suite", "smoke", "--results-dir", str(results), "--quiet"]) == 0
-    finally:
-        torch.set_num_threads(1)
-    return results, {r["label"]: r for _, r in iter_results(results)}
+# smoke_results (tests/conftest.py): the suite run once per test run, as the README's first command runs it
 
 
 def test_smoke_runs_every_strategy_of_the_suite(smoke_results):

@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from PIL import Image
 
-from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.data.transforms import PatchShuffle, eval_transform
 from strategies.adaptervlm import AdapterVLM, distance_loss, prototype, task_scores
 from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
@@ -59,10 +58,10 @@ def test_patch_shuffle_moves_patches_only_and_is_deterministic():
 
 
 @pytest.mark.slow
-def test_trainable_parameters_on_vit_b16_match_the_count_of_baselines_md():
+def test_trainable_parameters_on_vit_b16_match_the_count_of_baselines_md(vit_b16):
     """Ten visual LoRAs of 884,736, one text LoRA of 589,824 and 100 prototypes of 512: 9,488,384."""
     torch.manual_seed(0)
-    backbone = create_clip(BackboneSpec("ViT-B-16-quickgelu", None))
+    backbone = vit_b16
     strategy = AdapterVLM(
         backbone=backbone,
         class_names=[f"c{i}" for i in range(100)],

@@ -53,11 +53,11 @@ def test_adapters_train_on_task_one_only_and_prototypes_are_class_means(tmp_path
 
 
 @pytest.mark.slow
-def test_trainable_parameters_match_baselines_md():
+def test_trainable_parameters_match_baselines_md(vit_b16):
     assert mlp_adapter_parameter_count(768, 12, 1, 64, False) == 1_189_632
     torch.manual_seed(0)
     vit = AperAdapter(
-        backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)),
+        backbone=vit_b16,
         class_names=[str(c) for c in range(100)],
         config=AperAdapter.Config(),
         show_progress=False,

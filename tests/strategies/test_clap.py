@@ -7,7 +7,6 @@ import math
 import pytest
 import torch
 
-from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.core.environment import seed_everything
 from strategies.clap import CLAP, language_aware_init, lasp_loss, task_mask
 from tests.helpers import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, three_task_suite
@@ -130,10 +129,10 @@ def test_scores_follow_the_formula_and_do_not_depend_on_the_batch(tmp_path):
 
 
 @pytest.mark.slow
-def test_trainable_parameters_match_baselines_md():
+def test_trainable_parameters_match_baselines_md(vit_b16):
     torch.manual_seed(0)
     vit = CLAP(
-        backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)),
+        backbone=vit_b16,
         class_names=[str(c) for c in range(100)],
         config=CLAP.Config(prompt_ensemble=""),
         show_progress=False,

@@ -4,7 +4,6 @@ docs/baselines.md §7, its parameter count on ViT-B/16, and exact save/load and 
 import pytest
 import torch
 
-from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.backbone.full_tuning import difference, max_magnitude, visual_state
 from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.streams import build_stream
@@ -35,9 +34,9 @@ def test_incremental_merge_equals_the_batch_rule_with_ties_to_the_later_task():
 
 
 @pytest.mark.slow
-def test_trainable_parameters_on_vit_b16_are_the_visual_tower():
+def test_trainable_parameters_on_vit_b16_are_the_visual_tower(vit_b16):
     torch.manual_seed(0)
-    backbone = create_clip(BackboneSpec("ViT-B-16-quickgelu", None))
+    backbone = vit_b16
     strategy = MagMax(
         backbone=backbone,
         class_names=["a", "b"],

@@ -5,7 +5,6 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
@@ -40,9 +39,9 @@ def test_epoch_budget_rule_on_scripted_negatives():
 
 
 @pytest.mark.slow
-def test_trainable_parameters_on_vit_b16_match_the_count_of_baselines_md():
+def test_trainable_parameters_on_vit_b16_match_the_count_of_baselines_md(vit_b16):
     torch.manual_seed(0)
-    backbone = create_clip(BackboneSpec("ViT-B-16-quickgelu", None))
+    backbone = vit_b16
     strategy = MGCLIP(
         backbone=backbone,
         class_names=[f"c{i}" for i in range(100)],

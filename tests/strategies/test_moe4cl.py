@@ -99,10 +99,10 @@ def test_text_with_experts_equals_a_plain_block_by_block_forward():
 
 
 @pytest.mark.slow
-def test_trainable_parameters_match_the_counts_of_baselines_md():
+def test_trainable_parameters_match_the_counts_of_baselines_md(vit_b16):
     torch.manual_seed(0)
     vit = MOE4CL(
-        backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)),
+        backbone=vit_b16,
         class_names=["a", "b"],
         config=MOE4CL.Config(),
         show_progress=False,

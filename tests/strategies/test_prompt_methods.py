@@ -8,7 +8,6 @@ import math
 import pytest
 import torch
 
-from benchmarks.backbone import BackboneSpec, create_clip
 from strategies.l2p_pp import L2PPlusPlus
 from strategies.prompting import cosine_matrix, key_loss, prefix_from_prompts, select_prompts
 from tests.helpers import (
@@ -60,10 +59,10 @@ def test_a_prompts_first_half_joins_the_keys_and_its_second_half_the_values():
     assert torch.equal(values[1], torch.cat([prompts[1, 0, 2:], prompts[1, 1, 2:]]))
 
 
-def test_trainable_parameters_match_baselines_md():
+def test_trainable_parameters_match_baselines_md(vit_b16):
     torch.manual_seed(0)
     vit = L2PPlusPlus(
-        backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)),
+        backbone=vit_b16,
         class_names=[str(c) for c in range(100)],
         config=L2PPlusPlus.Config(),
         show_progress=False,
@@ -123,12 +122,12 @@ DUAL = three_task_suite(
 )
 
 
-def test_dualprompt_trainable_parameters_match_baselines_md():
+def test_dualprompt_trainable_parameters_match_baselines_md(vit_b16):
     from strategies.dualprompt import DualPrompt
 
     torch.manual_seed(0)
     vit = DualPrompt(
-        backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)),
+        backbone=vit_b16,
         class_names=[str(c) for c in range(100)],
         config=DualPrompt.Config(),
         show_progress=False,
@@ -272,12 +271,12 @@ def test_alpha_equals_a_loop():
             assert math.isclose(float(alpha[b, m]), expected, abs_tol=1e-6)
 
 
-def test_coda_trainable_parameters_match_baselines_md():
+def test_coda_trainable_parameters_match_baselines_md(vit_b16):
     from strategies.coda_prompt import CodaPrompt
 
     torch.manual_seed(0)
     vit = CodaPrompt(
-        backbone=create_clip(BackboneSpec("ViT-B-16-quickgelu", None)),
+        backbone=vit_b16,
         class_names=[str(c) for c in range(100)],
         config=CodaPrompt.Config(),
         show_progress=False,
