@@ -1,6 +1,6 @@
 """Dataset units: every dataset is one registered unit, and a unit dropped into the package (the
-worked unit of docs/adding-a-dataset.md, written there by this test and removed after) is found by
-``prepare --list``, ``fake_data`` and ``run`` with no edit elsewhere."""
+worked unit of docs/adding-a-dataset.md, written by this test into a folder on the package's search
+path) is found by ``prepare --list``, ``fake_data`` and ``run`` with no edit elsewhere."""
 
 from __future__ import annotations
 
@@ -54,20 +54,26 @@ def _guide_unit() -> str:
 
 
 @pytest.fixture
-def dropped_unit(monkeypatch):
+def dropped_unit(monkeypatch, tmp_path):
     """The guide's unit as a new module of the units package, found by a fresh discovery (as in a
-    new process); the file, its module and its registration are gone afterwards."""
-    module = f"flowers5_dropped_{abs(hash(str(ROOT))) % 10**8}"
-    path = UNITS / f"{module}.py"
-    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no .pyc left behind in the tree
+    new process); its module and its registration are gone afterwards. The file lies in a folder of
+    this test's own, added to the package's ``__path__``: discovery lists, and the import system
+    searches, every folder there, ``benchmarks/data/units/`` first. (A file in that folder itself
+    would be found by every other test process discovering the units meanwhile: pytest-xdist.)"""
+    package = importlib.import_module(unit_module.UNITS_PACKAGE)
+    assert [Path(folder).resolve() for folder in package.__path__] == [UNITS]
+    module = "flowers5_dropped"
+    folder = tmp_path / "units"
+    folder.mkdir()
+    (folder / f"{module}.py").write_text(_guide_unit())
+    monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no .pyc of it left behind
+    monkeypatch.setattr(package, "__path__", [*package.__path__, str(folder)])
     monkeypatch.setattr(unit_module, "_REGISTRY", dict(unit_module._REGISTRY))
     monkeypatch.setattr(unit_module, "_DISCOVERED", False)
-    path.write_text(_guide_unit())
-    importlib.invalidate_caches()  # the import system caches the folder's listing
+    importlib.invalidate_caches()  # the import system caches the folders' listings
     try:
         yield "flowers5"
     finally:
-        path.unlink(missing_ok=True)
         sys.modules.pop(f"{unit_module.UNITS_PACKAGE}.{module}", None)
         importlib.invalidate_caches()
 
