@@ -1,8 +1,11 @@
 """Fixtures for every test; the helpers the tests import are in ``tests/helpers.py``.
 
-The costly inputs (fake data in the real formats with a random ViT-B/16 weight file, a random
-ViT-B/16, the smoke suite's results) are built once per test run, also when pytest-xdist's workers
-share the run (``built_once``).
+The tests run in parallel with pytest-xdist (``-n auto --dist loadgroup``, pyproject.toml's
+addopts): a test module runs whole on one worker (its module-scoped fixtures are built once), except
+a module marked ``spread``, whose tests share only session fixtures and go to any worker. The costly
+inputs (fake data in the real formats with a random ViT-B/16 weight file, a random ViT-B/16, the
+smoke suite's results) are built once per test run, whatever the number of workers
+(``built_once``). ``pytest -n 0`` or ``pytest -p no:xdist`` runs everything in this one process.
 """
 
 import copy
@@ -15,10 +18,82 @@ import torch
 
 from tests.helpers import MINI_SUITE, TORCH_DEFAULT_THREADS, write_suite
 
+GIB = 2**30
+# The most memory one worker takes in the full run (measured 2.3 GiB: a ViT-B/16 built and copied,
+# a suite's runs): -n auto starts no more workers than the available memory holds.
+WORKER_MEMORY = 3 * GIB
 
+
+def pytest_addoption(parser, pluginmanager):
+    """Without pytest-xdist (``-p no:xdist``, or the test extras not installed), accept its options
+    from pyproject.toml's addopts and ignore them: the tests run in this one process."""
+    if not pluginmanager.has_plugin("xdist"):
+        group = parser.getgroup("xdist", "pytest-xdist is not loaded: these are ignored")
+        group._addoption("-n", "--numprocesses", dest="numprocesses", default=None)
+        group._addoption("--dist", dest="dist", default="no")
+        group._addoption("--no-loadscope-reorder", dest="loadscopereorder", action="store_false")
+
+
+def pytest_configure(config):
+    if not config.pluginmanager.has_plugin("xdist"):  # the marks set below mean nothing then
+        config.addinivalue_line("markers", "xdist_group(name): pytest-xdist's; ignored without it")
+
+
+@pytest.hookimpl(optionalhook=True)  # pytest-xdist's hook: unknown without it
+def pytest_xdist_auto_num_workers(config):
+    """``-n auto``: one worker per usable CPU (each test process uses one torch thread), but no more
+    than the available memory holds at ``WORKER_MEMORY`` a worker. PYTEST_XDIST_AUTO_NUM_WORKERS
+    sets the number."""
+    if os.environ.get("PYTEST_XDIST_AUTO_NUM_WORKERS"):
+        return int(os.environ["PYTEST_XDIST_AUTO_NUM_WORKERS"])
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cpus, _available_memory() // WORKER_MEMORY))
+
+
+def _available_memory() -> int:
+    try:
+        with open("/proc/meminfo") as info:
+            fields = dict(line.split(":", 1) for line in info)
+        return int(fields["MemAvailable"].split()[0]) * 1024
+    except (OSError, KeyError, ValueError):
+        return 1 << 62  # unknown: the CPUs decide
+
+
+@pytest.hookimpl(wrapper=True)  # before xdist's own: it reads numprocesses
+def pytest_cmdline_main(config):
+    """Timings (``--benchmark-only`` or ``--benchmark-enable``) run alone, in this one process; any
+    other run under xdist disables pytest-benchmark quietly (its timings are skipped anyway)."""
+    if config.getoption("benchmark_only", False) or config.getoption("benchmark_enable", False):
+        if not hasattr(config, "workerinput"):
+            config.option.numprocesses, config.option.dist = 0, "no"
+    elif config.getoption("dist", "no") != "no" or os.environ.get("PYTEST_XDIST_WORKER"):
+        config.option.benchmark_disable = True
+    return (yield)
+
+
+# The modules that take longest (pytest's --durations) go first, so that the rest fills in beside them.
+FIRST = (
+    "tests/runner/test_smoke_suite.py",  # 5 minutes where the README command's results are not this commit's
+    "tests/runner/test_slurm_real.py",
+    "tests/runner/test_real_path_walk.py",
+    "tests/strategies/test_no_silent_no_op.py",
+    "tests/runner/test_locking_and_status.py",
+)
+
+
+def _rank(item) -> int:
+    return next((rank for rank, module in enumerate(FIRST) if item.nodeid.startswith(module)), len(FIRST))
+
+
+@pytest.hookimpl(tryfirst=True)  # before xdist's worker reads the xdist_group marks
 def pytest_collection_modifyitems(config, items):
-    """The hot-path timings (``tests/perf``) run only when asked for with ``--benchmark-only``
+    """Each test module is one xdist group unless it is marked ``spread``; the longest modules
+    first. The hot-path timings (``tests/perf``) run only when asked for with ``--benchmark-only``
     (or ``--benchmark-enable``); a plain ``pytest`` skips them."""
+    for item in items:
+        if not item.get_closest_marker("spread") and not item.get_closest_marker("xdist_group"):
+            item.add_marker(pytest.mark.xdist_group(item.nodeid.split("::")[0]))
+    items.sort(key=_rank)  # stable: the rest keep their order
     if config.getoption("benchmark_only", False) or config.getoption("benchmark_enable", False):
         return
     skip = pytest.mark.skip(reason="a timing: run pytest tests/perf --benchmark-only")

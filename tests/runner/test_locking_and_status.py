@@ -21,6 +21,7 @@ from tests.helpers import kill_in_task, runner_command, three_task_suite
 KEY = RunKey("finetune", "synthetic", 3, 0)
 SUITE = three_task_suite("finetune", "epochs = 1\nbatch_size = 40\neval_batch_size = 100\nlora_rank = 2")
 ROOT = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.spread  # each case on any worker: no module fixture
 
 
 def _write_lock(path: Path, host: str, pid: int, age: float = 0.0) -> None:

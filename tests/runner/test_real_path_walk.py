@@ -10,7 +10,7 @@ from benchmarks.runner.results import iter_results
 from benchmarks.runner.suites import expand, load_suite
 from benchmarks.tools.fake_data import WEIGHTS_FILE
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spread]  # each case on any worker: they share fake_root only
 
 # suite: (strategy or variant, dataset, task counts: None for the suite's own). Each case is minutes
 # of ViT-B/16 on 2 CPU cores, so some take 5 tasks: a variant changes options, not the task loop,

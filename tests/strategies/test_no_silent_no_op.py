@@ -15,7 +15,7 @@ from benchmarks.runner import execute
 from benchmarks.runner.suites import expand, load_suite
 from strategies.registry import available, get_strategy
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spread]  # each strategy's case on any worker: no module fixture
 
 # Known misses, each with its measured numbers; strict, so a fix shows up as an unexpected pass.
 KNOWN_MISSES = {
