@@ -151,7 +151,8 @@ def test_results_store_writes_a_run(benchmark, tmp_path):
     predictions = Predictions(rng.integers(0, 100, size=(10, 2000)), targets, np.arange(2000))
     store, key = ResultStore(tmp_path), RunKey("gr4cil", "synthetic", 10, 0)
 
-    path = benchmark(store.save, key, dict(result), predictions)
+    benchmark(store.save, key, dict(result), predictions)  # returns the record as stored
+    path = store.result_path(key)
     stored = read_json(path)
     assert {k: v for k, v in stored.items() if k != "predictions"} == json.loads(json.dumps(result))
     loaded = load_predictions(path, stored)
