@@ -145,7 +145,7 @@ def test_results_store_writes_a_run(benchmark, tmp_path):
         "summary": {"avg_acc": 50.0, "last_acc": 50.0},
         "diagnostics": {},
         "env": {},
-        "cost": {},
+        "cost": {"train_seconds": 0.0, "eval_seconds": 0.0, "peak_memory_bytes": 0},
     }
     targets = np.repeat(np.arange(100), 20)
     predictions = Predictions(rng.integers(0, 100, size=(10, 2000)), targets, np.arange(2000))
