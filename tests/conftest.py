@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import MINI_SUITE, TORCH_DEFAULT_THREADS, write_suite
+from tests.helpers import MINI_SUITE, write_suite
 
 GIB = 2**30
 # The most memory one worker takes in the full run (measured 2.3 GiB: a ViT-B/16 built and copied,
@@ -187,9 +187,9 @@ README_RESULTS = Path(__file__).parents[1] / "runs" / "smoke"  # where the READM
 
 def _results_of_this_commit(folder: Path) -> bool:
     """``folder`` holds the smoke suite's results computed from the checked-out commit with no
-    change to a tracked file and the test's thread count, and the tree has no change now: then
-    they are this code's results."""
-    from benchmarks.core.environment import environment
+    change to a tracked file and the README command's thread count, and the tree has no change
+    now: then they are this code's results."""
+    from benchmarks.core.environment import auto_threads, environment
     from benchmarks.runner.results import iter_results
 
     env = environment("cpu")
@@ -200,7 +200,9 @@ def _results_of_this_commit(folder: Path) -> bool:
         and all(
             r["env"].get("git_commit") == env["git_commit"]
             and r["env"].get("git_dirty") is False
-            and r["env"].get("torch_threads") == TORCH_DEFAULT_THREADS  # CPU float sums depend on it
+            # the README command's threads (--threads auto): CPU float sums depend on the count
+            and r["env"].get("threads_setting") == "auto"
+            and r["env"].get("torch_threads") == auto_threads("cpu")
             for r in found
         )
     )
@@ -213,12 +215,8 @@ def _run_smoke(results: Path) -> None:
     # this run's (the runner skips a finished run with the same config, as it does for any user).
     if _results_of_this_commit(README_RESULTS):
         shutil.copytree(README_RESULTS, results, dirs_exist_ok=True)
-    # the README command's thread count: CPU float sums, and so the numbers, depend on it
-    torch.set_num_threads(TORCH_DEFAULT_THREADS)
-    try:
-        assert run.main(["--suite", "smoke", "--results-dir", str(results), "--quiet"]) == 0
-    finally:
-        torch.set_num_threads(1)
+    # the README command's options: the run sets its threads as that command does (--threads auto)
+    assert run.main(["--suite", "smoke", "--results-dir", str(results), "--quiet"]) == 0
 
 
 @pytest.fixture(scope="session")

@@ -6,8 +6,6 @@ import sys
 
 import torch
 
-TORCH_DEFAULT_THREADS = torch.get_num_threads()  # what a command-line run uses
-
 
 def write_suite(path, text: str):
     path.write_text(text)
