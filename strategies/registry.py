@@ -22,7 +22,18 @@ _REGISTRY: dict[str, type] = {}
 _DISCOVERED = False
 # The package's modules that define no strategy: the base layer every strategy builds on.
 _SHARED_MODULES = frozenset(
-    {"base", "checkpointing", "config", "contract", "frameworks", "optim", "plugins", "prompting", "registry"}
+    {
+        "base",
+        "checkpointing",
+        "config",
+        "contract",
+        "frameworks",
+        "optim",
+        "plugins",
+        "prompting",
+        "registry",
+        "training",
+    }
 )
 #: name prefix -> the module whose ``adapt(cls, name)`` brings that framework's strategies in
 FRAMEWORKS = {
