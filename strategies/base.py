@@ -49,6 +49,7 @@ from avalanche.training.templates import SupervisedTemplate
 from benchmarks.backbone import CLIPBackbone
 from benchmarks.core.errors import UserError
 from benchmarks.core.precision import loss_scaler, resolve_precision
+from benchmarks.data.device_augment import AugmentOn
 from benchmarks.data.prompts import templates
 from strategies.checkpointing import (
     load_model,
@@ -110,7 +111,7 @@ class CLIPStrategy(
         show_progress: bool = True,
         seed: int | None = None,
         max_train_batches: int | None = None,
-        augment_on: str = "device",
+        augment_on: AugmentOn = "device",
         **avalanche_kwargs,
     ):
         """``precision``: fp32, fp16 (autocast and a loss scaler) or bf16; "auto" is fp16 on CUDA and
@@ -118,10 +119,10 @@ class CLIPStrategy(
         that every loader's shuffle and augmentation draws derive from (``benchmarks.data.loaders``); by
         default torch's initial seed, so ``torch.manual_seed(s)`` before building the strategy sets
         it. ``max_train_batches``: every training pass (a task's epochs, a second stage's passes) ends
-        after that many batches (a fast dev run). ``augment_on``: where the augmentation of images the
-        strategy transforms itself runs, "device" or "pil" (``benchmarks.data.device_augment``; the
-        stream's own come from the runner). ``avalanche_kwargs`` (``plugins``, ``evaluator``,
-        ...) go to ``SupervisedTemplate``."""
+        after that many batches (a fast dev run). ``augment_on``: where the stream's training pixels are
+        augmented, "device" or "pil" (``benchmarks.data.device_augment``; the runner's ``build_run``
+        sets it), and so where those of images the strategy transforms itself are.
+        ``avalanche_kwargs`` (``plugins``, ``evaluator``, ...) go to ``SupervisedTemplate``."""
         device = torch.device(device)
         self.seed = int(torch.initial_seed() if seed is None else seed)
         self.backbone = backbone.to(device)
