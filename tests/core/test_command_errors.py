@@ -127,6 +127,7 @@ def test_a_bad_argument_is_one_line_and_exit_2(module, argv, fragment, tmp_path,
 RUN_ARGV = ["--suite", "smoke", "--strategies", "continual_clip", "--seeds", "0", "--tasks", "2", "--quiet"]
 
 
+@pytest.mark.slow  # another Python process each, 5 to 20 s on 2 cores
 @pytest.mark.parametrize(
     "module, argv, fragment",
     [
