@@ -91,8 +91,8 @@ CONSTRUCTOR_ARGUMENTS: dict[str, str] = {
     "precision": "fp32, fp16 or bf16 (auto already resolved with Config.amp)",
     "show_progress": "whether to draw progress bars",
     "seed": "the run seed",
-    "max_train_batches": "None, or the batches a training pass may take (RunLimits.train_batches: a fast dev run)",
-    "augment_on": "device or pil: where the stream's training pixels are augmented (pil where finishes_pending_images is False)",
+    "max_train_batches": "None, or the batches a training pass may take (a fast dev run)",
+    "augment_on": "device or pil: where the stream's pixels are augmented (pil: no finishes_pending_images)",
     "plugins": "None, or Avalanche plugins to attach (the live training log)",
 }
 
