@@ -60,6 +60,7 @@ def test_limits_cap_the_declared_batch_sizes_and_the_epochs_and_nothing_else():
     assert _limited_config(Config(), RunLimits(), dict(sources)) == Config()
 
 
+@pytest.mark.slow  # a suite run (README: the fast tier's rule)
 def test_build_run_gives_the_stream_and_strategy_the_runner_trains(mini_suite, tmp_path):
     """Task 1 learnt on ``build_run``'s strategy scores the test set exactly as the runner's stage 1."""
     from benchmarks.core.environment import seed_everything
@@ -94,6 +95,7 @@ def test_threads_take_a_number_or_auto_and_refuse_anything_else_in_one_line():
     assert auto_threads("cpu") == 1 and auto_threads("cuda") == usable_cores()
 
 
+@pytest.mark.slow  # a suite run (README: the fast tier's rule)
 def test_threads_are_recorded_in_the_env_and_not_hashed(mini_suite, tmp_path, capsys):
     argv = [
         "--suite",
@@ -114,6 +116,7 @@ def test_threads_are_recorded_in_the_env_and_not_hashed(mini_suite, tmp_path, ca
     assert "threads must be a whole number" in capsys.readouterr().err
 
 
+@pytest.mark.slow  # a suite run (README: the fast tier's rule)
 def test_a_log_gets_one_line_per_task_and_no_progress_bar(mini_suite, tmp_path, capsys):
     """Under pytest stderr is not a terminal, as in CI, nohup or a SLURM log."""
     argv = ["--suite", mini_suite, "--results-dir", str(tmp_path), "--strategies", "finetune"]
