@@ -380,7 +380,7 @@ def build_run(
     ``plugins``: Avalanche plugins attached before the suite's own (the live log, a tool's timer).
     The run's limits (``spec.limits``) apply to the stream and the strategy's training passes."""
     strategy_cls, strategy_cfg, config = resolved or resolve(spec, data_root)
-    suite_plugins = _plugins(spec, strategy_cls, spec.strategy_options.get(PLUGINS)) or {}
+    suite_plugins = config.get(PLUGINS) or {}  # checked by resolve, which recorded them
     data = load_run_data(spec, data_root)
     class_order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
     set_deterministic(spec.deterministic)
