@@ -1,9 +1,11 @@
 """Refactors keep every strategy's numbers: the scores of continual_clip, finetune and gr4cil on a
 small 2-task stream equal the ones stored in ``tests/strategies/golden/strategy_scores.safetensors``.
 
-The stored scores were made before the backbone became a package and before the strategy API
-grew for the baselines (issue 13). One short epoch a task keeps CPU rounding differences between
-machines far below the tolerance. To regenerate after an intended change of numbers:
+The stored scores equal those of the code before the backbone became a package and before the
+strategy API grew for the baselines (cd2f63a, issue 13). The generators are seeded before
+construction, as the runner seeds them, so a strategy's scores do not depend on which tests ran
+before it. One short epoch a task keeps CPU rounding differences between machines far below the
+tolerance. To regenerate after an intended change of numbers:
 ``CLIP_CIL_UPDATE_GOLDEN=1 pytest tests/strategies/test_strategy_numbers.py`` (and say why in the commit).
 """
 
@@ -36,6 +38,7 @@ def _stage_scores(name: str) -> dict[str, torch.Tensor]:
     options = {**OPTIONS, "epochs": 0 if name == "continual_clip" else 1}
     if name == "gr4cil":
         options |= {"compensation_epochs": 1, "visual_init": "previous"}
+    seed_everything(0, -1)  # as the runner: what construction draws (LoRA's A) is not left to test order
     strategy = cls(
         backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
         class_names=stream.class_names,
