@@ -21,7 +21,7 @@ from benchmarks.data.device_augment import AUGMENT_ON
 from benchmarks.runner.execute import preflight, resolve, settings_from_the_suite
 from benchmarks.runner.launcher import LAUNCHERS, InlineLauncher, Launcher, RunOptions, prepare_runner_process
 from benchmarks.runner.live_log import parse_loggers
-from benchmarks.runner.local_launcher import LocalLauncher, check_gpus
+from benchmarks.runner.local_launcher import LocalLauncher, Workers, auto_workers, check_gpus, check_workers
 from benchmarks.runner.results import ResultStore, config_hash, iter_results
 from benchmarks.runner.status import run_state, slurm_view
 from benchmarks.runner.suites import SUITES_DIR, FastDevRun, RunSpec, expand, load_suite
@@ -147,12 +147,16 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--launcher",
         choices=LAUNCHERS,
-        default="inline",
-        help="inline: runs one after another here (default); local: --workers processes on this "
-        "machine, sharing the runs through their locks; slurm: one SLURM job per unfinished "
-        "run, as a job array (submitit)",
+        help="inline: runs one after another here (the default, unless the suite's workers or "
+        "--workers ask for more than one); local: --workers processes on this machine, sharing the "
+        "runs through their locks; slurm: one SLURM job per unfinished run, as a job array (submitit)",
     )
-    parser.add_argument("--workers", type=int, default=1, help="local launcher: worker processes (default 1)")
+    parser.add_argument(
+        "--workers",
+        help='local launcher: worker processes, a number or "auto" (one per core on the CPU, one on '
+        "CUDA; never more than the runs to compute); default: the suite's workers, else 1. More "
+        "than one picks the local launcher unless --launcher says otherwise",
+    )
     parser.add_argument(
         "--gpus", type=_csv(int), help="local launcher: GPU ids, worker i gets gpus[i %% len]"
     )
@@ -215,26 +219,39 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
-def _check_launcher_options(args: argparse.Namespace, suite: dict):
-    """Reject options that do not belong to the chosen launcher; the SLURM options, resolved
-    (suite ``[launcher]`` table, then the command line), for ``--launcher slurm``."""
+def _named_launcher(args: argparse.Namespace) -> str | None:
+    """The launcher the command names, or the local one that ``--workers`` or ``--gpus`` imply;
+    None: the suite's ``workers`` decide once the runs are known (``_launcher_for_runs``)."""
+    return args.launcher or ("local" if args.workers is not None or args.gpus else None)
+
+
+def _launcher_for_runs(named: str | None, workers: Workers, runs: list[RunSpec], force: bool) -> str:
+    """``named``, or local where the suite asks for more than one worker for these runs; inline
+    with ``--force``, which the local launcher refuses (another worker could recompute a run)."""
+    if named is not None:
+        return named
+    return "local" if auto_workers(workers, runs[0].device, len(runs)) > 1 and not force else "inline"
+
+
+def _check_launcher_options(args: argparse.Namespace, launcher: str | None, suite: dict):
+    """Reject options that do not belong to the chosen launcher (``launcher``: None until the
+    suite's workers choose, inline or local); the SLURM options, resolved (suite ``[launcher]``
+    table, then the command line), for ``--launcher slurm``."""
     slurm_given = {
         name.removeprefix("slurm_"): value for name, value in vars(args).items() if name.startswith("slurm_")
     }
-    if args.launcher != "slurm" and (any(v is not None for v in slurm_given.values()) or args.no_wait):
+    if launcher != "slurm" and (any(v is not None for v in slurm_given.values()) or args.no_wait):
         raise UserError("--slurm-* options and --no-wait belong to --launcher slurm")
-    if args.launcher != "local" and (args.workers != 1 or args.gpus):
+    if launcher != "local" and (args.workers is not None or args.gpus):
         raise UserError("--workers and --gpus belong to --launcher local")
-    if args.launcher == "local":
-        if args.workers < 1:
-            raise UserError(f"--workers must be at least 1, not {args.workers}")
+    if launcher == "local":
         check_gpus(args.gpus)
-    if args.launcher != "inline" and args.force:
+    if launcher in ("local", "slurm") and args.force:
         raise UserError(
-            f"--force with --launcher {args.launcher} could recompute a run that another process "
+            f"--force with --launcher {launcher} could recompute a run that another process "
             "holds; delete the results to recompute, or use --force with the inline launcher"
         )
-    if args.launcher != "slurm":
+    if launcher != "slurm":
         return None
     from benchmarks.runner.slurm_launcher import SlurmOptions, check_slurm  # submitit: only for SLURM
 
@@ -244,13 +261,20 @@ def _check_launcher_options(args: argparse.Namespace, suite: dict):
     return options
 
 
-def _launcher(args: argparse.Namespace, argv: list[str] | None, slurm_options, suite_name: str) -> Launcher:
-    if args.launcher == "local":
-        return LocalLauncher(sys.argv[1:] if argv is None else list(argv), args.workers, args.gpus)
-    if args.launcher == "slurm":
+def _launcher(
+    launcher: str,
+    args: argparse.Namespace,
+    argv: list[str] | None,
+    workers: Workers,
+    slurm_options,
+    suite: str,
+) -> Launcher:
+    if launcher == "local":
+        return LocalLauncher(sys.argv[1:] if argv is None else list(argv), workers, args.gpus)
+    if launcher == "slurm":
         from benchmarks.runner.slurm_launcher import SlurmLauncher
 
-        return SlurmLauncher(slurm_options, f"cil-{suite_name}", wait=not args.no_wait)
+        return SlurmLauncher(slurm_options, f"cil-{suite}", wait=not args.no_wait)
     return InlineLauncher()
 
 
@@ -262,9 +286,10 @@ def main(argv: list[str] | None = None) -> int:
         loggers = parse_loggers(args.log)  # a logger that cannot start: one line, before any run
         suite = load_suite(args.suite)
         threads = check_threads(args.threads or suite.get("threads", "auto"))
-        slurm_options = _check_launcher_options(
-            args, suite
-        )  # bad launcher input: one line, before anything runs
+        workers = check_workers(args.workers if args.workers is not None else suite.get("workers", 1))
+        named = _named_launcher(args)
+        # bad launcher input: one line, before anything runs
+        slurm_options = _check_launcher_options(args, named, suite)
         device, weights = args.device, args.weights
         fast_dev_run = FastDevRun(train_batches=args.fast_dev_run) if args.fast_dev_run is not None else None
         if slurm_options is not None:
@@ -314,14 +339,17 @@ def main(argv: list[str] | None = None) -> int:
             suite_name=suite["name"],
             log=loggers,
         )
-        outcome = _launcher(args, argv, slurm_options, suite["name"]).launch(runs, store, options)
+        launcher = _launcher_for_runs(named, workers, runs, args.force)
+        outcome = _launcher(launcher, args, argv, workers, slurm_options, suite["name"]).launch(
+            runs, store, options
+        )
         if not outcome.show_table:
             return outcome.code
         if outcome.finished:
             from analysis.tables import write_tables  # the one place that prints the results table
 
             print(write_tables(results_dir, outcome.finished))
-        elif args.launcher == "inline":
+        elif launcher == "inline":
             print(
                 "no run finished here: every run is held by another process; rerun later to collect them",
                 file=sys.stderr,

@@ -17,6 +17,7 @@ runner executes those. Format (see ``benchmarks/suites/smoke.toml``)::
     deterministic = false            # deterministic CUDA kernels (bit-identical GPU reruns)
     augment_on  = "device"           # device: pixels augmented in batches on the run's device | pil
     threads     = "auto"             # torch threads of each run process (--threads); not hashed
+    workers     = 1                  # runs at once on this machine (--workers): a number or "auto"
     epoch_scale = 1.0                # every strategy's epochs times this, rounded, at least 1
 
     [backbone]              model = "ViT-B-16-quickgelu", pretrained = "openai" ("none": random)
@@ -74,6 +75,7 @@ KNOWN_KEYS = {
     "deterministic",
     "augment_on",
     "threads",
+    "workers",
     "backbone",
     "dataset",
     "defaults",

@@ -245,33 +245,36 @@ def _suite_of_four(tmp_path) -> Path:
 
 
 @pytest.mark.slow
-def test_local_launcher_with_two_workers_gives_the_inline_results(tmp_path, capsys):
+def test_a_suites_workers_auto_runs_one_worker_a_core_with_the_inline_results(tmp_path, capsys, monkeypatch):
+    """``workers = "auto"`` (the smoke suite's) on 2 cores: the local launcher with two workers,
+    a line per run as it ends (stderr is a log here), the inline results; a rerun starts no worker."""
+    from benchmarks.runner import local_launcher
+
+    monkeypatch.setattr(local_launcher, "usable_cores", lambda: 2)
     suite = _suite_of_four(tmp_path)
     inline, local = tmp_path / "inline", tmp_path / "local"
-    assert run.main(["--suite", str(suite), "--results-dir", str(inline), "--quiet"]) == 0
-    assert (
-        run.main(
-            [
-                "--suite",
-                str(suite),
-                "--results-dir",
-                str(local),
-                "--quiet",
-                "--launcher",
-                "local",
-                "--workers",
-                "2",
-            ]
-        )
-        == 0
-    )
-    table = capsys.readouterr().out
-    assert table.count("| continual_clip |") == 2 and table.count("| finetune |") == 2  # both runs printed
+    assert run.main(["--suite", str(suite), "--results-dir", str(inline), "--launcher", "inline"]) == 0
+    capsys.readouterr()
+    suite.write_text(suite.read_text().replace('device = "cpu"', 'device = "cpu"\nworkers = "auto"'))
+    assert run.main(["--suite", str(suite), "--results-dir", str(local)]) == 0
+    out, err = capsys.readouterr()
+    assert out.count("| continual_clip |") == 1 and out.count("| finetune |") == 1
+    assert "n = 2 seeds in every cell" in out  # the table has every run the workers finished
+    assert "2 local worker(s) share 4 run(s)" in err
+    ran = [line for line in err.splitlines() if ": ran; Avg " in line]
+    assert len(ran) == 4 and "\r" not in err  # one line per run, no bar redrawn in a log
     expected = {str(p.relative_to(inline)): r["stages"] for p, r in iter_results(inline)}
-    got = {str(p.relative_to(local)): r["stages"] for p, r in iter_results(local)}
-    assert len(got) == 4 and got == expected
+    got = {str(p.relative_to(local)): r for p, r in iter_results(local)}
+    assert {path: r["stages"] for path, r in got.items()} == expected and len(got) == 4
+    # each worker ran at the command's --threads auto (one thread on the CPU), recorded as such
+    assert {(r["env"]["threads_setting"], r["env"]["torch_threads"]) for r in got.values()} == {("auto", 1)}
     logs = sorted(str(p.relative_to(local / ".logs")) for p in (local / ".logs").rglob("*.log"))
     assert "synthetic/finetune/T3-seed1.log" in logs and "local-worker-1.log" in logs
+    for log in (local / ".logs").glob("local-worker-*.log"):
+        log.unlink()
+    assert run.main(["--suite", str(suite), "--results-dir", str(local)]) == 0
+    assert capsys.readouterr().err.count(": cached; Avg ") == 4
+    assert not list((local / ".logs").glob("local-worker-*.log"))  # every run finished: no worker started
 
 
 @pytest.mark.slow
@@ -303,10 +306,12 @@ def test_a_killed_local_worker_run_resumes_after_its_last_task(tmp_path, capsys)
 @pytest.mark.parametrize(
     "extra, message",
     [
-        (["--launcher", "local", "--workers", "0"], "--workers must be at least 1"),
+        (["--workers", "0"], "workers must be a whole number >= 1 or \"auto\", not '0'"),
+        (["--workers", "many"], "workers must be a whole number >= 1 or \"auto\", not 'many'"),
         (["--launcher", "local", "--gpus", "0,1,2,3,4,5,6,7,8"], "names GPUs this machine does not have"),
         (["--launcher", "local", "--force"], "--force with --launcher local"),
-        (["--workers", "2"], "belong to --launcher local"),
+        (["--launcher", "inline", "--workers", "2"], "belong to --launcher local"),
+        (["--workers", "2", "--force"], "--force with --launcher local"),
         (["--launcher", "slurmish"], "invalid choice"),
     ],
 )
