@@ -14,7 +14,10 @@ def test_every_cell_runs_the_suite_afresh_and_is_compared_with_the_idle_auto_one
     argv = ["--threads", "auto", "--load", "idle,loaded", "--strategies", "continual_clip", "--out", str(out)]
     assert shared_cores.main(argv) == 0
     cells = json.loads(out.read_text())
-    assert [(c["threads"], c["loaded"]) for c in cells] == [("auto", False), ("auto", True)]
+    assert [(c["threads"], c["workers"], c["loaded"]) for c in cells] == [
+        ("auto", "1", False),
+        ("auto", "1", True),
+    ]
     assert all(c["tasks"] == 10 and c["seconds"] > 0 for c in cells)  # nothing cached between cells
     rows = [
         line
@@ -23,13 +26,15 @@ def test_every_cell_runs_the_suite_afresh_and_is_compared_with_the_idle_auto_one
     ]
     ratio = cells[1]["seconds"] / cells[0]["seconds"]
     assert rows == [
-        f"| idle | auto | {cells[0]['seconds']:.0f} | 10 | 1.00 |",
-        f"| loaded | auto | {cells[1]['seconds']:.0f} | 10 | {ratio:.2f} |",
+        f"| idle | auto | 1 | {cells[0]['seconds']:.0f} | 10 | 1.00 |",
+        f"| loaded | auto | 1 | {cells[1]['seconds']:.0f} | 10 | {ratio:.2f} |",
     ]
 
 
-def test_a_bad_thread_count_or_load_is_one_line(capsys):
+def test_a_bad_thread_count_worker_count_or_load_is_one_line(capsys):
     assert shared_cores.main(["--threads", "auto,0"]) == 2
+    assert shared_cores.main(["--workers", "1,none"]) == 2
     assert shared_cores.main(["--load", "busy"]) == 2
-    err = capsys.readouterr().err
-    assert "threads must be a whole number" in err and "--load takes idle, loaded or both" in err
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 3 and "threads must be a whole number" in err[0]
+    assert "workers must be a whole number" in err[1] and "--load takes idle, loaded or both" in err[2]
