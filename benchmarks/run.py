@@ -21,7 +21,7 @@ from benchmarks.data.device_augment import AUGMENT_ON
 from benchmarks.runner.execute import preflight, resolve, settings_from_the_suite
 from benchmarks.runner.launcher import LAUNCHERS, InlineLauncher, Launcher, RunOptions, prepare_runner_process
 from benchmarks.runner.live_log import parse_loggers
-from benchmarks.runner.local_launcher import LocalLauncher, Workers, auto_workers, check_gpus, check_workers
+from benchmarks.runner.local_launcher import LocalLauncher, auto_workers, check_gpus, check_workers
 from benchmarks.runner.results import ResultStore, config_hash, iter_results
 from benchmarks.runner.status import run_state, slurm_view
 from benchmarks.runner.suites import SUITES_DIR, FastDevRun, RunSpec, expand, load_suite
@@ -225,12 +225,12 @@ def _named_launcher(args: argparse.Namespace) -> str | None:
     return args.launcher or ("local" if args.workers is not None or args.gpus else None)
 
 
-def _launcher_for_runs(named: str | None, workers: Workers, runs: list[RunSpec], force: bool) -> str:
-    """``named``, or local where the suite asks for more than one worker for these runs; inline
-    with ``--force``, which the local launcher refuses (another worker could recompute a run)."""
+def _launcher_for_runs(named: str | None, workers: int, force: bool) -> str:
+    """``named``, or local where the suite asks for more than one worker (``workers``, resolved);
+    inline with ``--force``, which the local launcher refuses (another worker could recompute a run)."""
     if named is not None:
         return named
-    return "local" if auto_workers(workers, runs[0].device, len(runs)) > 1 and not force else "inline"
+    return "local" if workers > 1 and not force else "inline"
 
 
 def _check_launcher_options(args: argparse.Namespace, launcher: str | None, suite: dict):
@@ -265,7 +265,7 @@ def _launcher(
     launcher: str,
     args: argparse.Namespace,
     argv: list[str] | None,
-    workers: Workers,
+    workers: int,
     slurm_options,
     suite: str,
 ) -> Launcher:
@@ -339,8 +339,10 @@ def main(argv: list[str] | None = None) -> int:
             suite_name=suite["name"],
             log=loggers,
         )
-        launcher = _launcher_for_runs(named, workers, runs, args.force)
-        outcome = _launcher(launcher, args, argv, workers, slurm_options, suite["name"]).launch(
+        # how many runs at once, once: "auto" samples the idle cores (the count moves no number)
+        count = auto_workers(workers, runs[0].device, len(runs)) if named in (None, "local") else 1
+        launcher = _launcher_for_runs(named, count, args.force)
+        outcome = _launcher(launcher, args, argv, count, slurm_options, suite["name"]).launch(
             runs, store, options
         )
         if not outcome.show_table:

@@ -42,6 +42,17 @@ def usable_cores() -> int:
     return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
 
 
+def idle_cores(sample_seconds: float = 0.5) -> int:
+    """The usable cores that no other process keeps busy now: each usable core's idle share over
+    ``sample_seconds``, summed and rounded. Only where a count moves no number (how many runs at
+    once, each on its own thread), never for a run's threads."""
+    import psutil
+
+    busy = psutil.cpu_percent(interval=sample_seconds, percpu=True)
+    cores = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else range(len(busy))
+    return int(sum(1 - busy[core] / 100 for core in cores if core < len(busy)) + 0.5)
+
+
 def auto_threads(device: str) -> int:
     """Threads for a run when none are asked for. On the CPU, one: torch splits float sums by
     thread, so the count is part of a CPU run's numbers, and one thread gives the same numbers on

@@ -8,10 +8,10 @@ finished / running / failed; in a log, one line per run as it ends) and prints t
 workers end. Each worker runs with ``--threads``: the command's, or for "auto" one on the CPU and a
 share of the cores on CUDA (``worker_threads``).
 
-``--workers auto`` (or a suite's ``workers = "auto"``, as the smoke suite has) is one worker per
-usable core on the CPU, where each run computes on one thread, and one on CUDA (``auto_workers``);
-never more workers than runs to compute. The numbers are the inline launcher's: each run is the
-same computation in its own process.
+``--workers auto`` (or a suite's ``workers = "auto"``, as the CPU suites have) is one worker per
+idle core on the CPU, where each run computes on one thread, and one on CUDA (``auto_workers``);
+never more workers than runs to compute. The numbers are the inline launcher's whatever the count:
+each run is the same computation in its own process.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from typing import Literal
 
 from tqdm.auto import tqdm
 
-from benchmarks.core.environment import Threads, auto_threads, usable_cores
+from benchmarks.core.environment import Threads, auto_threads, idle_cores
 from benchmarks.core.errors import UserError
 from benchmarks.runner.launcher import Outcome, RunOptions
 from benchmarks.runner.results import ResultStore, config_hash
@@ -76,10 +76,11 @@ def check_workers(value: object) -> Workers:
 
 
 def auto_workers(workers: Workers, device: str, runs: int) -> int:
-    """How many workers to start for ``runs`` runs to compute: as asked, or for "auto" one per usable
-    core on the CPU (each run on one thread: ``auto_threads``) and one on CUDA; never more than
-    ``runs``, at least one."""
-    wanted = workers if workers != "auto" else (usable_cores() if device == "cpu" else 1)
+    """How many workers to start for ``runs`` runs: as asked, or for "auto" one per idle core on
+    the CPU (each run on one thread: ``auto_threads``) and one on CUDA; never more than ``runs``, at
+    least one. Idle, not usable: beside another busy process, more workers than the cores left
+    free only share them (docs/running.md measures it)."""
+    wanted = workers if workers != "auto" else (idle_cores() if device == "cpu" else 1)
     return max(1, min(wanted, runs))
 
 
@@ -97,7 +98,7 @@ class LocalLauncher:
     """``workers`` copies of this command (``argv``, the user's command line) with the inline
     launcher, sharing the runs through their locks."""
 
-    def __init__(self, argv: list[str], workers: Workers, gpus: list[int] | None = None):
+    def __init__(self, argv: list[str], workers: int, gpus: list[int] | None = None):
         self.argv, self.workers, self.gpus = argv, workers, gpus
 
     def launch(self, runs: list[RunSpec], store: ResultStore, options: RunOptions) -> Outcome:
@@ -111,7 +112,7 @@ class LocalLauncher:
         to_compute = sum(state.state != "finished" for state in states)
         if not to_compute:  # nothing for a worker to do: no process started
             return Outcome(0, [spec.key for spec in runs])
-        workers = auto_workers(self.workers, runs[0].device, to_compute)
+        workers = min(self.workers, to_compute)
         logs = store.root / ".logs"
         logs.mkdir(parents=True, exist_ok=True)
         tqdm.write(

@@ -8,7 +8,6 @@ from benchmarks.core.errors import UserError
 from benchmarks.runner import local_launcher
 from benchmarks.runner.local_launcher import auto_workers, check_workers, worker_threads
 from benchmarks.runner.results import iter_results
-from benchmarks.runner.suites import expand, load_suite
 from tests.helpers import three_task_suite
 
 
@@ -23,13 +22,26 @@ def test_other_workers_are_one_line(value):
         check_workers(value)
 
 
-def test_auto_is_a_worker_a_core_on_the_cpu_one_on_cuda_and_never_more_than_the_runs(monkeypatch):
-    monkeypatch.setattr(local_launcher, "usable_cores", lambda: 4)
+def test_auto_is_a_worker_an_idle_core_on_the_cpu_one_on_cuda_and_never_more_than_the_runs(monkeypatch):
+    monkeypatch.setattr(local_launcher, "idle_cores", lambda: 4)
     assert auto_workers("auto", "cpu", 10) == 4
     assert auto_workers("auto", "cpu", 3) == 3
     assert auto_workers("auto", "cuda", 10) == 1
     assert auto_workers(6, "cpu", 2) == 2 and auto_workers(6, "cuda", 8) == 6
     assert auto_workers("auto", "cpu", 0) == 1
+    monkeypatch.setattr(local_launcher, "idle_cores", lambda: 0)  # another process keeps every core busy
+    assert auto_workers("auto", "cpu", 10) == 1
+
+
+def test_idle_cores_sum_the_idle_share_of_the_usable_cores(monkeypatch):
+    import psutil
+
+    from benchmarks.core import environment
+
+    monkeypatch.setattr(psutil, "cpu_percent", lambda interval, percpu: [100.0, 0.0, 40.0, 30.0, 0.0])
+    monkeypatch.setattr(environment.os, "sched_getaffinity", lambda pid: {0, 1, 2, 3}, raising=False)
+    assert environment.idle_cores() == 2  # 0 + 1 + 0.6 + 0.7 on cores 0-3; core 4 is not ours
+    assert 0 <= environment.idle_cores(0.1) <= 4  # a real sample
 
 
 def test_workers_keep_auto_threads_where_auto_gives_each_its_share(monkeypatch):
@@ -54,23 +66,18 @@ def _args(*argv):
 
 
 @pytest.mark.parametrize(
-    "argv, workers, n_runs, expected",
+    "argv, workers, expected",
     [
-        ([], "auto", 2, "local"),  # the suite's workers: one a core
-        ([], "auto", 1, "inline"),  # one run: nothing to share
-        ([], 1, 2, "inline"),
-        (["--launcher", "inline"], "auto", 2, "inline"),  # the command's launcher wins
-        (["--force"], "auto", 2, "inline"),  # the local launcher refuses --force
-        (["--workers", "2"], 1, 2, "local"),  # --workers names the local launcher
+        ([], 2, "local"),  # the suite's workers, resolved
+        ([], 1, "inline"),  # one idle core, or one run: nothing to share
+        (["--launcher", "inline"], 2, "inline"),  # the command's launcher wins
+        (["--force"], 2, "inline"),  # the local launcher refuses --force
+        (["--workers", "1"], 1, "local"),  # --workers names the local launcher
     ],
 )
-def test_the_launcher_follows_the_command_then_the_suites_workers(
-    tmp_path, monkeypatch, argv, workers, n_runs, expected
-):
-    monkeypatch.setattr(local_launcher, "usable_cores", lambda: 2)
+def test_the_launcher_follows_the_command_then_the_suites_workers(argv, workers, expected):
     args = _args(*argv)
-    runs = expand(load_suite(str(_suite(tmp_path, '"auto"'))))[:n_runs]
-    assert run._launcher_for_runs(run._named_launcher(args), workers, runs, args.force) == expected
+    assert run._launcher_for_runs(run._named_launcher(args), workers, args.force) == expected
 
 
 def test_a_bad_workers_value_in_a_suite_is_one_line_and_runs_nothing(tmp_path, capsys):
@@ -82,7 +89,7 @@ def test_a_bad_workers_value_in_a_suite_is_one_line_and_runs_nothing(tmp_path, c
 
 
 def test_force_with_the_suites_workers_recomputes_inline(tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(local_launcher, "usable_cores", lambda: 2)
+    monkeypatch.setattr(local_launcher, "idle_cores", lambda: 2)
     suite, results = _suite(tmp_path, '"auto"'), tmp_path / "results"
     argv = ["--suite", str(suite), "--results-dir", str(results), "--launcher", "inline"]
     assert run.main(argv) == 0

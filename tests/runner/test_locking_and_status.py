@@ -246,11 +246,11 @@ def _suite_of_four(tmp_path) -> Path:
 
 @pytest.mark.slow
 def test_a_suites_workers_auto_runs_one_worker_a_core_with_the_inline_results(tmp_path, capsys, monkeypatch):
-    """``workers = "auto"`` (the smoke suite's) on 2 cores: the local launcher with two workers,
+    """``workers = "auto"`` (the smoke suite's) on 2 idle cores: the local launcher with two workers,
     a line per run as it ends (stderr is a log here), the inline results; a rerun starts no worker."""
     from benchmarks.runner import local_launcher
 
-    monkeypatch.setattr(local_launcher, "usable_cores", lambda: 2)
+    monkeypatch.setattr(local_launcher, "idle_cores", lambda: 2)
     suite = _suite_of_four(tmp_path)
     inline, local = tmp_path / "inline", tmp_path / "local"
     assert run.main(["--suite", str(suite), "--results-dir", str(inline), "--launcher", "inline"]) == 0
