@@ -3,10 +3,11 @@ beside another busy process: ``python -m benchmarks.tools.shared_cores``.
 
 Each cell is one fresh ``python -m benchmarks.run --suite smoke`` (a new results folder, so nothing
 is cached) with ``--threads`` and ``--workers`` set as named; workers "1" is the inline launcher (one
-run after another in the command's process), "auto" the suite's own setting (one run per core).
+run after another in the command's process), "auto" the suite's own setting (one run per idle core).
 "loaded" starts a second process first, a float matmul loop on torch's default threads (every
 core), as another user's job would run, and stops it after. Prints one Markdown row per cell, with
-the ratio to the first idle cell at ``--threads auto``: the ceiling measured beside it.
+the runs it ran at once (its local workers, as the command says) and the ratio to the first idle
+cell at ``--threads auto``: the ceiling measured beside it.
 ``--strategies`` runs a subset of the suite; ``--timeout`` ends a cell that runs longer (its row
 says so and gives the tasks it had finished).
 """
@@ -14,6 +15,7 @@ says so and gives the tasks it had finished).
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 import tempfile
@@ -61,11 +63,25 @@ def time_smoke(
                     f"the smoke suite at --threads {threads} --workers {workers} failed: {lines[-1]}"
                 )
             tasks = _finished_tasks(Path(results))
+            started = _workers_started(done.stderr if done is not None else "")
     finally:
         if busy is not None:
             busy.kill()
             busy.wait()
-    return {"threads": threads, "workers": workers, "loaded": loaded, "seconds": seconds, "tasks": tasks}
+    return {
+        "threads": threads,
+        "workers": workers,
+        "started": started,
+        "loaded": loaded,
+        "seconds": seconds,
+        "tasks": tasks,
+    }
+
+
+def _workers_started(stderr: str) -> int:
+    """The runs at once of a finished command: its local workers, as it says; 1 inline."""
+    found = re.search(r"^(\d+) local worker\(s\) share", stderr, re.MULTILINE)
+    return int(found.group(1)) if found else 1
 
 
 @one_line_user_errors
@@ -90,14 +106,17 @@ def main(argv: list[str] | None = None) -> int:
     ]
     ceiling = next((c["seconds"] for c in cells if not c["loaded"] and c["threads"] == "auto"), None)
     print(f"smoke suite{' (' + args.strategies + ')' if args.strategies else ''}, {usable_cores()} cores")
-    print("| machine | --threads | --workers | wall time (s) | tasks finished | / ceiling |")
-    print("|---|---|---|---|---|---|")
+    print("| machine | --threads | --workers | runs at once | wall time (s) | tasks finished | / ceiling |")
+    print("|---|---|---|---|---|---|---|")
     for cell in cells:
         seconds = cell["seconds"]
         wall = f"{seconds:.0f}" if seconds is not None else f"over {args.timeout:.0f}"
         ratio = f"{seconds / ceiling:.2f}" if seconds is not None and ceiling else "-"
         machine = "loaded" if cell["loaded"] else "idle"
-        print(f"| {machine} | {cell['threads']} | {cell['workers']} | {wall} | {cell['tasks']} | {ratio} |")
+        print(
+            f"| {machine} | {cell['threads']} | {cell['workers']} | {cell['started']} | {wall} "
+            f"| {cell['tasks']} | {ratio} |"
+        )
     if args.out:
         Path(args.out).write_text(json.dumps(cells, indent=2))
     return 0

@@ -26,8 +26,8 @@ def test_every_cell_runs_the_suite_afresh_and_is_compared_with_the_idle_auto_one
     ]
     ratio = cells[1]["seconds"] / cells[0]["seconds"]
     assert rows == [
-        f"| idle | auto | 1 | {cells[0]['seconds']:.0f} | 10 | 1.00 |",
-        f"| loaded | auto | 1 | {cells[1]['seconds']:.0f} | 10 | {ratio:.2f} |",
+        f"| idle | auto | 1 | 1 | {cells[0]['seconds']:.0f} | 10 | 1.00 |",
+        f"| loaded | auto | 1 | 1 | {cells[1]['seconds']:.0f} | 10 | {ratio:.2f} |",
     ]
 
 
@@ -38,3 +38,11 @@ def test_a_bad_thread_count_worker_count_or_load_is_one_line(capsys):
     err = capsys.readouterr().err.splitlines()
     assert len(err) == 3 and "threads must be a whole number" in err[0]
     assert "workers must be a whole number" in err[1] and "--load takes idle, loaded or both" in err[2]
+
+
+def test_the_runs_at_once_are_read_from_what_the_command_says():
+    # benchmarks.runner.local_launcher's line; a command without it ran inline, one run at a time
+    local = "suite 'smoke': 5 run(s) -> runs\n2 local worker(s) share 5 run(s); each run's log: runs/.logs\n"
+    assert shared_cores._workers_started(local) == 2
+    inline = "suite 'smoke': 5 run(s) -> runs\nfinetune: ran; Avg 1  Last 1\n"
+    assert shared_cores._workers_started(inline) == 1
