@@ -153,7 +153,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument(
         "--workers",
-        help='local launcher: worker processes, a number or "auto" (one per core on the CPU, one on '
+        help='local launcher: worker processes, a number or "auto" (one per idle core on the CPU, one on '
         "CUDA; never more than the runs to compute); default: the suite's workers, else 1. More "
         "than one picks the local launcher unless --launcher says otherwise",
     )
