@@ -62,13 +62,18 @@ def auto_threads(device: str) -> int:
     return 1 if device == "cpu" else usable_cores()
 
 
-def check_threads(value: object) -> Threads:
-    """``value`` (a suite's ``threads`` or ``--threads``) as a ``Threads``, or one line."""
+def check_count_or_auto(value: object, what: str) -> int | Literal["auto"]:
+    """``value`` as a whole number >= 1 or "auto", or one line naming ``what`` (a suite key or option)."""
     if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
         return value  # type: ignore[return-value]
     if isinstance(value, str) and value.isdigit() and int(value) >= 1:
         return int(value)
-    raise UserError(f'threads must be a whole number >= 1 or "auto", not {value!r}')
+    raise UserError(f'{what} must be a whole number >= 1 or "auto", not {value!r}')
+
+
+def check_threads(value: object) -> Threads:
+    """``value`` (a suite's ``threads`` or ``--threads``) as a ``Threads``, or one line."""
+    return check_count_or_auto(value, "threads")
 
 
 def set_threads(threads: Threads, device: str) -> int:

@@ -24,7 +24,7 @@ from typing import Literal
 
 from tqdm.auto import tqdm
 
-from benchmarks.core.environment import Threads, auto_threads, idle_cores
+from benchmarks.core.environment import Threads, auto_threads, check_count_or_auto, idle_cores
 from benchmarks.core.errors import UserError
 from benchmarks.runner.launcher import Outcome, RunOptions
 from benchmarks.runner.results import ResultStore, config_hash
@@ -68,11 +68,7 @@ Workers = int | Literal["auto"]
 
 def check_workers(value: object) -> Workers:
     """``value`` (``--workers`` or a suite's ``workers``) as ``Workers``, or one line."""
-    if value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 1):
-        return value  # type: ignore[return-value]
-    if isinstance(value, str) and value.isdigit() and int(value) >= 1:
-        return int(value)
-    raise UserError(f'workers must be a whole number >= 1 or "auto", not {value!r}')
+    return check_count_or_auto(value, "workers")
 
 
 def auto_workers(workers: Workers, device: str, runs: int) -> int:
