@@ -16,6 +16,7 @@ import os
 import sys
 from collections.abc import Iterator
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from tqdm.auto import tqdm
@@ -57,12 +58,17 @@ class Launcher(Protocol):
     def launch(self, runs: list[RunSpec], store: ResultStore, options: RunOptions) -> Outcome: ...
 
 
+def run_log_path(store: ResultStore, key: RunKey) -> Path:
+    """Where a run's own log lies (``--run-logs``: the local launcher's workers, SLURM's jobs)."""
+    return store.root / ".logs" / key.relpath.with_suffix(".log")
+
+
 @contextlib.contextmanager
 def run_log(store: ResultStore, key: RunKey) -> Iterator[None]:
     """Within the block, this process's stderr (file descriptor 2: Python's and C's writes alike)
     goes to the run's log, appended. ``sys.stderr`` itself is left in place, so a logging handler
     made meanwhile still writes to stderr after the block."""
-    path = store.root / ".logs" / key.relpath.with_suffix(".log")
+    path = run_log_path(store, key)
     path.parent.mkdir(parents=True, exist_ok=True)
     sys.stderr.flush()
     saved = os.dup(2)

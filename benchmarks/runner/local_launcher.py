@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from benchmarks.core.environment import Threads, auto_threads, check_count_or_auto, idle_cores
 from benchmarks.core.errors import UserError
-from benchmarks.runner.launcher import Outcome, RunOptions
+from benchmarks.runner.launcher import Outcome, RunOptions, run_log_path
 from benchmarks.runner.results import ResultStore, config_hash
 from benchmarks.runner.status import RunState, run_state
 from benchmarks.runner.suites import RunSpec
@@ -142,7 +142,7 @@ class LocalLauncher:
                 for spec, before, now in zip(runs, previous, states, strict=True):
                     if now.state != before.state and now.state in ("finished", "failed"):
                         # a line per run as it ends, as the inline launcher writes (a log gets no bar)
-                        log = logs / spec.key.relpath.with_suffix(".log")
+                        log = run_log_path(store, spec.key)
                         ended = "ran" if now.state == "finished" else f"failed (log: {log})"
                         tqdm.write(f"{spec.key}: {ended}; {now.detail}", file=sys.stderr)
                 bar.n = sum(state.state == "finished" for state in states)
