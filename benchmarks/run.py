@@ -106,7 +106,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--precision",
         choices=["auto", *PRECISIONS],
-        help="fp32, fp16 (autocast + loss scaling) or bf16; default: the suite's, else auto "
+        help="fp32, tf32 (fp32 with TF32 matmuls on CUDA), fp16 (autocast + loss scaling) or bf16; default: the suite's, else auto "
         "(fp16 on CUDA, fp32 on CPU)",
     )
     parser.add_argument(

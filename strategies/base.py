@@ -48,7 +48,7 @@ from avalanche.training.templates import SupervisedTemplate
 
 from benchmarks.backbone import CLIPBackbone
 from benchmarks.core.errors import UserError
-from benchmarks.core.precision import loss_scaler, resolve_precision
+from benchmarks.core.precision import loss_scaler, matmul_precision, resolve_precision
 from benchmarks.data.device_augment import AugmentOn
 from benchmarks.data.prompts import templates
 from strategies.checkpointing import (
@@ -274,6 +274,16 @@ class CLIPStrategy(
     def learn(self, experience) -> None:
         """Train on one experience of a class-incremental stream."""
         self.train(experience, eval_streams=[])
+
+    # tf32 is a setting of torch's, not an autocast: it must hold through the backward passes and
+    # second stages too, so it spans Avalanche's whole ``train`` and ``eval`` (evaluate_dataset too).
+    def train(self, *args, **kwargs):
+        with matmul_precision(self.precision, self.device):
+            return super().train(*args, **kwargs)
+
+    def eval(self, *args, **kwargs):
+        with matmul_precision(self.precision, self.device):
+            return super().eval(*args, **kwargs)
 
     @property
     def train_iterations(self) -> int:

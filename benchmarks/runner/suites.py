@@ -13,7 +13,7 @@ runner executes those. Format (see ``benchmarks/suites/smoke.toml``)::
     protocol    = "one-protocol"      # or "as-published" (benchmarks/data/protocols.py)
     base        = "main"              # optional: start from that suite, this file's tables on top
     device      = "auto"                                      # auto | cpu | cuda
-    precision   = "auto"             # auto (fp16 on CUDA, fp32 on CPU) | fp32 | fp16 | bf16
+    precision   = "auto"             # auto (fp16 on CUDA, fp32 on CPU) | fp32 | tf32 | fp16 | bf16
     deterministic = false            # deterministic CUDA kernels (bit-identical GPU reruns)
     augment_on  = "device"           # device: pixels augmented in batches on the run's device | pil
     threads     = "auto"             # torch threads of each run process (--threads); not hashed
@@ -152,7 +152,7 @@ class RunSpec:
     device: str
     config: dict[str, Any] = field(compare=False)
     zero_shot_targets: tuple[str, ...] = ()
-    precision: str = "fp32"  # resolved: fp32 | fp16 | bf16
+    precision: str = "fp32"  # resolved: fp32 | tf32 | fp16 | bf16
     deterministic: bool = False
     option_sources: dict[str, str] = field(default_factory=dict, compare=False)  # option -> suite table
     epoch_scale: float = 1.0  # the suite's common factor on every strategy's epochs

@@ -5,10 +5,19 @@ from __future__ import annotations
 import torch
 from tqdm.auto import tqdm
 
+from benchmarks.core.precision import matmul_precision
+
+
+def cat_on_host(chunks: list[torch.Tensor]) -> torch.Tensor:
+    """Per-batch outputs joined on their device, then copied to the CPU once: a copy per batch would
+    make the host wait for the device after every batch (the same numbers either way)."""
+    return torch.cat(chunks).cpu()
+
 
 class Evaluation:
-    """Mixin of ``CLIPStrategy``. Reads ``backbone``, ``scores``, ``score_dataset``, ``fixed_text``,
-    ``by_class_id``, ``seen_classes``, ``data_loader`` and ``show_progress``."""
+    """Mixin of ``CLIPStrategy``. Reads ``backbone``, ``precision``, ``device``, ``scores``,
+    ``score_dataset``, ``fixed_text``, ``by_class_id``, ``seen_classes``, ``data_loader`` and
+    ``show_progress``."""
 
     @torch.no_grad()
     def evaluate_dataset(self, dataset, cache_key: str | None = None) -> torch.Tensor:
@@ -21,18 +30,18 @@ class Evaluation:
         per-image work that cannot change; without one, the scores come batch by batch.
         """
         self.backbone.eval()
-        with self.fixed_text():
+        with self.fixed_text(), matmul_precision(self.precision, self.device):
             if cache_key is None:
                 return self.score_batches(dataset)
             return self.score_dataset(dataset, cache_key)
 
     def score_batches(self, dataset) -> torch.Tensor:
-        """``scores`` of every batch of ``dataset`` (eval transform), concatenated on the CPU."""
+        """``scores`` of every batch of ``dataset`` (eval transform), as one fp32 tensor on the CPU."""
         out = []
         batches = tqdm(self.data_loader(dataset), desc="eval", leave=False, disable=not self.show_progress)
         for images, *_ in batches:
-            out.append(self.scores(images.to(self.device, non_blocking=True)).float().cpu())
-        return torch.cat(out)
+            out.append(self.scores(images.to(self.device, non_blocking=True)).float())
+        return cat_on_host(out)
 
     def scores_by_class_id(self, images: torch.Tensor) -> torch.Tensor:
         """``scores`` laid out for Avalanche's evaluation: ``[B, n_classes]``, column ``c`` is class

@@ -80,3 +80,43 @@ def test_an_fp16_step_does_not_read_the_loss_scale(tiny_stream, monkeypatch):
     halvings = round(torch.log2(torch.tensor(2.0**20 / strategy.scaler.get_scale())).item())
     assert strategy.skipped_steps == halvings == 1
     assert strategy.scheduler.last_epoch == 2 - strategy.skipped_steps
+
+
+@pytest.mark.slow
+def test_tf32_holds_through_every_forward_backward_and_evaluation_of_a_strategy(tiny_stream, monkeypatch):
+    """tf32 is torch's matmul setting, not an autocast, so it must span backward passes and the
+    runner's evaluation too. On the CPU, ``matmul_precision`` is made to set it as on CUDA; a plugin
+    reads the setting at each step's backward, and the scores read it during ``evaluate_dataset``."""
+    from avalanche.core import SupervisedPlugin
+
+    from benchmarks.core.precision import matmul_precision
+    from strategies.training import evaluation
+
+    def as_on_cuda(precision, device):
+        return matmul_precision(precision, "cuda")
+
+    monkeypatch.setattr(strategy_base, "matmul_precision", as_on_cuda)
+    monkeypatch.setattr(evaluation, "matmul_precision", as_on_cuda)
+    seen = []
+
+    class ReadSetting(SupervisedPlugin):
+        def after_backward(self, strategy, **kwargs):
+            seen.append(torch.backends.cuda.matmul.fp32_precision)
+
+    before = torch.backends.cuda.matmul.fp32_precision
+    strategy = tiny_strategy(Finetune, tiny_stream, "tf32")
+    strategy.plugins.append(ReadSetting())
+    assert strategy.precision == "tf32" and not strategy.scaler.is_enabled()
+    strategy.learn(tiny_stream.train_stream[0])
+    assert seen and set(seen) == {"tf32"}
+    assert torch.backends.cuda.matmul.fp32_precision == before  # restored after training
+    scores_seen = []
+
+    def scores(images):
+        scores_seen.append(torch.backends.cuda.matmul.fp32_precision)
+        return torch.zeros(len(images), len(strategy.seen_classes))
+
+    monkeypatch.setattr(strategy, "scores", scores)
+    strategy.evaluate_dataset(tiny_stream.test_set)
+    assert scores_seen and set(scores_seen) == {"tf32"}
+    assert torch.backends.cuda.matmul.fp32_precision == before
