@@ -43,6 +43,7 @@ from benchmarks.data.transforms import TrainAugmentation
 from strategies.base import CLIPStrategy, StrategyConfig
 from strategies.optim import Optimizer, Schedule
 from strategies.registry import register
+from strategies.training.evaluation import cat_on_host
 
 
 @dataclass
@@ -142,9 +143,9 @@ class AperAdapter(CLIPStrategy):
         self.backbone.eval()
         features, labels = [], []
         for images, targets, *_ in self.data_loader(dataset):
-            features.append(self.phi(images.to(self.device, non_blocking=True)).cpu())
+            features.append(self.phi(images.to(self.device, non_blocking=True)))
             labels.append(targets)
-        return torch.cat(features), torch.cat(labels)
+        return cat_on_host(features), torch.cat(labels)
 
     @torch.no_grad()
     def scores(self, images: torch.Tensor) -> torch.Tensor:

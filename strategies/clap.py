@@ -61,6 +61,7 @@ from benchmarks.data.transforms import TrainAugmentation
 from strategies.base import CLIPStrategy, StrategyConfig
 from strategies.optim import Optimizer, Schedule
 from strategies.registry import register
+from strategies.training.evaluation import cat_on_host
 
 
 @dataclass
@@ -313,12 +314,8 @@ class CLAP(CLIPStrategy):
         VGA and the encoders run at each stage."""
         features = self.frozen_features(dataset, cache_key, None)
         size = self.cfg.eval_batch_size
-        return torch.cat(
-            [
-                self.scores_from_features(features[i : i + size].to(self.device)).cpu()
-                for i in range(0, len(features), size)
-            ]
-        )
+        batches = (features[i : i + size].to(self.device) for i in range(0, len(features), size))
+        return cat_on_host([self.scores_from_features(batch) for batch in batches])
 
     def extra_trainable_parameters(self) -> list[nn.Parameter]:
         return [*self.vga.parameters(), *self.encoders.parameters()]

@@ -22,6 +22,7 @@ import torch
 
 from benchmarks.core.errors import UserError
 from strategies.config import StrategyConfig
+from strategies.training.evaluation import cat_on_host
 
 #: name -> what it is; a strategy must have every one
 REQUIRED: dict[str, str] = {
@@ -237,8 +238,7 @@ def evaluate(
     if own is not None:
         return own(dataset, cache_key=cache_key)
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False)
-    out = [strategy.scores(batch[0].to(device)).float().cpu() for batch in loader]
-    scores = torch.cat(out)
+    scores = cat_on_host([strategy.scores(batch[0].to(device)).float() for batch in loader])
     if scores.shape[1] != len(strategy.seen_classes):
         raise UserError(
             f"{type(strategy).__name__}.scores gave {scores.shape[1]} columns for "

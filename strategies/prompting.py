@@ -28,6 +28,7 @@ from benchmarks.core.errors import UserError
 from benchmarks.data.transforms import TrainAugmentation
 from strategies.base import CLIPStrategy, StrategyConfig
 from strategies.optim import Optimizer, Schedule
+from strategies.training.evaluation import cat_on_host
 
 KeyLoss = Literal["own_topk", "all_pairs"]
 KEY_LOSSES = typing.get_args(KeyLoss)
@@ -177,9 +178,9 @@ class PromptStrategy(CLIPStrategy):
         out, start = [], 0
         for images, *_ in self.data_loader(dataset):
             batch = queries[start : start + len(images)].to(self.device)
-            out.append(self.scores(images.to(self.device, non_blocking=True), batch).float().cpu())
+            out.append(self.scores(images.to(self.device, non_blocking=True), batch).float())
             start += len(images)
-        return torch.cat(out)
+        return cat_on_host(out)
 
     def extra_trainable_parameters(self) -> list[nn.Parameter]:
         return list(self.head.parameters())

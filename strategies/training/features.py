@@ -7,6 +7,8 @@ import warnings
 
 import torch
 
+from strategies.training.evaluation import cat_on_host
+
 
 class FeatureCaches:
     """Mixin of ``CLIPStrategy``. Its caches start empty (``_start_feature_caches``, called by the
@@ -31,9 +33,9 @@ class FeatureCaches:
         self.backbone.set_adapters(visual=adapter, text=self.backbone.active_adapters["text"])
         features, labels = [], []
         for images, targets, *_ in self.data_loader(dataset):
-            features.append(self.backbone.encode_image(images, normalize=normalize).cpu())
+            features.append(self.backbone.encode_image(images, normalize=normalize))
             labels.append(targets)
-        return torch.cat(features), torch.cat(labels)
+        return cat_on_host(features), torch.cat(labels)
 
     def _encode_dataset(self, dataset, adapter: str | None, normalize: bool = True):
         """Deprecated name of ``encode_dataset`` (kept for one release)."""
