@@ -3,9 +3,12 @@
 
 Measurements
     ``speed`` (GR4CIL's fast paths against the plain ones, and ``--train``: every strategy's training
-    speed against its data and model ceilings, from ``train_speed``), ``loader_speed`` (data-loader
-    throughput), ``shared_cores`` (the smoke suite's wall time by thread count, idle and beside a
-    busy process), ``official_goldens`` (outputs of the official code that the tests compare with).
+    and evaluation speed against a bare open_clip reference, from ``train_speed``), ``reference``
+    (that reference: plain open_clip and torch, no suite code; aten op counts), ``pipeline_speed``
+    (the real runner's training and evaluation on fake data, against the reference beside it),
+    ``loader_speed`` (data-loader throughput), ``shared_cores`` (the smoke suite's wall time by thread
+    count, idle and beside a busy process), ``official_goldens`` (outputs of the official code that
+    the tests compare with).
 
 Data commands
     ``fake_data`` (fake files in every real dataset's format, and a random ViT-B/16), ``resized_cache``

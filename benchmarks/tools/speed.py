@@ -27,7 +27,8 @@ randomly initialised ViT-B/16) measures, on whatever device is given:
    pretrained, current and merged visual states). Run it alone (``--only magmax_memory``) on a CPU.
 
 ``--train`` measures something else, with options of its own (``--train --help``): every strategy's
-training images per second against its data and model ceilings (``benchmarks.tools.train_speed``).
+training and evaluation images per second against a bare open_clip reference
+(``benchmarks.tools.train_speed``).
 
 Class names are ImageNet-1K's (the suite ships them): real names differ in length, as they do in
 the real runs. Weights are random: speed does not depend on them. ``--precision`` (default: fp16

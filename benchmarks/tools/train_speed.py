@@ -1,4 +1,4 @@
-"""Steady-state training and evaluation images per second of every strategy, against two ceilings.
+"""Steady-state training and evaluation images per second of every strategy, against a physical reference.
 
 ``python -m benchmarks.tools.speed --train [--strategies a,b] [--device cpu] [--model tiny-clip-32]``
 builds each strategy as the runner does for the ``smoke-baselines`` suite (its own resolved config:
@@ -9,27 +9,33 @@ where the runner augments them (``--augment-on``), and measures in one run:
 1. ``train``: images/s of ``strategy.train`` through the real loader, over training steps
    ``warmup + 1 .. warmup + steps`` (an Avalanche plugin stamps the end of each step; the epoch
    count is raised so that the task has that many steps, and training stops after the last);
-2. ``data ceiling``: the same strategy's training path, on a fresh copy of it, whose train loader
-   yields one batch again and again: a batch of the real loader, collated and already on the device;
-3. ``model ceiling``: a bare step of the backbone with the parameters the strategy's optimiser
-   holds (``trainable_parameters()`` as the task trains), at the same precision and batch:
-   ``encode_image`` (and ``encode_text`` of the task's prompts when the text tower trains), cosine
-   logits, cross-entropy, backward and a step of the strategy's optimiser type. What trains outside
-   the backbone's forward (a head, prompts, CLAP's modules) gets no gradient there; where nothing
-   is reached the ceiling is a forward alone, and the notes say so;
+2. ``own step``: the same strategy's training path, on a fresh copy of it, whose train loader
+   yields one batch again and again: a batch of the real loader, collated and already on the
+   device. ``train / own step`` is what the loader costs;
+3. the **reference** (``benchmarks.tools.reference``: plain open_clip and torch, no code of this
+   suite), in the same process, on the same device, precision and batch: ``step``, a training step
+   with the strategy's trainable set built plainly (``trainable_set``: LoRA of its rank on k/v of the
+   towers it trains, bottleneck adapters beside the MLPs, the whole visual tower, or a forward alone
+   where nothing it trains lies in the backbone), ``full step`` (full fine-tuning of the visual
+   tower), ``frozen backward`` (a backward through every block with no weight gradient), and
+   ``forward`` (``encode_image`` without grad, at the eval batch size). The word "ceiling" means
+   this reference, never the suite's own step;
 4. ``eval``: images/s of ``evaluate_dataset`` over the test images of the seen classes after the
-   task (the runner's path: a fresh cache key each time, as at stage 1), against the ``forward
-   ceiling``: ``encode_image`` over the same images, as on-device batches of the eval batch size,
-   without grad. The two alternate, in rotated order, and each reports its median time.
+   task (the runner's path: a fresh cache key each time, as at stage 1), against the reference's
+   forward over the same images as on-device batches of the eval batch size. The two alternate, in
+   rotated order, and each reports its median time;
+5. ``aten ops``: the aten operators one training step's forward and backward dispatches (the
+   strategy's ``compute_logits``, ``compute_loss`` and ``backward`` on the timed batch, after a
+   warm-up step), against the reference step's with the same trainable set on the same batch: a
+   host-side count, the same on every device, and what a GPU pays one launch each for.
 
-``train / data ceiling`` is what the loader costs, ``data / model ceiling`` what the strategy's
-own step costs over a bare one, ``eval / forward ceiling`` what its evaluation costs over one
-forward per image. Work a strategy does outside Avalanche's step loop (``setup_task``,
-``finish_task``: second stages, prototypes, merging) is not timed; its seconds are reported.
-``--steps-for NAME=N`` times fewer steps of a slow strategy. ``--threads`` sets torch's intra-op
-threads; the report gives them with the CPU count and the 1-minute load average at the start, as
-other processes on the same cores slow every number down (with torch's default of one thread a
-core, many times over: a thread that waits for a descheduled partner stalls the step).
+Every ratio is to the reference: ``train / ref step``, ``own step / ref step``, ``train / full
+step``, ``eval / forward``, ``aten ops / ref``. Work a strategy does outside Avalanche's step loop
+(``setup_task``, ``finish_task``: second stages, prototypes, merging) is not timed; its seconds are
+reported. ``--steps-for NAME=N`` times fewer steps of a slow strategy. ``--threads`` sets torch's
+intra-op threads; the report gives them with the CPU count and the 1-minute load average at the
+start, as other processes on the same cores slow every number down (with torch's default of one
+thread a core, many times over: a thread that waits for a descheduled partner stalls the step).
 Results print as a Markdown table and go to ``--out`` as JSON. A mistake in the input (an unknown
 strategy, a step count below 1) prints one line and exits with code 2.
 """
@@ -44,25 +50,25 @@ import os
 import platform
 import statistics
 import time
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 from avalanche.core import SupervisedPlugin
 from tqdm.auto import tqdm
 
-from benchmarks.backbone import TINY_MODEL
+from benchmarks.backbone import SYNTHETIC_TAG, SYNTHETIC_WEIGHTS, TINY_MODEL
 from benchmarks.core.atomic_io import write_json
 from benchmarks.core.environment import seed_everything
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
-from benchmarks.core.precision import PRECISIONS, loss_scaler
+from benchmarks.core.precision import PRECISIONS
 from benchmarks.data.device_augment import AUGMENT_ON, AugmentOn
 from benchmarks.runner.execute import ResolvedRun, build_run, preflight, resolve
 from benchmarks.runner.suites import RunSpec, expand, load_suite
+from benchmarks.tools import reference
 from benchmarks.tools.loader_speed import _cpu_count
 from strategies.base import CLIPStrategy
-from strategies.optim import build_optimizer
 from strategies.registry import available, get_strategy
 
 SUITE = "smoke-baselines"
@@ -173,52 +179,115 @@ def on_one_batch(strategy_cls: type[CLIPStrategy]) -> type[CLIPStrategy]:
     return OnOneBatch
 
 
-def bare_step_ceiling(strategy: CLIPStrategy, batch: list[torch.Tensor], warmup: int, steps: int) -> dict:
-    """Images/s of a bare backbone step on ``batch`` with what ``strategy``'s optimiser holds, in
-    its training state (adapters, modes): image features (and the task's text features when the
-    text tower trains), cosine logits, cross-entropy, backward and an optimiser step of the
-    strategy's type. A step whose loss reaches nothing that trains is a forward alone."""
-    backbone, device = strategy.backbone, strategy.device
+def _tower_of(name: str) -> str:
+    return "visual" if name.startswith("backbone.model.visual.") else "text"
+
+
+def trainable_set(strategy: CLIPStrategy) -> reference.TrainableSet:
+    """What ``strategy`` trains inside the backbone as it trains now, described plainly for the
+    reference: LoRA on k/v (towers, rank, alpha / rank), MLP adapters (towers; experts x bottleneck,
+    all experts being computed), the whole visual tower, or nothing (a forward)."""
+    named = strategy.trainable_parameters()
+    lora = {name: p for name, p in named.items() if ".lora_A." in name}
+    if lora:
+        towers = tuple(t for t in reference.TOWERS if any(_tower_of(name) == t for name in lora))
+        rank = next(iter(lora.values())).shape[0]
+        alpha = float(getattr(strategy.cfg, "lora_alpha", 1.0))
+        return reference.TrainableSet("lora_kv", towers, rank=rank, scaling=alpha / rank)
+    prefix = "backbone.mlp_adapter_modules."
+    adapter_towers = {name[len(prefix) :].split(".")[0] for name in named if name.startswith(prefix)}
+    if adapter_towers:
+        towers = tuple(t for t in reference.TOWERS if t in adapter_towers)
+        block = strategy.backbone.mlp_adapter_modules[towers[0]][0]
+        bottleneck = sum(expert.down.out_features for expert in block.experts)
+        return reference.TrainableSet("mlp_adapter", towers, bottleneck=bottleneck)
+    if any(name.startswith("backbone.model.visual.") for name in named):
+        return reference.TrainableSet("full_visual", ("visual",))
+    return reference.TrainableSet()
+
+
+def task_prompts(strategy: CLIPStrategy) -> list[str]:
+    """The prompts of the current task's classes, as the strategy words them."""
+    template = strategy.cfg.prompt_template
+    return [template.format(strategy.class_names[c]) for c in strategy.current_classes]
+
+
+def strategy_step_ops(strategy: CLIPStrategy, images: torch.Tensor, targets: torch.Tensor) -> Counter:
+    """The aten ops of one training step's forward and backward of ``strategy`` as it trains
+    (``compute_logits``, ``compute_loss``, ``backward``; no optimiser), after one warm-up call; its
+    gradients are dropped after each call, as the optimiser's ``zero_grad`` does between steps."""
     params = list(strategy.trainable_parameters().values())
-    optimizer = build_optimizer(params, strategy.cfg)
-    scaler = loss_scaler(strategy.precision, device)
-    images, targets = batch[0], strategy.local_targets(batch[1])
-    prompts = backbone.prepare_prompts(
-        backbone.tokenize(
-            [strategy.cfg.prompt_template.format(strategy.class_names[c]) for c in strategy.current_classes]
-        )
-    )
-    fixed_text = backbone.encode_text(prompts, normalize=True)
-    text_trains = fixed_text.requires_grad
-    fixed_text = fixed_text.detach()
 
-    def step() -> None:
-        optimizer.zero_grad(set_to_none=True)
-        image = backbone.encode_image(images, normalize=True)
-        text = backbone.encode_text(prompts, normalize=True) if text_trains else fixed_text
-        loss = F.cross_entropy(backbone.logit_scale * image @ text.T, targets)
+    def forward_backward() -> None:
+        loss = strategy.compute_loss(strategy.compute_logits(images), targets)
         if loss.requires_grad:
-            scaler.scale(loss).backward()
-            scaler.step(optimizer)
-            scaler.update()
+            loss.backward()
+        for param in params:
+            param.grad = None
 
-    step()
-    reached = sum(p.grad is not None for p in params)
-    for _ in range(warmup - 1):
-        step()
-    _wait_for(device)
-    start = time.perf_counter()
-    for _ in range(steps):
-        step()
-    _wait_for(device)
-    seconds = time.perf_counter() - start
-    return {
-        "images_per_second": steps * len(images) / seconds,
-        "steps": steps,
-        "trainable_tensors": len(params),
-        "reached_tensors": reached,
-        "text_trains": text_trains,
-    }
+    for param in params:
+        param.grad = None
+    forward_backward()
+    return reference.count_aten_ops(forward_backward)
+
+
+def reference_model(spec: RunSpec) -> torch.nn.Module:
+    """The bare open_clip model of ``spec``'s backbone on its device: the tiny model with the
+    shipped synthetic weights it trains from (for realism alone: speed does not depend on weights),
+    a weight file where the run names one, else randomly initialised."""
+    pretrained = spec.backbone.get("pretrained")
+    weights = None
+    if spec.backbone["model"] == TINY_MODEL and pretrained == SYNTHETIC_TAG:
+        weights = SYNTHETIC_WEIGHTS
+    elif pretrained and Path(str(pretrained)).expanduser().is_file():
+        weights = Path(str(pretrained)).expanduser()
+    return reference.load_model(spec.backbone["model"], weights, spec.device)
+
+
+@dataclasses.dataclass
+class StepProbe:
+    """What ``probe_step`` saw in the last timed step of a strategy: the batch's local targets, the
+    task's prompts, the trainable set and the aten ops of the strategy's step."""
+
+    targets: torch.Tensor | None = None
+    prompts: list[str] = dataclasses.field(default_factory=list)
+    trainable: reference.TrainableSet = dataclasses.field(default_factory=reference.TrainableSet)
+    ops: int | None = None
+    ops_error: str | None = None
+
+
+def probe_step(
+    probe: StepProbe, batch: list[torch.Tensor], count_ops: bool = True
+) -> Callable[[CLIPStrategy], None]:
+    """A ``StepTimer.at_end`` that fills ``probe`` from the strategy as it trains (after its last
+    timed step). Counting the ops runs a step's forward and backward on the strategy: only on a
+    copy that is dropped afterwards (``count_ops``)."""
+
+    def at_end(strategy: CLIPStrategy) -> None:
+        probe.targets = strategy.local_targets(batch[1])
+        probe.prompts = task_prompts(strategy)
+        probe.trainable = trainable_set(strategy)
+        if not count_ops:
+            return
+        try:
+            probe.ops = sum(strategy_step_ops(strategy, batch[0], probe.targets).values())
+        except Exception as err:  # a step that needs more than compute_logits/compute_loss: say so
+            probe.ops_error = f"{type(err).__name__}: {err}".splitlines()[0]
+
+    return at_end
+
+
+def reference_steps(
+    model: torch.nn.Module, spec: RunSpec, probe: StepProbe, batch, precision: str, warmup: int, steps: int
+) -> tuple[dict, int]:
+    """The reference's step images/s on ``batch`` with the probed trainable set (``measure_steps``)
+    and the aten ops of its step's forward and backward."""
+    tokens = reference.tokenize(spec.backbone["model"], probe.prompts, spec.device)
+    images, targets = batch[0], probe.targets
+    trainable = probe.trainable
+    measured = reference.measure_steps(model, trainable, images, targets, tokens, precision, warmup, steps)
+    ops = sum(reference.step_ops(model, trainable, images, targets, tokens, precision).values())
+    return measured, ops
 
 
 def _interleaved_medians(functions: dict[str, Callable[[], object]], repeats: int, device) -> dict:
@@ -239,19 +308,20 @@ def _interleaved_medians(functions: dict[str, Callable[[], object]], repeats: in
     return {name: statistics.median(values) for name, values in times.items()}
 
 
-def evaluation_speed(strategy: CLIPStrategy, stream, repeats: int) -> dict:
+def evaluation_speed(strategy: CLIPStrategy, stream, repeats: int, model: torch.nn.Module) -> dict:
     """Images/s of ``evaluate_dataset`` over the test images of the seen classes (a fresh cache key
-    each time: the runner's first evaluation of them) and of the forward ceiling over them."""
+    each time: the runner's first evaluation of them) and of the reference's forward (``model``,
+    bare open_clip) over them, as on-device batches of the eval batch size."""
     seen = set(strategy.seen_classes)
     test = stream.test_set.subset([i for i, t in enumerate(stream.test_targets) if t in seen])
     device = strategy.device
     batches = [images.to(device) for images, *_ in strategy.data_loader(test)]
     keys = itertools.count()
+    forward = reference.forward_pass(model, strategy.precision)
 
     def forwards() -> None:
-        with torch.no_grad():
-            for images in batches:
-                strategy.backbone.encode_image(images)
+        for images in batches:
+            forward(images)
 
     seconds = _interleaved_medians(
         {
@@ -294,7 +364,7 @@ def _train(spec: RunSpec, resolved: ResolvedRun, timer: StepTimer, one_batch=Non
 
 
 def measure_strategy(spec: RunSpec, options: Options) -> dict:
-    """The four speeds of one strategy (module docstring), their ratios and notes."""
+    """The speeds of one strategy and of its reference (module docstring), their ratios and notes."""
     resolved = resolve(spec, DATA_ROOT)
     strategy_cfg = resolved.strategy_cfg
     warmup, steps = options.warmup, options.steps_for.get(spec.label, options.steps)
@@ -307,15 +377,23 @@ def measure_strategy(spec: RunSpec, options: Options) -> dict:
     strategy, stream, diverged = _train(spec, resolved, real)
     row = {
         "strategy": spec.label,
+        "precision": strategy.precision,
         "batch_size": strategy.train_mb_size,
         "eval_batch_size": strategy.eval_mb_size,
-        "precision": strategy.precision,
         "steps_requested": steps,
         "steps_taken": real.iterations,
-        "steps_timed": {"train": real.timed_steps, "data_ceiling": 0, "model_ceiling": 0},
+        "steps_timed": {"train": real.timed_steps, "own_step": 0, "reference_step": 0},
         "train_images_per_second": real.images_per_second,
-        "data_ceiling_images_per_second": None,
-        "model_ceiling_images_per_second": None,
+        "own_step_images_per_second": None,
+        "eval_images_per_second": None,
+        "reference": {
+            "forward_images_per_second": None,
+            "step_images_per_second": None,
+            "step_kind": None,
+            "full_step_images_per_second": None,
+            "frozen_backward_images_per_second": None,
+        },
+        "aten_ops": None,
         "setup_seconds": real.setup_seconds,
         "finish_seconds": real.finish_seconds,
     }
@@ -327,61 +405,68 @@ def measure_strategy(spec: RunSpec, options: Options) -> dict:
         notes.append(diverged)
     if type(strategy).finish_task is not CLIPStrategy.finish_task and real.iterations:
         notes.append(f"finish_task (after the steps) {real.finish_seconds:.1f} s, not timed")
+    model = reference_model(spec)
     if real.seconds is not None and real.batch is not None:
-        notes += _ceilings(spec, resolved, warmup, steps, real.batch, row)
+        notes += _own_step_and_reference(spec, resolved, warmup, steps, real.batch, model, row)
     if diverged is None:
-        row.update(evaluation_speed(strategy, stream, options.eval_repeats))
+        measured = evaluation_speed(strategy, stream, options.eval_repeats, model)
+        row["eval_images"] = measured["eval_images"]
+        row["eval_images_per_second"] = measured["eval_images_per_second"]
+        row["reference"]["forward_images_per_second"] = measured["forward_images_per_second"]
     row["notes"] = notes
     return _with_ratios(row)
 
 
-def _ceilings(spec: RunSpec, resolved: ResolvedRun, warmup: int, steps: int, batch, row: dict):
-    """Measure the data ceiling on a fresh copy of the strategy that trains on ``batch`` alone, and
-    the model ceiling right after its last timed step; enter both in ``row``. Returns their notes."""
-    ceiling: dict = {}
-    timer = StepTimer(
-        warmup,
-        steps,
-        at_end=lambda strategy: ceiling.update(bare_step_ceiling(strategy, batch, warmup, steps)),
-    )
+def _own_step_and_reference(
+    spec: RunSpec, resolved: ResolvedRun, warmup: int, steps: int, batch, model, row: dict
+) -> list[str]:
+    """Measure the strategy's own step on a fresh copy of it that trains on ``batch`` alone (probing
+    its trainable set and counting its ops after the last timed step), then the reference's steps
+    and ops on ``batch``; enter them in ``row``. Returns their notes."""
+    probe = StepProbe()
+    timer = StepTimer(warmup, steps, at_end=probe_step(probe, batch))
     one_batch_run = resolved._replace(strategy_cls=on_one_batch(resolved.strategy_cls))
     copy, _, _ = _train(spec, one_batch_run, timer, batch)
-    row["data_ceiling_images_per_second"] = timer.images_per_second
-    row["steps_timed"]["data_ceiling"] = timer.timed_steps
-    row["data_ceiling_steps_on_one_batch"] = timer.steps_on_one_batch
+    row["own_step_images_per_second"] = timer.images_per_second
+    row["steps_timed"]["own_step"] = timer.timed_steps
+    row["own_step_steps_on_one_batch"] = timer.steps_on_one_batch
     notes = []
     if copy.loaders_in_steps:
         notes.append(
             f"its steps also load from a loader of their own ({', '.join(copy.loaders_in_steps)}), "
-            "in the data ceiling too"
+            "in the own step too"
         )
-    if not ceiling:  # training ended before the last timed step
+    del copy
+    if probe.targets is None:  # training ended before the last timed step
         return notes
-    row["model_ceiling_images_per_second"] = ceiling.pop("images_per_second")
-    row["steps_timed"]["model_ceiling"] = ceiling["steps"]
-    row["model_ceiling"] = ceiling
-    if ceiling["reached_tensors"] == 0:
-        notes.append("model ceiling is a forward alone: nothing it trains is in the backbone's forward")
-    elif ceiling["reached_tensors"] < ceiling["trainable_tensors"]:
-        notes.append(
-            f"model ceiling reaches {ceiling['reached_tensors']} of its "
-            f"{ceiling['trainable_tensors']} trained tensors"
-        )
+    measured, reference_ops = reference_steps(model, spec, probe, batch, row["precision"], warmup, steps)
+    row["reference"].update(measured)
+    row["steps_timed"]["reference_step"] = steps
+    row["reference_trainable"] = dataclasses.asdict(probe.trainable)
+    if probe.ops is not None:
+        ratio = probe.ops / reference_ops
+        row["aten_ops"] = {"strategy": probe.ops, "reference": reference_ops, "ratio": ratio}
+    else:
+        notes.append(f"aten ops not counted: {probe.ops_error}")
+    if probe.trainable.kind == "forward":
+        notes.append("reference step is a forward alone: nothing it trains is in the backbone's forward")
     return notes
 
 
 def _with_ratios(row: dict) -> dict:
-    """The row's ratios, each the quotient of the two images/s it names (None where one is missing)."""
+    """The row's ratios, each the quotient of the two images/s it names (None where one is missing):
+    every one is to the reference."""
+    ref = row["reference"]
 
-    def ratio(a: str, b: str) -> float | None:
-        x, y = row.get(a), row.get(b)
+    def ratio(x: float | None, y: float | None) -> float | None:
         return x / y if x is not None and y else None
 
-    row["train_over_data_ceiling"] = ratio("train_images_per_second", "data_ceiling_images_per_second")
-    row["data_ceiling_over_model_ceiling"] = ratio(
-        "data_ceiling_images_per_second", "model_ceiling_images_per_second"
-    )
-    row["eval_over_forward_ceiling"] = ratio("eval_images_per_second", "forward_images_per_second")
+    train, own = row["train_images_per_second"], row["own_step_images_per_second"]
+    row["train_over_reference_step"] = ratio(train, ref["step_images_per_second"])
+    row["own_step_over_reference_step"] = ratio(own, ref["step_images_per_second"])
+    row["train_over_full_step"] = ratio(train, ref["full_step_images_per_second"])
+    row["train_over_own_step"] = ratio(train, own)  # what the loader costs
+    row["eval_over_forward"] = ratio(row["eval_images_per_second"], ref["forward_images_per_second"])
     return row
 
 
@@ -445,25 +530,33 @@ def markdown_table(results: dict) -> str:
         f"{results['date']}: {host['cpu_count']} CPU cores ({host['torch_threads']} torch threads), "
         f"{host['device']} ({host['device_name']}), {results['model']}, {'/'.join(results['precisions'])}, "
         f"augmentation on {results['augment_on']}, suite {results['suite']}, {results['warmup']} warm-up "
-        f"steps, load average {host['load_average']:.1f}",
+        f"steps, load average {host['load_average']:.1f}; ref = bare open_clip (benchmarks.tools.reference)",
         "",
-        "| strategy | batch | steps timed | train img/s | data ceiling | model ceiling | train / data "
-        "| data / model | eval img/s | forward ceiling | eval / forward | notes |",
-        "|---|---|---|---|---|---|---|---|---|---|---|---|",
+        "| strategy | precision | batch | steps timed | train img/s | own step | ref step (kind) "
+        "| ref full step | ref frozen backward | train / ref step | own step / ref step | train / full step "
+        "| eval img/s | ref forward | eval / forward | aten ops / ref | notes |",
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     for row in results["rows"]:
+        ref, ops = row["reference"], row["aten_ops"]
+        kind = f" ({ref['step_kind']})" if ref["step_kind"] else ""
         cells = [
             row["strategy"],
+            row["precision"],
             str(row["batch_size"]),
             str(row["steps_timed"]["train"]),
             _number(row["train_images_per_second"]),
-            _number(row["data_ceiling_images_per_second"]),
-            _number(row["model_ceiling_images_per_second"]),
-            _number(row["train_over_data_ceiling"], ratio=True),
-            _number(row["data_ceiling_over_model_ceiling"], ratio=True),
-            _number(row.get("eval_images_per_second")),
-            _number(row.get("forward_images_per_second")),
-            _number(row["eval_over_forward_ceiling"], ratio=True),
+            _number(row["own_step_images_per_second"]),
+            _number(ref["step_images_per_second"]) + kind,
+            _number(ref["full_step_images_per_second"]),
+            _number(ref["frozen_backward_images_per_second"]),
+            _number(row["train_over_reference_step"], ratio=True),
+            _number(row["own_step_over_reference_step"], ratio=True),
+            _number(row["train_over_full_step"], ratio=True),
+            _number(row["eval_images_per_second"]),
+            _number(ref["forward_images_per_second"]),
+            _number(row["eval_over_forward"], ratio=True),
+            f"{ops['strategy']:,} / {ops['reference']:,} = {ops['ratio']:.2f}" if ops else "-",
             "; ".join(row["notes"]),
         ]
         lines.append("| " + " | ".join(cells) + " |")
