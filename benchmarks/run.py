@@ -19,6 +19,7 @@ from benchmarks.core.errors import STORAGE_ERRORS, CommandParser, UserError, one
 from benchmarks.core.precision import PRECISIONS
 from benchmarks.data.device_augment import AUGMENT_ON
 from benchmarks.runner.execute import preflight, resolve, settings_from_the_suite
+from benchmarks.runner.gpu_hours import MEASURE_COMMAND, Rates, find_rates, gpu_hours_line, read_rates
 from benchmarks.runner.launcher import LAUNCHERS, InlineLauncher, Launcher, RunOptions, prepare_runner_process
 from benchmarks.runner.live_log import parse_loggers
 from benchmarks.runner.local_launcher import LocalLauncher, auto_workers, check_gpus, check_workers
@@ -27,11 +28,16 @@ from benchmarks.runner.status import run_state, slurm_view
 from benchmarks.runner.suites import SUITES_DIR, FastDevRun, RunSpec, expand, load_suite
 
 
-def dry_run_table(runs: list[RunSpec], store: ResultStore, data_root: str) -> str:
+def dry_run_table(
+    runs: list[RunSpec], store: ResultStore, data_root: str, gpu_rates: Rates | None | bool = False
+) -> str:
     """One row per run of the suite: its state in ``store`` and an estimate of what is left to
     compute, from the ``cost`` of finished runs of the same strategy and dataset (mean train +
     evaluation seconds a task, times the tasks left). Runs without such a finished run make the
-    total a lower bound, or leave no estimate at all."""
+    total a lower bound, or leave no estimate at all. With ``gpu_rates`` (a GPU check's measured
+    rates, or None where none was found; False: a CPU suite, no line) a last line gives the
+    GPU-hours the runs left take at those rates (``benchmarks.runner.gpu_hours``): a plan made
+    before any run has finished, which the table's own estimate cannot be."""
     per_task: dict[tuple[str, str], list[float]] = {}
     for _, result in iter_results(store.root, skipped=[]):
         cost = result.get("cost") or {}
@@ -41,12 +47,14 @@ def dry_run_table(runs: list[RunSpec], store: ResultStore, data_root: str) -> st
     lines = ["| run | state | estimated cost left |", "|---|---|---|"]
     total, estimated, unknown = 0.0, 0, 0
     slurm = slurm_view(store, [spec.key for spec in runs])  # one question for every queued run
+    pending: list[tuple[RunSpec, dict, int]] = []  # the runs left, for the GPU-hours
     for spec in runs:
         _, _, config = resolve(spec, data_root)
         state = run_state(store, spec.key, config_hash(config), slurm)
         left = 0 if state.state in ("finished", "running") else spec.n_tasks - state.tasks_done
         estimate = "-"
         if left:
+            pending.append((spec, config, state.tasks_done))
             samples = per_task.get((spec.strategy, spec.dataset))
             if samples:
                 seconds = left * sum(samples) / len(samples)
@@ -64,7 +72,8 @@ def dry_run_table(runs: list[RunSpec], store: ResultStore, data_root: str) -> st
         left = f"; at least {_duration(total)} left, plus {unknown} run(s) without an estimate"
     else:
         left = f"; estimated {_duration(total)} left"
-    return "\n".join([*lines, "", f"{len(runs)} run(s){left}"])
+    gpu = [] if gpu_rates is False else [gpu_hours_line(pending, gpu_rates)]
+    return "\n".join([*lines, "", f"{len(runs)} run(s){left}", *gpu])
 
 
 def suite_title(suite: dict) -> str:
@@ -106,8 +115,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--precision",
         choices=["auto", *PRECISIONS],
-        help="fp32, tf32 (fp32 with TF32 matmuls on CUDA), fp16 (autocast + loss scaling) or bf16; default: the suite's, else auto "
-        "(fp16 on CUDA, fp32 on CPU)",
+        help="fp32, tf32 (fp32 with TF32 matmuls on CUDA), fp16 (autocast + loss scaling) or bf16; "
+        "default: the suite's, else auto (fp16 on CUDA, fp32 on CPU)",
     )
     parser.add_argument(
         "--deterministic",
@@ -214,7 +223,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         "--dry-run",
         action="store_true",
         help="list every run with its state (finished, partial, running, to run) and an estimated "
-        "cost from finished runs of the same strategy and dataset; run nothing",
+        "cost from finished runs of the same strategy and dataset, and, for a GPU suite, the GPU-hours "
+        "left at the rates a GPU check measured; run nothing",
+    )
+    parser.add_argument(
+        "--rates",
+        metavar="FILE",
+        help=f"with --dry-run: the pipeline.json of a GPU check ({MEASURE_COMMAND}) to turn into "
+        "GPU-hours (default: the newest gpu_check/*/pipeline.json beside the results folder or under ./runs)",
     )
     return parser.parse_args(argv)
 
@@ -278,6 +294,18 @@ def _launcher(
     return InlineLauncher()
 
 
+def _gpu_rates(args: argparse.Namespace, suite: dict, results_dir: Path) -> Rates | None | bool:
+    """The GPU rates for a dry run's GPU-hours line: those of ``--rates`` or the newest GPU check,
+    None where none was run; False (no line) for a fast dev run, or a suite run on the CPU without
+    ``--rates`` (the smoke suites: GPU-hours mean nothing there)."""
+    if args.fast_dev_run is not None:
+        return False
+    if args.rates is None and (args.device or suite.get("device", "auto")) == "cpu":
+        return False
+    path = find_rates(args.rates, results_dir)
+    return read_rates(path) if path is not None else None
+
+
 @one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
@@ -290,6 +318,8 @@ def main(argv: list[str] | None = None) -> int:
         named = _named_launcher(args)
         # bad launcher input: one line, before anything runs
         slurm_options = _check_launcher_options(args, named, suite)
+        if args.rates is not None and not args.dry_run:
+            raise UserError("--rates belongs to --dry-run: it turns measured rates into GPU-hours")
         device, weights = args.device, args.weights
         fast_dev_run = FastDevRun(train_batches=args.fast_dev_run) if args.fast_dev_run is not None else None
         if slurm_options is not None:
@@ -319,7 +349,7 @@ def main(argv: list[str] | None = None) -> int:
         results_dir = Path(args.results_dir or Path("runs") / default_dir)
         store = ResultStore(results_dir)
         if args.dry_run:
-            print(dry_run_table(runs, store, args.data_root))
+            print(dry_run_table(runs, store, args.data_root, _gpu_rates(args, suite, results_dir)))
             return 0
         preflight(runs, args.data_root)
         print(f"{suite_title(suite)}: {len(runs)} run(s) -> {results_dir}", file=sys.stderr)

@@ -129,6 +129,12 @@ class DatasetUnit:
         arguments (a suite's ``[dataset.NAME]`` table), checked by name before it is called."""
         raise NotImplementedError
 
+    def image_counts(self, **options: Any) -> tuple[int, int] | None:
+        """(training, test) images of the real dataset under ``options`` (its ``load`` keywords;
+        others ignored), known without reading a file: ``benchmarks.run --dry-run`` turns them into
+        GPU-hours before the data is there. None where the size is not known in advance."""
+        return None
+
     # --- files and preparing ---
     def archives(self) -> list[Archive]:
         """The files it is made from, with their checksums (empty: the user provides them)."""

@@ -10,6 +10,10 @@ Measurements
     count, idle and beside a busy process), ``official_goldens`` (outputs of the official code that
     the tests compare with).
 
+Checking a GPU
+    ``gpu_check``: in minutes on one GPU, before a long run, the CUDA tests, the speed table, the
+    runner's pace and a fast dev run against the speed goals; one table and a verdict.
+
 Data commands
     ``fake_data`` (fake files in every real dataset's format, and a random ViT-B/16), ``resized_cache``
     (images decoded and resized once). Downloads are ``benchmarks.prepare``'s alone.

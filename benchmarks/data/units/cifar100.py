@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pickle
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from torchvision.datasets import CIFAR100
@@ -134,6 +135,9 @@ class Cifar100(DatasetUnit):
         return missing_or(
             [(check_integrity(str(base / f), md5), f"{f} fails its MD5 check") for f, md5 in files], base
         )
+
+    def image_counts(self, **options: Any) -> tuple[int, int]:
+        return 50_000, 10_000  # the official split, 500 and 100 a class
 
     def write_fake(self, root: Path, n_train: int, n_test: int, rng: np.random.RandomState) -> Path:
         """``cifar-100-python/{train,test,meta}``: the official pickles' keys, 32x32 random images."""

@@ -12,6 +12,7 @@ import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -39,6 +40,9 @@ from benchmarks.data.unit import (
 
 #: the ILSVRC2012 archives ``prepare`` reads, by torchvision's part names (``ARCHIVE_META``)
 ILSVRC = ("devkit", "val", "train")
+
+#: ILSVRC2012 train images, the 1000 classes together
+IMAGENET_TRAIN_IMAGES = 1_281_167
 
 
 def ilsvrc_archives() -> dict[str, tuple[str, str]]:
@@ -207,6 +211,10 @@ class ImageNet100(ImageNet):
             raise UserError(f"imagenet100 option n_classes={n_classes} must be between 1 and 1000")
         return self.load_classes(data_root, n_classes, include_train)
 
+    def image_counts(self, n_classes: int = 100, **options: Any) -> tuple[int, int]:
+        """ImageNet-1K's mean of 1,281 training images a class (between 732 and 1,300), 50 val."""
+        return round(n_classes * IMAGENET_TRAIN_IMAGES / 1000), 50 * n_classes
+
 
 @register_dataset("imagenet1k")
 class ImageNet1K(ImageNet):
@@ -235,3 +243,6 @@ class ImageNet1K(ImageNet):
     def load(self, data_root: Path | None, include_train: bool = True) -> ClassificationData:
         """ImageNet-1K: all 1000 wnid folders of ImageNet train; ImageNet val as test."""
         return self.load_classes(data_root, 1000, include_train)
+
+    def image_counts(self, **options: Any) -> tuple[int, int]:
+        return IMAGENET_TRAIN_IMAGES, 50_000

@@ -5,6 +5,7 @@ from __future__ import annotations
 import functools
 from importlib import resources
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -195,6 +196,19 @@ class ImagenetR(DatasetUnit):
     def state(self, ctx: PrepareContext) -> str:
         base = ctx.data_root / self.folder
         return missing_or([(count_dirs(base) == 200, f"{base} does not hold 200 wnid folders")], base)
+
+    def image_counts(
+        self, split: str = "rapf", train_fraction: float = 0.8, split_file=None, **options: Any
+    ) -> tuple[int, int] | None:
+        """RAPF's list: 24,000 and 6,000 (``RAPF_SPLIT``); ``stratified``: the 30,000 split by
+        ``train_fraction`` (per class in fact, so within a few images of this); a file of the
+        user's own: unknown."""
+        if split_file is not None:
+            return None
+        if split == "rapf":
+            return 24_000, 6_000
+        train = round(30_000 * train_fraction)
+        return train, 30_000 - train
 
     def write_fake(self, root: Path, n_train: int, n_test: int, rng: np.random.RandomState) -> Path:
         """``imagenet-r/<wnid>/*.jpg`` for the 200 ImageNet-R wnids, named as the shipped RAPF split

@@ -37,6 +37,11 @@ class Synthetic(DatasetUnit):
             test_targets=list(test.targets),
         )
 
+    def image_counts(
+        self, n_train_per_class: int = 100, n_test_per_class: int = 20, n_classes: int = 100, **options
+    ) -> tuple[int, int]:
+        return n_classes * n_train_per_class, n_classes * n_test_per_class
+
 
 def load_synthetic(**options) -> ClassificationData:
     """The synthetic world without a data root (the miniature's own callers)."""
