@@ -14,13 +14,23 @@ import argparse
 import sys
 from pathlib import Path
 
-from benchmarks.core.environment import check_threads, set_deterministic
+from benchmarks.core.environment import check_threads, set_deterministic, usable_cores
 from benchmarks.core.errors import STORAGE_ERRORS, CommandParser, UserError, one_line_user_errors
 from benchmarks.core.precision import PRECISIONS
 from benchmarks.data.device_augment import AUGMENT_ON
 from benchmarks.runner.execute import preflight, resolve, settings_from_the_suite
 from benchmarks.runner.gpu_hours import MEASURE_COMMAND, Rates, find_rates, gpu_hours_line, read_rates
-from benchmarks.runner.launcher import LAUNCHERS, InlineLauncher, Launcher, RunOptions, prepare_runner_process
+from benchmarks.runner.launcher import (
+    LAUNCHERS,
+    InlineLauncher,
+    Launcher,
+    RunOptions,
+    Terminated,
+    prepare_runner_process,
+    restore_sigterm,
+    stop_on_sigterm,
+    watch_launcher,
+)
 from benchmarks.runner.live_log import parse_loggers
 from benchmarks.runner.local_launcher import LocalLauncher, auto_workers, check_gpus, check_workers
 from benchmarks.runner.results import ResultStore, config_hash, iter_results
@@ -235,6 +245,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     return parser.parse_args(argv)
 
 
+def _threads(value: object, args: argparse.Namespace):
+    """``--threads`` or the suite's ``threads``, checked: a count above the cores this process may
+    use only makes the threads wait on each other (load in the thousands on two cores), so it is
+    refused, except for SLURM jobs, which run on other machines with their own cores."""
+    threads = check_threads(value)
+    if threads != "auto" and threads > usable_cores() and args.launcher != "slurm":
+        raise UserError(
+            f"threads {threads} is more than the {usable_cores()} core(s) this process may use; "
+            'give at most that, or "auto"'
+        )
+    return threads
+
+
 def _named_launcher(args: argparse.Namespace) -> str | None:
     """The launcher the command names, or the local one that ``--workers`` or ``--gpus`` imply;
     None: the suite's ``workers`` decide once the runs are known (``_launcher_for_runs``)."""
@@ -310,10 +333,12 @@ def _gpu_rates(args: argparse.Namespace, suite: dict, results_dir: Path) -> Rate
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     prepare_runner_process()
+    sigterm = stop_on_sigterm()  # SIGTERM stops as Ctrl-C does: locks released, workers ended
+    watch_launcher()  # a local launcher's worker: end with the launcher, however it ends
     try:
         loggers = parse_loggers(args.log)  # a logger that cannot start: one line, before any run
         suite = load_suite(args.suite)
-        threads = check_threads(args.threads or suite.get("threads", "auto"))
+        threads = _threads(args.threads if args.threads is not None else suite.get("threads", "auto"), args)
         workers = check_workers(args.workers if args.workers is not None else suite.get("workers", 1))
         named = _named_launcher(args)
         # bad launcher input: one line, before anything runs
@@ -333,7 +358,7 @@ def main(argv: list[str] | None = None) -> int:
             datasets=args.datasets,
             tasks=args.tasks,
             # seeds add no code path: a fast dev run takes the suite's first unless told otherwise
-            seeds=args.seeds or (suite["seeds"][:1] if fast_dev_run else None),
+            seeds=args.seeds if args.seeds is not None else (suite["seeds"][:1] if fast_dev_run else None),
             device=device,
             class_order=args.class_order,
             weights=weights,
@@ -352,7 +377,8 @@ def main(argv: list[str] | None = None) -> int:
             print(dry_run_table(runs, store, args.data_root, _gpu_rates(args, suite, results_dir)))
             return 0
         preflight(runs, args.data_root)
-        print(f"{suite_title(suite)}: {len(runs)} run(s) -> {results_dir}", file=sys.stderr)
+        if not args.quiet:
+            print(f"{suite_title(suite)}: {len(runs)} run(s) -> {results_dir}", file=sys.stderr)
         for label, dataset in dict.fromkeys((s.label, s.dataset) for s in runs if ":" in s.strategy):
             spec = next(s for s in runs if (s.label, s.dataset) == (label, dataset))
             # an outside strategy: say what the suite's protocol gave it (docs/adding-a-strategy.md)
@@ -381,9 +407,9 @@ def main(argv: list[str] | None = None) -> int:
             from analysis.tables import write_tables  # the one place that prints the results table
 
             print(write_tables(results_dir, outcome.finished))
-        elif launcher == "inline":
+        elif launcher in ("inline", "local"):
             print(
-                "no run finished here: every run is held by another process; rerun later to collect them",
+                "no run finished here: every run is held by another command; rerun later to collect them",
                 file=sys.stderr,
             )
         if outcome.code:
@@ -403,9 +429,11 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
         return 2
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as err:
         print("interrupted: rerun the same command to resume from the last finished task", file=sys.stderr)
-        return 130
+        return 143 if isinstance(err, Terminated) else 130  # 128 + SIGTERM, as a shell reports it
+    finally:
+        restore_sigterm(sigterm)
 
 
 if __name__ == "__main__":

@@ -65,7 +65,7 @@ def _discover() -> None:
 
     for module in pkgutil.iter_modules(strategies.__path__):
         if module.name not in _SHARED_MODULES:
-            importlib.import_module(f"strategies.{module.name}")
+            _import_module(f"strategies.{module.name}", "strategy", f"strategies.{module.name}")
     _DISCOVERED = True
 
 
@@ -82,7 +82,7 @@ def import_class(name: str, what: str = "strategy") -> type:
     if not module_name or module_name.startswith(".") or not attr:
         raise UserError(f"{what} {name!r}: give it as module.path:ClassName")
     try:
-        module = importlib.import_module(module_name)
+        module = _import_module(module_name, what, name)
     except ImportError as err:
         missing = err.name if isinstance(err, ModuleNotFoundError) else None
         if missing and (module_name == missing or module_name.startswith(missing + ".")):
@@ -114,6 +114,24 @@ def import_class(name: str, what: str = "strategy") -> type:
             + (f"; did you mean {close[0]!r}?" if close else "")
         )
     return cls
+
+
+def _import_module(module_name: str, what: str, name: str):
+    """The module, imported; its own code failing with anything but an ImportError (a RuntimeError,
+    a SyntaxError, a failed assert) is one line naming the module and the error, not a traceback."""
+    try:
+        return importlib.import_module(module_name)
+    except (ImportError, UserError):
+        raise  # the caller tells a missing module from a failed import inside it; a UserError is one line
+    except Exception as err:
+        if isinstance(err, SyntaxError):  # its message and place are the file's, not a frame's
+            where, message = f" at {err.filename}:{err.lineno}", err.msg
+        else:
+            where, message = _raised_at(err), str(err)
+        raise UserError(
+            f"cannot import {what} {name!r}: module {module_name!r} failed while it was imported "
+            f"({type(err).__name__}{where}: {message}); fix that module"
+        ) from None
 
 
 def _raised_at(err: BaseException) -> str:

@@ -131,7 +131,7 @@ def _plugins(spec: RunSpec, strategy_cls, value) -> dict | None:
     """The suite's Avalanche plugins for the run (``strategies.plugins``), checked, or None."""
     if value is None:
         return None
-    table = plugin_table(value, spec.strategy)
+    table = plugin_table(value, spec.strategy, suite_table(spec.option_sources.get(PLUGINS, "defaults")))
     if table and not optional(strategy_cls, "avalanche_plugins", False):
         raise UserError(
             f"{spec.strategy} does not run Avalanche's loop, so the plugins {sorted(table)} cannot attach "

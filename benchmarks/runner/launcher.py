@@ -13,7 +13,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 import sys
+import threading
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -23,6 +25,7 @@ from tqdm.auto import tqdm
 
 from benchmarks.core.environment import Threads, set_threads
 from benchmarks.core.errors import UserError
+from benchmarks.runner.locking import read_holder, this_command
 from benchmarks.runner.results import ResultStore, RunKey
 from benchmarks.runner.suites import RunSpec
 
@@ -88,6 +91,64 @@ def run_log(store: ResultStore, key: RunKey) -> Iterator[None]:
             os.close(saved)
 
 
+class Terminated(KeyboardInterrupt):
+    """SIGTERM (``timeout``, a CI cancel, ``kill``, a local launcher ending its workers), raised in
+    the main thread: the command stops as on Ctrl-C, so a run releases its lock and keeps its
+    finished tasks, and a local launcher ends its workers first."""
+
+
+def _raise_terminated(signum, frame) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM during the clean-up ends it at once
+    raise Terminated()
+
+
+def stop_on_sigterm():
+    """Make SIGTERM raise ``Terminated`` in this process (from its main thread only, as Python
+    allows); without it, SIGTERM ends Python without a clean-up, leaving the lock to go stale.
+    Returns the handler it replaced, for ``restore_sigterm`` (a command called in-process, by a test)."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.signal(signal.SIGTERM, _raise_terminated)
+
+
+def restore_sigterm(previous) -> None:
+    if previous is not None and threading.current_thread() is threading.main_thread():
+        signal.signal(signal.SIGTERM, previous)
+
+
+#: set by the local launcher in a worker's environment: the read end of a pipe whose write end only
+#: the launcher holds, so that it reads end-of-file once the launcher is gone, however it ended
+PARENT_PIPE_ENV = "CIL_BENCH_LAUNCHER_PIPE"
+
+
+def watch_launcher() -> None:
+    """In a local launcher's worker: end this process (SIGTERM, so its lock is released) once the
+    launcher is gone. Linux's ``PR_SET_PDEATHSIG`` does it too (``local_launcher``); the pipe also
+    covers the systems that lack it, and a launcher that died before the worker could ask for it."""
+    fd = os.environ.pop(PARENT_PIPE_ENV, None)  # not for this worker's own children
+    if fd is None or not fd.isdigit():
+        return
+
+    def watch() -> None:
+        try:
+            while os.read(int(fd), 1):
+                pass
+        except OSError:
+            pass
+        os.kill(os.getpid(), signal.SIGTERM)
+
+    threading.Thread(target=watch, name="launcher watch", daemon=True).start()
+
+
+def held_elsewhere(store: ResultStore, key: RunKey) -> str:
+    """The line for a run another live command holds: the one rule of every launcher (not an error
+    of this command: the holder computes it, and a rerun or the holder's table collects it)."""
+    holder = read_holder(store.lock(key).path)
+    if holder is not None and holder.command_pid == this_command()[0] and not holder.damaged:
+        return f"computed by another worker of this command ({holder.describe()})"
+    return f"computed by another command ({holder.describe() if holder else 'lock released meanwhile'})"
+
+
 def prepare_runner_process() -> None:
     """What every process that executes runs needs first: warnings as one line for the user, and,
     under forkserver (Linux's default from Python 3.14), loader workers that fork from a server
@@ -103,7 +164,8 @@ def prepare_runner_process() -> None:
 
 class InlineLauncher:
     """Every run, one after another, in this process. A run that another process holds is skipped
-    (that process computes it); the outcome lists the runs finished here or found finished."""
+    (that process computes it: ``held_elsewhere`` names it, and it is no error); the outcome lists
+    the runs finished here or found finished."""
 
     def launch(self, runs: list[RunSpec], store: ResultStore, options: RunOptions) -> Outcome:
         from benchmarks.runner.execute import execute  # pulls in torch, Avalanche and the strategies
@@ -126,9 +188,11 @@ class InlineLauncher:
                 if result is not None:
                     summary = result["summary"]
                     status += f"; Avg {summary['avg_acc']:.2f}  Last {summary['last_acc']:.2f}"
+                else:  # another command holds the run: it computes it
+                    status = held_elsewhere(store, spec.key)
                 if options.run_logs:  # the run's own log tells its story too
                     print(f"{spec.key}: {status}", file=sys.stderr)
             tqdm.write(f"{spec.key}: {status}", file=sys.stderr)
-            if result is not None:  # None: another process holds the run
+            if result is not None:
                 finished.append(spec.key)
         return Outcome(0, finished)

@@ -12,11 +12,26 @@ share of the cores on CUDA (``worker_threads``).
 idle core on the CPU, where each run computes on one thread, and one on CUDA (``auto_workers``);
 never more workers than runs to compute. The numbers are the inline launcher's whatever the count:
 each run is the same computation in its own process.
+
+Workers end with their launcher. On SIGTERM (``timeout``, a CI cancel, ``kill``) or Ctrl-C the
+launcher terminates its workers, waits for them to release their locks (``STOP_SECONDS``, then
+kills them) and exits. Where the launcher itself is killed (``kill -9``), each worker is told by
+Linux (``prctl(PR_SET_PDEATHSIG, SIGTERM)``, asked in the child before it runs Python) and by a pipe
+whose write end only the launcher holds (``launcher.watch_launcher``: end-of-file once it is
+gone, on any system), and stops as on SIGTERM, releasing its lock.
+
+Each worker's own log is ``<results-dir>/.logs/local-worker-<i>.<start stamp>-<launcher pid>.log``,
+one per command: two commands on one results folder never write or truncate each other's. A run
+that another command holds is that command's to compute: it is named with its holder (host, pid,
+the command's start), and is no error of this command (exit 0 where every other run finished),
+as under the inline launcher.
 """
 
 from __future__ import annotations
 
+import ctypes
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -26,12 +41,32 @@ from tqdm.auto import tqdm
 
 from benchmarks.core.environment import Threads, auto_threads, check_count_or_auto, idle_cores
 from benchmarks.core.errors import UserError
-from benchmarks.runner.launcher import Outcome, RunOptions, run_log_path
+from benchmarks.runner.launcher import PARENT_PIPE_ENV, Outcome, RunOptions, held_elsewhere, run_log_path
+from benchmarks.runner.locking import COMMAND_ENV, this_command
 from benchmarks.runner.results import ResultStore, config_hash
 from benchmarks.runner.status import RunState, run_state
 from benchmarks.runner.suites import RunSpec
 
 POLL_SECONDS = 2.0
+STOP_SECONDS = 60.0  # how long terminated workers get to release their locks before they are killed
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
+
+def _die_with(parent: int):
+    """A ``preexec_fn``: the worker gets SIGTERM when ``parent`` (the launcher) dies. Runs in the
+    child between fork and exec, so it only calls a C function looked up beforehand; where there is
+    no ``prctl`` (not Linux) it does nothing and the pipe alone tells the worker."""
+    try:
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+
+    def preexec() -> None:
+        prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        if os.getppid() != parent:  # the launcher died before the request: no signal will come
+            os.kill(os.getpid(), signal.SIGTERM)
+
+    return preexec
 
 
 def check_gpus(gpus: list[int] | None) -> None:
@@ -111,8 +146,12 @@ class LocalLauncher:
         workers = min(self.workers, to_compute)
         logs = store.root / ".logs"
         logs.mkdir(parents=True, exist_ok=True)
+        command_pid, started = this_command()
+        stamp = f"{time.strftime('%Y%m%d-%H%M%S', time.localtime(started))}-{command_pid}"
         tqdm.write(
-            f"{workers} local worker(s) share {to_compute} run(s); each run's log: {logs}", file=sys.stderr
+            f"{workers} local worker(s) share {to_compute} run(s); each run's log: {logs}, each worker's: "
+            f"{logs}/local-worker-<i>.{stamp}.log",
+            file=sys.stderr,
         )
         command = [
             sys.executable,
@@ -127,23 +166,56 @@ class LocalLauncher:
             "--results-dir",
             str(store.root),
         ]
-        processes = []
-        for index in range(workers):
-            env = dict(os.environ)
-            if self.gpus:
-                env["CUDA_VISIBLE_DEVICES"] = str(self.gpus[index % len(self.gpus)])
-            log = open(logs / f"local-worker-{index}.log", "w")
-            processes.append((subprocess.Popen(command, stdout=log, stderr=subprocess.STDOUT, env=env), log))
+        processes, paths = [], []
+        watch, alive_end = os.pipe()  # the workers read end-of-file once this process is gone
+        try:
+            for index in range(workers):
+                env = {**os.environ, PARENT_PIPE_ENV: str(watch), COMMAND_ENV: f"{command_pid} {started}"}
+                if self.gpus:
+                    env["CUDA_VISIBLE_DEVICES"] = str(self.gpus[index % len(self.gpus)])
+                paths.append(logs / f"local-worker-{index}.{stamp}.log")
+                log = open(paths[-1], "a")  # "a": never another command's log truncated
+                worker = subprocess.Popen(
+                    command,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    pass_fds=(watch,),
+                    preexec_fn=_die_with(os.getpid()),
+                )
+                processes.append((worker, log))
+            return self._watch(runs, store, options, hashes, states, processes, paths, workers)
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (``launcher.Terminated``): the workers end first
+            _stop(processes)
+            raise
+        finally:
+            os.close(watch)
+            os.close(alive_end)
+            for _, log in processes:
+                log.close()
+
+    def _watch(self, runs, store, options, hashes, states, processes, paths, workers) -> Outcome:
+        """Show progress until every worker has ended; the outcome, with the runs held by another
+        command named (not an error) and the workers that failed named with their log's last line."""
         bar = tqdm(total=len(runs), desc=f"{workers} local workers", disable=options.quiet, unit="run")
+        others: dict = {}  # run -> the line naming the other command last seen holding it
         try:
             while True:
                 alive = [p for p, _ in processes if p.poll() is None]
                 previous, states = states, self._states(runs, store, hashes)
                 for spec, before, now in zip(runs, previous, states, strict=True):
+                    if now.state == "running":
+                        held = held_elsewhere(store, spec.key)
+                        if held.startswith("computed by another command"):
+                            others[spec.key] = held
+                        else:
+                            others.pop(spec.key, None)
                     if now.state != before.state and now.state in ("finished", "failed"):
                         # a line per run as it ends, as the inline launcher writes (a log gets no bar)
                         log = run_log_path(store, spec.key)
-                        ended = "ran" if now.state == "finished" else f"failed (log: {log})"
+                        ended = (
+                            others.get(spec.key, "ran") if now.state == "finished" else f"failed (log: {log})"
+                        )
                         tqdm.write(f"{spec.key}: {ended}; {now.detail}", file=sys.stderr)
                 bar.n = sum(state.state == "finished" for state in states)
                 bar.set_postfix(
@@ -155,25 +227,38 @@ class LocalLauncher:
                 if not alive:
                     break
                 time.sleep(POLL_SECONDS)
-        except KeyboardInterrupt:
-            for process, _ in processes:
-                process.terminate()
-            raise
         finally:
             bar.close()
-            for _, log in processes:
-                log.close()
         finished = [spec.key for spec, state in zip(runs, states, strict=True) if state.state == "finished"]
+        # every worker has ended: a run still running is another command's, which computes it
+        elsewhere = [spec for spec, state in zip(runs, states, strict=True) if state.state == "running"]
+        for spec in elsewhere:
+            tqdm.write(f"{spec.key}: {held_elsewhere(store, spec.key)}", file=sys.stderr)
         failed = [(i, p.returncode) for i, (p, _) in enumerate(processes) if p.returncode != 0]
         for index, code in failed:
-            log = logs / f"local-worker-{index}.log"
+            log = paths[index]
             lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
             print(
                 f"worker {index} exited with {code}: {lines[-1] if lines else 'no output'} (log: {log})",
                 file=sys.stderr,
             )
-        return Outcome(2 if failed or len(finished) < len(runs) else 0, finished)
+        return Outcome(2 if failed or len(finished) + len(elsewhere) < len(runs) else 0, finished)
 
     @staticmethod
     def _states(runs: list[RunSpec], store: ResultStore, hashes: dict) -> list[RunState]:
         return [run_state(store, spec.key, hashes[spec.key]) for spec in runs]
+
+
+def _stop(processes: list) -> None:
+    """Terminate the workers and wait for them to release their locks (``STOP_SECONDS`` in all);
+    kill the ones still there, so that no worker outlives its launcher."""
+    for process, _ in processes:
+        if process.poll() is None:
+            process.terminate()
+    deadline = time.monotonic() + STOP_SECONDS
+    for process, _ in processes:
+        try:
+            process.wait(timeout=max(0.1, deadline - time.monotonic()))
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()

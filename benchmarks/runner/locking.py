@@ -12,6 +12,14 @@ A run that fails releases its lock and leaves ``<results>/.locks/.../T<n>-seed<s
 failed, where and when (``benchmarks.runner.status`` shows it; a later successful run removes it). A run
 submitted to SLURM is marked ``.queued`` (its job id) until it finishes or its job fails.
 
+A lock file that cannot be read as a holder (JSON cut off by a full disk or a network file system,
+a pid that is not a number) is a damaged lock: judged by its age like an empty one (a lock being
+written is empty for an instant, so a young one is left alone), and named as damaged wherever a
+holder is shown.
+
+A lock records the command it belongs to (``command_pid``, ``command_started``): a local launcher's
+worker inherits its launcher's (``COMMAND_ENV``), so a rerun can name the command that holds a run.
+
 A SLURM job keeps its id when it is requeued, so a lock held under this process's own job id is
 a previous life of this very job (killed before it could release the lock): it is taken over.
 """
@@ -29,6 +37,18 @@ from pathlib import Path
 
 HEARTBEAT_SECONDS = 30.0
 STALE_AFTER_SECONDS = 300.0  # ten missed heartbeats
+#: set by the local launcher for its workers: "<pid> <start time>" of the command they belong to
+COMMAND_ENV = "CIL_BENCH_COMMAND"
+_STARTED = time.time()  # this process's start, near enough: the runner imports this module early
+
+
+def this_command() -> tuple[int, float]:
+    """The pid and start time of the command this process belongs to: its launcher's, for a worker."""
+    pid, _, started = os.environ.get(COMMAND_ENV, "").partition(" ")
+    try:
+        return int(pid), float(started)
+    except ValueError:
+        return os.getpid(), _STARTED
 
 
 def job_id() -> str | None:
@@ -48,27 +68,54 @@ class Holder:
     job_id: str | None
     since: float
     heartbeat: float  # the file's mtime
+    damaged: str | None = None  # why the file names no holder (cut-off JSON, a pid not a number)
+    path: Path | None = None
+    command_pid: int | None = None  # the command the holder belongs to (``this_command``)
+    command_started: float | None = None
 
     def describe(self) -> str:
+        if self.damaged:
+            written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.heartbeat))
+            stale = time.strftime("%H:%M:%S", time.localtime(self.heartbeat + STALE_AFTER_SECONDS))
+            return (
+                f"a damaged lock file {self.path} ({self.damaged}), last written {written}, "
+                f"stale and taken over from {stale}"
+            )
         who = f"job {self.job_id}" if self.job_id else f"pid {self.pid}"
         since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
-        return f"{self.host}, {who}, since {since}"
+        command = ""
+        if self.command_started is not None:
+            started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.command_started))
+            command = f", of the command (pid {self.command_pid}) started {started}"
+        return f"{self.host}, {who}, since {since}{command}"
 
 
 def read_holder(path: Path) -> Holder | None:
-    """The holder of the lock at ``path``, or None if there is no lock (or it is being replaced)."""
+    """The holder of the lock at ``path``, or None if there is no lock (or it is being replaced).
+    A file that names no holder is a damaged one (``Holder.damaged``), judged by its age alone."""
     try:
         heartbeat = path.stat().st_mtime
-        data = json.loads(path.read_text() or "{}")
-    except (FileNotFoundError, ValueError):
+        text = path.read_text(errors="replace")
+    except FileNotFoundError:
         return None
-    return Holder(
-        str(data.get("host", "?")),
-        int(data.get("pid", 0)),
-        data.get("job_id"),
-        float(data.get("since", heartbeat)),
-        heartbeat,
-    )
+    try:
+        data = json.loads(text or "{}")
+        if not isinstance(data, dict):
+            raise ValueError("not a JSON object")
+        command_pid, command_started = data.get("command_pid"), data.get("command_started")
+        return Holder(
+            str(data.get("host", "?")),
+            int(data.get("pid", 0)),
+            data.get("job_id"),
+            float(data.get("since", heartbeat)),
+            heartbeat,
+            path=path,
+            command_pid=None if command_pid is None else int(command_pid),
+            command_started=None if command_started is None else float(command_started),
+        )
+    except (ValueError, TypeError) as err:
+        why = "cut-off or invalid JSON" if isinstance(err, json.JSONDecodeError) else f"unreadable: {err}"
+        return Holder("?", 0, None, heartbeat, heartbeat, damaged=why, path=path)
 
 
 def _process_gone(holder: Holder) -> bool:
@@ -76,7 +123,7 @@ def _process_gone(holder: Holder) -> bool:
         return False  # another machine's process: only its heartbeat can tell
     try:
         os.kill(holder.pid, 0)
-    except ProcessLookupError:
+    except (ProcessLookupError, OverflowError):  # OverflowError: no process has such a pid
         return True
     except PermissionError:
         return False
@@ -171,6 +218,7 @@ class RunLock:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
+        command_pid, command_started = this_command()
         with os.fdopen(fd, "w") as handle:
             json.dump(
                 {
@@ -179,6 +227,8 @@ class RunLock:
                     "job_id": self.holder_job_id(),
                     "since": time.time(),
                     "token": self.token,
+                    "command_pid": command_pid,
+                    "command_started": command_started,
                 },
                 handle,
             )
@@ -200,9 +250,10 @@ class RunLock:
 
     def _ours(self) -> bool:
         try:
-            return json.loads(self.path.read_text()).get("token") == self.token
+            data = json.loads(self.path.read_text(errors="replace"))
         except (FileNotFoundError, ValueError):
             return False
+        return isinstance(data, dict) and data.get("token") == self.token
 
     def release(self, error: str | None = None, finished: bool = False) -> None:
         """Stop the heartbeat and remove the lock if it is still ours; record ``error`` (a run that

@@ -72,6 +72,8 @@ def run_state(
             "finished", f"Avg {summary['avg_acc']:.2f}  Last {summary['last_acc']:.2f}", key.n_tasks
         )
     kept = f"; {done}/{key.n_tasks} tasks kept" if done else ""
+    # a stale lock is no holder, but a damaged one is named: someone may want to know why it is there
+    stale = f"; {holder.describe()}" if holder is not None and holder.damaged else ""
     if queued is not None:
         job_id = str(queued.get("job_id"))
         job = slurm.get(job_id)
@@ -103,8 +105,8 @@ def run_state(
             done,
         )
     if done:
-        return RunState("partial", f"{done}/{key.n_tasks} tasks done", done)
-    return RunState("to run")
+        return RunState("partial", f"{done}/{key.n_tasks} tasks done{stale}", done)
+    return RunState("to run", stale.removeprefix("; "))
 
 
 def _error(lock) -> dict | None:

@@ -181,9 +181,13 @@ def available_suites() -> list[str]:
 def load_suite(name_or_path: str) -> dict[str, Any]:
     """Read a suite by name (``benchmarks/suites/NAME.toml``) or from a TOML file path."""
     path = Path(name_or_path)
+    if path.suffix == ".toml" and path.is_dir():
+        raise UserError(
+            f"--suite {name_or_path}: is a folder, not a suite file; give the path of a .toml file"
+        )
     if not (path.suffix == ".toml" and path.exists()):
         path = SUITES_DIR / f"{name_or_path}.toml"
-    if not path.exists():
+    if not path.is_file():
         raise UserError(
             f"unknown suite {name_or_path!r}; available: {', '.join(available_suites())}, "
             "or give a path to a .toml file"
@@ -198,9 +202,15 @@ def load_suite(name_or_path: str) -> dict[str, Any]:
 def _read_suite(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     """A suite file with its ``base`` suite merged under it (tables key by key, lists replaced)."""
     try:
-        suite = tomllib.loads(path.read_text())
+        suite = tomllib.loads(path.read_text(encoding="utf-8"))
     except tomllib.TOMLDecodeError as err:
         raise UserError(f"suite file {path} is not valid TOML ({err}); fix the file") from None
+    except UnicodeDecodeError as err:  # TOML is UTF-8
+        raise UserError(
+            f"suite file {path} is not UTF-8 text (byte {err.start}: {err.reason}); save it as UTF-8"
+        ) from None
+    except OSError as err:
+        raise UserError(f"cannot read suite file {path}: {err.strerror}") from None
     unknown = sorted(set(suite) - KNOWN_KEYS)
     if unknown:
         raise UserError(f"suite {path} has unknown key(s) {unknown}; valid keys: {sorted(KNOWN_KEYS)}")
@@ -382,6 +392,17 @@ def expand(
     targets = tuple(suite.get("zero_shot_targets", ()))
     epoch_scale = float(suite.get("epoch_scale", 1.0))
     runs = []
+    for flag, chosen in (
+        ("strategies", strategies),
+        ("datasets", datasets),
+        ("tasks", tasks),
+        ("seeds", seeds),
+    ):
+        if chosen is not None and not chosen:  # an unset shell variable must not mean the whole suite
+            raise UserError(
+                f"--{flag} is empty; name at least one (e.g. --{flag} {suite[flag][0]}), or leave the "
+                f"option out for all the suite's {flag}"
+            )
     if any(n < 1 for n in tasks or ()) or any(s < 0 for s in seeds or ()):
         raise UserError("--tasks must be >= 1 and --seeds >= 0")
     for dataset in datasets or suite["datasets"]:

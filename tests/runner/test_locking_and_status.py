@@ -83,7 +83,7 @@ def test_a_runner_skips_a_run_another_process_holds(tmp_path, capsys):
     _write_lock(store.lock(KEY).path, "another-node", 4242)
     assert _run(tmp_path) == 0
     err = capsys.readouterr().err
-    assert "skipped, running elsewhere (another-node, pid 4242, since" in err
+    assert "computed by another command (another-node, pid 4242, since" in err
     assert list(iter_results(store.root)) == []
     assert status.run_state(store, KEY).state == "running"
 
@@ -187,7 +187,8 @@ def test_an_outside_strategys_run_lives_under_its_safe_label_and_resumes(tmp_pat
     capsys.readouterr()
     assert run.main(argv) == 0
     err = capsys.readouterr().err
-    assert f"suite 'suite' ({suite}): 1 run(s) -> {tmp_path / 'results'}\n" in err
+    assert "run(s) ->" not in err  # --quiet: no start line (tests/runner/test_command_input.py)
+    assert run.suite_title(run.load_suite(str(suite))) == f"suite 'suite' ({suite})"
     assert f"{key}: resumed after task 1" in err
     (path, result), *others = list(iter_results(store.root))
     assert not others and path == store.root / "synthetic" / folder / "T3-seed0.json"
@@ -269,7 +270,11 @@ def test_a_suites_workers_auto_runs_one_worker_a_core_with_the_inline_results(tm
     # each worker ran at the command's --threads auto (one thread on the CPU), recorded as such
     assert {(r["env"]["threads_setting"], r["env"]["torch_threads"]) for r in got.values()} == {("auto", 1)}
     logs = sorted(str(p.relative_to(local / ".logs")) for p in (local / ".logs").rglob("*.log"))
-    assert "synthetic/finetune/T3-seed1.log" in logs and "local-worker-1.log" in logs
+    assert "synthetic/finetune/T3-seed1.log" in logs
+    assert [log.split(".")[0] for log in logs if log.startswith("local-worker-")] == [
+        "local-worker-0",
+        "local-worker-1",
+    ]  # one log a worker, named for its command (test_locks_and_workers.py)
     for log in (local / ".logs").glob("local-worker-*.log"):
         log.unlink()
     assert run.main(["--suite", str(suite), "--results-dir", str(local)]) == 0
@@ -299,7 +304,7 @@ def test_a_killed_local_worker_run_resumes_after_its_last_task(tmp_path, capsys)
     assert (
         run.main([*argv, "--launcher", "local", "--workers", "1"]) == 0
     )  # takes over the dead worker's lock
-    log = (tmp_path / "results" / ".logs" / "local-worker-0.log").read_text()
+    (log,) = [p.read_text() for p in (tmp_path / "results" / ".logs").glob("local-worker-0.*.log")]
     assert f"resumed after task {state['tasks_done']}" in log and "took over a stale lock" in log
 
 

@@ -78,3 +78,40 @@ def test_a_plugin_that_cannot_work_is_one_line(tmp_path, capsys, strategy, optio
     err = capsys.readouterr().err.strip().splitlines()
     assert len(err) == 1 and err[0].startswith("error: ") and says in err[0], err
     assert not list((tmp_path / "r").rglob("*.json"))
+
+
+@pytest.mark.parametrize(
+    "options, says",
+    [
+        ('{ ReplayPlugin = { mem_size = "lots" } }', "option mem_size must be a whole number, not 'lots'"),
+        ("{ ReplayPlugin = { mem_size = -5 } }", "option mem_size must not be negative, not -5"),
+        ("{ ReplayPlugin = { mem_size = 2.5 } }", "option mem_size must be a whole number, not 2.5"),
+        ("{ ReplayPlugin = { task_balanced_dataloader = 1 } }", "must be true or false, not 1"),
+        ("{ LwFPlugin = { alpha = -1.0 } }", "option alpha must not be negative"),
+        ('{ LwFPlugin = { temperature = "hot" } }', "option temperature must be a whole number or a number"),
+        (
+            "{ GEMPlugin = { memory_strength = 0.5 } }",
+            "missing a required argument: 'patterns_per_experience'",
+        ),
+    ],
+)
+def test_plugin_options_of_the_wrong_type_or_sign_are_one_line_when_the_suite_is_read(
+    tmp_path, capsys, options, says
+):
+    """Checked against the plugin's signature before any run starts (not inside Avalanche during
+    task 1), naming the option and the suite table."""
+    suite = tmp_path / "suite.toml"
+    suite.write_text(three_task_suite("avalanche:Naive", TINY + f"plugins = {options}\n"))
+    results = tmp_path / "r"
+    assert run.main(["--suite", str(suite), "--results-dir", str(results), "--quiet"]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and err[0].startswith("error: plugin ") and says in err[0], err
+    assert '[strategy."avalanche:Naive"]' in err[0], err
+    assert not results.exists() or not list(results.rglob("*.json"))
+
+
+def test_plugin_options_that_fit_pass_the_check():
+    from strategies.plugins import plugin_table
+
+    table = {"ReplayPlugin": {"mem_size": 30, "batch_size": 8}, "LwFPlugin": {"alpha": 0.5, "temperature": 2}}
+    assert plugin_table(table, "finetune", "[strategy.finetune]") == table

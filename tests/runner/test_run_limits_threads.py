@@ -96,7 +96,8 @@ def test_threads_take_a_number_or_auto_and_refuse_anything_else_in_one_line():
 
 
 @pytest.mark.slow  # a suite run (README: the fast tier's rule)
-def test_threads_are_recorded_in_the_env_and_not_hashed(mini_suite, tmp_path, capsys):
+def test_threads_are_recorded_in_the_env_and_not_hashed(mini_suite, tmp_path, capsys, monkeypatch):
+    monkeypatch.setattr(run, "usable_cores", lambda: 2)  # --threads 2 is refused on one core
     argv = [
         "--suite",
         mini_suite,

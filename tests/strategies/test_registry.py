@@ -174,3 +174,31 @@ def test_the_modules_skipped_by_discovery_are_exactly_those_that_register_nothin
     for name in modules - _SHARED_MODULES:
         importlib.import_module(f"strategies.{name}")
     assert modules - _SHARED_MODULES <= registering, "a module that registers nothing is not skipped"
+
+
+@pytest.mark.parametrize(
+    "source, says",
+    [
+        ('raise RuntimeError("no GPU driver here")\n', "(RuntimeError at {file}:1: no GPU driver here)"),
+        ("def broken(:\n    pass\n", "(SyntaxError at {file}:1: invalid syntax)"),
+        ("assert False, 'set MY_VAR first'\n", "(AssertionError at {file}:1: set MY_VAR first)"),
+    ],
+)
+def test_a_strategy_module_that_fails_at_import_is_one_line_naming_module_and_error(
+    tmp_path, monkeypatch, source, says
+):
+    """Anything but an ImportError raised by a strategy module's own code: the module and the error
+    in one line, not a traceback."""
+    name = f"failing_strategy_{abs(hash(source))}"
+    (tmp_path / f"{name}.py").write_text(source)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    try:
+        message = _import_error(f"{name}:Thing")
+    finally:
+        sys.modules.pop(name, None)
+    assert message == (
+        f"cannot import strategy '{name}:Thing': module '{name}' failed while it was imported "
+        + says.format(file=tmp_path / f"{name}.py")
+        + "; fix that module"
+    )
+    assert "\n" not in message
