@@ -393,6 +393,13 @@ def compare_all(
         if name not in labels:
             raise UserError(f"no runs of {name!r} under {results_dir}; it holds {', '.join(labels)}")
     wanted = strategies or [label for label in labels if label != baseline]
+    if not [label for label in wanted if label != baseline]:  # nothing to set against the baseline
+        raise UserError(
+            f"--strategies names only the baseline {baseline!r}; name other labels ({', '.join(labels)})"
+            if strategies
+            else f"only the baseline {baseline!r} has runs under {results_dir}: nothing to compare it with; "
+            "run another strategy there, or pick another --baseline"
+        )
     comparisons, baseline_bands = [], {}
     for (dataset, n_tasks, label), group in sorted(runs.items()):
         if label in wanted and label != baseline and (dataset, n_tasks, baseline) in runs:

@@ -4,7 +4,8 @@
 files of other schema versions and completes the summaries of versions 1 and 2
 (``with_complete_summary``), and turns each file into a ``RunResult`` with its ``StageResult``
 stages and ``RunCost``. A file that is no complete result (a key missing, say, in one made by hand)
-is skipped with a line in ``notes``, as a file of another schema version is. Which result stands
+is skipped with a line in ``notes``, as a file of another schema version is, or one whose summary
+disagrees with its stages (its ``digest``: a summary edited by hand is never tabled). Which result stands
 for a run where several files share its key stays ``LoadedResults``' rule.
 
 A ``RunResult``'s ``config`` (the run's resolved config), ``summary``, ``diagnostics`` and
@@ -27,6 +28,7 @@ from benchmarks.runner.results import (
     StoredResult,
     load_results,
     not_a_measurement,
+    unreadable_result,
 )
 
 
@@ -102,6 +104,11 @@ def read_results(source: str | Path | Sequence[str | Path] | LoadedResults | Res
     records: dict[Path, RunResult] = {}
     kept, skipped = [], list(loaded.skipped)
     for stored in loaded.found:
+        if (problem := unreadable_result(stored.result)) is not None:  # records handed in, not read here
+            skipped.append(
+                f"skipped {stored.path}: {problem.why}; rerun that run with --force, or restore the file"
+            )
+            continue
         try:
             records[stored.path] = RunResult.from_json(stored.result)
         except ValueError as err:  # a key missing or unknown, here or in a stage or the cost
@@ -111,6 +118,15 @@ def read_results(source: str | Path | Sequence[str | Path] | LoadedResults | Res
             continue
         kept.append(stored)
     return Results(LoadedResults(tuple(kept), tuple(skipped)), records)
+
+
+def skipped_clause(skipped: Sequence[str]) -> str:
+    """`` (skipped <file>: <why>, and N more skipped)`` for the error of a folder with no result to
+    read: the file a user made by hand (``[]``, an edited summary) is named, not passed over."""
+    if not skipped:
+        return ""
+    more = f", and {len(skipped) - 1} more skipped" if len(skipped) > 1 else ""
+    return f" ({skipped[0]}{more})"
 
 
 def protocol_of(result: RunResult) -> str:

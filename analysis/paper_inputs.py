@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.loading import Results, measurement_caveat, protocol_of, read_results
+from analysis.loading import Results, measurement_caveat, protocol_of, read_results, skipped_clause
 from benchmarks.core.errors import UserError
 from benchmarks.data.unit import dataset_units
 from benchmarks.runner.results import LoadedResults, RunKey, RunResult
@@ -91,7 +91,8 @@ def load_inputs(results_dir: str | Path | LoadedResults | Results) -> ReportInpu
         )
     if not len(one_protocol):
         raise UserError(
-            f"no result JSON {'of this schema ' if notes else ''}found under {results_dir}; "
+            f"no result JSON {'of this schema ' if notes else ''}found under {results_dir}"
+            f"{skipped_clause(loaded.skipped)}; "
             "run python -m benchmarks.run first "
             "or point --results-dir at a folder of results"
         )

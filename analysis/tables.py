@@ -17,7 +17,7 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.formatting import latex_table, markdown_table, mean_std_cell, population_std
-from analysis.loading import Results, measurement_caveat, read_results
+from analysis.loading import Results, measurement_caveat, read_results, skipped_clause
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.runner.results import LoadedResults, RunKey, RunResult
@@ -123,8 +123,8 @@ def write_tables(results_dir: str | Path, keys: list[RunKey] | None = None) -> s
     runs = load_runs(results_dir, keys, notes := [])
     if runs.empty:
         raise UserError(
-            f"no result JSON found under {results_dir}; run python -m benchmarks.run first "
-            "or point --results-dir at a folder of results"
+            f"no result JSON found under {results_dir}{skipped_clause(notes)}; run python -m "
+            "benchmarks.run first or point --results-dir at a folder of results"
         )
     table = accuracy_table(runs)
     notes_text = "".join(f"Note: {note}\n" for note in notes)

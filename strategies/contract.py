@@ -233,16 +233,51 @@ def evaluate(
     strategy: Any, dataset, batch_size: int, device: torch.device, cache_key: str | None
 ) -> torch.Tensor:
     """The scores of ``dataset`` over ``strategy.seen_classes``, ``[N, n_seen]`` fp32 on the CPU:
-    the strategy's ``evaluate_dataset`` if it has one, else ``scores`` batch by batch."""
+    the strategy's ``evaluate_dataset`` if it has one, else ``scores`` batch by batch; checked
+    against the contract (``check_scores``) before any metric reads them."""
     own: Callable | None = getattr(strategy, "evaluate_dataset", None)
     if own is not None:
-        return own(dataset, cache_key=cache_key)
+        return check_scores(strategy, own(dataset, cache_key=cache_key), len(dataset), "evaluate_dataset")
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False)
-    scores = cat_on_host([strategy.scores(batch[0].to(device)).float() for batch in loader])
-    if scores.shape[1] != len(strategy.seen_classes):
+    scores = [torch.as_tensor(strategy.scores(batch[0].to(device))) for batch in loader]
+    widths = {tuple(batch.shape[1:]) for batch in scores}
+    if len(widths) > 1 or any(batch.dim() != 2 for batch in scores):  # no one matrix to check
+        shapes = sorted({_shape(batch) for batch in scores})
         raise UserError(
-            f"{type(strategy).__name__}.scores gave {scores.shape[1]} columns for "
-            f"{len(strategy.seen_classes)} seen classes; give one column per seen class, "
-            "in seen_classes order"
+            f"{type(strategy).__name__}.scores gave batches of shapes {', '.join(shapes)} for "
+            f"{len(strategy.seen_classes)} seen classes; give [batch size, len(seen_classes)] for every batch"
+        )
+    return check_scores(strategy, cat_on_host([batch.float() for batch in scores]), len(dataset), "scores")
+
+
+def _shape(scores: torch.Tensor) -> str:
+    return f"[{', '.join(map(str, scores.shape))}]"
+
+
+def check_scores(strategy: Any, scores, n_images: int, member: str = "scores") -> torch.Tensor:
+    """``scores`` as fp32 on the CPU if they keep the contract: ``[n_images, len(seen_classes)]``
+    and finite. Otherwise a ``UserError`` naming the strategy's ``member`` and the shape (or the
+    first non-finite value): a score matrix of the wrong shape gives plausible, wrong metrics (a
+    missing column is a class never predicted), and NaN fails deep inside the metrics."""
+    name, n_seen = f"{type(strategy).__name__}.{member}", len(strategy.seen_classes)
+    try:
+        scores = torch.as_tensor(scores).detach().float().cpu()
+    except (TypeError, ValueError, RuntimeError):
+        raise UserError(f"{name} gave a {type(scores).__name__}, not a tensor of scores") from None
+    if scores.shape != (n_images, n_seen):
+        raise UserError(
+            f"{name} gave scores of shape {_shape(scores)} for {n_images} test images and {n_seen} seen "
+            f"classes; expected [{n_images}, {n_seen}]: a row per image, a column per seen class in "
+            "seen_classes order"
+        )
+    finite = torch.isfinite(scores)
+    if not bool(finite.all()):
+        row, column = (int(i) for i in (~finite).nonzero()[0])
+        value = scores[row, column].item()
+        what = "NaN" if value != value else str(value)  # NaN is the one value unequal to itself
+        raise UserError(
+            f"{name} gave {what} at test image {row}, column {column} (class "
+            f"{strategy.seen_classes[column]}), {int((~finite).sum())} non-finite score(s) in all; "
+            "a score must be a finite number"
         )
     return scores

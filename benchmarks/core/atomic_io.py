@@ -1,11 +1,19 @@
 """Files that a reader sees whole or not at all: every result, sidecar, checkpoint and table is
-written to a temporary file in the same folder, flushed to disk, then renamed over the target."""
+written to a temporary file in the same folder, flushed to disk, then renamed over the target.
+
+A process killed between the two (kill -9, a lost node) leaves its temporary file behind, hidden
+(``.T10-seed0.json.<host>-<pid>.<random>.tmp``); the next write of the same file removes it
+(``remove_stale_temps``), so a rerun leaves no debris. The writer's host and pid in the name tell
+a dead writer's file from one still being written by another process."""
 
 from __future__ import annotations
 
 import json
 import os
+import re
+import socket
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -20,11 +28,65 @@ def _readable_like_any_new_file(fd: int) -> None:
     os.fchmod(fd, 0o666 & ~umask)
 
 
+#: a temporary file of a writer on another host (or from before names held the writer) counts as
+#: debris once untouched this long: no write of one file takes minutes, so it is no write under way
+STALE_TEMP_SECONDS = 600.0
+
+
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9.-]", "_", socket.gethostname())[:64] or "host"
+
+
+def _temp_prefix(path: Path) -> str:
+    """``.<name>.<host>-<pid>.``: whose temporary file it is, for ``remove_stale_temps``."""
+    return f".{path.name}.{_host()}-{os.getpid()}."
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except (PermissionError, OverflowError, ValueError):  # another user's process, or no pid at all
+        return pid > 0
+    return True
+
+
+def remove_stale_temps(path: Path) -> list[Path]:
+    """Remove the temporary files that interrupted writes of ``path`` left (a kill between the
+    temporary file and the rename): those of a dead process on this host, and any other one
+    untouched for ``STALE_TEMP_SECONDS``. A write under way in another live process keeps its file.
+    Returns the files removed."""
+    path = Path(path)
+    pattern = re.compile(rf"\.{re.escape(path.name)}\.(?:(?P<host>.+)-(?P<pid>\d+)\.)?[^.]+\.tmp")
+    removed = []
+    try:
+        candidates = [p for p in path.parent.iterdir() if p.name.startswith(f".{path.name}.")]
+    except OSError:  # no folder yet: nothing to clean
+        return removed
+    for candidate in candidates:
+        match = pattern.fullmatch(candidate.name)
+        if match is None:
+            continue
+        try:
+            age = time.time() - candidate.stat().st_mtime
+        except FileNotFoundError:  # renamed or removed meanwhile
+            continue
+        mine = match["host"] == _host() and match["pid"] is not None
+        dead = mine and int(match["pid"]) != os.getpid() and not _pid_alive(int(match["pid"]))
+        if dead or age > STALE_TEMP_SECONDS:
+            candidate.unlink(missing_ok=True)
+            removed.append(candidate)
+    return removed
+
+
 def atomic_write_bytes(path: Path, blob: bytes) -> None:
-    """Write ``blob`` to ``path`` so that readers see the old file or the new one, never half."""
+    """Write ``blob`` to ``path`` so that readers see the old file or the new one, never half;
+    temporary files that earlier, interrupted writes of ``path`` left are removed first."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    remove_stale_temps(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=_temp_prefix(path), suffix=".tmp")
     try:
         _readable_like_any_new_file(fd)
         with os.fdopen(fd, "wb") as handle:

@@ -2,7 +2,9 @@
 checkpoint after every task, and store the result JSON with its predictions sidecar.
 
 Finished runs with the same resolved config are skipped; killed runs resume from their last
-finished task, with the loss scaler's state, so a resumed run ends with the same numbers. Every
+finished task, with the loss scaler's state, so a resumed run ends with the same numbers. A stored
+result is never replaced unsaid (``ResultStore.refusal``, checked in ``preflight`` for every run
+before any computes), and each stage's scores are checked against the contract before any metric. Every
 launcher (``benchmarks.runner.launcher``) ends up here, in this process or in a worker or job.
 """
 
@@ -212,9 +214,19 @@ def backbone_spec(spec: RunSpec) -> BackboneSpec:
     return BackboneSpec(model=spec.backbone["model"], pretrained=spec.backbone["pretrained"])
 
 
-def preflight(runs: list[RunSpec], data_root: str) -> None:
+def preflight(
+    runs: list[RunSpec],
+    data_root: str,
+    *,
+    store: ResultStore | None = None,
+    force: bool = False,
+    save_models: bool = False,
+) -> None:
     """Check every run's strategy, options, data, class order, task count and weights up front,
-    so that a mistake stops the suite before any long work instead of in the middle of it."""
+    so that a mistake stops the suite before any long work instead of in the middle of it. With
+    ``store``: no run may replace a stored result unsaid (``ResultStore.refusal``: a newer schema,
+    another label sharing the folder, another config without ``force``); with ``save_models``:
+    every run's strategy can save its model."""
     folders: dict[tuple[str, str], str] = {}
     for spec in runs:  # two labels, one folder (a:b and a_b): each run would overwrite the other
         folder = safe_label(spec.label)
@@ -224,7 +236,11 @@ def preflight(runs: list[RunSpec], data_root: str) -> None:
                 "rename one of the variants"
             )
     for spec in runs:
-        resolve(spec, data_root)
+        resolved = resolve(spec, data_root)
+        if save_models:
+            _check_save_model(spec, resolved)
+        if store is not None:  # before any run computes, not when the run comes up
+            _refuse_replacing(store, spec, config_hash(resolved.config), force, resolved.config)
         data = load_run_data(spec, data_root)
         order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
         split_classes(order, spec.n_tasks, spec.dataset)
@@ -259,17 +275,17 @@ def execute(
     project."""
     resolved = resolve(spec, data_root)
     cfg_hash = config_hash(resolved.config)
+    _refuse_replacing(store, spec, cfg_hash, force, resolved.config)
     if not force and (done := store.finished(spec.key, cfg_hash)) is not None:
         return done, "cached"
-    if save_model and not hasattr(resolved.strategy_cls, "save_model"):
-        raise UserError(
-            f"{spec.strategy} has no save_model, so --save-models cannot keep its model; drop the flag"
-        )
+    if save_model:
+        _check_save_model(spec, resolved)
     lock = store.lock(spec.key)
     if not lock.acquire():
         holder = read_holder(lock.path)
         return None, f"skipped, running elsewhere ({holder.describe() if holder else 'locked'})"
     try:
+        _refuse_replacing(store, spec, cfg_hash, force, resolved.config)  # another process may have stored it
         if not force and (done := store.finished(spec.key, cfg_hash)) is not None:
             result, status = done, "cached (finished by another process)"
         else:
@@ -299,6 +315,19 @@ def execute(
     if lock.took_over is not None:
         status += f"; took over a stale lock of {lock.took_over.describe()}"
     return result, status
+
+
+def _refuse_replacing(store: ResultStore, spec: RunSpec, cfg_hash: str, force: bool, config: dict) -> None:
+    """One line, and no run, where computing ``spec`` would replace its stored result unsaid."""
+    if (why := store.refusal(spec.key, cfg_hash, force, config)) is not None:
+        raise UserError(why)
+
+
+def _check_save_model(spec: RunSpec, resolved: ResolvedRun) -> None:
+    if not hasattr(resolved.strategy_cls, "save_model"):
+        raise UserError(
+            f"{spec.strategy} has no save_model, so --save-models cannot keep its model; drop the flag"
+        )
 
 
 @dataclass(frozen=True)
@@ -455,7 +484,13 @@ def _learn_tasks(context: RunContext, stream, strategy, progress: RunProgress) -
         cost.train_steps = None if iterations is None else steps_before + iterations
 
         start = time.perf_counter()
-        scores = evaluate(strategy, stream.test_set, eval_batch_size, spec.device, cache_key="test").numpy()
+        try:  # checked against the contract before any metric: a wrong shape gives plausible numbers
+            scores = evaluate(
+                strategy, stream.test_set, eval_batch_size, spec.device, cache_key="test"
+            ).numpy()
+        except UserError as err:
+            kept = f"the checkpoint after task {task} is kept" if task else "no task had finished"
+            raise UserError(f"{spec.key}: task {task + 1}: {err}; no result is stored, {kept}") from None
         progress.predictions.append(predicted_classes(scores, strategy.seen_classes))
         metrics = stage_metrics(scores, strategy.seen_classes, targets, stream.task_of_class, task + 1)
         with torch.no_grad():

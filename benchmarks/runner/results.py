@@ -16,9 +16,15 @@ file whose hash matches is never recomputed unless the user asks (``--force``).
 The schema of a finished run is ``RunResult`` below, with ``StageResult`` and ``RunCost``: each
 field is commented where it is defined, and ``docs/results-schema.md`` (tested against these
 fields) explains it. ``schema_version`` 2 added the predictions sidecar, 3 forgetting and backward
-transfer in the summary; versions 1 and 2 still load everywhere, their summaries completed from
-their stages (``with_complete_summary``). ``load_results`` reads a folder (or several) and holds
-the rule that picks one result where several files share a run's key.
+transfer in the summary, 4 the ``digest`` of the stages and summary; versions 1 to 3 still load
+everywhere, their summaries completed from their stages (``with_complete_summary``).
+``load_results`` reads a folder (or several) and holds the rule that picks one result where several
+files share a run's key.
+
+A finished result is never replaced unsaid (``ResultStore.refusal``): not one of a newer schema,
+not one of another label that shares the folder, not one of another config without ``--force``.
+A file at a result's path that is no result, or whose digest disagrees with its stages and
+summary, is named by every reader and left out (``unreadable_result``).
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ import warnings
 from dataclasses import MISSING, Field, dataclass, field, fields, replace
 from functools import cached_property
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, Sequence
+from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, NamedTuple, Sequence
 
 import numpy as np
 import torch
@@ -42,14 +48,19 @@ from safetensors.torch import load_file
 
 from benchmarks.core.atomic_io import atomic_write_bytes, read_json, write_json, write_tensors
 from benchmarks.core.errors import UserError
-from benchmarks.core.metrics import average_forgetting, backward_transfer, task_accuracy_matrix
+from benchmarks.core.metrics import average_forgetting, backward_transfer, summarize, task_accuracy_matrix
 
 if TYPE_CHECKING:
     from benchmarks.runner.locking import RunLock
 
-SCHEMA_VERSION = 3
-# version 1: no predictions sidecar; 1 and 2: no forgetting or bwt in the summary (computed on reading)
-READABLE_SCHEMA_VERSIONS = (1, 2, 3)
+SCHEMA_VERSION = 4
+# version 1: no predictions sidecar; 1 and 2: no forgetting or bwt in the summary (computed on
+# reading); 1 to 3: no digest (read unchecked)
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
+DIGEST_SINCE = 4  # the first version whose results carry, and are checked against, a digest
+#: the name of a finished run's result file: any JSON by this name is read as a result, and named
+#: where it is not one (other JSON, such as a saved model's, is not a result and is passed over)
+RESULT_NAME = re.compile(r"T\d+-seed-?\d+\.json")
 PREDICTIONS_SUFFIX = ".predictions.safetensors"
 CHECKPOINT_STATE = "state.json"  # the JSON half of a checkpoint, written after its tensors
 PREDICTIONS_KEY = "runner/predictions"  # the predictions so far, among a checkpoint's tensors
@@ -156,6 +167,8 @@ class RunResult(_JsonRecord):
     tasks: list[list[int]]  # the class ids of each task
     stages: list[StageResult]  # one per task, in order
     summary: dict  # avg_acc, last_acc, avg_auroc, last_auroc, forgetting, bwt (the last two from version 3)
+    #: ``result_digest`` of the stages and summary as written (from version 4): ties one to the other
+    digest: str | None = _optional()
     diagnostics: dict | None = _optional()  # run-level, documented by the strategy
     zero_shot: dict | None = _optional()  # per zero-shot target: each predictor's accuracy, n_test
     env: dict  # versions, device, git commit, host, start time
@@ -184,6 +197,75 @@ def config_hash(config: dict) -> str:
         separators=(",", ":"),
     )
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
+
+
+def result_digest(stages: list, summary: dict) -> str:
+    """The SHA-256 of the canonical JSON of a result's ``stages`` and ``summary`` (keys sorted, no
+    spaces), stored beside them: a summary edited by hand no longer matches its stages' digest."""
+    blob = json.dumps(
+        {"stages": stages, "summary": summary}, sort_keys=True, separators=(",", ":"), allow_nan=False
+    )
+    return hashlib.sha256(blob.encode()).hexdigest()
+
+
+def _json_kind(value) -> str:
+    kinds = {list: "an array", str: "a string", bool: "a boolean", int: "a number", float: "a number"}
+    return "null" if value is None else kinds.get(type(value), type(value).__name__)
+
+
+def _summary_disagreement(data: dict) -> str:
+    """Which summary entry disagrees with the one its stages give, in words; where every entry
+    agrees (the stages themselves were edited), that the digest differs."""
+    try:
+        computed = summarize(data["stages"])
+        for name, stored in data["summary"].items():
+            value = computed.get(name, stored)
+            numbers = all(isinstance(v, (int, float)) for v in (stored, value))
+            same = stored == value or (numbers and math.isclose(stored, value))
+            if not same:
+                return f"its summary's {name} {stored!r} disagrees with its stages ({value!r})"
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):  # stages edited out of shape
+        pass
+    return "its stages or summary changed after the run wrote them (their digest is not the stored one)"
+
+
+class ResultProblem(NamedTuple):
+    """Why a JSON value at a result's path is no result to read (``why``, words that follow its
+    path), and whether a rerun with ``--force`` may replace it (``replaceable``): never a result
+    of a schema this suite cannot read, which a newer suite wrote."""
+
+    why: str
+    replaceable: bool
+
+
+def unreadable_result(data) -> ResultProblem | None:
+    """Why ``data``, read from a result's path, is no result that this suite reads; None if it is
+    one. A result of version 4 on with a ``digest`` must match it (one without is read unchecked,
+    as hand-made records are)."""
+    if not isinstance(data, dict):
+        return ResultProblem(f"not a result (a JSON {_json_kind(data)}, not an object)", True)
+    missing = [name for name in ("schema_version", "stages") if name not in data]
+    if missing:
+        return ResultProblem(f"not a result (no {', '.join(missing)})", True)
+    version = data["schema_version"]
+    if version not in READABLE_SCHEMA_VERSIONS:
+        newer = type(version) is int and version > SCHEMA_VERSION
+        relation = ", newer than" if newer else ", not one of"
+        return ResultProblem(
+            f"schema_version {version!r}{relation} the versions this suite reads "
+            f"({', '.join(map(str, READABLE_SCHEMA_VERSIONS))})"
+            + ("; read it with the clip-cil-bench that wrote it" if newer else ""),
+            False,
+        )
+    digest = data.get("digest")
+    if digest is not None and version >= DIGEST_SINCE:  # an older file is read as its version was
+        try:
+            agrees = digest == result_digest(data["stages"], data.get("summary"))
+        except (TypeError, ValueError):  # a value JSON cannot hold canonically (NaN by hand)
+            agrees = False
+        if not agrees:
+            return ResultProblem(_summary_disagreement(data), True)
+    return None
 
 
 def safe_label(label: str) -> str:
@@ -250,12 +332,54 @@ class ResultStore:
         if not path.exists():
             return None
         result = read_json(path)
-        if result.get("schema_version") not in READABLE_SCHEMA_VERSIONS or cfg_hash not in (
-            None,
-            result.get("config_hash"),
-        ):
+        if unreadable_result(result) is not None or cfg_hash not in (None, result.get("config_hash")):
             return None
         return with_complete_summary(result)
+
+    def refusal(
+        self, key: RunKey, cfg_hash: str | None, force: bool = False, config: dict | None = None
+    ) -> str | None:
+        """Why computing ``key`` now would replace its stored result unsaid, in one line; None
+        where nothing is stored, the stored result is this run's and config's (it is cached), or
+        ``force`` may replace it. Refused whatever ``force`` says: a result of a schema this suite
+        cannot read (a newer suite's), and a result of another label whose folder this run's label
+        shares (``mymod:ZeroShot`` and a variant ``mymod_ZeroShot``, across two commands). Refused
+        without ``force``: a file that is no result or fails its digest, a corrupt JSON file, and a
+        result of another config (``cfg_hash`` None: any config is this run's; ``config``, the
+        run's resolved config, names what changed)."""
+        path = self.result_path(key)
+        try:
+            data = read_json(path)
+        except FileNotFoundError:
+            return None
+        except UserError as err:  # corrupt JSON: read_json's line names it
+            return None if force else str(err)
+        except OSError as err:
+            return f"result file {path} cannot be read ({err.strerror}); fix its permissions or move it away"
+        if (problem := unreadable_result(data)) is not None:
+            if problem.replaceable and force:
+                return None
+            fix = (
+                "rerun with --force to recompute it, or move it away"
+                if problem.replaceable
+                else ("move it away to recompute the run here, or give another --results-dir")
+            )
+            return f"result file {path}: {problem.why}; {fix}"
+        if data.get("label") != key.label:
+            return (
+                f"result file {path} holds the run {data.get('label')!r}, whose folder "
+                f"{safe_label(key.label)!r} the run {key.label!r} shares: one would replace the other; "
+                "rename one of them (a variant's label), or give another --results-dir"
+            )
+        stored = data.get("config_hash")
+        if cfg_hash is None or force or stored == cfg_hash:
+            return None
+        changed = _changed_entries(data.get("config") or {}, config) if config is not None else []
+        what = f"; changed: {', '.join(changed)}" if changed else ""
+        return (
+            f"result file {path} was computed with another config (hash {stored}, this run's {cfg_hash}"
+            f"{what}); rerun with --force to replace it, or give another --results-dir to keep both"
+        )
 
     def clear_checkpoint(self, key: RunKey) -> None:
         """Remove a run's checkpoint and the folders it leaves empty."""
@@ -280,6 +404,8 @@ class ResultStore:
         path = self.result_path(key)
         if predictions is not None:
             record = replace(record, predictions=save_predictions(predictions_path(path), predictions))
+        as_json = record.to_json()
+        record = replace(record, digest=result_digest(as_json["stages"], as_json["summary"]))
         write_json(path, record.to_json())
         return record
 
@@ -353,6 +479,21 @@ class ResultStore:
         return progress, tensors, state["strategy"]
 
 
+def _changed_entries(old: dict, new: dict, limit: int = 4) -> list[str]:
+    """The hashed config entries that differ between two resolved configs, one level into dicts
+    (``strategy_config.eval_batch_size``); at most ``limit`` named, then how many more."""
+    changed = []
+    for name in sorted((set(old) | set(new)) - set(UNHASHED_CONFIG_KEYS)):
+        a, b = old.get(name), new.get(name)
+        if a == b:
+            continue
+        if isinstance(a, dict) and isinstance(b, dict):
+            changed += [f"{name}.{k}" for k in sorted(set(a) | set(b)) if a.get(k) != b.get(k)]
+        else:
+            changed.append(name)
+    return changed[:limit] + ([f"{len(changed) - limit} more"] if len(changed) > limit else [])
+
+
 @dataclass
 class RunProgress:
     """A run between tasks: what its checkpoint carries besides the strategy's own state."""
@@ -405,9 +546,11 @@ def not_a_measurement(result: dict) -> str | None:
 def iter_results(root: str | Path, skipped: list[str] | None = None) -> Iterator[tuple[Path, dict]]:
     """Every finished result JSON under ``root`` (checkpoints and other JSON files are skipped).
 
-    A result of another ``schema_version`` is skipped too, with a line naming the file: appended to
-    ``skipped`` where given, else a warning. Older readable versions come with their summary
-    completed (``with_complete_summary``).
+    A file that is no result this suite reads (``unreadable_result``: another ``schema_version``,
+    a digest that disagrees with its stages and summary, or, at a result's name, no result at all,
+    such as ``[]``) is skipped too, with a line naming the file: appended to ``skipped`` where
+    given, else a warning. Older readable versions come with their summary completed
+    (``with_complete_summary``).
     """
     root = Path(root)
     paths = []
@@ -419,13 +562,16 @@ def iter_results(root: str | Path, skipped: list[str] | None = None) -> Iterator
             data = read_json(path)
         except FileNotFoundError:  # removed by another runner meanwhile
             continue
-        if not (isinstance(data, dict) and "schema_version" in data and "stages" in data):
-            continue
-        if data["schema_version"] not in READABLE_SCHEMA_VERSIONS:
-            line = (
-                f"skipped {path}: schema_version {data['schema_version']!r}, this suite reads versions "
-                f"{', '.join(map(str, READABLE_SCHEMA_VERSIONS))}; rerun that run or convert the file"
+        looks_like_one = isinstance(data, dict) and "schema_version" in data and "stages" in data
+        if not looks_like_one and RESULT_NAME.fullmatch(path.name) is None:
+            continue  # another JSON file (a saved model's, a tool's), not a result
+        if (problem := unreadable_result(data)) is not None:
+            fix = (
+                "rerun that run with --force, or move the file away"
+                if problem.replaceable
+                else ("rerun that run or convert the file")
             )
+            line = f"skipped {path}: {problem.why}; {fix}"
             skipped.append(line) if skipped is not None else warnings.warn(line, stacklevel=2)
             continue
         yield path, with_complete_summary(data)

@@ -2,8 +2,9 @@
 
 ``python -m benchmarks.runner.status --results-dir DIR`` prints one row per run found in DIR: finished
 (with Avg/Last), running (host, pid or job id, since when), queued (its SLURM job), partial (tasks
-done), failed (the error its last attempt recorded). ``benchmarks.run --dry-run`` uses the same states
-for the runs of a suite, adding "to run".
+done), failed (the error its last attempt recorded), refused (a file at its result's path that the
+runner will not replace unsaid, named with why: ``ResultStore.refusal``). ``benchmarks.run
+--dry-run`` uses the same states for the runs of a suite, adding "to run".
 
 A run marked queued in a SLURM job is shown as queued only while SLURM (``sacct``, ``squeue``)
 holds that job: a job that ended without the run's own record of it (killed by ``kill -9`` or the
@@ -22,10 +23,17 @@ from pathlib import Path
 
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.runner.locking import is_stale, read_holder
-from benchmarks.runner.results import CHECKPOINT_STATE, ResultStore, RunKey, iter_results, safe_label
+from benchmarks.runner.results import (
+    CHECKPOINT_STATE,
+    RESULT_NAME,
+    ResultStore,
+    RunKey,
+    iter_results,
+    safe_label,
+)
 from benchmarks.runner.slurm_jobs import SlurmView, last_log_line, view
 
-STATES = ("finished", "running", "queued", "partial", "failed", "to run")
+STATES = ("finished", "running", "queued", "partial", "failed", "refused", "to run")
 
 
 @dataclass(frozen=True)
@@ -66,6 +74,8 @@ def run_state(
         if job is None or not job.ended:  # a job SLURM says has ended holds nothing any more
             progress = f", {done}/{key.n_tasks} tasks done" if done else ""
             return RunState("running", holder.describe() + progress, done)
+    if (refused := store.refusal(key, cfg_hash)) is not None:  # what the runner would stop at
+        return RunState("refused", refused, done)
     if (result := store.finished(key, cfg_hash)) is not None:
         summary = result["summary"]
         return RunState(
@@ -149,6 +159,9 @@ def known_runs(store: ResultStore) -> list[RunKey]:
             keys.add(key)
             if safe_label(label := str(result.get("label"))) == key.label:  # not a file moved by hand
                 labels[(key.dataset, key.label)] = label
+    for path in root.glob("*/*/T*-seed*.json"):  # the files at a result's path that no reader reads
+        if RESULT_NAME.fullmatch(path.name) and not path.parts[-3].startswith("."):
+            keys.add(_key_from(path.relative_to(root)))
     for folder, pattern in (
         (root / ".checkpoints", f"*/*/*/{CHECKPOINT_STATE}"),
         (root / ".locks", "*/*/*.lock"),

@@ -269,6 +269,12 @@ def test_a_missing_sidecar_warns_in_one_line_and_the_run_still_counts(tmp_path, 
         (["--baseline", "nobody"], "no runs of 'nobody'"),
         (["--strategies", "ghost"], "no runs of 'ghost'"),
         (["--draws", "10"], "--draws 10 is too few"),
+        # each once "error:  and gr4cil share no dataset", an empty label
+        ([], "only the baseline 'gr4cil' has runs under"),
+        (
+            ["--strategies", "gr4cil"],
+            "--strategies names only the baseline 'gr4cil'; name other labels (gr4cil)",
+        ),
     ],
 )
 def test_user_mistakes_are_one_line(tmp_path, capsys, argv, expected):

@@ -175,3 +175,58 @@ def test_atomic_write_leaves_old_file_when_writing_fails(tmp_path, monkeypatch):
         atomic_write_text(path, "new")
     assert path.read_text() == "old"
     assert [p.name for p in tmp_path.iterdir()] == ["r.json"]  # no temp file left behind
+
+
+def _temp(folder, target: str, writer: str):
+    path = folder / f".{target}.{writer}abcd1234.tmp"
+    path.write_bytes(b"half a file")
+    return path
+
+
+def test_the_next_write_removes_the_temps_that_interrupted_writes_of_the_same_file_left(tmp_path):
+    """A dead writer's temp goes at the next write of the same file; a live writer's, a fresh one of
+    another host's, and any other file's temps stay (they may be under way)."""
+    from benchmarks.core import atomic_io
+
+    host = atomic_io._host()
+    dead_pid = int(open("/proc/sys/kernel/pid_max").read())  # pids lie below pid_max: never alive
+    dead = _temp(tmp_path, "T10-seed0.json", f"{host}-{dead_pid}.")
+    live = _temp(tmp_path, "T10-seed0.json", f"{host}-{os.getppid()}.")
+    elsewhere = _temp(tmp_path, "T10-seed0.json", "other-node-12.")
+    old_elsewhere = _temp(tmp_path, "T10-seed0.json", "other-node-13.")
+    unnamed = _temp(tmp_path, "T10-seed0.json", "")  # a writer before names held the writer
+    aged = atomic_io.STALE_TEMP_SECONDS + 60
+    for path in (old_elsewhere, unnamed):
+        os.utime(path, (os.path.getmtime(path) - aged,) * 2)
+    sidecar = _temp(tmp_path, "T10-seed0.predictions.safetensors", f"{host}-{dead_pid}.")
+    write_json(tmp_path / "T10-seed0.json", {"a": 1})
+    assert _names(tmp_path) == sorted(["T10-seed0.json", live.name, elsewhere.name, sidecar.name])
+    assert not dead.exists()
+    atomic_write_bytes(tmp_path / "T10-seed0.predictions.safetensors", b"blob")  # its own temps go
+    assert not sidecar.exists()
+
+
+@pytest.mark.slow
+def test_a_write_killed_before_its_rename_leaves_a_temp_that_the_next_write_removes(tmp_path):
+    """kill -9 between the temporary file and the rename, as a killed run can be."""
+    import signal
+    import subprocess
+    import sys
+
+    path = tmp_path / "T10-seed0.json"
+    script = (
+        "import os, sys, time\n"
+        "from benchmarks.core import atomic_io\n"
+        "os.replace = lambda *a: (print('written', flush=True), time.sleep(60))\n"
+        f"atomic_io.write_json({str(path)!r}, {{'a': 1}})\n"
+    )
+    child = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    try:
+        assert child.stdout.readline().strip() == "written"
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    (debris,) = tmp_path.iterdir()
+    assert debris.name.startswith(".T10-seed0.json.") and debris.name.endswith(".tmp")
+    write_json(path, {"a": 2})
+    assert _names(tmp_path) == ["T10-seed0.json"] and read_json(path) == {"a": 2}
