@@ -16,6 +16,7 @@ import os
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -97,9 +98,19 @@ class Terminated(KeyboardInterrupt):
     finished tasks, and a local launcher ends its workers first."""
 
 
+#: SIGTERMs this soon after the first are its echoes (a worker whose launcher died hears it from
+#: Linux and from the pipe at once), not a second request: the clean-up goes on
+ECHO_SECONDS = 5.0
+_first_sigterm: list[float] = []
+
+
 def _raise_terminated(signum, frame) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_DFL)  # a second SIGTERM during the clean-up ends it at once
-    raise Terminated()
+    if not _first_sigterm:
+        _first_sigterm.append(time.monotonic())
+        raise Terminated()
+    if time.monotonic() - _first_sigterm[0] > ECHO_SECONDS:  # asked again: end now, without a clean-up
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGTERM)
 
 
 def stop_on_sigterm():
@@ -112,6 +123,7 @@ def stop_on_sigterm():
 
 
 def restore_sigterm(previous) -> None:
+    _first_sigterm.clear()
     if previous is not None and threading.current_thread() is threading.main_thread():
         signal.signal(signal.SIGTERM, previous)
 

@@ -101,6 +101,24 @@ def test_a_run_behind_an_hour_old_cut_off_lock_is_taken_over_and_the_lock_named(
     assert status.run_state(ResultStore(results), KEY).state == "finished" and not path.exists()
 
 
+def test_sigterm_stops_as_ctrl_c_and_its_echo_is_ignored():
+    """A worker whose launcher died hears SIGTERM twice (Linux's PR_SET_PDEATHSIG and the pipe): the
+    first stops it as Ctrl-C does (its lock released on the way out), the second must not cut that
+    clean-up short."""
+    from benchmarks.runner.launcher import Terminated, restore_sigterm, stop_on_sigterm
+
+    previous = stop_on_sigterm()
+    try:
+        with pytest.raises(Terminated):
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)  # the handler runs here
+        os.kill(os.getpid(), signal.SIGTERM)  # the echo: ignored
+        time.sleep(0.2)
+    finally:
+        restore_sigterm(previous)
+    assert signal.getsignal(signal.SIGTERM) == previous
+
+
 def _wait(condition, seconds: float, what: str):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
