@@ -376,7 +376,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.dry_run:
             print(dry_run_table(runs, store, args.data_root, _gpu_rates(args, suite, results_dir)))
             return 0
-        preflight(runs, args.data_root)
+        preflight(runs, args.data_root, store=store, force=args.force, save_models=args.save_models)
         if not args.quiet:
             print(f"{suite_title(suite)}: {len(runs)} run(s) -> {results_dir}", file=sys.stderr)
         for label, dataset in dict.fromkeys((s.label, s.dataset) for s in runs if ":" in s.strategy):
