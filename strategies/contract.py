@@ -89,7 +89,7 @@ CONSTRUCTOR_ARGUMENTS: dict[str, str] = {
     "class_names": "the dataset's class names, indexed by class id",
     "config": "an instance of the strategy's Config, resolved from the suite",
     "device": "torch device of the run",
-    "precision": "fp32, fp16 or bf16 (auto already resolved with Config.amp)",
+    "precision": "fp32, tf32, fp16 or bf16 (auto already resolved with Config.amp)",
     "show_progress": "whether to draw progress bars",
     "seed": "the run seed",
     "max_train_batches": "None, or the batches a training pass may take (a fast dev run)",
