@@ -14,9 +14,9 @@ whose costs the reference is there to expose. Its numbers (``measure_steps``, ``
     open_clip's own fused ``nn.MultiheadAttention``, as a parametrization of ``in_proj_weight``
     (``W + scaling * cat([0, B_k A_k, B_v A_v])``: two small matmuls a block, ``KVLoRA``);
   - ``mlp_adapter``: a bottleneck adapter beside each block's MLP, a plain forward hook on
-    ``block.mlp`` adding ``up(relu(down(x)))`` of its input (``BottleneckAdapter``). A mixture of E
-    experts of bottleneck b computes all of them densely (as the suite does), so its reference is
-    one adapter of bottleneck E x b: the same matmul sizes, without the router's small ops;
+    ``block.mlp`` adding ``up(relu(down(x)))`` of its input (``BottleneckAdapter``); a mixture of E
+    such experts adds a router on token 0 (``MixtureAdapter``: noisy top-k gates, each expert's
+    output weighted by its gate), the same trainable set as the suite's;
   - ``full_visual``: every weight of the visual tower trains (MagMax);
   - ``forward``: nothing in the backbone trains (prompts, heads, modules of its own): a forward and
     the loss, no backward;
@@ -67,13 +67,15 @@ _AUTOCAST = {"fp16": torch.float16, "bf16": torch.bfloat16}
 class TrainableSet:
     """What a strategy trains inside the backbone, described plainly: ``kind`` (module docstring),
     the ``towers`` it is in, a LoRA's ``rank`` and ``scaling`` (alpha / rank), an adapter's
-    ``bottleneck`` (experts x bottleneck for a mixture)."""
+    ``bottleneck``, and for a mixture its ``experts`` and the router's ``top_k`` (0: no router)."""
 
     kind: StepKind = "forward"
     towers: tuple[str, ...] = ()
     rank: int = 0
     scaling: float = 1.0
     bottleneck: int = 0
+    experts: int = 1
+    top_k: int = 0
 
     def __post_init__(self) -> None:
         if self.kind not in STEP_KINDS:
@@ -120,6 +122,28 @@ class BottleneckAdapter(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.up(F.relu(self.down(x)))
+
+
+class MixtureAdapter(nn.Module):
+    """E ``BottleneckAdapter`` experts and a router on token 0: ``sum_e g_e(x_0) expert_e(x)``, the
+    gates a softmax over the ``top_k`` largest of ``x_0 W_g + noise * (softplus(x_0 W_n) + 0.01)``
+    (Shazeer et al.'s noisy top-k; noise in training only), 0 for the other experts."""
+
+    def __init__(self, width: int, experts: int, bottleneck: int, top_k: int) -> None:
+        super().__init__()
+        self.experts = nn.ModuleList(BottleneckAdapter(width, bottleneck) for _ in range(experts))
+        self.w_gate = nn.Parameter(torch.zeros(width, experts))
+        self.w_noise = nn.Parameter(torch.zeros(width, experts))
+        self.top_k = top_k
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        x0 = x[:, 0]  # open_clip's transformers are batch-first: [B, L, d]
+        logits = x0 @ self.w_gate.to(x0.dtype)
+        if self.training:
+            logits = logits + torch.randn_like(logits) * (F.softplus(x0 @ self.w_noise.to(x0.dtype)) + 0.01)
+        top, index = logits.topk(self.top_k, dim=-1)
+        gates = torch.zeros_like(logits).scatter(-1, index, top.softmax(dim=-1))[:, None, :]
+        return sum(gates[..., e : e + 1] * expert(x) for e, expert in enumerate(self.experts))
 
 
 def load_model(name: str, weights: str | Path | None = None, device: str | torch.device = "cpu") -> nn.Module:
@@ -170,14 +194,21 @@ def add_kv_lora(
     return params
 
 
-def add_mlp_adapters(model: nn.Module, towers: tuple[str, ...], bottleneck: int) -> list[nn.Parameter]:
-    """A ``BottleneckAdapter`` on every block of ``towers``: a forward hook on ``block.mlp`` that
-    adds the adapter of the MLP's input to its output. Returns the adapters' parameters."""
+def add_mlp_adapters(
+    model: nn.Module, towers: tuple[str, ...], bottleneck: int, experts: int = 1, top_k: int = 0
+) -> list[nn.Parameter]:
+    """A ``BottleneckAdapter`` (a ``MixtureAdapter`` of ``experts`` when ``top_k`` names a router) on
+    every block of ``towers``: a forward hook on ``block.mlp`` that adds the adapter of the MLP's
+    input to its output. Returns the adapters' parameters."""
     params = []
     for tower in towers:
         for block in _blocks(model, tower):
             width = block.mlp.c_fc.in_features
-            adapter = BottleneckAdapter(width, bottleneck).to(block.mlp.c_fc.weight.device)
+            adapter = (
+                MixtureAdapter(width, experts, bottleneck, top_k)
+                if top_k
+                else BottleneckAdapter(width, bottleneck * experts)  # experts without a router: one sum
+            ).to(block.mlp.c_fc.weight.device)
             # a child of the block (whose forward names its children), never of the MLP: an
             # nn.Sequential runs every child it holds
             block.mlp_adapter = adapter
@@ -206,7 +237,9 @@ def prepare(model: nn.Module, kind: str, trainable: TrainableSet | None = None) 
     if trainable.kind == "lora_kv":
         return model, add_kv_lora(model, trainable.towers, trainable.rank, trainable.scaling)
     if trainable.kind == "mlp_adapter":
-        return model, add_mlp_adapters(model, trainable.towers, trainable.bottleneck)
+        return model, add_mlp_adapters(
+            model, trainable.towers, trainable.bottleneck, trainable.experts, trainable.top_k
+        )
     if trainable.kind == "full_visual":
         model.visual.requires_grad_(True)
         return model, list(model.visual.parameters())

@@ -185,8 +185,8 @@ def _tower_of(name: str) -> str:
 
 def trainable_set(strategy: CLIPStrategy) -> reference.TrainableSet:
     """What ``strategy`` trains inside the backbone as it trains now, described plainly for the
-    reference: LoRA on k/v (towers, rank, alpha / rank), MLP adapters (towers; experts x bottleneck,
-    all experts being computed), the whole visual tower, or nothing (a forward)."""
+    reference: LoRA on k/v (towers, rank, alpha / rank), MLP adapters (towers, bottleneck, experts
+    and the router's top-k), the whole visual tower, or nothing (a forward)."""
     named = strategy.trainable_parameters()
     lora = {name: p for name, p in named.items() if ".lora_A." in name}
     if lora:
@@ -199,8 +199,13 @@ def trainable_set(strategy: CLIPStrategy) -> reference.TrainableSet:
     if adapter_towers:
         towers = tuple(t for t in reference.TOWERS if t in adapter_towers)
         block = strategy.backbone.mlp_adapter_modules[towers[0]][0]
-        bottleneck = sum(expert.down.out_features for expert in block.experts)
-        return reference.TrainableSet("mlp_adapter", towers, bottleneck=bottleneck)
+        return reference.TrainableSet(
+            "mlp_adapter",
+            towers,
+            bottleneck=block.experts[0].down.out_features,
+            experts=len(block.experts),
+            top_k=block.router.top_k if block.router is not None else 0,
+        )
     if any(name.startswith("backbone.model.visual.") for name in named):
         return reference.TrainableSet("full_visual", ("visual",))
     return reference.TrainableSet()

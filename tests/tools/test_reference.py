@@ -60,6 +60,7 @@ def test_a_new_lora_or_adapter_leaves_the_features_exactly_as_the_frozen_model_g
         for trainable in (
             TrainableSet("lora_kv", ("visual", "text"), rank=4, scaling=0.25),
             TrainableSet("mlp_adapter", ("visual", "text"), bottleneck=8),
+            TrainableSet("mlp_adapter", ("visual", "text"), bottleneck=8, experts=2, top_k=2),
         ):
             copy, _ = reference.prepare(model, "step", trainable)
             assert torch.equal(copy.encode_image(images), image), trainable.kind
@@ -120,6 +121,7 @@ def test_step_op_counts_are_positive_and_the_same_every_time(model, batch):
     [
         TrainableSet("lora_kv", ("visual", "text"), rank=4),
         TrainableSet("mlp_adapter", ("visual",), bottleneck=8),
+        TrainableSet("mlp_adapter", ("visual",), bottleneck=8, experts=2, top_k=1),
         TrainableSet("full_visual", ("visual",)),
         TrainableSet(),
     ],
@@ -150,3 +152,22 @@ def test_a_bad_trainable_set_is_refused():
         TrainableSet("prompts")
     with pytest.raises(ValueError, match="rank or bottleneck"):
         TrainableSet("lora_kv", ("visual",))
+
+
+def test_a_mixture_reference_gates_its_experts_by_the_noisy_top_k_of_token_0():
+    """The mixture's router (the same trainable set as MOE4CL's): with zero weights every expert
+    gets 1/k of the top k; a router that prefers expert 1 gives it the whole output at k = 1."""
+    torch.manual_seed(0)
+    mixture = reference.MixtureAdapter(width=6, experts=3, bottleneck=4, top_k=1).eval()
+    with torch.no_grad():
+        for expert in mixture.experts:
+            torch.nn.init.normal_(expert.up.weight)
+        mixture.w_gate[:, 1] = 1.0
+    x = torch.rand(2, 5, 6) + 0.1  # token 0 positive: x0 @ w_gate favours expert 1
+    assert torch.equal(mixture(x), mixture.experts[1](x))
+    assert len(list(mixture.parameters())) == 3 * 4 + 2
+    even = reference.MixtureAdapter(width=6, experts=2, bottleneck=4, top_k=2).eval()
+    with torch.no_grad():
+        for expert in even.experts:
+            torch.nn.init.normal_(expert.up.weight)
+    torch.testing.assert_close(even(x), 0.5 * even.experts[0](x) + 0.5 * even.experts[1](x))

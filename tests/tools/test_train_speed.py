@@ -127,7 +127,7 @@ def _strategy(name: str, **options):
         (
             "moe4cl",
             {"experts": 3, "top_k": 2, "bottleneck": 5},
-            TrainableSet("mlp_adapter", ("visual", "text"), bottleneck=15),
+            TrainableSet("mlp_adapter", ("visual", "text"), bottleneck=5, experts=3, top_k=2),
         ),
         ("magmax", {}, TrainableSet("full_visual", ("visual",))),
         ("continual_clip", {}, TrainableSet()),
