@@ -16,8 +16,8 @@ def cat_on_host(chunks: list[torch.Tensor]) -> torch.Tensor:
 
 class Evaluation:
     """Mixin of ``CLIPStrategy``. Reads ``backbone``, ``precision``, ``device``, ``scores``,
-    ``score_dataset``, ``fixed_text``, ``by_class_id``, ``seen_classes``, ``data_loader`` and
-    ``show_progress``."""
+    ``score_dataset``, ``fixed_text``, ``keeping_inputs``, ``by_class_id``, ``seen_classes``,
+    ``data_loader`` and ``show_progress``."""
 
     @torch.no_grad()
     def evaluate_dataset(self, dataset, cache_key: str | None = None) -> torch.Tensor:
@@ -27,13 +27,15 @@ class Evaluation:
         The backbone is in eval mode, nothing records gradients, and text features are computed
         once for the whole pass (``fixed_text``). With a ``cache_key`` (the runner passes the same
         ``dataset`` with the same key at every stage) the strategy's ``score_dataset`` may reuse
-        per-image work that cannot change; without one, the scores come batch by batch.
+        per-image work that cannot change, and the loaded images themselves are kept for the next
+        stage (``keeping_inputs``); without one, the scores come batch by batch.
         """
         self.backbone.eval()
         with self.fixed_text(), matmul_precision(self.precision, self.device):
             if cache_key is None:
                 return self.score_batches(dataset)
-            return self.score_dataset(dataset, cache_key)
+            with self.keeping_inputs(dataset, cache_key):
+                return self.score_dataset(dataset, cache_key)
 
     def score_batches(self, dataset) -> torch.Tensor:
         """``scores`` of every batch of ``dataset`` (eval transform), as one fp32 tensor on the CPU."""

@@ -21,6 +21,7 @@ class Template:  # Avalanche's side of ``eval``
 class Scorer(Evaluation, Template):
     show_progress = False
     device = torch.device("cpu")
+    precision = "fp32"
 
     def __init__(self):
         self.backbone = torch.nn.Linear(2, 3)
@@ -32,6 +33,11 @@ class Scorer(Evaluation, Template):
         self.calls.append("fixed")
         yield
         self.calls.append("unfixed")
+
+    @contextlib.contextmanager
+    def keeping_inputs(self, dataset, cache_key):
+        self.calls.append(("keeping", cache_key))
+        yield
 
     def data_loader(self, dataset):
         return [(dataset[i : i + 2],) for i in range(0, len(dataset), 2)]
@@ -57,7 +63,7 @@ def test_an_evaluation_is_opened_once_for_every_strategy():
     assert scorer.calls == ["fixed", *[("scores", False, False)] * 3, "unfixed"]  # eval mode, no grad
     scorer.calls.clear()
     scorer.evaluate_dataset(images, cache_key="test")
-    assert scorer.calls == ["fixed", ("score_dataset", "test"), "unfixed"]
+    assert scorer.calls == ["fixed", ("keeping", "test"), ("score_dataset", "test"), "unfixed"]
 
 
 def test_avalanches_eval_keeps_the_text_fixed_throughout():

@@ -70,3 +70,69 @@ def test_every_strategy_loader_that_trains_says_so(tiny_stream, cls, config, tra
     assert {purpose for purpose, _, _ in made} >= trains
     for purpose, batches, full in made:
         assert batches == (1 if purpose in trains else full), purpose
+
+
+def _flat(loader):
+    return [batch.flatten().tolist() for batch in loader]
+
+
+class CountingDataset(torch.utils.data.Dataset):
+    """Items ``[i]``; counts the items it was asked for."""
+
+    def __init__(self, n):
+        self.n, self.reads = n, 0
+
+    def __len__(self):
+        return self.n
+
+    def __getitem__(self, index):
+        self.reads += 1
+        return torch.tensor([float(index)])
+
+
+def test_an_evaluation_sets_inputs_are_loaded_once_and_replayed_unchanged_at_later_stages():
+    loaders, data = Loaders(max_train_batches=None), CountingDataset(10)
+    with loaders.keeping_inputs(data, "test"):
+        first = _flat(loaders.data_loader(data))
+    assert data.reads == 10 and first == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0], [8.0, 9.0]]
+    with loaders.keeping_inputs(data, "test"):  # the next stage: nothing is read again
+        assert _flat(loaders.data_loader(data)) == first and data.reads == 10
+        assert len(loaders.data_loader(data)) == 3
+    # outside the block, another purpose, a shuffle, a pass that trains, another dataset: loaded as ever
+    other = CountingDataset(10)
+    with loaders.keeping_inputs(data, "test"):
+        _flat(loaders.data_loader(data, purpose="head"))
+        _flat(loaders.data_loader(data, shuffle=True))
+        _flat(loaders.data_loader(data, training=True))
+        _flat(loaders.data_loader(other))
+    _flat(loaders.data_loader(data))
+    assert data.reads == 10 + 4 * 10 and other.reads == 10
+
+
+def test_a_pass_cut_short_or_over_the_budget_keeps_nothing(monkeypatch):
+    from strategies.training import loaders as module
+
+    loaders, data = Loaders(max_train_batches=None), CountingDataset(10)
+    with loaders.keeping_inputs(data, "test"):
+        next(iter(loaders.data_loader(data)))  # one batch of a pass: not a whole set
+        _flat(loaders.data_loader(data))
+        assert data.reads == 4 + 10
+        monkeypatch.setattr(module, "KEPT_INPUTS_BUDGET", 2 * 4 * 4)  # two batches of four floats
+        big = CountingDataset(12)
+    with loaders.keeping_inputs(big, "test"):
+        _flat(loaders.data_loader(big))
+        _flat(loaders.data_loader(big))
+    assert big.reads == 24  # over the budget: read at every pass
+
+
+@pytest.mark.slow
+def test_kept_inputs_give_every_stage_the_same_scores_as_loading_them_again(tiny_stream):
+    """GR4CIL over two tasks: the runner's evaluation (the test set under one key at every stage)
+    scores exactly what a fresh pass without kept inputs does."""
+    strategy = tiny_strategy(GR4CIL, tiny_stream)
+    test = tiny_stream.test_set
+    for task in range(2):
+        strategy.learn(tiny_stream.train_stream[task])
+        kept = strategy.evaluate_dataset(test, cache_key="test")
+        assert torch.equal(kept, strategy.evaluate_dataset(test))
+    assert strategy._kept_inputs[("test", strategy.cfg.eval_batch_size)][1].batches is not None
