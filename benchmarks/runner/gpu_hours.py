@@ -8,8 +8,8 @@ resolved config and the dataset's size (``DatasetUnit.image_counts``, known with
 
 - training: ``epochs`` x the dataset's training images (every task trains its own classes' images
   for the recipe's epochs, so the tasks together see the training set ``epochs`` times);
-- evaluation: stage t scores the test images of the t tasks seen, so the stages together score
-  the test set (T + 1) / 2 times.
+- evaluation: every stage scores the whole test set (the future classes' images too: the AUROC of
+  seen against future), so the stages together score it T times.
 
 Second stages (GR4CIL's compensation, MG-CLIP's visual stage), prototype passes and a strategy that
 trains fewer tasks than all (Aper-Adapter adapts at the first) are not modelled: the figure is the
@@ -30,16 +30,19 @@ from benchmarks.runner.suites import RunSpec, dataset_loader_options
 MEASURE_COMMAND = "python -m benchmarks.tools.gpu_check"
 GPU_CHECK_FOLDER = "gpu_check"
 RATES_FILE = "pipeline.json"
+SPEED_FILE = "speed.json"  # the speed phase's table, beside it: scales the rates of the others
 
 
 @dataclass(frozen=True)
 class Rates:
-    """Images per second of the runner on one GPU, by strategy (``pipeline.json``'s rows)."""
+    """Images per second of the runner on one GPU, by strategy (``pipeline.json``'s rows), and the
+    strategies whose rates are scaled from the speed table (``scaled_rates``)."""
 
     path: Path
     train: dict[str, float]
     eval: dict[str, float]
     model: str | None = None  # the backbone they were measured with, where the file says
+    scaled: frozenset[str] = frozenset()
 
 
 @dataclass
@@ -49,6 +52,7 @@ class Estimate:
     train_seconds: float = 0.0
     eval_seconds: float = 0.0
     runs: int = 0
+    scaled_runs: int = 0  # of ``runs``, those at rates scaled from the speed table
     without: dict[str, list[str]] = field(default_factory=dict)  # why no estimate -> "strategy / dataset"
 
 
@@ -95,7 +99,41 @@ def read_rates(path: Path) -> Rates:
         if positive(row, "eval_images_per_second")
     }
     model = data.get("model") if isinstance(data, dict) and isinstance(data.get("model"), str) else None
-    return Rates(path, train, evaluation, model)
+    return scaled_rates(Rates(path, train, evaluation, model), path.parent / SPEED_FILE)
+
+
+def scaled_rates(rates: Rates, speed_file: Path) -> Rates:
+    """``rates`` completed from the speed phase's table (``speed.json`` of the same check): a strategy
+    the runner was not measured with gets a measured strategy's runner rates times the two
+    strategies' ratio in that table (its training steps, its evaluation). The runner's costs around
+    the step (loaders, epochs, stages) are taken to scale alike; the line counts such runs apart."""
+    try:
+        rows = json.loads(speed_file.read_text(encoding="utf-8")).get("rows", [])
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return rates
+    table: dict[str, dict[str, float]] = {}
+    for row in rows if isinstance(rows, list) else []:
+        if isinstance(row, dict) and isinstance(row.get("strategy"), str):
+            table[row["strategy"]] = {
+                key: float(row[key])
+                for key in ("train_images_per_second", "eval_images_per_second")
+                if isinstance(row.get(key), (int, float)) and row[key] > 0
+            }
+    known = [s for s in rates.train if s in rates.eval and len(table.get(s, {})) == 2]
+    if not known:
+        return rates
+    base, step = known[0], table[known[0]]
+    train, evaluation, scaled = dict(rates.train), dict(rates.eval), set()
+    for strategy, speeds in table.items():
+        if strategy not in train and len(speeds) == 2:
+            train[strategy] = (
+                rates.train[base] * speeds["train_images_per_second"] / step["train_images_per_second"]
+            )
+            evaluation[strategy] = (
+                rates.eval[base] * speeds["eval_images_per_second"] / step["eval_images_per_second"]
+            )
+            scaled.add(strategy)
+    return Rates(rates.path, train, evaluation, rates.model, frozenset(scaled))
 
 
 def run_images(spec: RunSpec, config: dict, tasks_done: int) -> tuple[float, float] | str:
@@ -110,7 +148,7 @@ def run_images(spec: RunSpec, config: dict, tasks_done: int) -> tuple[float, flo
     train, test = counts
     tasks = spec.n_tasks
     train_images = epochs * train * (tasks - tasks_done) / tasks
-    eval_images = test * sum(stage / tasks for stage in range(tasks_done + 1, tasks + 1))
+    eval_images = test * (tasks - tasks_done)  # every stage scores every test image
     return train_images, eval_images
 
 
@@ -136,6 +174,7 @@ def estimate(pending: list[tuple[RunSpec, dict, int]], rates: Rates) -> Estimate
         total.train_seconds += train_images / rates.train[spec.strategy]
         total.eval_seconds += eval_images / rates.eval[spec.strategy]
         total.runs += 1
+        total.scaled_runs += spec.strategy in rates.scaled
     return total
 
 
@@ -154,6 +193,8 @@ def gpu_hours_line(pending: list[tuple[RunSpec, dict, int]], rates: Rates | None
         f"(training {total.train_seconds / 3600:,.1f}, evaluation {total.eval_seconds / 3600:,.1f}) "
         f"for {total.runs} of {len(pending)} run(s) left, one GPU a run, second stages not counted"
     )
+    if total.scaled_runs:
+        line += f" ({total.scaled_runs} at runner rates scaled from the speed table's)"
     if total.without:
         reasons = "; ".join(f"{why} {', '.join(sorted(where))}" for why, where in total.without.items())
         line += f"; {len(pending) - total.runs} run(s) without an estimate ({reasons})"

@@ -201,14 +201,14 @@ def test_the_dry_run_turns_measured_rates_into_gpu_hours(tmp_path, capsys, monke
     _dry_run(tmp_path)  # found by itself, beside runs/main
     table, line = capsys.readouterr().out.strip().rsplit("\n", 1)
     # By hand: both strategies train 70 epochs; CIFAR-100 50,000 / 10,000 images, ImageNet-R (RAPF)
-    # 24,000 / 6,000; 10 tasks score the test set (1 + ... + 10) / 10 = 5.5 times.
+    # 24,000 / 6,000; each of the 10 stages scores the whole test set (future classes too).
     train = 70 * (50_000 + 24_000) / 400 + 70 * (50_000 + 24_000) / 500  # 12,950 + 10,360 s
-    evaluation = 5.5 * (10_000 + 6_000) / 50 + 5.5 * (10_000 + 6_000) / 100  # 1,760 + 880 s
-    assert (train, evaluation) == (23_310, 2_640)
+    evaluation = 10 * (10_000 + 6_000) / 50 + 10 * (10_000 + 6_000) / 100  # 3,200 + 1,600 s
+    assert (train, evaluation) == (23_310, 4_800)
     expected = (
         f"{(train + evaluation) / 3600:.1f} (training {train / 3600:.1f}, evaluation {evaluation / 3600:.1f})"
     )
-    assert expected == "7.2 (training 6.5, evaluation 0.7)"
+    assert expected == "7.8 (training 6.5, evaluation 1.3)"
     assert line == (
         f"GPU-hours expected at the rates of {rates}: {expected} for 4 of 4 run(s) left, "
         "one GPU a run, second stages not counted"
@@ -219,7 +219,7 @@ def test_the_dry_run_turns_measured_rates_into_gpu_hours(tmp_path, capsys, monke
     other.write_text(json.dumps(rows[:1]))  # a plain list of rows; finetune unmeasured
     _dry_run(tmp_path, "--rates", str(other))
     line = capsys.readouterr().out.strip().rsplit("\n", 1)[1]
-    assert f"{(12_950 + 1_760) / 3600:.1f} (training {12_950 / 3600:.1f}" in line
+    assert f"{(12_950 + 3_200) / 3600:.1f} (training {12_950 / 3600:.1f}" in line
     assert line.endswith(
         "for 2 of 4 run(s) left, one GPU a run, second stages not counted; 2 run(s) without an "
         "estimate (no rate measured for finetune)"
@@ -233,3 +233,31 @@ def test_without_rates_the_dry_run_says_how_to_measure_them(tmp_path, capsys, mo
     assert line.startswith("no GPU rates measured: run python -m benchmarks.tools.gpu_check on the GPU")
     assert run.main(["--suite", "main", "--dry-run", "--rates", str(tmp_path / "nothing.json")]) == 2
     assert "--rates" in capsys.readouterr().err
+
+
+def test_strategies_the_pipeline_did_not_run_get_its_rates_scaled_by_the_speed_table(
+    tmp_path, capsys, monkeypatch
+):
+    """On CUDA the pipeline phase runs fine-tuning alone; GR4CIL's runner rates are fine-tuning's
+    times GR4CIL's / fine-tuning's speed in the same check's speed table."""
+    monkeypatch.chdir(tmp_path)
+    check = tmp_path / "runs" / "gpu_check" / "2026-11-27"
+    check.mkdir(parents=True)
+    pipeline = [{"strategy": "finetune", "train_images_per_second": 500, "eval_images_per_second": 100}]
+    (check / "pipeline.json").write_text(json.dumps({"rows": pipeline}))
+    speed = [
+        {"strategy": "finetune", "train_images_per_second": 250.0, "eval_images_per_second": 40.0},
+        {"strategy": "gr4cil", "train_images_per_second": 200.0, "eval_images_per_second": 20.0},
+        {"strategy": "l2p_pp", "train_images_per_second": None, "eval_images_per_second": 30.0},
+    ]
+    (check / "speed.json").write_text(json.dumps({"rows": speed}))
+    _dry_run(tmp_path)
+    line = capsys.readouterr().out.strip().rsplit("\n", 1)[1]
+    # By hand: gr4cil trains at 500 x 200 / 250 = 400 and evaluates at 100 x 20 / 40 = 50 images/s,
+    # the rates of the first test, so the hours are the same: 7.8 (training 6.5, evaluation 1.3).
+    assert "7.8 (training 6.5, evaluation 1.3) for 4 of 4 run(s) left" in line
+    assert line.endswith("(2 at runner rates scaled from the speed table's)")
+    from benchmarks.runner.gpu_hours import read_rates
+
+    rates = read_rates(check / "pipeline.json")
+    assert rates.scaled == {"gr4cil"} and "l2p_pp" not in rates.train  # no training rate: none made up
