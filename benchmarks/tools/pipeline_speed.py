@@ -42,7 +42,6 @@ from avalanche.core import SupervisedPlugin
 from tqdm.auto import tqdm
 
 from benchmarks.backbone import TINY_MODEL
-from benchmarks.core.atomic_io import write_json
 from benchmarks.core.environment import check_threads, set_threads
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.core.precision import PRECISIONS
@@ -51,7 +50,14 @@ from benchmarks.runner.results import ResultStore, RunProgress, config_hash
 from benchmarks.runner.suites import RunSpec, expand, load_suite
 from benchmarks.tools import reference
 from benchmarks.tools.fake_data import fake_targets, make_fake_data
-from benchmarks.tools.train_speed import StepProbe, machine, probe_step, reference_model
+from benchmarks.tools.train_speed import (
+    StepProbe,
+    machine,
+    outcome_of,
+    probe_step,
+    published,
+    reference_model,
+)
 from strategies.registry import get_strategy
 
 SUITE = "main"
@@ -342,20 +348,13 @@ def _command(argv: list[str] | None) -> dict:
         },
         "rows": rows,
     }
-    results["table"] = markdown_table(results)
-    print(results["table"])
-    if args.out:
-        write_json(Path(args.out), results)
-    return results
+    return published(results, markdown_table(results), args.out)
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Measure (module docstring) and return the results; a mistake in the input prints one line
-    and exits with code 2 (``SystemExit``, as argparse does for a bad flag)."""
-    outcome = _command(argv)
-    if not isinstance(outcome, dict):
-        raise SystemExit(outcome)
-    return outcome
+    and exits with code 2."""
+    return outcome_of(_command, argv)
 
 
 if __name__ == "__main__":

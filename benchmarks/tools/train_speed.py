@@ -669,20 +669,31 @@ def _command(argv: list[str] | None) -> dict:
         "eval_repeats": args.eval_repeats,
         "rows": rows,
     }
-    results["table"] = markdown_table(results)
-    print(results["table"])
-    if args.out:
-        write_json(Path(args.out), results)
+    return published(results, markdown_table(results), args.out)
+
+
+def published(results: dict, table: str, out: str | None) -> dict:
+    """``results`` with their Markdown ``table``, printed, and written as JSON to ``out`` if given."""
+    results["table"] = table
+    print(table)
+    if out:
+        write_json(Path(out), results)
     return results
+
+
+def outcome_of(command: Callable[[list[str] | None], dict | int], argv: list[str] | None) -> dict:
+    """A measuring command's results; a mistake in its input (the one-line error's exit code 2 from
+    ``one_line_user_errors``) leaves as ``SystemExit``, as argparse does for a bad flag."""
+    outcome = command(argv)
+    if not isinstance(outcome, dict):
+        raise SystemExit(outcome)
+    return outcome
 
 
 def main(argv: list[str] | None = None) -> dict:
     """Measure (module docstring) and return the results; a mistake in the input prints one line
-    and exits with code 2 (``SystemExit``, as argparse does for a bad flag)."""
-    outcome = _command(argv)
-    if not isinstance(outcome, dict):
-        raise SystemExit(outcome)
-    return outcome
+    and exits with code 2."""
+    return outcome_of(_command, argv)
 
 
 if __name__ == "__main__":
