@@ -7,8 +7,9 @@ Measurements
     (that reference: plain open_clip and torch, no suite code; aten op counts), ``pipeline_speed``
     (the real runner's training and evaluation on fake data, against the reference beside it),
     ``loader_speed`` (data-loader throughput), ``shared_cores`` (the smoke suite's wall time by thread
-    count, idle and beside a busy process), ``official_goldens`` (outputs of the official code that
-    the tests compare with).
+    count, idle and beside a busy process), ``kill_rerun`` (kill -9 a run at random moments, rerun
+    it: results identical to an uninterrupted run, no stray file), ``official_goldens`` (outputs of
+    the official code that the tests compare with).
 
 Checking a GPU
     ``gpu_check``: in minutes on one GPU, before a long run, the CUDA tests, the speed table, the
