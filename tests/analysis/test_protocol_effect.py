@@ -8,7 +8,7 @@ import pytest
 from analysis import compare, protocol_effect
 from benchmarks import run
 from benchmarks.core.errors import UserError
-from benchmarks.runner.results import iter_results
+from benchmarks.runner.results import iter_results, result_digest
 
 SUITE = """
 datasets = ["synthetic"]
@@ -45,13 +45,15 @@ def two_protocols(tmp_path_factory):
 
 
 def _shift(folder, label: str, by_seed: dict[int, float]) -> None:
-    """Add ``by_seed[seed]`` points to every stage accuracy of ``label``'s stored results."""
+    """Add ``by_seed[seed]`` points to every stage accuracy of ``label``'s stored results, as a run
+    under another protocol would have computed them (so with the digest of its new stages)."""
     for path, result in iter_results(folder):
         if result["label"] == label:
             for stage in result["stages"]:
                 stage["acc"] += by_seed[result["seed"]]
             result["summary"]["last_acc"] += by_seed[result["seed"]]
             result["summary"]["avg_acc"] += by_seed[result["seed"]]
+            result["digest"] = result_digest(result["stages"], result["summary"])
             path.write_text(json.dumps(result))
 
 
