@@ -57,6 +57,7 @@ from benchmarks.tools.train_speed import (
     probe_step,
     published,
     reference_model,
+    table_number,
 )
 from strategies.registry import get_strategy
 
@@ -215,14 +216,6 @@ def run_specs(args) -> list[RunSpec]:
     )
 
 
-def _number(value: float | None, ratio: bool = False) -> str:
-    if value is None:
-        return "-"
-    if ratio:
-        return f"{value:.2f}"
-    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
-
-
 def markdown_table(results: dict) -> str:
     """The rows as a Markdown table, under a line that says when, where and on what."""
     host, setting = results["machine"], results["settings"]
@@ -244,13 +237,13 @@ def markdown_table(results: dict) -> str:
             row["precision"],
             str(row["batch_size"]),
             str(row["epochs_timed"]),
-            _number(row["train_images_per_second"]),
-            _number(row["reference_step_images_per_second"]) + kind,
-            _number(row["train_over_reference_step"], ratio=True),
+            table_number(row["train_images_per_second"]),
+            table_number(row["reference_step_images_per_second"]) + kind,
+            table_number(row["train_over_reference_step"], ratio=True),
             str(row["stages_timed"]),
-            _number(row["eval_images_per_second"]),
-            _number(row["reference_forward_images_per_second"]),
-            _number(row["eval_over_forward"], ratio=True),
+            table_number(row["eval_images_per_second"]),
+            table_number(row["reference_forward_images_per_second"]),
+            table_number(row["eval_over_forward"], ratio=True),
             "; ".join(row["notes"]),
         ]
         lines.append("| " + " | ".join(cells) + " |")

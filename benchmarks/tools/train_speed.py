@@ -520,7 +520,9 @@ def machine(device: str) -> dict:
     }
 
 
-def _number(value: float | None, ratio: bool = False) -> str:
+def table_number(value: float | None, ratio: bool = False) -> str:
+    """A table's cell: "-" for none, a ratio to two decimals, a rate in whole images (a small one to
+    one decimal)."""
     if value is None:
         return "-"
     if ratio:
@@ -550,17 +552,17 @@ def markdown_table(results: dict) -> str:
             row["precision"],
             str(row["batch_size"]),
             str(row["steps_timed"]["train"]),
-            _number(row["train_images_per_second"]),
-            _number(row["own_step_images_per_second"]),
-            _number(ref["step_images_per_second"]) + kind,
-            _number(ref["full_step_images_per_second"]),
-            _number(ref["frozen_backward_images_per_second"]),
-            _number(row["train_over_reference_step"], ratio=True),
-            _number(row["own_step_over_reference_step"], ratio=True),
-            _number(row["train_over_full_step"], ratio=True),
-            _number(row["eval_images_per_second"]),
-            _number(ref["forward_images_per_second"]),
-            _number(row["eval_over_forward"], ratio=True),
+            table_number(row["train_images_per_second"]),
+            table_number(row["own_step_images_per_second"]),
+            table_number(ref["step_images_per_second"]) + kind,
+            table_number(ref["full_step_images_per_second"]),
+            table_number(ref["frozen_backward_images_per_second"]),
+            table_number(row["train_over_reference_step"], ratio=True),
+            table_number(row["own_step_over_reference_step"], ratio=True),
+            table_number(row["train_over_full_step"], ratio=True),
+            table_number(row["eval_images_per_second"]),
+            table_number(ref["forward_images_per_second"]),
+            table_number(row["eval_over_forward"], ratio=True),
             f"{ops['strategy']:,} / {ops['reference']:,} = {ops['ratio']:.2f}" if ops else "-",
             "; ".join(row["notes"]),
         ]
