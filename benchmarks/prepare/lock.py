@@ -44,6 +44,8 @@ def lock_path(folder: Path, target: str) -> Path:
 def describe(holder: Holder | None) -> str:
     if holder is None:
         return "another command (it just finished)"
+    if holder.damaged:  # no holder to name: the runner's words for it, with its age
+        return holder.describe()
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(holder.since))
     return f"pid {holder.pid} on {holder.host}, since {since}"
 

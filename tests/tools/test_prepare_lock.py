@@ -125,6 +125,16 @@ def test_list_names_the_holder_of_a_targets_lock(tmp_path, capsys):
     assert f"| missing (being prepared by pid {os.getpid()} on {socket.gethostname()}" in row
 
 
+def test_a_damaged_lock_is_named_as_such_not_as_pid_0(tmp_path, capsys):
+    """A cut-off lock (a full disk) names no holder: ``--list`` says what it is and when it goes
+    stale, in the runner's words, never "pid 0 on ?"."""
+    path = prepare_lock.lock_path(tmp_path, "imagenet_r")
+    path.write_text('{"host": "a", "pi')
+    assert prepare.main(["--list", "--data-root", str(tmp_path)]) == 0
+    row = next(line for line in capsys.readouterr().out.splitlines() if line.startswith("| imagenet_r |"))
+    assert f"a damaged lock file {path} (cut-off or invalid JSON)" in row and "pid 0" not in row
+
+
 def _dead_pid() -> int:
     """A pid no process has on this host now."""
     for pid in range(int(Path("/proc/sys/kernel/pid_max").read_text()) - 1, 1, -1):
