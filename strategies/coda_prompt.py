@@ -8,8 +8,9 @@ vector A_m ``[d]``; the prompt of an image is ``sum_m alpha_m P_m`` with alpha_m
 (a plain cosine, no softmax), its first half joining the keys and its second half the values.
 Task t owns the slice [s, f) = [t pt, (t + 1) pt), pt = components / number of tasks: at its
 start the slice is drawn from a normal distribution and Gram-Schmidt-orthogonalised against the
-earlier ones (``gram_schmidt``), layer by layer, keys, attention vectors then prompts, as the official
-code orders its draws; the draws come from a generator seeded by (run seed, task). During it [0, s) is used but detached, [s, f) learns, and later
+earlier ones (``gram_schmidt``), layer by layer, in the official code's order of draws: prompts, keys,
+attention vectors at the first task (its ``__init__``), keys, attention vectors, prompts at later ones
+(``process_task_count``); the draws come from a generator seeded by (run seed, task). During it [0, s) is used but detached, [s, f) learns, and later
 slices are left out. Loss: CE over the current classes; the orthogonality penalty has weight 0 in
 the official runs and is left out. Inference: alpha over the components of every seen task, head
 logits over the seen classes.
@@ -171,8 +172,14 @@ class CodaPrompt(PromptStrategy):
         generator = torch.Generator().manual_seed(derive_seed(self.seed, task, "coda_prompt.gram_schmidt"))
         parts = self.components
         with torch.no_grad():
+            # the official order: __init__ draws P, K, A; process_task_count K, A, P (issue 52)
+            order = (
+                (parts.prompts, parts.keys, parts.attention)
+                if task == 0
+                else (parts.keys, parts.attention, parts.prompts)
+            )
             for layer in range(len(self.cfg.prompt_layers)):
-                for parameter in (parts.keys, parts.attention, parts.prompts):  # the official order
+                for parameter in order:
                     flat = parameter[layer].view(parameter.shape[1], -1)
                     flat.copy_(gram_schmidt(flat, start, stop, generator, self.cfg.gram_schmidt))
 
