@@ -153,9 +153,14 @@ class StrategyConfig:
         unknown = sorted(set(values) - set(fields))
         if unknown:
             named = ", ".join(f"{key!r}{_did_you_mean(key, fields)}" for key in unknown)
+            own = (  # a framework's learner: its own options go through whole
+                f"; the learner's own options go in args = {{ {unknown[0]} = ... }}"
+                if "args" in fields
+                else ""
+            )
             raise UserError(
                 f"unknown option{'s' if len(unknown) > 1 else ''} {named} for strategy "
-                f"{strategy or cls.__name__}; valid options: {sorted(fields)}",
+                f"{strategy or cls.__name__}; valid options: {sorted(fields)}{own}",
                 options=tuple(unknown),
             )
         hints = typing.get_type_hints(cls)
@@ -171,6 +176,19 @@ class StrategyConfig:
 
     def to_dict(self) -> dict[str, Any]:
         return dataclasses.asdict(self)
+
+    def with_epoch_scale(self, scale: float) -> tuple["StrategyConfig", list[str]]:
+        """This recipe under a suite's ``epoch_scale``, and the fields that changed: ``epochs``
+        times ``scale``, rounded, at least 1 (a framework's learner scales its own epoch options)."""
+        if not (isinstance(self.epochs, int) and self.epochs > 0):
+            return self, []
+        return dataclasses.replace(self, epochs=max(1, round(self.epochs * scale))), ["epochs"]
+
+    def with_epoch_cap(self, cap: int) -> tuple["StrategyConfig", list[str]]:
+        """This recipe with at most ``cap`` epochs a task (a fast dev run), and the fields that changed."""
+        if not (isinstance(self.epochs, int) and self.epochs > cap):
+            return self, []
+        return dataclasses.replace(self, epochs=cap), ["epochs"]
 
     @classmethod
     def recipe_fields(cls) -> frozenset[str]:

@@ -62,6 +62,10 @@ OPTIONAL: dict[str, tuple[str, str]] = {
         "class or instance attribute, False when a checkpoint cannot hold all the learned state",
         "True; when False, an interrupted run starts again from task 1",
     ),
+    "resume_refusal": (
+        "resume_refusal(meta) -> str | None: why a checkpoint's metadata cannot restore the strategy",
+        "None: every checkpoint of the run's config is loaded",
+    ),
     "stage_diagnostics": (
         "stage_diagnostics(scores, targets, task_of_class) -> dict, stored per stage",
         "{}",

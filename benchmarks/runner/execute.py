@@ -109,10 +109,10 @@ def resolve(spec: RunSpec, data_root: str) -> ResolvedRun:
         raise UserError(message, options=err.options) from None
     precision = resolve_precision(spec.precision, spec.device, strategy_cfg.amp)
     sources = {name: spec.option_sources.get(name, "default") for name in strategy_cfg.to_dict()}
-    if spec.epoch_scale != 1.0 and isinstance(strategy_cfg.epochs, int) and strategy_cfg.epochs > 0:
-        scaled = max(1, round(strategy_cfg.epochs * spec.epoch_scale))
-        strategy_cfg = dataclasses.replace(strategy_cfg, epochs=scaled)
-        sources["epochs"] += f" x epoch_scale {spec.epoch_scale:g}"
+    if spec.epoch_scale != 1.0:
+        strategy_cfg, scaled = strategy_cfg.with_epoch_scale(spec.epoch_scale)
+        for name in scaled:
+            sources[name] += f" x epoch_scale {spec.epoch_scale:g}"
     strategy_cfg = _limited_config(strategy_cfg, spec.limits, sources)
     config = {
         **spec.config,
@@ -174,18 +174,15 @@ def settings_from_the_suite(label: str, dataset: str, config: dict) -> str:
 def _limited_config(strategy_cfg, limits: RunLimits, sources: dict[str, str]):
     """The recipe under ``limits``: its epochs and each training batch size it declares
     (``StrategyConfig.training_batch_sizes``) capped; every other option as the real run's."""
+    capped = []
+    if limits.epochs is not None:
+        strategy_cfg, capped = strategy_cfg.with_epoch_cap(limits.epochs)
     changes = {}
-    if (
-        limits.epochs is not None
-        and isinstance(strategy_cfg.epochs, int)
-        and strategy_cfg.epochs > limits.epochs
-    ):
-        changes["epochs"] = limits.epochs
     if limits.batch_size is not None:
         for name in strategy_cfg.training_batch_sizes:
             if getattr(strategy_cfg, name) > limits.batch_size:
                 changes[name] = limits.batch_size
-    for name in changes:
+    for name in [*capped, *changes]:
         sources[name] += " capped by --fast-dev-run"
     return dataclasses.replace(strategy_cfg, **changes)
 
@@ -445,8 +442,14 @@ def _resume(spec: RunSpec, store: ResultStore, strategy, cfg_hash: str, force: b
     if checkpoint is None:
         return RunProgress(), "ran"
     progress, tensors, strategy_meta = checkpoint
-    if not optional(strategy, "resumable", True):  # state a checkpoint cannot hold: start again
-        return RunProgress(), f"ran again from task 1 ({spec.strategy} cannot resume from a checkpoint)"
+    refusal = optional(strategy, "resume_refusal")
+    why = (
+        f"{spec.strategy} cannot resume from a checkpoint"
+        if not optional(strategy, "resumable", True)  # state a checkpoint cannot hold: start again
+        else refusal(strategy_meta) if refusal else None
+    )
+    if why:
+        return RunProgress(), f"ran again from task 1 ({why})"
     strategy.load_checkpoint_state(tensors, strategy_meta)
     return progress, f"resumed after task {progress.tasks_done}"
 

@@ -324,8 +324,9 @@ def strategy_options(
     return options, sources
 
 
-#: options whose value is itself a table, never per dataset (``plugins``: strategies.plugins)
-TABLE_VALUED_OPTIONS = frozenset({"plugins"})
+#: options whose value is itself a table, never per dataset (``plugins``: strategies.plugins;
+#: ``args``: a framework learner's own options, strategies.frameworks)
+TABLE_VALUED_OPTIONS = frozenset({"plugins", "args"})
 
 
 def _for_dataset(options: dict[str, Any], dataset: str) -> dict[str, Any]:

@@ -1,53 +1,145 @@
-"""Learners in the LAMDA family's shape (PyCIL, PILOT, C3Box) under the suite's protocol.
+"""Learners of the LAMDA family (PyCIL, PILOT, C3Box) under the suite's protocol, unchanged.
 
 Such a learner is built as ``cls(args)`` from a dict of options and keeps its model in
 ``learner._network`` (a module whose output holds ``"logits"``, one column per class position). For
 each task the runner's experience becomes a ``DataManager`` with the family's conventions, then
 ``incremental_train(data_manager)`` and ``after_task()`` run. Class ids are positions in the order
-the classes were learned: position ``k`` is ``seen_classes[k]``. A stream's experience gives its
-classes as a set, so within a task positions follow class ids, as ``CLIPStrategy`` orders them.
+the classes were learned: position ``k`` is ``seen_classes[k]``.
 
-``args``: the Config's fields, ``"device"`` (a one-element list, the family's multi-GPU
-convention), ``"seed"``, ``"backbone"`` (the run's ``CLIPBackbone``), ``"class_names"`` (by
-position; the list grows in place as tasks arrive) and ``"max_train_batches"`` (None, or the
-batches a pass may take in a fast dev run).
+``args`` is the suite's ``args`` table (any key the learner reads: ``memory_size``,
+``convnet_type``, ``init_epoch``, ...), then the run's facts: ``device`` (a one-element list, the
+family's multi-GPU convention), ``seed``, ``backbone`` (the run's ``CLIPBackbone``),
+``class_names`` (by position; the list grows in place) and ``max_train_batches``. A
+``convnet_type`` (PyCIL) or ``backbone_type`` (PILOT) of ``"clip"``, the default, makes the
+family's own network factory (``get_convnet``/``get_backbone``) return the run's frozen CLIP image
+tower, so the learner's network is the family's, on the suite's backbone.
+
+The learner's files are never edited (``strategies.frameworks.upstream``): its module's epoch
+constants follow the suite's ``epoch_scale`` for each call, its progress bars and logging follow
+``--quiet``, and an exception inside its files is one line naming the file and line.
 """
 
 from __future__ import annotations
 
+import contextlib
+import copy
+import dataclasses
+import sys
+import warnings
+from dataclasses import dataclass, field
+from types import FunctionType
 from typing import Any
 
 import numpy as np
 import torch
 from torch import nn
-from torch.utils.data import Dataset
+from torch.utils.data import DataLoader, Dataset
 
 from benchmarks.core.errors import UserError
 from strategies.checkpointing import pack_state, unpack_state
-from strategies.frameworks.common import FrameworkAdapter, declared_config, task_classes
+from strategies.config import StrategyConfig
+from strategies.frameworks.common import FrameworkAdapter, task_classes
+from strategies.frameworks.upstream import (
+    modules_under,
+    patched,
+    quiet_patches,
+    root_of,
+    scaled_epochs,
+    silenced_logging,
+    upstream_error,
+)
+
+RUN_FACTS = ("device", "seed", "backbone", "class_names", "max_train_batches")
+CLIP = "clip"
+# The learner's own test loader never sees the test set: it gets this many training images of each
+# class asked for, under the eval transform (its accuracy there is its own log, not a result).
+VALIDATION_PER_CLASS = 10
+_TASK_BITS = 32  # an item's id for the family's exemplar memory: task << 32 | index in the task
 
 
-class TaskImages(Dataset):
-    """Items ``(index, image, position)`` of a subset of an experience's dataset, as the family's
-    datasets give them; ``flip`` mirrors every image (the family's "flip" mode)."""
+@dataclass
+class PyCILConfig(StrategyConfig):
+    """A LAMDA-family learner's options. ``args``: the learner's own options, passed through as it
+    reads them. Its recipe (epochs, learning rates, batch sizes) is its own, in ``args`` or in its
+    module's constants, so StrategyConfig's recipe fields do not reach it; the runner reads
+    ``eval_batch_size`` and ``train_augmentation``. ``epoch_scale`` and ``epoch_cap`` are the
+    runner's (the suite's ``epoch_scale``, ``--fast-dev-run``), applied to the epoch options in
+    ``args`` here and to the module's epoch constants while the learner runs."""
 
-    def __init__(self, images: Dataset, items: list[int], positions: list[int], flip: bool) -> None:
-        self.images, self.items, self.positions, self.flip = images, items, positions, flip
+    args: dict[str, Any] = field(default_factory=dict)
+    epoch_scale: float = 1.0
+    epoch_cap: int | None = None
+
+    def __post_init__(self):
+        super().__post_init__()
+        reserved = sorted(set(self.args) & set(RUN_FACTS))
+        if reserved:
+            raise UserError(
+                f"args {reserved} are the run's (--device, the seed, the backbone, the classes, "
+                "--fast-dev-run), not options a suite sets",
+                options=("args",),
+            )
+
+    @classmethod
+    def from_dict(cls, values: dict[str, Any], strategy: str = "") -> PyCILConfig:
+        runners = sorted({"epoch_scale", "epoch_cap"} & set(values))
+        if runners:
+            raise UserError(
+                f"{', '.join(runners)} of {strategy or cls.__name__} come from the suite's epoch_scale "
+                "and --fast-dev-run, not from a strategy table",
+                options=tuple(runners),
+            )
+        return super().from_dict(values, strategy)
+
+    def with_epoch_scale(self, scale: float) -> tuple[PyCILConfig, list[str]]:
+        changes = scaled_epochs(self.args, scale, None)
+        args = {**self.args, **{k: new for k, (_, new) in changes.items()}}
+        return dataclasses.replace(self, args=args, epoch_scale=scale), ["args"] * bool(changes) + [
+            "epoch_scale"
+        ]
+
+    def with_epoch_cap(self, cap: int) -> tuple[PyCILConfig, list[str]]:
+        changes = scaled_epochs(self.args, 1.0, cap)
+        args = {**self.args, **{k: new for k, (_, new) in changes.items()}}
+        return dataclasses.replace(self, args=args, epoch_cap=cap), ["args"] * bool(changes) + ["epoch_cap"]
+
+
+class CLIPImageTower(nn.Module):
+    """The run's CLIP image tower in the shape of the family's convnets: ``out_dim`` and a dict
+    with the unnormalised image embeddings as ``features`` (no feature maps)."""
+
+    def __init__(self, backbone: nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.out_dim = backbone.embed_dim
+
+    def forward(self, images: torch.Tensor) -> dict[str, Any]:
+        return {"fmaps": [], "features": self.backbone.encode_image(images, normalize=False)}
+
+
+class ItemImages(Dataset):
+    """The family's ``DummyDataset``: items ``(index, image, position)``; ``images`` holds item
+    ids (what ``ret_data`` returns and ``appendent`` takes back) and ``labels`` class positions."""
+
+    def __init__(self, ids: np.ndarray, labels: np.ndarray, image_of, mode: str) -> None:
+        self.images, self.labels, self.image_of, self.trsf, self.use_path = ids, labels, image_of, mode, False
 
     def __len__(self) -> int:
-        return len(self.items)
+        return len(self.images)
 
     def __getitem__(self, index: int):
-        image = self.images[self.items[index]][0]
-        return index, torch.flip(image, dims=[-1]) if self.flip else image, self.positions[index]
+        image = self.image_of(int(self.images[index]), self.trsf)
+        return index, image, int(self.labels[index])
 
 
 class DataManager:
     """The family's DataManager over the stream, one task at a time: class ids are positions in
-    the order learned, and only the current task's training data can be asked for."""
+    the order learned. ``source="train"`` gives the current task's training images (and the items
+    of ``appendent``, the learner's exemplars); ``source="test"`` gives training images too,
+    ``VALIDATION_PER_CLASS`` a class, never the test set."""
 
-    def __init__(self, n_classes: int, class_names: list[str], name: str) -> None:
-        self.name = name
+    def __init__(self, n_classes: int, class_names: list[str], name: str, say) -> None:
+        self.name, self.say = name, say
         self.n_classes = n_classes
         self.all_class_names = class_names
         self.class_order: list[int] = []  # position -> class id
@@ -55,6 +147,10 @@ class DataManager:
         self.task_sizes: list[int] = []
         self.nb_tasks = 0
         self.experience = None
+        self.seen: dict[int, Any] = {}  # task -> experience, in this process
+        self.said_validation = False
+        self._views: dict[tuple[int, str], Dataset] = {}  # (task, "train" or "eval") -> its images
+        self._targets: dict[int, np.ndarray] = {}  # task -> its items' class ids
 
     def restore(self, class_order: list[int], task_sizes: list[int], nb_tasks: int) -> None:
         """The positions and task sizes of the tasks a checkpoint had learned."""
@@ -66,11 +162,14 @@ class DataManager:
     def begin_task(self, experience, classes: list[int]) -> None:
         """Make ``experience`` the current task, its ``classes`` the next positions."""
         self.experience = experience
+        self.seen[len(self.task_sizes)] = experience
         self.class_order.extend(classes)
         self.class_names.extend(self.all_class_names[c] for c in classes)
         self.task_sizes.append(len(classes))
         stream = getattr(experience, "origin_stream", None)
         self.nb_tasks = len(stream) if stream is not None else len(self.task_sizes)
+        self._views: dict[tuple[int, str], Dataset] = {}
+        self._targets: dict[int, np.ndarray] = {}
 
     def get_task_size(self, task: int) -> int:
         # tasks are equal in this suite, so a later task has the current one's size
@@ -79,83 +178,198 @@ class DataManager:
     def get_total_classnum(self) -> int:
         return self.n_classes
 
-    def get_dataset(self, indices, source: str, mode: str, appendent=None, ret_data: bool = False) -> Dataset:
-        """The current task's training images of the class positions ``indices``: items
-        ``(index, image, position)``, under the train augmentation (``mode="train"``) or the eval
-        transform (``"test"``; ``"flip"``: mirrored)."""
-        if source != "train":
-            raise UserError(
-                f"{self.name}: get_dataset(source={source!r}) is refused: the runner scores the test "
-                "set itself; drop the learner's own test loader"
-            )
-        if appendent is not None or ret_data:
-            raise UserError(
-                f"{self.name}: get_dataset(appendent=..., ret_data=True) (exemplar memory) is not "
-                "supported by the pycil: adapter; keep exemplars as tensors in checkpoint_attributes"
-            )
+    def get_dataset(
+        self, indices, source: str, mode: str, appendent=None, ret_data: bool = False, m_rate=None
+    ):
+        """Items ``(index, image, position)`` of the class positions ``indices`` (see the class),
+        plus ``appendent``'s; with ``ret_data``, also their ids and positions."""
         if mode not in ("train", "test", "flip"):
             raise UserError(f"{self.name}: get_dataset(mode={mode!r}); give 'train', 'test' or 'flip'")
-        wanted = {int(i) for i in np.asarray(indices).reshape(-1)}
+        if source not in ("train", "test"):
+            raise UserError(f"{self.name}: get_dataset(source={source!r}); give 'train' or 'test'")
+        if m_rate is not None:
+            raise UserError(f"{self.name}: get_dataset(m_rate=...) (RMM's sampling) is not supported")
+        wanted = sorted({int(i) for i in np.asarray(indices).reshape(-1)})
+        if source == "train":
+            ids = self._current_items(wanted)
+        else:
+            ids = self._validation_items(wanted)
+        if appendent is not None and len(appendent) != 0 and len(appendent[0]) != 0:
+            ids = np.concatenate([ids, np.asarray(appendent[0], dtype=np.int64)])
+        labels = np.asarray([self._position(i) for i in ids], dtype=np.int64)
+        dataset = ItemImages(ids, labels, self._image, mode)
+        return (ids, labels, dataset) if ret_data else dataset
+
+    def _current_items(self, wanted: list[int]) -> np.ndarray:
+        task = len(self.task_sizes) - 1
         first = len(self.class_order) - self.task_sizes[-1]
-        current = set(range(first, len(self.class_order)))
-        if not wanted <= current:
+        outside = [p for p in wanted if not first <= p < len(self.class_order)]
+        if outside:
             raise UserError(
-                f"{self.name}: get_dataset asks for class positions {sorted(wanted - current)[:5]} outside "
-                f"the current task ({first}..{len(self.class_order) - 1}): a class-incremental learner "
-                "sees only the current task's training data"
+                f"{self.name}: get_dataset asks for class positions {outside[:5]} outside the current "
+                f"task ({first}..{len(self.class_order) - 1}): a class-incremental learner sees only "
+                "the current task's training data (and its own exemplars, through appendent)"
             )
-        position = {c: k for k, c in enumerate(self.class_order)}
-        data = self.experience.dataset
-        labels = [position[int(c)] for c in data.targets]
-        items = [i for i, label in enumerate(labels) if label in wanted]
-        images = data.train() if mode == "train" else data.eval()
-        return TaskImages(images, items, [labels[i] for i in items], flip=mode == "flip")
+        classes = np.asarray([self.class_order[p] for p in wanted])
+        items = np.flatnonzero(np.isin(self.targets(task), classes))
+        return (task << _TASK_BITS) + items.astype(np.int64)
+
+    def _validation_items(self, wanted: list[int]) -> np.ndarray:
+        unknown = [p for p in wanted if not 0 <= p < len(self.class_order)]
+        if unknown:
+            raise UserError(
+                f"{self.name}: get_dataset(source='test') asks for unseen class positions {unknown[:5]}"
+            )
+        if not self.said_validation:
+            self.said_validation = True
+            self.say(
+                f"{self.name}: its own test loader (get_dataset(source='test')) gets {VALIDATION_PER_CLASS} "
+                "training images of each class under the eval transform, not the test set; the suite's "
+                "scores come from its own evaluation"
+            )
+        tasks = np.cumsum([0, *self.task_sizes])
+        ids = []
+        for position in wanted:
+            task = int(np.searchsorted(tasks, position, side="right") - 1)
+            items = np.flatnonzero(self.targets(task) == self.class_order[position])[:VALIDATION_PER_CLASS]
+            ids.append((task << _TASK_BITS) + items.astype(np.int64))
+        return np.concatenate(ids) if ids else np.zeros(0, dtype=np.int64)
+
+    def task_data(self, task: int):
+        """The training dataset of task ``task``: the current one, from the stream, or seen here."""
+        if task == len(self.task_sizes) - 1 and self.experience is not None:
+            return self.experience.dataset
+        stream = getattr(self.experience, "origin_stream", None)
+        if stream is not None and task < len(stream):
+            return stream[task].dataset
+        if task in self.seen:
+            return self.seen[task].dataset
+        raise UserError(
+            f"{self.name}: an exemplar of task {task + 1} cannot be found: give a stream with origin_stream"
+        )
+
+    def targets(self, task: int) -> np.ndarray:
+        if task not in self._targets:
+            self._targets[task] = np.asarray(self.task_data(task).targets, dtype=np.int64)
+        return self._targets[task]
+
+    def _position(self, item_id: int) -> int:
+        task, item = int(item_id) >> _TASK_BITS, int(item_id) & ((1 << _TASK_BITS) - 1)
+        return self.class_order.index(int(self.targets(task)[item]))
+
+    def _image(self, item_id: int, mode: str) -> torch.Tensor:
+        task, item = item_id >> _TASK_BITS, item_id & ((1 << _TASK_BITS) - 1)
+        view = "train" if mode == "train" else "eval"
+        if (task, view) not in self._views:
+            data = self.task_data(task)
+            self._views[(task, view)] = data.train() if view == "train" else data.eval()
+        image = self._views[(task, view)][item][0]
+        return torch.flip(image, dims=[-1]) if mode == "flip" else image
 
 
 class PyCILAdapter(FrameworkAdapter):
     """A LAMDA-family learner (``wrapped``) run on the stream; see the module's docstring."""
 
-    checkpoint_attributes = ("seen_classes",)
-
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
-        self.data_manager = DataManager(len(self.class_names), self.class_names, self.name)
-        args = {
-            **self.cfg.to_dict(),
+        self.data_manager = DataManager(len(self.class_names), self.class_names, self.name, self._say)
+        self.root = root_of(self.wrapped.__module__)
+        self.upstream_modules = modules_under(self.root)
+        module = sys.modules[self.wrapped.__module__]
+        constants = {k: v for k, v in vars(module).items() if not k.startswith("_")}
+        self.scaled_constants = {
+            f"{module.__name__}.{k}": change
+            for k, change in scaled_epochs(constants, self.cfg.epoch_scale, self.cfg.epoch_cap).items()
+        }
+        self._constants = (
+            module,
+            {k.rpartition(".")[2]: new for k, (_, new) in self.scaled_constants.items()},
+        )
+        self.args = {
+            "convnet_type": CLIP,
+            "backbone_type": CLIP,
+            **self.cfg.args,
             "device": [self.device],
             "seed": self.seed,
             "backbone": self.backbone,
             "class_names": self.data_manager.class_names,
             "max_train_batches": self.max_train_batches,
         }
-        self.learner = self.wrapped(args)
+        if self.scaled_constants:
+            self._say(
+                f"{self.name}: epoch constants of its module as run: "
+                + ", ".join(f"{k} {old} -> {new}" for k, (old, new) in self.scaled_constants.items())
+            )
         # the backbone's pretrained tensors as built: a checkpoint leaves out those still untouched
         self._pristine = {id(t): (t, t._version) for t in self.backbone.state_dict(keep_vars=True).values()}
+        with self._upstream("building the learner"):
+            self.learner = self.wrapped(self.args)
+
+    def _say(self, line: str) -> None:
+        # a warning: the commands print it as one line, and --quiet drops it with the rest
+        warnings.warn(line, stacklevel=2)
 
     @property
     def network(self) -> nn.Module:
         return self.learner._network
 
+    @contextlib.contextmanager
+    def _upstream(self, doing: str):
+        """The learner's code running: the suite's patches on its modules, errors in one line."""
+        with contextlib.ExitStack() as stack:
+            patches = [self._constants, *self._factories()]
+            if not self.show_progress:
+                patches += quiet_patches(self.upstream_modules)
+                stack.enter_context(silenced_logging())
+            for module, values in patches:
+                stack.enter_context(patched(module, values))
+            try:
+                yield
+            except Exception as err:
+                line = upstream_error(err, self.root, self.name, doing, self._passed())
+                if line is None:
+                    raise
+                raise line from err
+
+    def _passed(self) -> str:
+        shown = {k: v for k, v in self.args.items() if k not in ("backbone", "class_names")}
+        return f"args {shown}"
+
+    def _factories(self) -> list[tuple[Any, dict[str, Any]]]:
+        """The family's network factories, each answering ``"clip"`` with the run's image tower."""
+        originals = {}
+        for module in self.upstream_modules:
+            for factory, key in (("get_convnet", "convnet_type"), ("get_backbone", "backbone_type")):
+                fn = vars(module).get(factory)
+                if isinstance(fn, FunctionType) and fn.__module__ == module.__name__:
+                    originals[fn] = key
+        patches = []
+        for module in self.upstream_modules:
+            values = {}
+            for name, value in vars(module).items():
+                if isinstance(value, FunctionType) and value in originals:
+                    values[name] = _clip_or(value, originals[value])
+            if values:
+                patches.append((module, values))
+        return patches
+
     def learn(self, experience) -> None:
         classes = task_classes(experience, len(self.class_names), self.seen_classes, self.name)
         self.data_manager.begin_task(experience, classes)
-        counter = self.network.register_forward_hook(self._count_step)
+        counter = self.network.register_forward_hook(_step_counter(self))
         try:
-            self.learner.incremental_train(self.data_manager)
-            self.learner.after_task()
+            with self._upstream(f"learning task {len(self.data_manager.task_sizes)}"):
+                self.learner.incremental_train(self.data_manager)
+                self.learner.after_task()
         finally:
             counter.remove()
         self.seen_classes = self.seen_classes + classes
 
-    def _count_step(self, module: nn.Module, inputs, output) -> None:
-        # a forward pass that trains (train mode, with a graph) is one training step
-        if module.training and torch.is_grad_enabled():
-            self.train_iterations += 1
-
     @torch.no_grad()
     def scores(self, images: torch.Tensor) -> torch.Tensor:
-        self.network.eval()
-        logits = self.network(images.to(self.device))["logits"]
+        with self._upstream("scoring the test set"):
+            self.network.eval()
+            logits = self.network(images.to(self.device))["logits"]
         n_seen = len(self.seen_classes)
         if logits.shape[1] < n_seen:
             raise UserError(
@@ -163,6 +377,15 @@ class PyCILAdapter(FrameworkAdapter):
                 "grow it in incremental_train (update_fc)"
             )
         return logits[:, :n_seen].float()
+
+    def run_diagnostics(self) -> dict[str, Any]:
+        """What the suite changed in the learner's module, and what its own test loader got."""
+        return {
+            "epoch_constants": {k: list(v) for k, v in self.scaled_constants.items()},
+            "own_test_loader": f"{VALIDATION_PER_CLASS} training images a class, eval transform",
+        }
+
+    # --- checkpoints: the network, then every attribute of the learner that holds state ---
 
     def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]:
         tensors, meta = super().checkpoint_state()
@@ -172,55 +395,164 @@ class PyCILAdapter(FrameworkAdapter):
                 untouched.append(key)
             else:
                 tensors[f"network/{key}"] = value.detach().cpu().contiguous()
-        kinds, arrays = {}, []
-        for attr in getattr(self.learner, "checkpoint_attributes", ()):
-            value = getattr(self.learner, attr)
-            if isinstance(value, np.ndarray):  # the family keeps class means as numpy arrays
-                arrays.append(attr)
+        saved, unsaved = {}, []
+        for attr, value in vars(self.learner).items():
+            kind = self._learner_kind(attr, value)
+            if kind is None:
+                continue
+            if kind == "unsaved":
+                unsaved.append(attr)
+                continue
+            if isinstance(value, np.generic):  # a numpy scalar: kept as its Python number
+                value = value.item()
+            if kind == "numpy":
                 value = torch.from_numpy(np.ascontiguousarray(value))
-            kinds[attr], packed = pack_state(value)
+            if kind == "numpy_list":
+                value = [torch.from_numpy(np.ascontiguousarray(v)) for v in value]
+            if kind == "copy":
+                packed = self._copy_state(value)
+                meta_kind = {
+                    "trainable": [n for n, p in value.named_parameters() if p.requires_grad],
+                    "training": value.training,
+                }
+            else:
+                meta_kind, packed = pack_state(value)
+            saved[attr] = {"as": kind, "kind": meta_kind}
             tensors.update({f"learner/{attr}{suffix}": t for suffix, t in packed.items()})
         meta["learner"] = {
-            "cur_task": self.learner._cur_task,
-            "known_classes": self.learner._known_classes,
             "total_classes": self.learner._total_classes,
-            "attributes": kinds,
-            "numpy": arrays,
+            "attributes": saved,
+            "unsaved": unsaved,
         }
         meta["network_untouched"] = untouched
         manager = self.data_manager
         meta["data_manager"] = {"task_sizes": manager.task_sizes, "nb_tasks": manager.nb_tasks}
         return tensors, meta
 
+    def _learner_kind(self, attr: str, value: Any) -> str | None:
+        """How a learner attribute is saved: None (the run's, or rebuilt each task), "numpy",
+        "numpy_list", "copy" (a module that is a copy of the network: its changed tensors), "value" or
+        "unsaved"."""
+        if attr in ("args", "_network") or value is self.data_manager:
+            return None
+        if isinstance(value, (DataLoader, Dataset, torch.device)) or _is_devices(value):
+            return None
+        if isinstance(value, np.ndarray):
+            return "unsaved" if value.dtype == object else "numpy"
+        if isinstance(value, np.generic):
+            return "value"
+        if isinstance(value, (list, tuple)) and value and all(isinstance(v, np.ndarray) for v in value):
+            return "unsaved" if any(v.dtype == object for v in value) else "numpy_list"
+        if isinstance(value, nn.Module):
+            return "copy" if type(value) is type(self.network) else "unsaved"
+        if callable(value):
+            return None
+        try:
+            pack_state(value)
+        except (TypeError, ValueError):
+            return "unsaved"
+        return "value"
+
+    def _copy_state(self, module: nn.Module) -> dict[str, torch.Tensor]:
+        """A copy of the network's tensors, less those equal to the network's untouched ones."""
+        network = self.network.state_dict(keep_vars=True)
+        packed = {}
+        for key, value in module.state_dict().items():
+            mine = network.get(key)
+            if (
+                mine is not None
+                and self._is_pristine(mine)
+                and mine.shape == value.shape
+                and torch.equal(mine, value)
+            ):
+                continue
+            packed[f"/{key}"] = value.detach().cpu().contiguous()
+        return packed
+
     def _is_pristine(self, tensor: torch.Tensor) -> bool:
         built = self._pristine.get(id(tensor))
         return built is not None and built[0] is tensor and tensor._version == built[1]
 
+    def resume_refusal(self, meta: dict[str, Any]) -> str | None:
+        """Why a checkpoint cannot restore this learner (state it could not save), or None."""
+        unsaved = meta.get("learner", {}).get("unsaved", [])
+        if unsaved:
+            return f"the learner's attributes {unsaved} cannot be saved in a checkpoint"
+        return None
+
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
         super().load_checkpoint_state(tensors, meta)
         saved = meta["learner"]
-        if hasattr(self.network, "update_fc"):  # a growing network takes the saved size first
-            self.network.update_fc(saved["total_classes"])
-        state = {k[len("network/") :]: t for k, t in tensors.items() if k.startswith("network/")}
-        loaded = self.network.load_state_dict(state, strict=False)
-        lost = sorted(set(loaded.missing_keys) - set(meta["network_untouched"]))
-        if lost or loaded.unexpected_keys:
-            raise ValueError(
-                f"{self.name}: the checkpoint does not fit the learner's network (missing {lost[:3]}, "
-                f"unexpected {loaded.unexpected_keys[:3]}); rebuild the network's modules in __init__"
+        with self._upstream("restoring a checkpoint"):
+            if hasattr(self.network, "update_fc"):  # a growing network takes the saved size first
+                self.network.update_fc(saved["total_classes"])
+            _load_exactly(
+                self.network, _packed(tensors, "network/", sep=""), meta["network_untouched"], self.name
             )
-        self.learner._cur_task = saved["cur_task"]
-        self.learner._known_classes = saved["known_classes"]
-        self.learner._total_classes = saved["total_classes"]
-        for attr, kind in saved["attributes"].items():
-            value = unpack_state(kind, _packed(tensors, f"learner/{attr}"), getattr(self.learner, attr, None))
-            setattr(self.learner, attr, value.numpy() if attr in saved["numpy"] else value)
+            pristine_copy = copy.deepcopy(self.network)  # taken before a later attribute changes it
+        for attr, how in saved["attributes"].items():
+            packed = _packed(tensors, f"learner/{attr}")
+            if how["as"] == "copy":
+                value = copy.deepcopy(pristine_copy)
+                _load_exactly(value, {k.lstrip("/"): t for k, t in packed.items()}, None, self.name)
+                for name, parameter in value.named_parameters():
+                    parameter.requires_grad_(name in how["kind"]["trainable"])
+                value.train(how["kind"]["training"])
+            else:
+                value = unpack_state(how["kind"], packed, getattr(self.learner, attr, None))
+                if how["as"] == "numpy":
+                    value = value.numpy()
+                elif how["as"] == "numpy_list":
+                    value = [v.numpy() for v in value]
+            setattr(self.learner, attr, value)
         self.data_manager.restore(self.seen_classes, **meta["data_manager"])
 
 
-def _packed(tensors: dict[str, torch.Tensor], prefix: str) -> dict[str, torch.Tensor]:
-    """The tensors ``pack_state`` saved under ``prefix``, keyed by their suffix."""
-    return {k[len(prefix) :]: t for k, t in tensors.items() if k == prefix or k.startswith(prefix + "/")}
+def _step_counter(adapter: PyCILAdapter):
+    """A forward hook counting the passes that train (train mode, with a graph) as steps. A plain
+    function, so a copy of the network (iCaRL's old network) shares it instead of copying the adapter."""
+
+    def count(module: nn.Module, inputs, output) -> None:
+        if module.training and torch.is_grad_enabled():
+            adapter.train_iterations += 1
+
+    return count
+
+
+def _clip_or(factory, key: str):
+    """``factory(args, ...)``, or the run's CLIP image tower where ``args[key]`` is ``"clip"``."""
+
+    def build(args, *rest, **options):
+        if str(args.get(key, "")).lower() == CLIP:
+            return CLIPImageTower(args["backbone"])
+        return factory(args, *rest, **options)
+
+    return build
+
+
+def _is_devices(value: Any) -> bool:
+    return (
+        isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, torch.device) for v in value)
+    )
+
+
+def _load_exactly(module: nn.Module, state: dict[str, torch.Tensor], untouched, name: str) -> None:
+    """``state`` into ``module``; any key missing (other than ``untouched``, when given) or extra is
+    a checkpoint that does not fit."""
+    loaded = module.load_state_dict(state, strict=False)
+    lost = [] if untouched is None else sorted(set(loaded.missing_keys) - set(untouched))
+    if lost or loaded.unexpected_keys:
+        raise ValueError(
+            f"{name}: the checkpoint does not fit the learner's network (missing {lost[:3]}, "
+            f"unexpected {loaded.unexpected_keys[:3]}); rebuild the network's modules in __init__"
+        )
+
+
+def _packed(tensors: dict[str, torch.Tensor], prefix: str, sep: str = "/") -> dict[str, torch.Tensor]:
+    """The tensors saved under ``prefix``, keyed by what follows it."""
+    if not sep:
+        return {k[len(prefix) :]: t for k, t in tensors.items() if k.startswith(prefix)}
+    return {k[len(prefix) :]: t for k, t in tensors.items() if k == prefix or k.startswith(prefix + sep)}
 
 
 def adapt(cls: type, name: str) -> type:
@@ -230,8 +562,10 @@ def adapt(cls: type, name: str) -> type:
             f"{name}: {getattr(cls, '__name__', cls)} has no incremental_train(data_manager); a pycil: "
             "strategy is a learner in PyCIL's shape (docs/adding-a-strategy.md)"
         )
+    config = getattr(cls, "Config", None)
+    config = config if isinstance(config, type) and issubclass(config, PyCILConfig) else PyCILConfig
     return type(
         cls.__name__,
         (PyCILAdapter,),
-        {"wrapped": cls, "name": name, "Config": declared_config(cls), "__module__": __name__},
+        {"wrapped": cls, "name": name, "Config": config, "__module__": __name__},
     )

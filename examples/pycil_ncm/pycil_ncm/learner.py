@@ -51,7 +51,9 @@ class NCM:
         counts = torch.zeros(len(new), device=self._device)
         self._network.eval()
         limit = self.args["max_train_batches"]  # a fast dev run's cap
-        for step, (_, images, labels) in enumerate(DataLoader(dataset, batch_size=self.args["batch_size"])):
+        for step, (_, images, labels) in enumerate(
+            DataLoader(dataset, batch_size=self.args.get("batch_size", 64))
+        ):
             if limit is not None and step >= limit:
                 break
             rows = labels.to(self._device) - self._known_classes

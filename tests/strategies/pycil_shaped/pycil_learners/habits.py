@@ -1,0 +1,34 @@
+"""Learners with one habit each that the adapter must answer in one line."""
+
+import numpy as np
+import torch
+from pycil_nets.inc_net import IncrementalNet
+
+from pycil_learners.base import BaseLearner
+
+
+class NeedsCuda(BaseLearner):
+    """Moves its batches with ``.cuda()``, as SimpleCIL does."""
+
+    def __init__(self, args):
+        super().__init__(args)
+        self._network = IncrementalNet(args, False)
+
+    def incremental_train(self, data_manager):
+        self._cur_task += 1
+        self._total_classes = self._known_classes + data_manager.get_task_size(self._cur_task)
+        self._network.update_fc(self._total_classes)
+        torch.zeros(1).cuda()
+
+    def after_task(self):
+        self._known_classes = self._total_classes
+
+
+class KeepsAGenerator(NeedsCuda):
+    """Keeps state no checkpoint can hold: a generator object."""
+
+    def incremental_train(self, data_manager):
+        self._cur_task += 1
+        self._total_classes = self._known_classes + data_manager.get_task_size(self._cur_task)
+        self._network.update_fc(self._total_classes)
+        self.draws = (x for x in np.arange(3))

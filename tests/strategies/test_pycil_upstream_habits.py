@@ -1,0 +1,201 @@
+"""The ``pycil:`` adapter meets each habit of PyCIL's learners with no edit to the learner
+(``tests/strategies/pycil_shaped/``, written here in PyCIL's shape): options from the suite's
+``args``, epochs kept as module constants and scaled by the suite, a network factory answered with
+the run's CLIP, its own test loader served without the test set, exemplars through ``appendent``,
+``--quiet``, one-line errors for ``.cuda()`` and a missing option, and resumes that keep the
+numbers (or start over and say so)."""
+
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from benchmarks.core.errors import UserError
+
+SHAPED = Path(__file__).parent / "pycil_shaped"
+ICARL = "pycil:pycil_learners.icarl_like:ICaRLLike"
+ORDER = list(range(12))
+
+
+@pytest.fixture(autouse=True)
+def _shaped_on_path(monkeypatch):
+    monkeypatch.syspath_prepend(str(SHAPED))
+
+
+@pytest.fixture(scope="module")
+def stream():
+    from benchmarks.data.datasets import load_dataset
+    from benchmarks.data.streams import build_stream
+    from benchmarks.data.transforms import eval_transform
+
+    data = load_dataset("synthetic", n_classes=12, n_train_per_class=6, n_test_per_class=3)
+    transform = eval_transform(32)
+    return build_stream(data, 3, ORDER, transform, transform)
+
+
+def built(name, stream, show_progress=False, config=None, **options):
+    from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
+    from strategies.registry import get_strategy
+
+    cls = get_strategy(name)
+    torch.manual_seed(0)
+    return cls(
+        backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
+        class_names=stream.class_names,
+        config=config or cls.Config.from_dict(options, name),
+        show_progress=show_progress,
+        seed=0,
+    )
+
+
+def learn(strategy, stream, tasks):
+    for task in tasks:
+        torch.manual_seed(task)  # as the runner seeds every task
+        strategy.learn(stream.train_stream[task])
+
+
+def test_args_reach_the_learner_and_clip_is_its_convnet(stream):
+    strategy = built(ICARL, stream, args={"memory_size": 12})
+    learner = strategy.learner
+    assert learner._memory_size == 12
+    # the family's own factory, asked for "clip" (the default), gave the run's image tower
+    assert learner._network.convnet.backbone is strategy.backbone
+    assert learner._network.feature_dim == strategy.backbone.embed_dim
+    other = built(ICARL, stream, args={"memory_size": 12, "convnet_type": "tinyconv"})
+    assert type(other.learner._network.convnet).__name__ == "TinyConv"
+
+
+def test_the_module_constants_follow_the_epoch_scale_and_are_put_back(stream):
+    import pycil_learners.icarl_like as module
+
+    from strategies.frameworks.pycil import PyCILConfig
+
+    strategy = built(ICARL, stream, config=PyCILConfig(args={"memory_size": 12}).with_epoch_scale(0.25)[0])
+    learn(strategy, stream, [0, 1])
+    assert strategy.learner.epochs_run == [4, 2]  # 16 and 8, times 0.25
+    assert strategy.scaled_constants["pycil_learners.icarl_like.init_milestones"] == ([8, 12], [2, 3])
+    assert (module.init_epoch, module.epochs, module.milestones) == (16, 8, [4, 6])  # as written
+
+
+def test_the_fast_dev_run_caps_epoch_args_and_constants():
+    from strategies.frameworks.pycil import PyCILConfig
+
+    config, changed = PyCILConfig(args={"init_epoch": 200, "tuned_epochs": 20, "lr": 0.1}).with_epoch_scale(
+        0.125
+    )
+    assert config.args == {"init_epoch": 25, "tuned_epochs": 2, "lr": 0.1} and changed == [
+        "args",
+        "epoch_scale",
+    ]
+    capped, _ = config.with_epoch_cap(1)
+    assert capped.args["init_epoch"] == 1 and capped.epoch_cap == 1
+
+
+def test_its_own_test_loader_gets_training_images_never_the_test_set(stream):
+    strategy = built(ICARL, stream, args={"memory_size": 12})
+    with pytest.warns(UserWarning, match="not the test set"):
+        learn(strategy, stream, [0, 1])
+    manager = strategy.data_manager
+    items = strategy.learner.test_loader_items[1]
+    assert len(items) == 8 * min(6, 10)  # every seen class, its training images (6 here)
+    tasks = items >> 32
+    assert set(tasks.tolist()) == {0, 1}  # the first task's classes from the stream's first experience
+    for item_id in items[:: len(items) // 4]:
+        task, index = int(item_id) >> 32, int(item_id) & (2**32 - 1)
+        train = stream.train_stream[task].dataset.eval()
+        assert torch.equal(manager._image(int(item_id), "test"), train[index][0])
+
+
+def test_exemplars_go_through_appendent_and_come_back_as_images(stream):
+    strategy = built(ICARL, stream, args={"memory_size": 16})
+    learn(strategy, stream, [0, 1])
+    learner = strategy.learner
+    assert len(learner._data_memory) == 16 and sorted(set(learner._targets_memory.tolist())) == list(range(8))
+    assert learner.train_size == 4 * 6 + 16  # task 2's images, plus task 1's exemplars (16 // 4 a class)
+    # an exemplar is an item of the class its target names, from the task that taught it
+    for item_id, position in zip(learner._data_memory, learner._targets_memory):
+        task, index = int(item_id) >> 32, int(item_id) & (2**32 - 1)
+        assert stream.train_stream[task].dataset.targets[index] == strategy.seen_classes[position]
+
+
+def test_a_checkpoint_keeps_memory_old_network_and_means(stream):
+    strategy = built(ICARL, stream, args={"memory_size": 12})
+    learn(strategy, stream, [0])
+    tensors, meta = strategy.checkpoint_state()
+    saved = meta["learner"]["attributes"]
+    assert {"_data_memory", "_targets_memory", "_class_means", "_old_network"} <= set(saved)
+    assert meta["learner"]["unsaved"] == []
+    assert not any(
+        k.startswith("learner/_old_network/convnet.backbone") for k in tensors
+    )  # the pristine tower
+    fresh = built(ICARL, stream, args={"memory_size": 12})
+    fresh.load_checkpoint_state(tensors, meta)
+    learn(strategy, stream, [1])
+    learn(fresh, stream, [1])
+    images = torch.stack([stream.test_set[i][0] for i in range(len(stream.test_set))])
+    assert torch.equal(strategy.scores(images), fresh.scores(images))
+    assert np.array_equal(strategy.learner._data_memory, fresh.learner._data_memory)
+
+
+def test_state_a_checkpoint_cannot_hold_means_starting_over(stream):
+    strategy = built("pycil:pycil_learners.habits:KeepsAGenerator", stream, args={"memory_size": 0})
+    learn(strategy, stream, [0])
+    _, meta = strategy.checkpoint_state()
+    assert meta["learner"]["unsaved"] == ["draws"]
+    assert "draws" in strategy.resume_refusal(meta)
+
+
+def test_cuda_on_a_cpu_machine_is_one_line(stream):
+    if torch.cuda.is_available():
+        pytest.skip("this machine has CUDA")
+    strategy = built("pycil:pycil_learners.habits:NeedsCuda", stream, args={"memory_size": 0})
+    with pytest.raises(UserError) as refused:
+        learn(strategy, stream, [0])
+    message = str(refused.value)
+    assert "\n" not in message and "calls CUDA at pycil_learners/habits.py:" in message
+
+
+def test_an_option_it_needs_and_lacks_is_one_line_naming_its_file(stream):
+    with pytest.raises(UserError) as refused:
+        built(ICARL, stream)
+    message = str(refused.value)
+    assert "\n" not in message
+    assert "KeyError: 'memory_size' at pycil_learners/base.py:" in message and "(__init__)" in message
+    assert "building the learner" in message and "the suite passed args" in message
+
+
+def test_an_option_outside_args_points_to_args():
+    from strategies.registry import get_strategy
+
+    with pytest.raises(UserError, match=r"args = \{ memory_size = \.\.\. \}"):
+        get_strategy(ICARL).Config.from_dict({"memory_size": 12}, ICARL)
+    with pytest.raises(UserError, match="the run's"):
+        get_strategy(ICARL).Config.from_dict({"args": {"device": "cuda"}}, ICARL)
+
+
+def test_quiet_silences_its_bars_and_logging(stream, capsys, caplog):
+    import logging
+
+    caplog.set_level(logging.INFO)
+    strategy = built(ICARL, stream, args={"memory_size": 12}, show_progress=False)
+    learn(strategy, stream, [0])
+    assert "icarl-like" not in capsys.readouterr().err and "test accuracy" not in caplog.text
+    loud = built(ICARL, stream, args={"memory_size": 12}, show_progress=True)
+    learn(loud, stream, [0])
+    assert "icarl-like" in capsys.readouterr().err and "test accuracy" in caplog.text
+
+
+@pytest.mark.slow
+def test_a_run_killed_in_task_two_resumes_bit_identically(tmp_path, monkeypatch):
+    from strategies.registry import get_strategy
+    from tests.helpers import killed_and_resumed, run_one_run_suite, three_task_suite
+
+    monkeypatch.setenv("PYTHONPATH", str(SHAPED))
+    text = three_task_suite(ICARL, "args = { memory_size = 15 }")
+    suite, _, reference = run_one_run_suite(tmp_path, text)
+    assert reference["diagnostics"]["epoch_constants"] == {}  # the suite has no epoch_scale
+    resumed = killed_and_resumed(monkeypatch, get_strategy(ICARL), suite, tmp_path / "resumed", task=2)
+    assert resumed["stages"] == reference["stages"]
+    assert sys.modules["pycil_learners.icarl_like"].init_epoch == 16
