@@ -3,7 +3,8 @@
 
 * ``cosine_iter``: a cosine over every step of the task, stepped per iteration;
 * ``cosine_epoch``: the same cosine, stepped per epoch;
-* ``coda_cosine``: the CODA-Prompt codebase's per-epoch factor (``coda_cosine_factor``).
+* ``coda_cosine``: the CODA-Prompt codebase's per-epoch factor (``coda_cosine_factor``) as its loop
+  applies it: one epoch late (epochs 0 and 1 at the full rate, epoch e at the factor of e - 1).
 
 A linear warm-up runs before either cosine: ``warmup_steps`` steps at (step + 1) / W (MagMax's and
 MoE-Adapters' form), or a ``warmup_fraction`` of the scheduled steps, W = floor(fraction x total), at
@@ -59,7 +60,12 @@ def build_scheduler(
     warmup = cfg.warmup_steps or int(cfg.warmup_fraction * total)
     warmup_end = warmup if cfg.warmup_steps else warmup + 1  # the two sources' forms (module docstring)
     if cfg.schedule == "coda_cosine":  # per epoch, no warm-up, its own end point
-        return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda epoch: coda_cosine_factor(epoch, epochs))
+        # One epoch late, as the official loop runs it: CosineSchedule's constructor leaves
+        # last_epoch at -1, so learn_batch's first step() (epoch 1) sets factor(0) again; the last
+        # epoch gets factor(K - 2) (fixture coda_prompt.loop, docs/baselines.md §16; D4)
+        return torch.optim.lr_scheduler.LambdaLR(
+            optimizer, lambda epoch: coda_cosine_factor(max(0, epoch - 1), epochs)
+        )
     if not warmup:  # the closed form below agrees; this keeps earlier runs' numbers to the last bit
         return torch.optim.lr_scheduler.CosineAnnealingLR(
             optimizer, T_max=total, eta_min=cfg.min_lr_ratio * cfg.lr

@@ -102,11 +102,10 @@ def test_a_warmup_climbs_linearly_then_the_cosine_runs_over_the_rest():
     assert by_fraction == pytest.approx([0.1 / 3, 0.2 / 3, *cosine], abs=1e-9)
 
 
-def test_the_coda_cosine_is_per_epoch_and_takes_no_warmup():
+def test_the_coda_cosine_is_per_epoch_one_epoch_late_and_takes_no_warmup():
+    # the official loop's: epochs 0 and 1 at the full rate, epoch 2 at factor(1) (issue 52)
     rates = _learning_rates(2, epochs=3, steps_per_epoch=50, schedule="coda_cosine", warmup_steps=5)
-    assert rates == pytest.approx(
-        [0.1, 0.1 * math.cos(99 * math.pi / 400), 0.1 * math.cos(99 * math.pi / 200)]
-    )
+    assert rates == pytest.approx([0.1, 0.1, 0.1 * math.cos(99 * math.pi / 400)])
 
 
 def test_the_closed_form_agrees_with_torchs_cosine_where_there_is_no_warmup():
