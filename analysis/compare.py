@@ -52,7 +52,6 @@ from analysis.formatting import (
     population_std,
     signed_cell,
 )
-from analysis.loading import Results, measurement_caveat, protocol_of, read_results
 from analysis.statistics import (
     CONFIDENCE,
     POWER,
@@ -72,7 +71,8 @@ from benchmarks.core.errors import (
     output_folder,
 )
 from benchmarks.core.metrics import average_forgetting, backward_transfer
-from benchmarks.runner.results import LoadedResults, RunResult, load_predictions, safe_label
+from benchmarks.runner.reading import Results, not_a_measurement, protocol_of, read_results
+from benchmarks.runner.results import RunResult, safe_label
 
 METRICS = {
     "last": ("last_acc", "Last accuracy"),
@@ -331,17 +331,17 @@ def compare_pair(
 
 
 def load_runs(
-    results_dir: str | Path | list[str | Path] | LoadedResults | Results, problems: list[str]
+    results_dir: str | Path | list[str | Path] | Results, problems: list[str]
 ) -> dict[tuple[str, int, str], dict[int, Run]]:
     """(dataset, n_tasks, label) -> seed -> Run, for every stored result under ``results_dir`` (a
-    folder, a list of folders, or what ``load_results`` or ``read_results`` read): one result per
-    run key, by ``load_results``' rule, whose notes go to ``problems``."""
+    folder, a list of folders, or what ``read_results`` read): one result per run key, by
+    ``Results``' rule, whose notes go to ``problems``."""
     results = read_results(results_dir)
     problems += results.notes
     runs: dict[tuple[str, int, str], dict[int, Run]] = defaultdict(dict)
     for file in results.runs:
         run = Run(file.result)
-        predictions = load_predictions(file.path, file.stored.result, problems)
+        predictions = file.load_predictions(problems)
         if predictions is not None:
             run.correct, run.targets, run.image_ids = (
                 predictions.correct(),
@@ -381,7 +381,7 @@ def compare_all(
             "or point --results-dir at a folder of results"
         )
     caveats = [
-        why for seeds in runs.values() for run in seeds.values() if (why := measurement_caveat(run.result))
+        why for seeds in runs.values() for run in seeds.values() if (why := not_a_measurement(run.result))
     ]
     for why in sorted(set(caveats)):
         problems.append(

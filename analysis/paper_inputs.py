@@ -18,10 +18,10 @@ from pathlib import Path
 
 import pandas as pd
 
-from analysis.loading import Results, measurement_caveat, protocol_of, read_results, skipped_clause
 from benchmarks.core.errors import UserError
 from benchmarks.data.unit import dataset_units
-from benchmarks.runner.results import LoadedResults, RunKey, RunResult
+from benchmarks.runner.reading import Results, not_a_measurement, protocol_of, read_results, skipped_clause
+from benchmarks.runner.results import RunKey, RunResult
 
 REFERENCE_FILE = Path(__file__).resolve().parents[1] / "results" / "reference" / "paper_tables.csv"
 
@@ -71,16 +71,12 @@ class ReportInputs:
     paths: dict[RunKey, Path] = field(default_factory=dict)  # the file each of ``runs`` was read from
 
 
-def load_inputs(results_dir: str | Path | LoadedResults | Results) -> ReportInputs:
-    """The finished results under ``results_dir`` (a folder, or what ``load_results`` or
-    ``read_results`` read from one), one per run key by ``load_results``' rule; a ``UserError``
-    when there are none."""
-    if isinstance(results_dir, (LoadedResults, Results)):
-        loaded = read_results(results_dir)
-    else:
-        if not Path(results_dir).is_dir():
-            raise UserError(f"results folder {results_dir} does not exist; give the --results-dir of a run")
-        loaded = read_results(results_dir)
+def load_inputs(results_dir: str | Path | Results) -> ReportInputs:
+    """The finished results under ``results_dir`` (a folder, or what ``read_results`` read from
+    one), one per run key by ``Results``' rule; a ``UserError`` when there are none."""
+    if not isinstance(results_dir, Results) and not Path(results_dir).is_dir():
+        raise UserError(f"results folder {results_dir} does not exist; give the --results-dir of a run")
+    loaded = read_results(results_dir)
     # a paper table holds one protocol: as-published runs are read by the protocol table only
     one_protocol = loaded.where(lambda file: protocol_of(file.result) != "as-published")
     notes = list(loaded.skipped)
@@ -97,7 +93,7 @@ def load_inputs(results_dir: str | Path | LoadedResults | Results) -> ReportInpu
             "or point --results-dir at a folder of results"
         )
     distinct = [file.result for file in one_protocol.distinct]
-    caveats = [why for run in distinct if (why := measurement_caveat(run))]
+    caveats = [why for run in distinct if (why := not_a_measurement(run))]
     notes += [
         f"{caveats.count(why)} result(s) are {why}: a check of the code path, not a measurement; "
         "never report these tables"

@@ -19,7 +19,7 @@ Which runs feed which table:
 * ``table3_zeroshot`` reads the ``zero_shot`` key of zero-shot runs.
 
 All tables except ``table2_seq`` use 10-task runs, as in the paper. Each builder reads the runs as
-typed records (``RunResult``, ``analysis.loading``).
+typed records (``RunResult``, ``benchmarks.runner.reading``).
 """
 
 from __future__ import annotations

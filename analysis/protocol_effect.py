@@ -22,7 +22,6 @@ import pandas as pd
 
 from analysis.compare import DRAWS, METRICS, TASK_METRICS, Run, check_draws, load_runs
 from analysis.formatting import MISSING, latex_table, markdown_table, mean_std_cell, population_std
-from analysis.loading import measurement_caveat, protocol_of
 from analysis.statistics import bootstrap_stage_means, interval, metric_of_stages
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import (
@@ -32,6 +31,7 @@ from benchmarks.core.errors import (
     one_line_user_errors,
     output_folder,
 )
+from benchmarks.runner.reading import not_a_measurement, protocol_of
 
 TABLE = "protocol_effect"
 
@@ -69,7 +69,7 @@ def protocol_effect(
         for runs in (one, published)
         for seeds in runs.values()
         for run in seeds.values()
-        if (why := measurement_caveat(run.result))
+        if (why := not_a_measurement(run.result))
     ]
     problems += [
         f"{caveats.count(why)} run(s) are {why}: a check of the code path, not a measurement"

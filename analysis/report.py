@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from analysis import figures
-from analysis.loading import Results
 from analysis.paper_inputs import MissingInputs, load_inputs, load_paper_reference
 from analysis.paper_tables import TABLES
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors, output_folder
+from benchmarks.runner.reading import Results
 
 
 @dataclass

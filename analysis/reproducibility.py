@@ -22,7 +22,6 @@ from statistics import fmean
 import numpy as np
 
 from analysis.formatting import mean_std_cell, population_std
-from analysis.loading import ResultFile, Results, read_results
 from analysis.paper_inputs import (
     DATASET_NAMES,
     PAPER_DATASETS,
@@ -32,7 +31,8 @@ from analysis.paper_inputs import (
 )
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError
-from benchmarks.runner.results import LoadedResults, RunResult
+from benchmarks.runner.reading import ResultFile, Results, read_results
+from benchmarks.runner.results import RunResult
 
 # strategy -> (where its recipe comes from, the tests that check it)
 PROVENANCE = {
@@ -200,9 +200,9 @@ def _paper_numbers(paper, label: str) -> str:
 MINIATURE_SUITE = "smoke-baselines"  # the suite whose miniature results the file reports
 
 
-def reproducibility_markdown(results_dir: str | Path, loaded: LoadedResults | Results | None = None) -> str:
+def reproducibility_markdown(results_dir: str | Path, loaded: Results | None = None) -> str:
     """The file's text from the results under ``results_dir`` (which may hold none); ``loaded``: what
-    ``load_results`` or ``read_results`` already read from it."""
+    ``read_results`` already read from it."""
     from benchmarks.runner.suites import available_suites
     from strategies.registry import available
 
@@ -219,7 +219,7 @@ def reproducibility_markdown(results_dir: str | Path, loaded: LoadedResults | Re
             return result.label == result.strategy and not (result.dataset == MINIATURE and another_suite)
 
         read = read_results(root if loaded is None else loaded)
-        for file in read.where(counted).runs:  # one result per run: load_results' rule
+        for file in read.where(counted).runs:  # one result per run: Results' rule
             results[(file.result.strategy, file.result.dataset)].append(file.result)
     paper = load_paper_reference()
     lines = [
@@ -293,7 +293,7 @@ def _stale_miniature_results(results: dict[tuple[str, str], list[RunResult]]) ->
 
 
 def write_reproducibility(
-    results_dir: str | Path, out: str | Path, loaded: LoadedResults | Results | None = None
+    results_dir: str | Path, out: str | Path, loaded: Results | None = None
 ) -> Path:
     out = Path(out)
     atomic_write_text(out, reproducibility_markdown(results_dir, loaded))

@@ -17,10 +17,10 @@ from pathlib import Path
 import pandas as pd
 
 from analysis.formatting import latex_table, markdown_table, mean_std_cell, population_std
-from analysis.loading import Results, measurement_caveat, read_results, skipped_clause
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
-from benchmarks.runner.results import LoadedResults, RunKey, RunResult
+from benchmarks.runner.reading import Results, not_a_measurement, read_results, skipped_clause
+from benchmarks.runner.results import RunKey, RunResult
 
 
 def summary_row(result: RunResult) -> dict:
@@ -30,18 +30,18 @@ def summary_row(result: RunResult) -> dict:
         "dataset": result.dataset,
         "n_tasks": result.n_tasks,
         "seed": result.seed,
-        "not_a_measurement": measurement_caveat(result),
+        "not_a_measurement": not_a_measurement(result),
         **result.summary,
     }
 
 
 def load_runs(
-    results_dir: str | Path | LoadedResults | Results,
+    results_dir: str | Path | Results,
     keys: list[RunKey] | None = None,
     notes: list[str] | None = None,
 ) -> pd.DataFrame:
     """One row per run (label, dataset, n_tasks, seed) with the summary metrics: one result per run
-    key, by ``load_results``' rule. ``notes`` receives what the reader should be told (skipped
+    key, by ``Results``' rule. ``notes`` receives what the reader should be told (skipped
     files, keys that several results share); without it, each is a warning."""
     results = read_results(results_dir)
     wanted = set(keys) if keys is not None else None

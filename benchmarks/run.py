@@ -33,7 +33,8 @@ from benchmarks.runner.launcher import (
 )
 from benchmarks.runner.live_log import parse_loggers
 from benchmarks.runner.local_launcher import LocalLauncher, auto_workers, check_gpus, check_workers
-from benchmarks.runner.results import ResultStore, config_hash, iter_results
+from benchmarks.runner.reading import iter_results
+from benchmarks.runner.results import ResultStore, config_hash
 from benchmarks.runner.status import run_state, slurm_view
 from benchmarks.runner.suites import SUITES_DIR, FastDevRun, RunSpec, expand, load_suite
 

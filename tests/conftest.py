@@ -190,7 +190,7 @@ def _results_of_this_commit(folder: Path) -> bool:
     change to a tracked file and the README command's thread count, and the tree has no change
     now: then they are this code's results."""
     from benchmarks.core.environment import auto_threads, environment
-    from benchmarks.runner.results import iter_results
+    from benchmarks.runner.reading import iter_results
 
     env = environment("cpu")
     found = [r for _, r in iter_results(folder)] if folder.is_dir() else []
@@ -224,7 +224,7 @@ def smoke_results(tmp_path_factory):
     """The shipped ``smoke`` suite run as the README's first command runs it (reusing that
     command's results where they are this commit's): the results folder and each run's result by
     label. Read only."""
-    from benchmarks.runner.results import iter_results
+    from benchmarks.runner.reading import iter_results
 
     results = built_once(tmp_path_factory, "smoke", _run_smoke)
     return results, {r["label"]: r for _, r in iter_results(results)}

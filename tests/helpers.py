@@ -59,7 +59,7 @@ def run_one_run_suite(root, text: str, *extra: str):
     """Write suite ``text`` under ``root`` and run it (its one run) with the runner; return the suite
     path, the results folder and the result."""
     from benchmarks import run
-    from benchmarks.runner.results import iter_results
+    from benchmarks.runner.reading import iter_results
 
     suite = root / "suite.toml"
     suite.write_text(text)
@@ -73,7 +73,7 @@ def killed_and_resumed(monkeypatch, strategy_cls, suite, results_dir, task: int)
     """Run ``suite`` into ``results_dir``, killed when ``strategy_cls`` starts task ``task``, then
     again to the end (it resumes from the checkpoint); return the resumed result."""
     from benchmarks import run
-    from benchmarks.runner.results import iter_results
+    from benchmarks.runner.reading import iter_results
 
     revive = kill_in_task(monkeypatch, strategy_cls, task=task)
     argv = ["--suite", str(suite), "--results-dir", str(results_dir), "--quiet"]
@@ -169,7 +169,7 @@ def numbers_of_runs(results_dir) -> dict:
     """What a run found, per strategy: every stage, the summary, the diagnostics (no config, env, cost)."""
     import json
 
-    from benchmarks.runner.results import iter_results
+    from benchmarks.runner.reading import iter_results
 
     return {
         r["strategy"]: json.dumps(
@@ -181,7 +181,7 @@ def numbers_of_runs(results_dir) -> dict:
 
 def result_of(results_dir, label: str) -> dict:
     """The result labelled ``label`` under ``results_dir``."""
-    from benchmarks.runner.results import iter_results
+    from benchmarks.runner.reading import iter_results
 
     return next(r for _, r in iter_results(results_dir) if r["label"] == label)
 

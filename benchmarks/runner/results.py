@@ -18,8 +18,7 @@ field is commented where it is defined, and ``docs/results-schema.md`` (tested a
 fields) explains it. ``schema_version`` 2 added the predictions sidecar, 3 forgetting and backward
 transfer in the summary, 4 the ``digest`` of the stages and summary; versions 1 to 3 still load
 everywhere, their summaries completed from their stages (``with_complete_summary``).
-``load_results`` reads a folder (or several) and holds the rule that picks one result where several
-files share a run's key.
+``benchmarks.runner.reading`` reads them back as these records.
 
 A finished result is never replaced unsaid (``ResultStore.refusal``): not one of a newer schema,
 not one of another label that shares the folder, not one of another config without ``--force``.
@@ -32,14 +31,12 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import os
 import re
 import shutil
 import warnings
-from dataclasses import MISSING, Field, dataclass, field, fields, replace
-from functools import cached_property
+from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Callable, ClassVar, Iterator, NamedTuple, Sequence
+from typing import TYPE_CHECKING, ClassVar, NamedTuple
 
 import numpy as np
 import torch
@@ -48,6 +45,7 @@ from safetensors.torch import load_file
 
 from benchmarks.core.atomic_io import atomic_write_bytes, read_json, write_json, write_tensors
 from benchmarks.core.errors import UserError
+from benchmarks.core.json_record import JsonRecord, optional_field, required
 from benchmarks.core.metrics import average_forgetting, backward_transfer, summarize, task_accuracy_matrix
 
 if TYPE_CHECKING:
@@ -66,59 +64,8 @@ CHECKPOINT_STATE = "state.json"  # the JSON half of a checkpoint, written after 
 PREDICTIONS_KEY = "runner/predictions"  # the predictions so far, among a checkpoint's tensors
 
 
-def _optional(default=None):
-    """A field that older files may lack: omitted from the JSON while it is None."""
-    return field(default=default, metadata={"omit_if_none": True})
-
-
-def _required(f: Field) -> bool:
-    return f.default is MISSING and f.default_factory is MISSING
-
-
-class _JsonRecord:
-    """``from_json`` and ``to_json`` for a dataclass whose fields are JSON values, or records
-    (``RECORD_FIELDS``: a record, or a list of them)."""
-
-    RECORD_FIELDS: ClassVar[dict[str, type]] = {}
-
-    @classmethod
-    def from_json(cls, data: dict):
-        if not isinstance(data, dict):
-            raise ValueError(f"{cls.__name__}: expected a JSON object, found {type(data).__name__}")
-        names = {f.name for f in fields(cls)}
-        unknown = sorted(set(data) - names)
-        missing = [
-            f.name for f in fields(cls) if f.name not in data and f.default is f.default_factory is MISSING
-        ]
-        if unknown or missing:
-            problems = [f"missing keys {missing}"] if missing else []
-            problems += [f"unknown keys {unknown}"] if unknown else []
-            raise ValueError(f"{cls.__name__}: {'; '.join(problems)}")
-        values = dict(data)
-        for name, record in cls.RECORD_FIELDS.items():
-            value = values.get(name)
-            if isinstance(value, list):
-                values[name] = [record.from_json(item) for item in value]
-            elif value is not None:
-                values[name] = record.from_json(value)
-        return cls(**values)
-
-    def to_json(self) -> dict:
-        out = {}
-        for f in fields(self):
-            value = getattr(self, f.name)
-            if value is None and f.metadata.get("omit_if_none"):
-                continue
-            if isinstance(value, list) and value and isinstance(value[0], _JsonRecord):
-                value = [item.to_json() for item in value]
-            elif isinstance(value, _JsonRecord):
-                value = value.to_json()
-            out[f.name] = value
-        return out
-
-
 @dataclass
-class StageResult(_JsonRecord):
+class StageResult(JsonRecord):
     """The test after learning one task (metrics of docs/decisions.md P1)."""
 
     task: int  # 1-based
@@ -132,22 +79,22 @@ class StageResult(_JsonRecord):
 
 
 @dataclass
-class RunCost(_JsonRecord):
+class RunCost(JsonRecord):
     """What a run cost; the first four are summed across resumes while it runs."""
 
     train_seconds: float = 0.0
     eval_seconds: float = 0.0
     peak_memory_bytes: int = 0  # the largest over the run, across resumes
-    train_steps: int | None = _optional()  # the tasks' own training iterations (absent in older files)
-    trainable_params: int | None = _optional()  # as the strategy counts them
+    train_steps: int | None = optional_field()  # the tasks' own training iterations (absent in older files)
+    trainable_params: int | None = optional_field()  # as the strategy counts them
     #: "cuda_allocated", "cpu_run_peak_rss" (the run's own peak) or "cpu_process_peak_rss" (the
     #: process's; "cpu_max_rss" in version 1)
-    peak_memory_kind: str | None = _optional()
-    amp_skipped_steps: int | None = _optional()  # fp16 steps the loss scaler skipped
+    peak_memory_kind: str | None = optional_field()
+    amp_skipped_steps: int | None = optional_field()  # fp16 steps the loss scaler skipped
 
 
 @dataclass(kw_only=True)
-class RunResult(_JsonRecord):
+class RunResult(JsonRecord):
     """A finished run, as stored in ``<dataset>/<label>/T<n>-seed<s>.json``."""
 
     RECORD_FIELDS: ClassVar[dict[str, type]] = {"stages": StageResult, "cost": RunCost}
@@ -161,19 +108,19 @@ class RunResult(_JsonRecord):
     #: fully resolved: backbone, dataset options, every strategy option, class-order name, device,
     #: precision, deterministic, option_sources (not hashed)
     config: dict
-    config_hash: str | None = _optional()  # ``config_hash(config)``
+    config_hash: str | None = optional_field()  # ``config_hash(config)``
     class_order: list[int]  # the class permutation of the stream
-    class_names: list[str] | None = _optional()  # indexed by class id
+    class_names: list[str] | None = optional_field()  # indexed by class id
     tasks: list[list[int]]  # the class ids of each task
     stages: list[StageResult]  # one per task, in order
     summary: dict  # avg_acc, last_acc, avg_auroc, last_auroc, forgetting, bwt (the last two from version 3)
     #: ``result_digest`` of the stages and summary as written (from version 4): ties one to the other
-    digest: str | None = _optional()
-    diagnostics: dict | None = _optional()  # run-level, documented by the strategy
-    zero_shot: dict | None = _optional()  # per zero-shot target: each predictor's accuracy, n_test
+    digest: str | None = optional_field()
+    diagnostics: dict | None = optional_field()  # run-level, documented by the strategy
+    zero_shot: dict | None = optional_field()  # per zero-shot target: each predictor's accuracy, n_test
     env: dict  # versions, device, git commit, host, start time
     cost: RunCost
-    predictions: dict | None = _optional()  # the sidecar's file, sha256, n_stages, n_images, dtype
+    predictions: dict | None = optional_field()  # the sidecar's file, sha256, n_stages, n_images, dtype
 
     @property
     def key(self) -> "RunKey":
@@ -181,7 +128,7 @@ class RunResult(_JsonRecord):
 
 
 #: the keys every stored result has, whatever its version
-REQUIRED_KEYS = tuple(f.name for f in fields(RunResult) if _required(f))
+REQUIRED_KEYS = tuple(f.name for f in fields(RunResult) if required(f))
 
 
 #: config entries that record, not determine: left out of the hash. ``augment_on``: the device and
@@ -530,53 +477,6 @@ def with_complete_summary(result: dict) -> dict:
     return {**result, "summary": {**summary, **missing}}
 
 
-def not_a_measurement(result: dict) -> str | None:
-    """Why a result checks the code path rather than measuring anything: a ``--fast-dev-run``, or
-    fake data (``benchmarks.tools.fake_data``); None for a real result. Tables, the report and the
-    comparison say so wherever they show one."""
-    config = result.get("config", {})
-    reasons = [
-        why
-        for why, flag in (("a fast dev run", "fast_dev_run"), ("fake data", "fake_data"))
-        if config.get(flag)
-    ]
-    return " on ".join(reasons) or None
-
-
-def iter_results(root: str | Path, skipped: list[str] | None = None) -> Iterator[tuple[Path, dict]]:
-    """Every finished result JSON under ``root`` (checkpoints and other JSON files are skipped).
-
-    A file that is no result this suite reads (``unreadable_result``: another ``schema_version``,
-    a digest that disagrees with its stages and summary, or, at a result's name, no result at all,
-    such as ``[]``) is skipped too, with a line naming the file: appended to ``skipped`` where
-    given, else a warning. Older readable versions come with their summary completed
-    (``with_complete_summary``).
-    """
-    root = Path(root)
-    paths = []
-    for folder, subfolders, files in os.walk(root):  # unreadable or vanishing folders are skipped
-        subfolders[:] = [d for d in subfolders if not d.startswith(".")]  # .checkpoints, .locks, .logs
-        paths += [Path(folder) / name for name in files if name.endswith(".json")]
-    for path in sorted(paths):
-        try:
-            data = read_json(path)
-        except FileNotFoundError:  # removed by another runner meanwhile
-            continue
-        looks_like_one = isinstance(data, dict) and "schema_version" in data and "stages" in data
-        if not looks_like_one and RESULT_NAME.fullmatch(path.name) is None:
-            continue  # another JSON file (a saved model's, a tool's), not a result
-        if (problem := unreadable_result(data)) is not None:
-            fix = (
-                "rerun that run with --force, or move the file away"
-                if problem.replaceable
-                else ("rerun that run or convert the file")
-            )
-            line = f"skipped {path}: {problem.why}; {fix}"
-            skipped.append(line) if skipped is not None else warnings.warn(line, stacklevel=2)
-            continue
-        yield path, with_complete_summary(data)
-
-
 @dataclass(frozen=True)
 class Predictions:
     """Every test image's predicted class after each task, with the true classes (the sidecar)."""
@@ -622,125 +522,3 @@ def save_predictions(path: Path, predictions: Predictions) -> dict:
         "n_images": int(n_images),
         "dtype": dtype.name,
     }
-
-
-def load_predictions(
-    result_path: Path, result: dict, problems: list[str] | None = None
-) -> Predictions | None:
-    """The sidecar of a stored result, checked against the digest its JSON holds; or None.
-
-    None without a word for a version-1 result (it has none). For a missing or damaged sidecar, a
-    one-line reason goes to ``problems`` where given, else a warning: the result's means stay
-    usable, only the per-image analyses lose that run.
-    """
-    from safetensors.numpy import load
-
-    entry = result.get("predictions")
-    if not entry:
-        return None
-    path = Path(result_path).parent / entry["file"]
-
-    def problem(why: str) -> None:
-        line = (
-            f"{path}: {why}; the run's means are used, its per-image analyses are not (rerun it with --force)"
-        )
-        problems.append(line) if problems is not None else warnings.warn(line, stacklevel=3)
-
-    try:
-        blob = path.read_bytes()
-    except OSError:
-        return problem("predictions sidecar missing")
-    if hashlib.sha256(blob).hexdigest() != entry["sha256"]:
-        return problem("predictions sidecar damaged (its SHA-256 differs from the one in the result)")
-    try:
-        tensors = load(blob)
-        found = Predictions(
-            tensors["predictions"].astype(np.int64),
-            tensors["targets"].astype(np.int64),
-            tensors["image_ids"].astype(np.int64),
-        )
-    except Exception as err:  # safetensors raises its own error types  # noqa: BLE001
-        return problem(f"predictions sidecar unreadable ({type(err).__name__})")
-    expected = (len(result["stages"]), entry["n_images"])
-    if found.predictions.shape != expected or found.targets.shape != expected[1:]:
-        return problem(f"predictions sidecar has shape {found.predictions.shape}, expected {expected}")
-    return found
-
-
-@dataclass(frozen=True)
-class StoredResult:
-    """A result file as read: its path and its JSON."""
-
-    path: Path
-    result: dict
-
-    @property
-    def key(self) -> RunKey:
-        r = self.result
-        return RunKey(r["label"], r["dataset"], r["n_tasks"], r["seed"])
-
-
-@dataclass(frozen=True)
-class LoadedResults:
-    """Every readable result under one or more folders, and the one rule that picks a run's result
-    where several files share its key (a zero-shot run beside a main one, say): the result without
-    ``zero_shot`` first, then the first by path. Identical copies (same key and config) count once."""
-
-    found: tuple[StoredResult, ...]  # every readable result, by path
-    skipped: tuple[str, ...] = ()  # one line per file left out (another schema version)
-
-    def where(self, keep: Callable[[StoredResult], bool]) -> LoadedResults:
-        """The results for which ``keep(stored)`` holds, the rule applied to them alone."""
-        return LoadedResults(tuple(s for s in self.found if keep(s)), self.skipped)
-
-    @cached_property  # a frozen dataclass still caches: the value goes to the instance's __dict__
-    def distinct(self) -> list[StoredResult]:
-        """Every distinct run: one file per (key, config hash), the first by path."""
-        seen, out = set(), []
-        for stored in self.found:
-            ident = (stored.key, stored.result.get("config_hash"))
-            if ident not in seen:
-                seen.add(ident)
-                out.append(stored)
-        return out
-
-    @cached_property
-    def _groups(self) -> dict[RunKey, list[StoredResult]]:
-        groups: dict[RunKey, list[StoredResult]] = {}
-        for stored in sorted(self.distinct, key=lambda s: ("zero_shot" in s.result, s.path)):
-            groups.setdefault(stored.key, []).append(stored)
-        return groups
-
-    @property
-    def runs(self) -> list[StoredResult]:
-        """One result per run key, chosen by the rule."""
-        return [group[0] for group in self._groups.values()]
-
-    @property
-    def duplicate_notes(self) -> list[str]:
-        """One line per run key that results of several configs share, naming the file used."""
-        return [
-            f"{len(group)} results for {group[0].key} with different configs; "
-            f"{group[0].path} is used (a result without zero-shot targets first, then the first by path)"
-            for group in self._groups.values()
-            if len(group) > 1
-        ]
-
-    @property
-    def notes(self) -> list[str]:
-        """What a reader should be told: the files skipped, then the keys several results share."""
-        return [*self.skipped, *self.duplicate_notes]
-
-    def __len__(self) -> int:
-        return len(self.found)
-
-
-def load_results(folders: str | Path | Sequence[str | Path]) -> LoadedResults:
-    """Every finished result under ``folders`` (one, or several), read once; ``.runs`` holds one per
-    run key (``LoadedResults``' rule), ``.notes`` what a reader should be told."""
-    folders = [folders] if isinstance(folders, (str, Path)) else list(folders)
-    skipped: list[str] = []
-    found = [
-        StoredResult(path, result) for folder in folders for path, result in iter_results(folder, skipped)
-    ]
-    return LoadedResults(tuple(found), tuple(skipped))

@@ -23,14 +23,8 @@ from pathlib import Path
 
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.runner.locking import is_stale, read_holder
-from benchmarks.runner.results import (
-    CHECKPOINT_STATE,
-    RESULT_NAME,
-    ResultStore,
-    RunKey,
-    iter_results,
-    safe_label,
-)
+from benchmarks.runner.reading import iter_results
+from benchmarks.runner.results import CHECKPOINT_STATE, RESULT_NAME, ResultStore, RunKey, safe_label
 from benchmarks.runner.slurm_jobs import SlurmView, last_log_line, view
 
 STATES = ("finished", "running", "queued", "partial", "failed", "refused", "to run")

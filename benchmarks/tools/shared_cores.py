@@ -27,7 +27,8 @@ from tqdm.auto import tqdm
 from benchmarks.core.environment import check_threads, usable_cores
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.runner.local_launcher import check_workers
-from benchmarks.runner.results import CHECKPOINT_STATE, iter_results
+from benchmarks.runner.reading import iter_results
+from benchmarks.runner.results import CHECKPOINT_STATE
 
 BUSY = "import torch\na = torch.randn(384, 384)\nwhile True:\n    a = (a @ a).clamp_(-1, 1)\n"
 

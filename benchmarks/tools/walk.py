@@ -17,7 +17,7 @@ from pathlib import Path
 
 from benchmarks.core.errors import CommandParser, one_line_storage_errors, one_line_user_errors
 from benchmarks.data.datasets import FAKE_DATA_MARKER
-from benchmarks.runner.results import iter_results
+from benchmarks.runner.reading import iter_results
 from benchmarks.tools.fake_data import WEIGHTS_FILE, make_fake_data
 
 REAL_SUITES = ("main", "main-as-published", "seq", "ood", "zeroshot", "ablation", "params")

@@ -7,8 +7,8 @@ import numpy as np
 import pytest
 
 from analysis import compare, reproducibility, tables
-from analysis.loading import read_results
 from analysis.paper_inputs import load_inputs
+from benchmarks.runner.reading import read_results
 from benchmarks.runner.results import (
     Predictions,
     ResultStore,
@@ -16,7 +16,6 @@ from benchmarks.runner.results import (
     RunKey,
     RunResult,
     StageResult,
-    load_results,
 )
 
 KEY = RunKey("gr4cil", "cifar100", 2, 0)
@@ -71,16 +70,16 @@ def _mixed_suites(tmp_path):
 
 
 def test_the_rule_prefers_the_run_without_zero_shot_and_counts_copies_once(tmp_path):
-    loaded = load_results(_mixed_suites(tmp_path))
+    loaded = read_results(_mixed_suites(tmp_path))
     assert len(loaded) == 3 and len(loaded.distinct) == 2
     (chosen,) = loaded.runs
-    assert chosen.result["summary"]["last_acc"] == 80.0 and "main" in chosen.path.parts
+    assert chosen.result.summary["last_acc"] == 80.0 and "main" in chosen.path.parts
     (note,) = loaded.notes
     assert note.startswith("2 results for gr4cil / cifar100 / 2 tasks / seed 0 with different configs; ")
     assert str(chosen.path) in note
     # without the main run, the zero-shot one is used, and its copy counts once
-    alone = loaded.where(lambda stored: "zero_shot" in stored.result)
-    assert [s.result["summary"]["last_acc"] for s in alone.runs] == [40.0] and alone.notes == []
+    alone = loaded.where(lambda file: file.result.zero_shot is not None)
+    assert [file.result.summary["last_acc"] for file in alone.runs] == [40.0] and alone.notes == []
 
 
 def test_every_reader_counts_one_seed_in_the_mixed_suites_folder(tmp_path):

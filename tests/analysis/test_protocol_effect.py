@@ -8,7 +8,8 @@ import pytest
 from analysis import compare, protocol_effect
 from benchmarks import run
 from benchmarks.core.errors import UserError
-from benchmarks.runner.results import iter_results, result_digest
+from benchmarks.runner.reading import iter_results
+from benchmarks.runner.results import result_digest
 
 SUITE = """
 datasets = ["synthetic"]

@@ -16,7 +16,7 @@ from benchmarks import prepare, run
 from benchmarks.data import unit as unit_module
 from benchmarks.data.datasets import load_dataset
 from benchmarks.data.unit import dataset_names, dataset_unit, file_targets, target_of
-from benchmarks.runner.results import iter_results
+from benchmarks.runner.reading import iter_results
 from benchmarks.tools import fake_data
 from tests.helpers import tiny_suite, write_suite
 

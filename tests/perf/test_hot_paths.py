@@ -22,7 +22,8 @@ from benchmarks.data.class_orders import seeded_order
 from benchmarks.data.datasets import load_dataset
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
-from benchmarks.runner.results import Predictions, ResultStore, RunKey, load_predictions
+from benchmarks.runner.reading import ResultFile
+from benchmarks.runner.results import Predictions, ResultStore, RunKey, RunResult
 from benchmarks.tools.speed import _stage1_step, _strategy
 from strategies.gr4cil import unified_scores
 from strategies.registry import get_strategy
@@ -155,5 +156,5 @@ def test_results_store_writes_a_run(benchmark, tmp_path):
     path = store.result_path(key)
     stored = read_json(path)
     assert {k: v for k, v in stored.items() if k != "predictions"} == json.loads(json.dumps(result))
-    loaded = load_predictions(path, stored)
+    loaded = ResultFile(path, RunResult.from_json(stored)).load_predictions()
     np.testing.assert_array_equal(loaded.predictions, predictions.predictions)

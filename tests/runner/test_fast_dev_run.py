@@ -10,8 +10,10 @@ from benchmarks import run
 from benchmarks.data.loaders import seeded_loader
 from benchmarks.data.streams import spread_indices
 from benchmarks.runner.execute import resolve
-from benchmarks.runner.results import RunResult, config_hash, iter_results, not_a_measurement
+from benchmarks.runner.reading import iter_results, not_a_measurement
+from benchmarks.runner.results import RunResult, config_hash
 from benchmarks.runner.suites import FastDevRun, expand
+from tests.analysis.records import run_result
 from tests.helpers import MINI_SUITE, result_of, write_suite
 
 
@@ -69,7 +71,7 @@ def test_a_fake_data_root_marks_every_result_config(tmp_path):
     fake = resolve(spec, str(tmp_path))[2]
     assert "fake_data" not in real and fake["fake_data"] is True
     assert config_hash(fake) != config_hash(real)
-    assert not_a_measurement({"config": fake}) == "fake data"
+    assert not_a_measurement(run_result("finetune", config=fake)) == "fake data"
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import pytest
 from analysis.report import main as report_main
 from benchmarks import run
 from benchmarks.runner import results
-from benchmarks.runner.results import iter_results
+from benchmarks.runner.reading import iter_results
 from strategies.finetune import Finetune
 from tests.helpers import kill_in_task, three_task_suite
 

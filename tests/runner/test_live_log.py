@@ -8,7 +8,7 @@ import pytest
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 from benchmarks import run
-from benchmarks.runner.results import iter_results
+from benchmarks.runner.reading import iter_results
 from tests.helpers import MINI_SUITE, write_suite
 
 pytestmark = pytest.mark.slow

@@ -7,7 +7,7 @@ from benchmarks import run
 from benchmarks.core.errors import UserError
 from benchmarks.runner import local_launcher
 from benchmarks.runner.local_launcher import auto_workers, check_workers, worker_threads
-from benchmarks.runner.results import iter_results
+from benchmarks.runner.reading import iter_results
 from tests.helpers import three_task_suite
 
 

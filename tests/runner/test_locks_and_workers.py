@@ -17,7 +17,8 @@ import pytest
 from benchmarks import run
 from benchmarks.runner import status
 from benchmarks.runner.locking import RunLock, read_holder
-from benchmarks.runner.results import ResultStore, RunKey, iter_results
+from benchmarks.runner.reading import iter_results
+from benchmarks.runner.results import ResultStore, RunKey
 from tests.helpers import runner_command, three_task_suite
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,13 +7,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 
+from benchmarks.runner.reading import ResultFile, iter_results
 from benchmarks.runner.results import (
     PREDICTIONS_SUFFIX,
     Predictions,
     ResultStore,
     RunKey,
-    iter_results,
-    load_predictions,
+    RunResult,
     predictions_path,
     save_predictions,
 )
@@ -42,6 +42,11 @@ def finished(tmp_path_factory):
     return suite, path, result
 
 
+def _sidecar(path, result: dict, problems: list[str] | None = None):
+    """The predictions sidecar of the result JSON ``result`` read from ``path``."""
+    return ResultFile(path, RunResult.from_json(result)).load_predictions(problems)
+
+
 def _stage_accuracy(pred: np.ndarray, targets: np.ndarray, seen: set[int]) -> float:
     mask = np.isin(targets, list(seen))
     return 100.0 * float(np.mean(pred[mask] == targets[mask]))
@@ -56,7 +61,7 @@ def test_the_sidecar_reproduces_every_stage_accuracy(finished):
     entry = result["predictions"]
     assert entry["file"] == path.name.replace(".json", PREDICTIONS_SUFFIX)
     assert (entry["n_stages"], entry["n_images"], entry["dtype"]) == (5, 300, "uint16")
-    predictions = load_predictions(path, result, problems := [])
+    predictions = _sidecar(path, result, problems := [])
     assert problems == []
     assert predictions.predictions.shape == (5, 300)
     np.testing.assert_array_equal(predictions.image_ids, np.arange(300))
@@ -81,7 +86,7 @@ def test_a_resumed_run_stores_the_same_predictions(finished, tmp_path, monkeypat
     resumed = killed_and_resumed(monkeypatch, Finetune, suite, tmp_path / "resumed", task=3)
     (resumed_path,) = [p for p, _ in iter_results(tmp_path / "resumed")]
     np.testing.assert_array_equal(
-        load_predictions(resumed_path, resumed).predictions, load_predictions(path, result).predictions
+        _sidecar(resumed_path, resumed).predictions, _sidecar(path, result).predictions
     )
     assert resumed["predictions"]["sha256"] == result["predictions"]["sha256"]
 
@@ -99,7 +104,7 @@ def test_a_missing_sidecar_is_one_line_and_the_means_stay(finished, tmp_path):
     path, result = _copy(finished, tmp_path)
     predictions_path(path).unlink()
     with pytest.warns(UserWarning, match="predictions sidecar missing; the run's means are used") as caught:
-        assert load_predictions(path, result) is None
+        assert _sidecar(path, result) is None
     assert len(caught) == 1 and "\n" not in str(caught[0].message)
     assert [r["summary"] for _, r in iter_results(tmp_path)] == [result["summary"]]
 
@@ -110,7 +115,7 @@ def test_a_damaged_sidecar_is_caught_by_its_digest(finished, tmp_path):
     blob = bytearray(predictions_path(path).read_bytes())
     blob[-1] ^= 0xFF  # one flipped byte in the predictions
     predictions_path(path).write_bytes(bytes(blob))
-    assert load_predictions(path, result, problems := []) is None
+    assert _sidecar(path, result, problems := []) is None
     assert len(problems) == 1 and "damaged" in problems[0]
 
 
@@ -119,7 +124,7 @@ def test_a_version_1_result_loads_without_predictions_and_without_a_word(finishe
     path, result = _copy(finished, tmp_path)
     old = {k: v for k, v in result.items() if k != "predictions"} | {"schema_version": 1}
     path.write_text(json.dumps(old))
-    assert load_predictions(path, old, problems := []) is None and problems == []
+    assert _sidecar(path, old, problems := []) is None and problems == []
     assert [r["schema_version"] for _, r in iter_results(tmp_path)] == [1]
     store = ResultStore(tmp_path)
     key = RunKey(result["label"], result["dataset"], result["n_tasks"], result["seed"])

@@ -6,7 +6,7 @@
 import pytest
 
 from benchmarks import run
-from benchmarks.runner.results import iter_results
+from benchmarks.runner.reading import iter_results
 from benchmarks.runner.suites import expand, load_suite
 from benchmarks.tools.fake_data import WEIGHTS_FILE
 

@@ -11,7 +11,8 @@ import torch
 
 from benchmarks import run
 from benchmarks.runner import status
-from benchmarks.runner.results import SCHEMA_VERSION, ResultStore, RunKey, iter_results, result_digest
+from benchmarks.runner.reading import iter_results
+from benchmarks.runner.results import SCHEMA_VERSION, ResultStore, RunKey, result_digest
 from strategies.continual_clip import ContinualCLIP
 from tests.helpers import three_task_suite
 
@@ -188,8 +189,8 @@ def test_two_labels_of_one_folder_across_two_commands_are_refused(tmp_path, caps
 
 @pytest.mark.slow
 def test_a_hand_edited_summary_is_named_and_not_tabled(tmp_path, capsys, finished):
-    from analysis.loading import read_results
     from analysis.tables import main as tables_main
+    from benchmarks.runner.reading import read_results
 
     results, path = finished
     result = json.loads(path.read_text())

@@ -7,7 +7,8 @@ import pytest
 
 from benchmarks.core.atomic_io import read_json
 from benchmarks.core.errors import UserError
-from benchmarks.runner.results import REQUIRED_KEYS, ResultStore, RunKey, config_hash, iter_results
+from benchmarks.runner.reading import iter_results
+from benchmarks.runner.results import REQUIRED_KEYS, ResultStore, RunKey, config_hash
 from benchmarks.runner.suites import available_suites, expand, load_suite
 
 

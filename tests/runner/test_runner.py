@@ -18,7 +18,8 @@ from benchmarks.core.precision import INITIAL_LOSS_SCALE
 from benchmarks.data.datasets import load_dataset
 from benchmarks.data.transforms import eval_transform
 from benchmarks.runner import execute
-from benchmarks.runner.results import REQUIRED_KEYS, iter_results
+from benchmarks.runner.reading import iter_results
+from benchmarks.runner.results import REQUIRED_KEYS
 from strategies import base as strategy_base
 from strategies.finetune import Finetune
 from tests.helpers import MINI_SUITE, kill_in_task, result_of, runner_command

@@ -15,7 +15,8 @@ from benchmarks import run
 from benchmarks.core.errors import UserError
 from benchmarks.runner import slurm_launcher as slurm
 from benchmarks.runner.locking import RunLock, read_holder
-from benchmarks.runner.results import ResultStore, RunKey, iter_results
+from benchmarks.runner.reading import iter_results
+from benchmarks.runner.results import ResultStore, RunKey
 from benchmarks.runner.slurm_launcher import SlurmOptions
 from benchmarks.runner.status import run_state
 from tests.helpers import three_task_suite

@@ -23,7 +23,8 @@ from benchmarks import run
 from benchmarks.runner import slurm_launcher as slurm
 from benchmarks.runner import status
 from benchmarks.runner.locking import read_holder
-from benchmarks.runner.results import ResultStore, RunKey, iter_results
+from benchmarks.runner.reading import iter_results
+from benchmarks.runner.results import ResultStore, RunKey
 from benchmarks.runner.status import run_state
 from tests.runner.test_slurm import SEED0, SEED1, SUITE
 

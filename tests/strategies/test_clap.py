@@ -151,7 +151,7 @@ def clap_run(tmp_path_factory):
 @pytest.mark.slow
 def test_a_run_learns_repeats_saves_and_resumes_exactly(clap_run, tmp_path, monkeypatch):
     from benchmarks import run
-    from benchmarks.runner.results import iter_results
+    from benchmarks.runner.reading import iter_results
 
     suite, results, reference = clap_run
     assert reference["summary"]["last_acc"] > 100 / 15 * 2

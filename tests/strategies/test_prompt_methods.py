@@ -352,7 +352,7 @@ def coda_run(tmp_path_factory):
 @pytest.mark.slow
 def test_coda_learns_repeats_and_resumes_exactly(coda_run, tmp_path, monkeypatch):
     from benchmarks import run
-    from benchmarks.runner.results import iter_results
+    from benchmarks.runner.reading import iter_results
     from strategies.coda_prompt import CodaPrompt
 
     suite, results, reference = coda_run

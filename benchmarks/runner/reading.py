@@ -1,0 +1,222 @@
+"""Reading the results store: every finished result under one or more folders, as typed records.
+
+``iter_results`` walks a folder and yields each result file's JSON as stored (the runner's own
+checks read it so); ``read_results`` is what every reader of results uses: each file as a
+``RunResult`` (``ResultFile``), gathered in ``Results``, which holds the one rule that picks a
+run's result where several files share its key. A file that is no result this suite reads (another
+schema version, a digest that disagrees, no complete result) is left out with a line in
+``Results.skipped``; a result of an older readable version comes with its summary completed
+(``with_complete_summary``).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import warnings
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Callable, Iterator, Sequence
+
+import numpy as np
+
+from benchmarks.core.atomic_io import read_json
+from benchmarks.data.protocols import DEFAULT_PROTOCOL
+from benchmarks.runner.results import (
+    RESULT_NAME,
+    Predictions,
+    RunKey,
+    RunResult,
+    unreadable_result,
+    with_complete_summary,
+)
+
+
+def iter_results(root: str | Path, skipped: list[str] | None = None) -> Iterator[tuple[Path, dict]]:
+    """Every finished result JSON under ``root`` (checkpoints and other JSON files are skipped).
+
+    A file that is no result this suite reads (``unreadable_result``: another ``schema_version``,
+    a digest that disagrees with its stages and summary, or, at a result's name, no result at all,
+    such as ``[]``) is skipped too, with a line naming the file: appended to ``skipped`` where
+    given, else a warning. Older readable versions come with their summary completed
+    (``with_complete_summary``).
+    """
+    root = Path(root)
+    paths = []
+    for folder, subfolders, files in os.walk(root):  # unreadable or vanishing folders are skipped
+        subfolders[:] = [d for d in subfolders if not d.startswith(".")]  # .checkpoints, .locks, .logs
+        paths += [Path(folder) / name for name in files if name.endswith(".json")]
+    for path in sorted(paths):
+        try:
+            data = read_json(path)
+        except FileNotFoundError:  # removed by another runner meanwhile
+            continue
+        looks_like_one = isinstance(data, dict) and "schema_version" in data and "stages" in data
+        if not looks_like_one and RESULT_NAME.fullmatch(path.name) is None:
+            continue  # another JSON file (a saved model's, a tool's), not a result
+        if (problem := unreadable_result(data)) is not None:
+            fix = (
+                "rerun that run with --force, or move the file away"
+                if problem.replaceable
+                else ("rerun that run or convert the file")
+            )
+            line = f"skipped {path}: {problem.why}; {fix}"
+            skipped.append(line) if skipped is not None else warnings.warn(line, stacklevel=2)
+            continue
+        yield path, with_complete_summary(data)
+
+
+@dataclass(frozen=True)
+class ResultFile:
+    """One result file: where it lies, and what it holds."""
+
+    path: Path
+    result: RunResult
+
+    @property
+    def key(self) -> RunKey:
+        return self.result.key
+
+    def load_predictions(self, problems: list[str] | None = None) -> Predictions | None:
+        """The predictions sidecar, checked against the digest the result holds; or None.
+
+        None without a word for a version-1 result (it has none). For a missing or damaged sidecar,
+        a one-line reason goes to ``problems`` where given, else a warning: the result's means stay
+        usable, only the per-image analyses lose that run.
+        """
+        from safetensors.numpy import load
+
+        entry = self.result.predictions
+        if not entry:
+            return None
+        path = self.path.parent / entry["file"]
+
+        def problem(why: str) -> None:
+            line = (
+                f"{path}: {why}; the run's means are used, its per-image analyses are not "
+                "(rerun it with --force)"
+            )
+            problems.append(line) if problems is not None else warnings.warn(line, stacklevel=3)
+
+        try:
+            blob = path.read_bytes()
+        except OSError:
+            return problem("predictions sidecar missing")
+        if hashlib.sha256(blob).hexdigest() != entry["sha256"]:
+            return problem("predictions sidecar damaged (its SHA-256 differs from the one in the result)")
+        try:
+            tensors = load(blob)
+            found = Predictions(
+                tensors["predictions"].astype(np.int64),
+                tensors["targets"].astype(np.int64),
+                tensors["image_ids"].astype(np.int64),
+            )
+        except Exception as err:  # safetensors raises its own error types  # noqa: BLE001
+            return problem(f"predictions sidecar unreadable ({type(err).__name__})")
+        expected = (len(self.result.stages), entry["n_images"])
+        if found.predictions.shape != expected or found.targets.shape != expected[1:]:
+            return problem(f"predictions sidecar has shape {found.predictions.shape}, expected {expected}")
+        return found
+
+
+@dataclass(frozen=True)
+class Results:
+    """Every readable result under one or more folders, and the one rule that picks a run's result
+    where several files share its key (a zero-shot run beside a main one, say): the result without
+    ``zero_shot`` first, then the first by path. Identical copies (same key and config) count once."""
+
+    found: tuple[ResultFile, ...]  # every readable result, by path
+    skipped: tuple[str, ...] = ()  # one line per file left out, naming it and why
+
+    def where(self, keep: Callable[[ResultFile], bool]) -> Results:
+        """The results for which ``keep(file)`` holds, the rule applied to them alone."""
+        return Results(tuple(file for file in self.found if keep(file)), self.skipped)
+
+    @cached_property  # a frozen dataclass still caches: the value goes to the instance's __dict__
+    def distinct(self) -> list[ResultFile]:
+        """Every distinct run: one file per (key, config hash), the first by path."""
+        seen, out = set(), []
+        for file in self.found:
+            ident = (file.key, file.result.config_hash)
+            if ident not in seen:
+                seen.add(ident)
+                out.append(file)
+        return out
+
+    @cached_property
+    def _groups(self) -> dict[RunKey, list[ResultFile]]:
+        groups: dict[RunKey, list[ResultFile]] = {}
+        for file in sorted(self.distinct, key=lambda f: (f.result.zero_shot is not None, f.path)):
+            groups.setdefault(file.key, []).append(file)
+        return groups
+
+    @property
+    def runs(self) -> list[ResultFile]:
+        """One result per run key, chosen by the rule."""
+        return [group[0] for group in self._groups.values()]
+
+    @property
+    def duplicate_notes(self) -> list[str]:
+        """One line per run key that results of several configs share, naming the file used."""
+        return [
+            f"{len(group)} results for {group[0].key} with different configs; "
+            f"{group[0].path} is used (a result without zero-shot targets first, then the first by path)"
+            for group in self._groups.values()
+            if len(group) > 1
+        ]
+
+    @property
+    def notes(self) -> list[str]:
+        """What a reader should be told: the files skipped, then the keys several results share."""
+        return [*self.skipped, *self.duplicate_notes]
+
+    def __len__(self) -> int:
+        return len(self.found)
+
+
+def read_results(source: str | Path | Sequence[str | Path] | Results) -> Results:
+    """Every finished result under ``source`` (a folder, or several), read once; ``.runs`` holds one
+    per run key (``Results``' rule), ``.notes`` what a reader should be told. A file that
+    ``RunResult`` does not read (a key missing, in one made by hand) is left out with a line in
+    ``skipped``, after those of ``iter_results``. ``Results`` are returned as they are."""
+    if isinstance(source, Results):
+        return source
+    folders = [source] if isinstance(source, (str, Path)) else list(source)
+    found, skipped, incomplete = [], [], []
+    for folder in folders:
+        for path, data in iter_results(folder, skipped):
+            try:
+                found.append(ResultFile(path, RunResult.from_json(data)))
+            except ValueError as err:  # a key missing or unknown, here or in a stage or the cost
+                incomplete.append(
+                    f"skipped {path}: not a complete result ({err}); rerun that run or complete the file"
+                )
+    return Results(tuple(found), (*skipped, *incomplete))
+
+
+def skipped_clause(skipped: Sequence[str]) -> str:
+    """`` (skipped <file>: <why>, and N more skipped)`` for the error of a folder with no result to
+    read: the file a user made by hand (``[]``, an edited summary) is named, not passed over."""
+    if not skipped:
+        return ""
+    more = f", and {len(skipped) - 1} more skipped" if len(skipped) > 1 else ""
+    return f" ({skipped[0]}{more})"
+
+
+def protocol_of(result: RunResult) -> str:
+    """The evaluation protocol the run was made under (``benchmarks.data.protocols``); results
+    made before protocols were recorded are the default one's."""
+    return result.config.get("protocol", DEFAULT_PROTOCOL)
+
+
+def not_a_measurement(result: RunResult) -> str | None:
+    """Why a result checks the code path rather than measuring anything: a ``--fast-dev-run``, or
+    fake data (``benchmarks.tools.fake_data``); None for a real result. Tables, the report and the
+    comparison say so wherever they show one."""
+    reasons = [
+        why
+        for why, flag in (("a fast dev run", "fast_dev_run"), ("fake data", "fake_data"))
+        if result.config.get(flag)
+    ]
+    return " on ".join(reasons) or None
