@@ -39,16 +39,21 @@ def fixture_batches(tensors: dict[str, torch.Tensor], task: int) -> list[list[to
     return batches
 
 
-def _stream(tasks, n_classes: int, n_per_class: int = 2):
-    """An Avalanche stream of ``tasks`` (only its experiences' classes are read: the batches are the
-    fixture's)."""
-    targets = [c for c in range(n_classes) for _ in range(n_per_class)]
+def _stream(tensors, tasks):
+    """An Avalanche stream of ``tasks`` whose training images are the fixture's batches (what a
+    second stage reads under the eval transform: here the identity); the test split is unused."""
+    images, targets = [], []
+    for t in range(len(tasks)):
+        for x, y, _ in fixture_batches(tensors, t):
+            images += list(x)
+            targets += y.tolist()
+    n_classes = max(max(t) for t in tasks) + 1
     data = SimpleNamespace(
         name="loop",
         class_names=[f"class{c}" for c in range(n_classes)],
-        train=[torch.zeros(3, 1, 1)] * len(targets),
+        train=list(zip(images, targets)),  # (image, label) items, as the suite's datasets give
         train_targets=targets,
-        test=[torch.zeros(3, 1, 1)] * len(targets),
+        test=list(zip(images, targets)),
         test_targets=targets,
     )
     order = [c for t in tasks for c in t]
@@ -62,13 +67,25 @@ class SuiteLoop:
     scores: list[torch.Tensor]
 
 
-def run_suite_loop(strategy, tensors, tasks, trained, initial, test_key: str = "input.test_x") -> SuiteLoop:
+def run_suite_loop(
+    strategy, tensors, tasks, trained, initial, setup=None, test_key: str = "input.test_x"
+) -> SuiteLoop:
     """Train ``strategy`` on the fixture's batches, task by task, through Avalanche's ``train`` (the
     strategy's own optimiser, schedule, clipping, loss and second stages); ``trained()`` names the
-    tensors to fingerprint against ``initial``. After each task, its ``scores`` on the test images."""
+    tensors to fingerprint against ``initial``; ``setup(task)``, if given, runs after the strategy's
+    ``setup_task`` (to give a tensor drawn there the fixture's initial value). After each task, its
+    ``scores`` on the test images."""
     recorder = _Recorder()
     strategy.plugins.append(recorder)
-    stream = _stream(tasks, max(max(t) for t in tasks) + 1)
+    stream = _stream(tensors, tasks)
+    if setup is not None:
+        own = strategy.setup_task
+
+        def setup_task(task, classes):
+            own(task, classes)
+            setup(task)
+
+        strategy.setup_task = setup_task
     out = SuiteLoop([], [])
     for t, experience in enumerate(stream.train_stream):
         batches = fixture_batches(tensors, t)

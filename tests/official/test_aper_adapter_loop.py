@@ -1,0 +1,86 @@
+"""APER-Adapter's training loop against the official ``Learner.incremental_train`` (fixture
+aper_adapter.loop): the strategy trained by ``CLIPStrategy``'s own loop on the fixture's batches,
+compared after every step of the first task's adaptation (loss, learning rate, every adapter tensor,
+the head's weight and sigma) and after every task (the prototypes' scores); and the comparison
+fails when a learning rate, a weight-decay group, a loss weight or the scheduler's step differs."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import strategies.base
+from benchmarks.tools.official_goldens.aper_loop import TASKS, suite_strategy, trained
+from benchmarks.tools.official_goldens.golden import load_golden
+from strategies.optim import build_optimizer
+from tests.official.loop_helpers import exceeded, loop_differences, run_suite_loop
+
+# Same modules, same batches, float32 operations in another order (the official nets around the
+# suite's tower), over 15 SGD steps of lr 0.01.
+TOLERANCES = {
+    "loss": 1e-6,  # CE of cosine logits (sigma about 1): about 1.1
+    "lr": 1e-9,  # the same CosineAnnealingLR; the fixture stores float32
+    "sum": 1e-6,  # a tensor's change summed over up to 16,384 entries
+    "projection": 1e-6,
+    "norm": 1e-7,
+    "entry": 1e-7,  # one entry's change (up to about 1e-2)
+    "scores": 1e-6,  # cosines
+}
+
+
+@pytest.fixture(scope="module")
+def fixture():
+    return load_golden("aper_adapter.loop")
+
+
+def _run(fixture, strategy, perturb_loss: bool = False):
+    tensors, _ = fixture
+    initial = {}
+
+    def setup(task):
+        if task == 0:  # the fixture's initial head (the official fc took the same values)
+            with torch.no_grad():
+                strategy.head.weight.copy_(tensors["param.head.weight"])
+            if perturb_loss:
+                strategy.compute_loss = lambda output, targets: 1.1 * F.cross_entropy(output, targets)
+            initial.update(
+                {n: p.detach().clone() for n, p in trained(strategy.backbone, strategy.head).items()}
+            )
+
+    return run_suite_loop(
+        strategy, tensors, TASKS, lambda: trained(strategy.backbone, strategy.head), initial, setup
+    )
+
+
+@pytest.fixture(scope="module")
+def suite_run(fixture):
+    strategy = suite_strategy()
+    return strategy, _run(fixture, strategy)
+
+
+def test_every_step_and_task_equals_the_official_loop(fixture, suite_run):
+    tensors, meta = fixture
+    strategy, loop = suite_run
+    assert [len(r.losses) for r in loop.records] == [meta["sizes"]["steps"], 0]  # task 1 adapts only
+    diffs = loop_differences(loop, tensors)
+    assert not exceeded(diffs, TOLERANCES), diffs
+    assert (strategy.prototypes - tensors["output.prototypes"]).abs().max() <= 1e-6
+
+
+def _splits_weight_decay(params, cfg):
+    """No weight decay on biases and sigma (the official SGD decays every parameter)."""
+    optimizer = build_optimizer([p for p in params if p.ndim >= 2], cfg)
+    optimizer.add_param_group({"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0})
+    return optimizer
+
+
+@pytest.mark.parametrize(
+    "perturbation", ["learning rate", "weight-decay group", "loss weight", "scheduler step"]
+)
+def test_the_comparison_fails_under_a_perturbation(fixture, monkeypatch, perturbation):
+    tensors, _ = fixture
+    changes = {"learning rate": {"lr": 0.0105}, "scheduler step": {"schedule": "cosine_iter"}}
+    if perturbation == "weight-decay group":
+        monkeypatch.setattr(strategies.base, "build_optimizer", _splits_weight_decay)
+    strategy = suite_strategy(**changes.get(perturbation, {}))
+    loop = _run(fixture, strategy, perturb_loss=perturbation == "loss weight")
+    assert exceeded(loop_differences(loop, tensors), TOLERANCES)
