@@ -6,7 +6,9 @@ Paper row "CLAP" (docs/baselines.md §13; facts from the paper and its code, no 
 * Frozen towers. t_c: the renormalised mean of class c's template features (the dataset's ensemble).
 * VGA: one ``nn.TransformerDecoderLayer``; queries are the text features of the seen classes, each
   class attending only to the classes of its own task; the memory is the image's normalised
-  feature (``vga_context = "image"``) or the whole batch's (``"batch"``, the official quirk, D4).
+  feature (``vga_context = "image"``) or the whole batch's (``"batch"``, the official quirk, D4) at
+  evaluation; in training the whole batch's, as the official code (``train_vga_context = "batch"``:
+  D4's reason, a score that depends on the evaluation batch, concerns evaluation only).
   adapted_c = t_c + VGA_c.
 * Task i's encoder: mu_i = Linear(d, d), sigma_i = softplus(Linear(d, d)) * 0.999 + 0.001, on
   adapted_c of its classes; its weights start language-aware, W_mu = E^T E / d and W_sigma =
@@ -24,7 +26,7 @@ Paper row "CLAP" (docs/baselines.md §13; facts from the paper and its code, no 
 
 Deviations: evaluation draws the R noise vectors once per stage (seeded by the stage), shared by
 every image, so a score does not depend on the evaluation batch or order (the official code draws
-per batch: ``eval_noise = "batch"``, D4); trainable parameters stay fp32 under autocast (official: cast to CLIP's fp16). Left
+per batch, one draw shared by the batch's images: ``eval_noise = "batch"``, D4); trainable parameters stay fp32 under autocast (official: cast to CLIP's fp16). Left
 out, as in the published command: distillation, the NP prior, expandable tokens, the
 orthogonality loss; and replay (D5).
 
@@ -33,7 +35,7 @@ RECIPE (CIFAR-100 10 tasks):
 | hyper-parameter | value | source |
 |---|---|---|
 | text features | template ensemble: CIFAR 18; ImageNet-R, ImageNet 80 | code: dataset/*.py templates |
-| VGA | decoder layer, d 512, 1 head, FF 2048, GELU, post-norm, dropout 0.1; context per image | code: continual_clip_variational.py; D4 |
+| VGA | decoder layer, d 512, 1 head, FF 2048, GELU, post-norm, dropout 0.1; context the batch in training, per image at evaluation | code: continual_clip_variational.py; D4 |
 | encoders | per task, mu and sigma Linear(512, 512), sigma = softplus * 0.999 + 0.001; language-aware init | code: continual_clip_variational.py |
 | samples R | 20 | code: `--forward-times 20` |
 | loss | CE over the seen classes + 0.001 KL + 15 LASP | code: README command |
@@ -80,7 +82,8 @@ class CLAPConfig(StrategyConfig):
     samples: int = 20
     kl_weight: float = 0.001
     lasp_weight: float = 15.0
-    vga_context: Literal["image", "batch"] = "image"  # or "batch" (the official quirk)
+    vga_context: Literal["image", "batch"] = "image"  # at evaluation; or "batch" (the official quirk)
+    train_vga_context: Literal["image", "batch"] = "batch"  # the official context in training (D4)
     eval_noise: Literal["stage", "batch"] = "stage"  # or "batch": fresh draws per batch (official)
     vga_heads: int = 1
     vga_feedforward: int = 2048
@@ -206,22 +209,27 @@ class CLAP(CLIPStrategy):
             "text", classes, lambda: F.normalize(self._stacked_templates(classes).mean(dim=1), dim=-1)
         )
 
-    def adapted_text(self, text: torch.Tensor, image: torch.Tensor, task_sizes: list[int]) -> torch.Tensor:
-        """t_c + VGA_c: ``[B, C, d]`` (per-image context) or ``[1, C, d]`` (the batch as context)."""
+    def adapted_text(
+        self, text: torch.Tensor, image: torch.Tensor, task_sizes: list[int], context: str
+    ) -> torch.Tensor:
+        """t_c + VGA_c: ``[B, C, d]`` (``context`` "image") or ``[1, C, d]`` (the batch as context)."""
         # built once per task: on a GPU, repeat_interleave would wait for the device at every step
         mask = self.class_list_constant("mask", task_sizes, lambda: task_mask(task_sizes, text.device))
-        if self.cfg.vga_context == "image":
+        if context == "image":
             queries, memory = text.unsqueeze(0).expand(len(image), -1, -1), image.unsqueeze(1)
         else:
             queries, memory = text.unsqueeze(0), image.unsqueeze(0)
         return queries + self.vga(queries, memory, tgt_mask=mask)
 
-    def sample_logits(self, image: torch.Tensor, tasks: list[list[int]], noise: list[torch.Tensor] | None):
+    def sample_logits(
+        self, image: torch.Tensor, tasks: list[list[int]], noise: list[torch.Tensor] | None, context: str
+    ):
         """Logits ``[R, B, C]`` over the classes of ``tasks`` (in order), and the (mu, sigma, z) of
-        the last task. ``noise``: one ``[R, 1, C_i, d]`` per task (evaluation), else fresh draws."""
+        the last task. ``noise``: one ``[R, 1, C_i, d]`` per task (evaluation), else fresh draws, one
+        per batch in either VGA ``context`` (the official code draws per batch)."""
         classes = [c for task in tasks for c in task]
         text = self.class_text(classes)
-        adapted = self.adapted_text(text, image, [len(t) for t in tasks])
+        adapted = self.adapted_text(text, image, [len(t) for t in tasks], context)
         columns, start, last = [], 0, None
         for i, task in enumerate(tasks):
             stop = start + len(task)
@@ -229,7 +237,7 @@ class CLAP(CLIPStrategy):
             epsilon = (
                 noise[i]
                 if noise is not None
-                else torch.randn(self.cfg.samples, *mu.shape, device=mu.device, dtype=mu.dtype)
+                else torch.randn(self.cfg.samples, 1, *mu.shape[1:], device=mu.device, dtype=mu.dtype)
             )
             z = mu.unsqueeze(0) + sigma.unsqueeze(0) * epsilon  # [R, B or 1, C_i, d]
             features = adapted[:, start:stop].unsqueeze(0) + z
@@ -257,7 +265,8 @@ class CLAP(CLIPStrategy):
         self.vga.train()
         with torch.no_grad():
             image = self.backbone.encode_image(images, normalize=True)
-        logits, (mu, sigma, z) = self.sample_logits(image, [*self.task_classes, self.current_classes], None)
+        tasks = [*self.task_classes, self.current_classes]
+        logits, (mu, sigma, z) = self.sample_logits(image, tasks, None, self.cfg.train_vga_context)
         return CLAPOutput(
             logits.reshape(-1, logits.shape[-1]),
             kl_to_standard_normal(mu, sigma),
@@ -302,7 +311,7 @@ class CLAP(CLIPStrategy):
         """Mean logits over the R samples, from normalised image features ``[B, d]``."""
         self.vga.eval()
         noise = self.evaluation_noise() if self.cfg.eval_noise == "stage" else None  # None: fresh draws
-        logits, _ = self.sample_logits(image, self.task_classes, noise)
+        logits, _ = self.sample_logits(image, self.task_classes, noise, self.cfg.vga_context)
         return logits.mean(dim=0)
 
     @torch.no_grad()

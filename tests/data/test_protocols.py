@@ -162,7 +162,7 @@ OFFICIAL_BEHAVIOURS = {
     "dualprompt": {"keys": "per_layer", "select_over": "pool", "drop_last": True},
     "coda_prompt": {"gram_schmidt": "official", "drop_last": True},
     "moe4cl": {"eval_gate_noise": True},
-    "clap": {"vga_context": "batch", "eval_noise": "batch"},
+    "clap": {"vga_context": "batch", "eval_noise": "batch", "train_vga_context": "batch"},
 }
 #: the ones the defaults leave off, because a score would depend on the evaluation batch or on chance
 CLEAN_DEFAULTS = {

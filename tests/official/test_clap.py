@@ -84,11 +84,13 @@ def test_vga_and_encoders_equal_the_official_with_gradients():
     tasks, noise = _tasks(ENCODERS), _noise(tensors, "train")
     image = F.normalize(tensors["input.image"], dim=-1)
     text = strategy.class_text([c for task in tasks for c in task])
-    vga = strategy.adapted_text(text, image, [len(t) for t in tasks])[0] - text
+    vga = strategy.adapted_text(text, image, [len(t) for t in tasks], strategy.cfg.vga_context)[0] - text
     close("VGA output", vga, tensors["output.vga"], ATOL)
     functional = (tensors["input.cotangent.vga"] * vga).sum()
     for task in range(2):  # each class attends to its own task only: a prefix of the tasks gives task i's
-        _, (mu, sigma, z) = strategy.sample_logits(image, tasks[: task + 1], noise[: task + 1])
+        _, (mu, sigma, z) = strategy.sample_logits(
+            image, tasks[: task + 1], noise[: task + 1], strategy.cfg.vga_context
+        )
         mu, sigma, z = mu[0], sigma[0], z[:, 0]
         start = sum(len(t) for t in tasks[:task])
         encoder_input = (text + vga)[start : start + len(tasks[task])]
@@ -111,7 +113,9 @@ def test_logits_kl_lasp_and_loss_equal_the_official_with_gradients():
     assert strategy.backbone.logit_scale == pytest.approx(tensors["input.logit_scale"].item(), rel=1e-6)
     strategy.vga.train()
     tasks, image = _tasks(LOGITS), F.normalize(tensors["input.image"], dim=-1)
-    logits, (mu, sigma, z) = strategy.sample_logits(image, tasks, _noise(tensors, "train"))
+    logits, (mu, sigma, z) = strategy.sample_logits(
+        image, tasks, _noise(tensors, "train"), strategy.cfg.train_vga_context
+    )
     close("training logits", logits, tensors["output.logits"], LOGIT_ATOL)
     kl, lasp = kl_to_standard_normal(mu, sigma), lasp_loss(strategy.class_templates(tasks[1]), z)
     close("kl_weight * KL", strategy.cfg.kl_weight * kl, tensors["output.kl_term"], KL_ATOL)
@@ -133,7 +137,9 @@ def test_evaluation_logits_equal_the_official_with_the_batch_as_context():
     strategy.vga.eval()
     with torch.no_grad():
         image = F.normalize(tensors["input.image"], dim=-1)
-        logits, _ = strategy.sample_logits(image, _tasks(LOGITS), _noise(tensors, "eval"))
+        logits, _ = strategy.sample_logits(
+            image, _tasks(LOGITS), _noise(tensors, "eval"), strategy.cfg.vga_context
+        )
     close("evaluation logits", logits, tensors["output.eval_logits"], LOGIT_ATOL)
 
 
