@@ -20,8 +20,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from analysis.compare import DRAWS, METRICS, TASK_METRICS, Run, check_draws, load_runs
 from analysis.formatting import MISSING, latex_table, markdown_table, mean_std_cell, population_std
+from analysis.pairing import DRAWS, METRICS, TASK_METRICS, Run, check_draws, load_runs
 from analysis.statistics import bootstrap_stage_means, interval, metric_of_stages
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import (

@@ -137,28 +137,29 @@ AGAINST_GR4CIL = "against_gr4cil"
 def _against_gr4cil(results_dir: str | Path, loaded: Results, out_dir: Path) -> tuple[ReportItem, list[str]]:
     """Every strategy against GR4CIL (``analysis.compare``), for Last and Avg accuracy, forgetting
     and backward transfer."""
-    from analysis import compare
+    from analysis import pairing
+    from analysis.comparison_output import render_markdown, write_comparison
 
     paths, texts, problems = [], [], []
-    runs = compare.load_runs(loaded, problems)  # the results the tables read, for every metric
-    for metric in compare.METRICS:
+    runs = pairing.load_runs(loaded, problems)  # the results the tables read, for every metric
+    for metric in pairing.METRICS:
         try:
-            comparisons = compare.compare_all(
+            comparisons = pairing.compare_all(
                 results_dir, "gr4cil", metric=metric, problems=problems, runs=runs
             )
         except UserError as reason:  # no GR4CIL run, nothing to pair, or another protocol
-            if metric in compare.TASK_METRICS and paths:  # only one-task runs: accuracy still compared
-                problems.append(f"{compare.METRICS[metric][1]} against GR4CIL left out: {reason}")
+            if metric in pairing.TASK_METRICS and paths:  # only one-task runs: accuracy still compared
+                problems.append(f"{pairing.METRICS[metric][1]} against GR4CIL left out: {reason}")
                 continue
             return ReportItem(AGAINST_GR4CIL, "table", skipped=str(reason)), []
-        paths += compare.write_comparison(
+        paths += write_comparison(
             comparisons,
             out_dir / "figures" / AGAINST_GR4CIL,
             problems,
             table_dir=out_dir / "tables",
             stem=AGAINST_GR4CIL,
         )
-        texts.append(compare.render_markdown(comparisons, problems))
+        texts.append(render_markdown(comparisons, problems))
     return ReportItem(AGAINST_GR4CIL, "table", paths), texts
 
 

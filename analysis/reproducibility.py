@@ -292,9 +292,7 @@ def _stale_miniature_results(results: dict[tuple[str, str], list[RunResult]]) ->
     )
 
 
-def write_reproducibility(
-    results_dir: str | Path, out: str | Path, loaded: Results | None = None
-) -> Path:
+def write_reproducibility(results_dir: str | Path, out: str | Path, loaded: Results | None = None) -> Path:
     out = Path(out)
     atomic_write_text(out, reproducibility_markdown(results_dir, loaded))
     return out

@@ -6,7 +6,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import compare
+from analysis import compare, pairing
+from analysis.comparison_output import render_markdown
 from benchmarks.runner.results import Predictions, ResultStore, RunKey, predictions_path
 
 TASKS = [[0, 1], [2, 3]]  # two tasks of two classes
@@ -121,7 +122,7 @@ def test_identical_predictions_give_an_interval_of_exactly_zero(tmp_path):
     for label in ("mine", "gr4cil"):
         for seed in (0, 1, 2):
             store_run(tmp_path, label, seed, _flip(PERFECT, seed + 1))
-    (only,) = compare.compare_all(tmp_path, draws=300)
+    (only,) = pairing.compare_all(tmp_path, draws=300)
     assert (only.difference.estimate, only.difference.low, only.difference.high) == (0.0, 0.0, 0.0)
     assert only.verdict == "no detectable difference at 95 %"
 
@@ -131,7 +132,7 @@ def test_a_consistent_gain_is_better_and_a_loss_worse(tmp_path):
         store_run(tmp_path, "mine", seed, PERFECT)
         store_run(tmp_path, "gr4cil", seed, _flip(PERFECT, 6))
         store_run(tmp_path, "worse", seed, _flip(PERFECT, 10))  # 4 more images wrong than gr4cil
-    results = {c.label: c for c in compare.compare_all(tmp_path, draws=300)}
+    results = {c.label: c for c in pairing.compare_all(tmp_path, draws=300)}
     # (3 differing images of 10 would not do: a resample misses all 3 with probability 0.7^10 = 2.8 %)
     assert results["mine"].verdict == "better" and results["mine"].difference.estimate == pytest.approx(60.0)
     assert results["worse"].verdict == "worse" and results["worse"].difference.estimate == pytest.approx(
@@ -142,7 +143,7 @@ def test_a_consistent_gain_is_better_and_a_loss_worse(tmp_path):
 def test_avg_metric_is_the_mean_of_the_stage_differences(tmp_path):
     store_run(tmp_path, "mine", 0, PERFECT)
     store_run(tmp_path, "gr4cil", 0, _flip(PERFECT, 2))  # stage 1 equal, stage 2: 100 against 80
-    (only,) = compare.compare_all(tmp_path, metric="avg", draws=300)
+    (only,) = pairing.compare_all(tmp_path, metric="avg", draws=300)
     assert only.difference.estimate == pytest.approx(10.0)
     assert "one paired seed: the interval covers the test images, not the seeds" in only.notes
 
@@ -155,18 +156,18 @@ def test_forgetting_and_bwt_hand_example_and_lower_forgetting_is_better(tmp_path
     for seed in range(4):
         store_run(tmp_path, "mine", seed, PERFECT)  # forgets nothing: 100 -> 100
         store_run(tmp_path, "gr4cil", seed, _flip(PERFECT, 4))  # task 1: 100 -> 20, forgetting 80
-    (forgetting,) = compare.compare_all(tmp_path, metric="forgetting", draws=300)
+    (forgetting,) = pairing.compare_all(tmp_path, metric="forgetting", draws=300)
     assert forgetting.values == {s: 0.0 for s in range(4)}
     assert forgetting.baseline_values == {s: 80.0 for s in range(4)}
     # (4 differing images of 10: a resample misses all with probability 0.6^10 = 0.6 %)
     assert forgetting.difference.estimate == pytest.approx(-80.0) and forgetting.difference.high < 0
     assert forgetting.verdict == "better"  # it forgets less
-    (bwt,) = compare.compare_all(tmp_path, metric="bwt", draws=300)
+    (bwt,) = pairing.compare_all(tmp_path, metric="bwt", draws=300)
     assert bwt.difference.estimate == pytest.approx(80.0)  # 0 - (20 - 100)
     assert bwt.verdict == "better"
-    (reverse,) = compare.compare_all(tmp_path, baseline="mine", metric="forgetting", draws=300)
+    (reverse,) = pairing.compare_all(tmp_path, baseline="mine", metric="forgetting", draws=300)
     assert reverse.difference.estimate == pytest.approx(80.0) and reverse.verdict == "worse"
-    text = compare.render_markdown([forgetting])
+    text = render_markdown([forgetting])
     assert text.startswith("# Forgetting (points of accuracy) against gr4cil")
     assert "Lower is better: a negative difference (the method forgets less) is 'better'." in text
 
@@ -178,7 +179,7 @@ def test_forgetting_intervals_recompute_every_stage_from_the_resampled_images(tm
     last_stage = _flip(PERFECT, 4)[1]
     store_run(tmp_path, "mine", 0, np.stack([PERFECT[0], last_stage]))
     store_run(tmp_path, "gr4cil", 0, np.stack([_flip(PERFECT[:1], 4)[0], last_stage]))
-    (only,) = compare.compare_all(tmp_path, metric="forgetting", draws=500)
+    (only,) = pairing.compare_all(tmp_path, metric="forgetting", draws=500)
     d = only.difference
     assert d.estimate == pytest.approx(80.0) and only.verdict == "worse"  # it forgets more
     # each replicate is 100 x (resampled images 0-3) / (resampled task-1 images): in (0, 100]
@@ -190,7 +191,7 @@ def test_forgetting_of_version_1_results_resamples_seeds_only(tmp_path):
     for seed, (mine, theirs) in enumerate([(2, 4), (3, 3), (1, 4)]):
         store_run(tmp_path, "mine", seed, _flip(PERFECT, mine), with_sidecar=False)
         store_run(tmp_path, "gr4cil", seed, _flip(PERFECT, theirs), with_sidecar=False)
-    (only,) = compare.compare_all(tmp_path, metric="forgetting", draws=2000)
+    (only,) = pairing.compare_all(tmp_path, metric="forgetting", draws=2000)
     # forgetting 20 per flipped image: mine 40, 60, 20 against 80, 60, 80 -> -40, 0, -60
     assert only.difference.estimate == pytest.approx(-100 / 3)
     assert only.difference.low == pytest.approx(-60.0) and only.difference.high == pytest.approx(0.0)
@@ -242,7 +243,7 @@ def test_version_1_results_resample_seeds_only_and_say_so(tmp_path):
     for seed, (mine, theirs) in enumerate([(2, 4), (3, 3), (1, 4)]):
         store_run(tmp_path, "mine", seed, _flip(PERFECT, mine), with_sidecar=False)
         store_run(tmp_path, "gr4cil", seed, _flip(PERFECT, theirs), with_sidecar=False)
-    (only,) = compare.compare_all(tmp_path, draws=2000)
+    (only,) = pairing.compare_all(tmp_path, draws=2000)
     assert only.difference.estimate == pytest.approx((20 + 0 + 30) / 3)
     # seed resampling only: the replicates are means of three of the per-seed differences 20, 0, 30
     assert only.difference.low == pytest.approx(0.0) and only.difference.high == pytest.approx(30.0)
@@ -293,6 +294,6 @@ def test_forgetting_of_runs_without_per_task_accuracies_is_left_out_with_a_note(
         stage["acc_per_task"] = []  # forgetting undefined: None on reading
     path.write_text(json.dumps(result))
     problems = []
-    (only,) = compare.compare_all(tmp_path, metric="forgetting", draws=100, problems=problems)
+    (only,) = pairing.compare_all(tmp_path, metric="forgetting", draws=100, problems=problems)
     assert only.label == "mine"
     assert any(p.startswith("other on toy / 2 tasks: Forgetting is undefined") for p in problems)

@@ -155,7 +155,8 @@ def test_accuracy_curves_legend_is_outside_with_short_labels_and_equal_curves_st
 def test_a_comparison_draws_the_strategy_as_clearly_as_the_baseline(drawn, tmp_path, same_curve):
     import numpy as np
 
-    from analysis.compare import Comparison, draw_figure
+    from analysis.comparison_output import draw_figure
+    from analysis.pairing import Comparison
     from analysis.statistics import Interval
 
     label, baseline = "pycil:my_pkg.mod:NCM", "gr4cil"

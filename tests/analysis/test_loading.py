@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from analysis import compare, reproducibility, tables
+from analysis import pairing, reproducibility, tables
 from analysis.paper_inputs import load_inputs
 from benchmarks.runner.reading import read_results
 from benchmarks.runner.results import (
@@ -91,7 +91,7 @@ def test_every_reader_counts_one_seed_in_the_mixed_suites_folder(tmp_path):
     assert "Note: 2 results for gr4cil" in markdown
 
     problems: list[str] = []
-    compared = compare.load_runs(runs, problems)
+    compared = pairing.load_runs(runs, problems)
     assert list(compared) == [("cifar100", 2, "gr4cil")]
     assert [run.result.summary["last_acc"] for run in compared["cifar100", 2, "gr4cil"].values()] == [80.0]
     assert sum("2 results for gr4cil" in line for line in problems) == 1
@@ -194,7 +194,7 @@ def test_every_reader_reads_every_schema_version(every_version):
         ("v1", "v2", "v3"), "T2-seed0.json"
     )
     assert [run.cost.peak_memory_kind for run in inputs.runs] == ["cpu_max_rss", None, None]
-    runs = compare.load_runs(every_version, problems := [])
+    runs = pairing.load_runs(every_version, problems := [])
     assert problems == []
     by_label = {label: seeds[0] for (_, _, label), seeds in runs.items()}
     assert by_label["v1"].correct is None and by_label["v2"].correct is not None  # no sidecar in version 1

@@ -4,7 +4,7 @@ and comparison that never take its results for measurements."""
 import pytest
 import torch
 
-from analysis import compare, tables
+from analysis import pairing, tables
 from analysis.paper_inputs import load_inputs
 from benchmarks import run
 from benchmarks.data.loaders import seeded_loader
@@ -111,12 +111,12 @@ def test_tables_report_and_comparison_never_take_a_fast_dev_run_for_a_measuremen
     notes = load_inputs(runs).notes
     assert any(note.startswith("2 result(s) are a fast dev run") for note in notes)
     # a fast dev run and a real run are two protocols: the comparison refuses to pair them
-    fast = compare.Run(RunResult.from_json(result_of(runs / "mini-fast-dev-run", "finetune")))
-    (real,) = [compare.Run(RunResult.from_json(r)) for _, r in iter_results(runs / "mini")]
-    assert compare.protocol_difference(compare.protocol(fast), real) == "fast dev run"
+    fast = pairing.Run(RunResult.from_json(result_of(runs / "mini-fast-dev-run", "finetune")))
+    (real,) = [pairing.Run(RunResult.from_json(r)) for _, r in iter_results(runs / "mini")]
+    assert pairing.protocol_difference(pairing.protocol(fast), real) == "fast dev run"
     # among fast dev runs alone, it compares and warns
     problems: list[str] = []
-    compare.compare_all(runs / "mini-fast-dev-run", "finetune", draws=100, problems=problems)
+    pairing.compare_all(runs / "mini-fast-dev-run", "finetune", draws=100, problems=problems)
     assert any(line.startswith("2 run(s) are a fast dev run") for line in problems)
 
 
