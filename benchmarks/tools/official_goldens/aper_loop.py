@@ -194,9 +194,10 @@ def loop(checkout: Path) -> Golden:
             "tiny CLIP visual tower with its adapters (convnet_type *_adapter; all but the adapters "
             "frozen by the rule of convs/vision_transformer_adapter.py: trainable = missing from the "
             "checkpoint) or the same tower with its adapters off (the pretrained branch); "
-            "models.aper_adapter.DataLoader returns the fixture's batches in order; models.aper_adapter.F.cross_entropy "
-            "records the loss; task 1's fresh CosineLinear takes the suite's initial head (its draw is "
-            "compared by aper_adapter.head); .cuda() stays on the CPU; prints silenced"
+            "models.aper_adapter.DataLoader returns the fixture's batches in order; "
+            "models.aper_adapter.F.cross_entropy records the loss; task 1's fresh CosineLinear takes "
+            "the suite's initial head (its draw is compared by aper_adapter.head); .cuda() stays on the "
+            "CPU; prints silenced"
         ),
         seed=SEED,
         sizes={
