@@ -68,13 +68,14 @@ class SuiteLoop:
 
 
 def run_suite_loop(
-    strategy, tensors, tasks, trained, initial, setup=None, test_key: str = "input.test_x"
+    strategy, tensors, tasks, trained, initial, setup=None, test_key: str = "input.test_x", batches_of=None
 ) -> SuiteLoop:
     """Train ``strategy`` on the fixture's batches, task by task, through Avalanche's ``train`` (the
     strategy's own optimiser, schedule, clipping, loss and second stages); ``trained()`` names the
     tensors to fingerprint against ``initial``; ``setup(task)``, if given, runs after the strategy's
-    ``setup_task`` (to give a tensor drawn there the fixture's initial value). After each task, its
-    ``scores`` on the test images."""
+    ``setup_task`` (to give a tensor drawn there the fixture's initial value). ``batches_of(task)``:
+    the task's loader (default: the fixture's batches). After each task, its ``scores`` on the test
+    images."""
     recorder = _Recorder()
     strategy.plugins.append(recorder)
     stream = _stream(tensors, tasks)
@@ -88,7 +89,7 @@ def run_suite_loop(
         strategy.setup_task = setup_task
     out = SuiteLoop([], [])
     for t, experience in enumerate(stream.train_stream):
-        batches = fixture_batches(tensors, t)
+        batches = batches_of(t) if batches_of is not None else fixture_batches(tensors, t)
         strategy.make_train_dataloader = lambda *a, _b=batches, **k: setattr(strategy, "dataloader", _b)
         recorder.record = StepRecord(trained, initial)
         strategy.train(experience)

@@ -1,0 +1,226 @@
+"""MoE-Adapters' training loop against the official one (issue 52): ``ClassIncremental.adaptation``
+and ``train`` of JiazuoYu/MoE-Adapters4CL's ``cil/continual_clip/models.py`` run as is for two
+tasks, beside ``strategies/moe4cl.py`` through ``CLIPStrategy``'s own loop
+(``tests/official/test_moe4cl_loop.py``).
+
+The official CLIP is OpenAI's with the MoE adapters of ``cil/clip/model.py``; here its model is
+the suite's tiny CLIP with the suite's experts and routers (equal to the official block by
+``moe4cl.block`` and ``moe4cl.gates``), under the official parameter names (``adaptmlp_list``,
+``router_list``, ``w_noise_list``) so that the official selection of what trains applies. The
+recipe's values (AdamW, lr 1e-3, wd 0, the official hard-coded 30 warm-up steps, CE without label
+smoothing) over 5 batches a task: every step is in the warm-up. The gate noise and the dropout draw
+from the global generator, seeded before each task on both sides, in the same order (image tower,
+then text tower, as the official CLIP's forward).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import re
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+from torch import nn
+
+from benchmarks.tools.official_goldens import component
+from benchmarks.tools.official_goldens.golden import Golden, official_import_path, stub_module
+from benchmarks.tools.official_goldens.loop import (
+    StepRecord,
+    on_every_optimizer_step,
+    on_host,
+    seeded_batches,
+)
+from benchmarks.tools.official_goldens.moe_adapters_repo import OFFICIAL
+
+SEED = 0
+TASKS = ((0, 1, 2), (3, 4, 5))
+STEPS = 5  # batches a task; the official loop takes one more iteration (batch 0 again)
+BATCH = 4
+N_TEST = 6
+
+
+def suite_strategy(**changes):
+    """The suite's MOE4CL on the tiny CLIP with the recipe (``changes`` on top)."""
+    from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
+    from strategies.moe4cl import MOE4CL, MOE4CLConfig
+
+    torch.manual_seed(SEED)  # the experts' and routers' initial values
+    return MOE4CL(
+        backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
+        class_names=[f"class{i}" for i in range(max(max(t) for t in TASKS) + 1)],
+        config=MOE4CLConfig(batch_size=BATCH, **changes),
+        show_progress=False,
+        seed=SEED,
+    )
+
+
+def trained(backbone: nn.Module) -> dict[str, torch.Tensor]:
+    """The experts and routers of both towers, by the suite's names."""
+    return {f"backbone.{n}": p for n, p in backbone.named_parameters() if "mlp_adapter_modules" in n}
+
+
+def official_name(name: str) -> str:
+    """A suite parameter's name as the official model spells its counterpart (moe4cl.block's map)."""
+    name = re.sub(r"experts\.(\d+)", r"adaptmlp_list.\1", name)
+    return name.replace("router.w_gate", "router_list.0").replace("router.w_noise", "w_noise_list.0")
+
+
+class _OfficialModel(nn.Module):
+    """The model of the official ``ClassIncremental``: the suite's backbone, under official names,
+    with the official CLIP's ``forward(image, text, taskid, is_train)``."""
+
+    def __init__(self, backbone: nn.Module) -> None:
+        super().__init__()
+        self.backbone = backbone
+        self.logit_scale = backbone.model.logit_scale
+
+    def named_parameters(self, *args, **kwargs):  # noqa: D102
+        for name, p in self.backbone.named_parameters():
+            yield official_name(name), p
+
+    def forward(self, image, text, taskid, is_train):
+        image = self.backbone.encode_image(image, normalize=True)  # image first, as CLIP.forward
+        text = self.backbone.encode_text(text, normalize=True)
+        logits = self.backbone.logit_scale * image @ text.T
+        return logits, logits.T
+
+
+class _Loader:
+    """The official DataLoader's stand-in: the task's batches in order, fresh tensors each pass (the
+    official loop shifts the targets in place)."""
+
+    def __init__(self, batches) -> None:
+        self.batches = batches
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self):
+        for x, y in self.batches:
+            yield on_host(x), on_host(y), torch.zeros_like(y)
+
+
+@component("moe4cl.loop", OFFICIAL)
+def loop(checkout: Path) -> Golden:
+    strategy = suite_strategy()
+    backbone = strategy.backbone
+    g = torch.Generator().manual_seed(SEED)
+    tensors: dict[str, torch.Tensor] = {}
+    for t, classes in enumerate(TASKS):
+        for s, (x, y) in enumerate(seeded_batches(g, list(classes), STEPS, BATCH, backbone.image_size)):
+            tensors[f"input.task{t}.x{s}"], tensors[f"input.task{t}.y{s}"] = x, y
+    tensors["input.test_x"] = torch.randn(N_TEST, 3, backbone.image_size, backbone.image_size, generator=g)
+    initial = {n: p.detach().clone() for n, p in trained(backbone).items()}
+    model = _OfficialModel(backbone)
+    for p in backbone.parameters():
+        p.requires_grad_(True)  # as the official model is built; its train() freezes all but the MoE
+    records = [StepRecord(lambda: trained(backbone), initial) for _ in TASKS]
+    losses: list[float] = []
+    live = {"task": 0}
+
+    def cross_entropy(logits, targets, **kwargs):
+        loss = torch.nn.functional.cross_entropy(logits, targets, **kwargs)
+        losses.append(float(loss))
+        return loss
+
+    def step_hook(optimizer):
+        records[live["task"]].step(losses[-1], [group["lr"] for group in optimizer.param_groups])
+
+    def data_loader(dataset, **kwargs):
+        t = dataset  # train_dataset[task_id:task_id + 1] below is the task index
+        return _Loader(
+            [(tensors[f"input.task{t}.x{s}"], tensors[f"input.task{t}.y{s}"]) for s in range(STEPS)]
+        )
+
+    class _TrainDataset:
+        def __getitem__(self, key: slice) -> int:
+            return key.start
+
+    tokenize = backbone.tokenize  # open_clip's BPE: the official tokens (continual_clip.zero_shot)
+    stubs = {
+        "omegaconf": stub_module("omegaconf", DictConfig=dict, OmegaConf=SimpleNamespace()),
+        "clip": stub_module("clip", __path__=[]),
+        "clip.clip": stub_module("clip.clip", tokenize=tokenize),
+        "clip.tokenizer": stub_module("clip.tokenizer", SimpleTokenizer=object),
+        "continual_clip": stub_module("continual_clip", __path__=[str(checkout / "cil" / "continual_clip")]),
+        "continual_clip.cc": stub_module("continual_clip.cc", conceptual_captions=None),
+        "continual_clip.dynamic_dataset": stub_module("continual_clip.dynamic_dataset", DynamicDataset=None),
+    }
+    cfg = SimpleNamespace(
+        lr=strategy.cfg.lr, weight_decay=strategy.cfg.weight_decay, batch_size=BATCH, ls=0.0,
+        dataset="cifar100", increment=len(TASKS[0]), initial_increment=len(TASKS[0]), method="MoE-Adapters",
+    )  # fmt: skip
+    module_cuda = nn.Module.cuda
+    nn.Module.cuda = lambda self, *a, **k: self
+    try:
+        with (
+            official_import_path(checkout / "cil", stubs) as load,
+            contextlib.redirect_stdout(io.StringIO()),
+            contextlib.redirect_stderr(io.StringIO()),
+        ):
+            load("continual_clip/utils.py", "continual_clip.utils")
+            models = load("continual_clip/models.py", "continual_clip.models")
+            models.DataLoader = data_loader
+            models.F = SimpleNamespace(cross_entropy=cross_entropy)  # recorded, unchanged
+            learner = models.ClassIncremental.__new__(models.ClassIncremental)
+            nn.Module.__init__(learner)  # __init__ loads OpenAI's CLIP and the datasets: set by hand
+            learner.prompt_template = strategy.cfg.prompt_template
+            learner.device = "cpu"
+            learner.model = model
+            learner.classes_names = list(strategy.class_names)
+            learner.class_ids_per_task = [list(c) for c in TASKS]
+            learner.current_class_names = []
+            with on_every_optimizer_step(step_hook):
+                for t in range(len(TASKS)):
+                    live["task"] = t
+                    torch.manual_seed(SEED + t)
+                    learner.adaptation(t, cfg, _TrainDataset(), None)
+                    learner.model.eval()
+                    with torch.no_grad():
+                        logits, _ = learner.model(
+                            tensors["input.test_x"], learner.text_tokens, 0, is_train=False
+                        )
+                    tensors[f"output.task{t}.scores"] = logits
+                    tensors.update(records[t].tensors(f"output.task{t}."))
+    finally:
+        nn.Module.cuda = module_cuda
+    return Golden(
+        component="moe4cl.loop",
+        official=OFFICIAL,
+        file="cil/continual_clip/models.py",
+        function="ClassIncremental.adaptation and ClassIncremental.train, 2 tasks; forward's logits at test",
+        loading=(
+            "cil/continual_clip/utils.py and models.py imported as is; stubbed: omegaconf (not "
+            "installed; only type names used), clip.clip (tokenize: the suite's open_clip tokenizer, "
+            "the same BPE tokens; load unused), clip.tokenizer, continual_clip.cc and "
+            "continual_clip.dynamic_dataset (unused datasets); ClassIncremental.__init__ skipped (it "
+            "loads OpenAI's CLIP and the datasets): its attributes set by hand, the model being the "
+            "suite's tiny CLIP with its MoE adapters under the official parameter names (forward as "
+            "the official CLIP.forward: image, then text, logit_scale.exp() * cosines), every "
+            "parameter trainable until the official train() freezes all but adaptmlp/router/noise; "
+            "models.DataLoader returns the fixture's batches in order (fresh tensors each pass); "
+            "models.F.cross_entropy records the loss; nn.Module.cuda and the inputs' .cuda() stay "
+            "on the CPU; prints silenced"
+        ),
+        seed=SEED,
+        sizes={
+            "tasks": len(TASKS),
+            "batches": STEPS,
+            "steps": STEPS + 1,
+            "batch": BATCH,
+            "test_images": N_TEST,
+        },
+        tensors=tensors,
+        notes=(
+            "The global generator is seeded with SEED + t before task t's adaptation (the gate noise "
+            "and dropout draw from it). The official loop runs num_batches + 1 = 6 iterations a task, "
+            "the sixth on batch 0 again (its loader restarts). output.task{t}.step{s}: the CE loss, "
+            "the lr of the one param group as the step used it (cosine_lr with 30 warm-up steps sets "
+            "it before the step), the fingerprint (loop.py) of every expert and router tensor of both "
+            "towers after the step (suite names). output.task{t}.scores: the model's logits over the "
+            "classes seen so far on input.test_x, in eval mode with the gate noise off (the suite's "
+            "default, D4; the official noisy evaluation is compared by moe4cl.block)."
+        ),
+    )

@@ -1,0 +1,98 @@
+"""MoE-Adapters' training loop against the official ``ClassIncremental.train`` (fixture moe4cl.loop):
+the strategy trained by ``CLIPStrategy``'s own loop on the fixture's batches, compared after every
+step (loss, learning rate, every expert and router tensor of both towers) and after every task (the
+logits over the seen classes); and the comparison fails when a learning rate, a weight-decay group,
+a loss weight or the scheduler's step differs.
+
+The official loop takes num_batches + 1 iterations a task (its loader restarts for the last one);
+the suite one pass (docs/baselines.md §6, D4). The suite is given that sixth batch here, the
+official's batch 0 again, so that the two loops see the same steps; every step is in the official
+30-step warm-up, where the lr does not depend on the task's length."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import strategies.base
+from benchmarks.tools.official_goldens.golden import load_golden
+from benchmarks.tools.official_goldens.moe_loop import SEED, TASKS, suite_strategy, trained
+from strategies.optim import build_optimizer
+from tests.official.loop_helpers import exceeded, fixture_batches, loop_differences, run_suite_loop
+
+# The same modules and draws, float32 operations in another order (prompt preparation, the
+# official forward around the suite's towers), over 6 Adam steps a task of lr up to 2e-4.
+TOLERANCES = {
+    "loss": 1e-5,  # CE of logits about 20
+    "lr": 1e-9,  # the same closed form; the fixture stores float32
+    "sum": 1e-5,  # a tensor's change summed over up to 8,192 entries
+    "projection": 1e-5,
+    "norm": 1e-6,
+    "entry": 1e-7,  # one entry's change, Adam steps of at most the lr
+    "scores": 1e-4,  # logits about 20
+}
+
+
+@pytest.fixture(scope="module")
+def fixture():
+    return load_golden("moe4cl.loop")
+
+
+def _run(fixture, strategy, perturb_loss: bool = False):
+    tensors, _ = fixture
+    initial = {n: p.detach().clone() for n, p in trained(strategy.backbone).items()}
+
+    def setup(task):
+        torch.manual_seed(SEED + task)  # the gate noise and dropout draws, as the generator's
+        if perturb_loss:
+            strategy.compute_loss = lambda output, targets: 1.1 * F.cross_entropy(output, targets)
+
+    def official_iterations(task):  # num_batches + 1: batch 0 again
+        batches = fixture_batches(tensors, task)
+        return batches + batches[:1]
+
+    return run_suite_loop(
+        strategy,
+        tensors,
+        TASKS,
+        lambda: trained(strategy.backbone),
+        initial,
+        setup,
+        batches_of=official_iterations,
+    )
+
+
+@pytest.fixture(scope="module")
+def suite_run(fixture):
+    strategy = suite_strategy()
+    return strategy, _run(fixture, strategy)
+
+
+def test_every_step_and_task_equals_the_official_loop(fixture, suite_run):
+    tensors, meta = fixture
+    strategy, loop = suite_run
+    assert meta["sizes"]["steps"] == meta["sizes"]["batches"] + 1  # the official extra iteration
+    assert [len(r.losses) for r in loop.records] == [meta["sizes"]["steps"]] * meta["sizes"]["tasks"]
+    diffs = loop_differences(loop, tensors)
+    assert not exceeded(diffs, TOLERANCES), diffs
+    assert set(strategy.optimized_parameters) == set(trained(strategy.backbone))  # the MoE, both towers
+
+
+def _splits_weight_decay(params, cfg):
+    """A decayed group apart from the routers (the official AdamW has one group, wd 0)."""
+    optimizer = build_optimizer([p for p in params if p.ndim < 2 or p.shape[-1] != 2], cfg)
+    routers = [p for p in params if p.ndim == 2 and p.shape[-1] == 2]
+    optimizer.add_param_group({"params": routers, "weight_decay": 0.1})
+    return optimizer
+
+
+@pytest.mark.parametrize(
+    "perturbation", ["learning rate", "weight-decay group", "loss weight", "scheduler step"]
+)
+def test_the_comparison_fails_under_a_perturbation(fixture, monkeypatch, perturbation):
+    tensors, _ = fixture
+    changes = {"learning rate": {"lr": 1.05e-3}, "scheduler step": {"schedule": "cosine_epoch"}}
+    if perturbation == "weight-decay group":
+        monkeypatch.setattr(strategies.base, "build_optimizer", _splits_weight_decay)
+    strategy = suite_strategy(**changes.get(perturbation, {}))
+    loop = _run(fixture, strategy, perturb_loss=perturbation == "loss weight")
+    assert exceeded(loop_differences(loop, tensors), TOLERANCES)
