@@ -1,0 +1,2 @@
+class SequentialPlain:
+    N_TASKS = 3
