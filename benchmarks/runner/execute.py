@@ -16,6 +16,7 @@ import json
 import re
 import sys
 import time
+import warnings
 from dataclasses import dataclass
 from functools import lru_cache
 from typing import Any, NamedTuple
@@ -52,6 +53,7 @@ from benchmarks.runner.results import (
     SCHEMA_VERSION,
     Predictions,
     ResultStore,
+    RunCost,
     RunProgress,
     RunResult,
     StageResult,
@@ -440,7 +442,7 @@ def _resume(spec: RunSpec, store: ResultStore, strategy, cfg_hash: str, force: b
     """The run's progress and status: from its last checkpoint, loaded into ``strategy``, or new."""
     checkpoint = None if force else store.load_checkpoint(spec.key, cfg_hash)
     if checkpoint is None:
-        return RunProgress(), "ran"
+        return RunProgress(cost=RunCost(resumed_from=[])), "ran"
     progress, tensors, strategy_meta = checkpoint
     refusal = optional(strategy, "resume_refusal")
     why = (
@@ -449,9 +451,14 @@ def _resume(spec: RunSpec, store: ResultStore, strategy, cfg_hash: str, force: b
         else refusal(strategy_meta) if refusal else None
     )
     if why:
-        return RunProgress(), f"ran again from task 1 ({why})"
+        status = f"ran again from task 1 ({why})"
+        warnings.warn(f"{spec.key}: {status}", stacklevel=2)  # the run's first line says so
+        return RunProgress(cost=RunCost(resumed_from=[0])), status
     strategy.load_checkpoint_state(tensors, strategy_meta)
-    return progress, f"resumed after task {progress.tasks_done}"
+    progress.cost.resumed_from = [*(progress.cost.resumed_from or []), progress.tasks_done]
+    status = f"resumed after task {progress.tasks_done}"
+    warnings.warn(f"{spec.key}: {status}", stacklevel=2)
+    return progress, status
 
 
 def _learn_tasks(context: RunContext, stream, strategy, progress: RunProgress) -> None:
