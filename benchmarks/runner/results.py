@@ -16,8 +16,8 @@ file whose hash matches is never recomputed unless the user asks (``--force``).
 The schema of a finished run is ``RunResult`` below, with ``StageResult`` and ``RunCost``: each
 field is commented where it is defined, and ``docs/results-schema.md`` (tested against these
 fields) explains it. ``schema_version`` 2 added the predictions sidecar, 3 forgetting and backward
-transfer in the summary, 4 the ``digest`` of the stages and summary; versions 1 to 3 still load
-everywhere, their summaries completed from their stages (``with_complete_summary``).
+transfer in the summary, 4 the ``digest`` of the stages and summary, 5 ``cost.resumed_from``;
+versions 1 to 4 still load everywhere, their summaries completed from their stages (``with_complete_summary``).
 ``benchmarks.runner.reading`` reads them back as these records.
 
 A finished result is never replaced unsaid (``ResultStore.refusal``): not one of a newer schema,
@@ -51,10 +51,10 @@ from benchmarks.core.metrics import average_forgetting, backward_transfer, summa
 if TYPE_CHECKING:
     from benchmarks.runner.locking import RunLock
 
-SCHEMA_VERSION = 4
+SCHEMA_VERSION = 5
 # version 1: no predictions sidecar; 1 and 2: no forgetting or bwt in the summary (computed on
 # reading); 1 to 3: no digest (read unchecked)
-READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4)
+READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
 DIGEST_SINCE = 4  # the first version whose results carry, and are checked against, a digest
 #: the name of a finished run's result file: any JSON by this name is read as a result, and named
 #: where it is not one (other JSON, such as a saved model's, is not a result and is passed over)
@@ -91,6 +91,9 @@ class RunCost(JsonRecord):
     #: process's; "cpu_max_rss" in version 1)
     peak_memory_kind: str | None = optional_field()
     amp_skipped_steps: int | None = optional_field()  # fp16 steps the loss scaler skipped
+    #: the tasks done at each resume: [] uninterrupted, [2] resumed once after task 2, [0] a
+    #: checkpoint set aside and the run started again from task 1 (from version 5)
+    resumed_from: list[int] | None = optional_field()
 
 
 @dataclass(kw_only=True)

@@ -4,7 +4,8 @@
 A run that dies (a node lost, an out-of-memory kill, a user's kill -9) must cost nothing but time:
 the rerun finishes it, and its result is the one an uninterrupted run gives, with no stray file. The
 tool runs a small suite (``SUITE``: fine-tuning and GR4CIL on the tiny CLIP's synthetic world, a few
-tasks, the local launcher's two workers, so that a kill also hits a launcher with workers) once
+tasks, the local launcher's two workers, so that a kill also hits a launcher with workers; or
+``--suite FILE``, e.g. an outside learner's, with its checkout on ``PYTHONPATH``) once
 to the end, then ``--kills`` times into a fresh folder: the command is killed with SIGKILL, with its
 whole process group, at a moment drawn uniformly over the first 90 % of the uninterrupted command's
 wall time (drawn again, over the killed command's own time, when it had ended before), and then run
@@ -165,9 +166,18 @@ def _main(argv: list[str] | None) -> int:
     parser.add_argument("--seed", type=int, default=0, help="draws the kill moments")
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds a run to the end may take")
     parser.add_argument("--out", help="write the trials as JSON here")
+    parser.add_argument(
+        "--suite", help="a suite file to run instead of the built-in one (e.g. an outside learner's)"
+    )
     args = parser.parse_args(argv)
     if args.kills < 1:
         raise UserError(f"--kills must be at least 1, not {args.kills}")
+    text = SUITE
+    if args.suite:
+        try:
+            text = Path(args.suite).read_text(encoding="utf-8")
+        except OSError as err:
+            raise UserError(f"--suite {args.suite}: {err.strerror}") from None
     draws = random.Random(args.seed)
 
     def draw(end: float) -> float:
@@ -176,7 +186,7 @@ def _main(argv: list[str] | None) -> int:
     with tempfile.TemporaryDirectory(prefix="kill-rerun-") as temp:
         root = Path(temp)
         suite = root / "suite.toml"
-        suite.write_text(SUITE, encoding="utf-8")
+        suite.write_text(text, encoding="utf-8")
         wall = _run(suite, root / "uninterrupted", args.timeout)
         reference = _finished(root / "uninterrupted")
         rows = []

@@ -132,7 +132,7 @@ def finished(tmp_path, capsys):
 def test_a_result_carries_the_digest_of_its_stages_and_summary(finished):
     _, path = finished
     result = json.loads(path.read_text())
-    assert result["schema_version"] == SCHEMA_VERSION == 4
+    assert result["schema_version"] == SCHEMA_VERSION == 5
     assert result["digest"] == result_digest(result["stages"], result["summary"])
 
 

@@ -198,4 +198,19 @@ def test_a_run_killed_in_task_two_resumes_bit_identically(tmp_path, monkeypatch)
     assert reference["diagnostics"]["epoch_constants"] == {}  # the suite has no epoch_scale
     resumed = killed_and_resumed(monkeypatch, get_strategy(ICARL), suite, tmp_path / "resumed", task=2)
     assert resumed["stages"] == reference["stages"]
+    assert (reference["cost"]["resumed_from"], resumed["cost"]["resumed_from"]) == ([], [1])
     assert sys.modules["pycil_learners.icarl_like"].init_epoch == 16
+
+
+@pytest.mark.slow
+def test_a_learner_whose_state_cannot_be_saved_starts_over_and_the_result_says_so(tmp_path, monkeypatch):
+    from strategies.registry import get_strategy
+    from tests.helpers import killed_and_resumed, three_task_suite, write_suite
+
+    name = "pycil:pycil_learners.habits:KeepsAGenerator"
+    suite = write_suite(
+        tmp_path / "suite.toml",
+        three_task_suite(name, 'args = { memory_size = 0, convnet_type = "tinyconv" }'),
+    )
+    resumed = killed_and_resumed(monkeypatch, get_strategy(name), suite, tmp_path / "results", task=2)
+    assert resumed["cost"]["resumed_from"] == [0] and len(resumed["stages"]) == 3
