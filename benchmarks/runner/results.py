@@ -17,7 +17,8 @@ The schema of a finished run is ``RunResult`` below, with ``StageResult`` and ``
 field is commented where it is defined, and ``docs/results-schema.md`` (tested against these
 fields) explains it. ``schema_version`` 2 added the predictions sidecar, 3 forgetting and backward
 transfer in the summary, 4 the ``digest`` of the stages and summary, 5 ``cost.resumed_from``;
-versions 1 to 4 still load everywhere, their summaries completed from their stages (``with_complete_summary``).
+versions 1 to 4 still load everywhere, their summaries completed from their stages
+(``with_complete_summary``).
 ``benchmarks.runner.reading`` reads them back as these records.
 
 A finished result is never replaced unsaid (``ResultStore.refusal``): not one of a newer schema,
