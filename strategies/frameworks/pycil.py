@@ -295,6 +295,11 @@ class PyCILAdapter(FrameworkAdapter):
             "class_names": self.data_manager.class_names,
             "max_train_batches": self.max_train_batches,
         }
+        if self.plugins:  # the live log (suite plugins are refused before): it cannot see the learner's loop
+            self._say(
+                f"{self.name}: its training loop is its own, so the live log (--log) holds its stages, "
+                "not its training iterations"
+            )
         if self.scaled_constants:
             self._say(
                 f"{self.name}: epoch constants of its module as run: "

@@ -35,7 +35,7 @@ def stream():
     return build_stream(data, 3, ORDER, transform, transform)
 
 
-def built(name, stream, show_progress=False, config=None, **options):
+def built(name, stream, show_progress=False, config=None, plugins=None, **options):
     from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
     from strategies.registry import get_strategy
 
@@ -47,6 +47,7 @@ def built(name, stream, show_progress=False, config=None, **options):
         config=config or cls.Config.from_dict(options, name),
         show_progress=show_progress,
         seed=0,
+        plugins=plugins,
     )
 
 
@@ -173,6 +174,13 @@ def test_an_option_outside_args_points_to_args():
         get_strategy(ICARL).Config.from_dict({"memory_size": 12}, ICARL)
     with pytest.raises(UserError, match="the run's"):
         get_strategy(ICARL).Config.from_dict({"args": {"device": "cuda"}}, ICARL)
+
+
+def test_the_live_log_is_said_to_hold_its_stages_only(stream):
+    from benchmarks.runner.live_log import TrainingLog
+
+    with pytest.warns(UserWarning, match=r"live log \(--log\) holds its stages"):
+        built(ICARL, stream, plugins=[TrainingLog(log=None)], args={"memory_size": 12})
 
 
 def test_quiet_silences_its_bars_and_logging(stream, capsys, caplog):
