@@ -240,7 +240,27 @@ def mammoth_args(cls: type, values: dict[str, Any], facts: dict[str, Any], name:
         setattr(args, dest, value)
     if "minibatch_size" in actions and "minibatch_size" not in values:
         args.minibatch_size = args.batch_size  # extend_args: a given batch_size sets it
+    changed = {k: getattr(args, k) for k, v in _PROTOCOL.items() if getattr(args, k, v) != v}
+    if changed:  # Mammoth's loop options that would change the suite's protocol
+        raise UserError(
+            f"{name}: args {changed} change what the runner fixes (fitting by epochs, the whole "
+            "training set, labelled, no joint training); the mammoth: adapter keeps Mammoth's defaults",
+            options=("args",),
+        )
     return args
+
+
+_PROTOCOL = {
+    "fitting_mode": "epochs",
+    "joint": 0,
+    "validation": None,
+    "label_perc": 1,
+    "label_perc_by_class": 1,
+    "noise_rate": 0,
+    "start_from": None,
+    "stop_after": None,
+    "inference_only": 0,
+}
 
 
 def _own_args(parser: argparse.ArgumentParser, utils_args) -> set[str]:

@@ -128,6 +128,10 @@ def test_args_come_from_mammoths_parser_and_the_suite(stream):
         ({"args": {"buffer_size": 5, "lr": 0.1}}, "lr (the suite's lr)"),
         ({"args": {"buffer_size": 5, "optimizer": "sgd"}}, "optimizer (the suite's optimizer)"),
         ({"args": {"buffer_size": 5, "scheduler_mode": "never"}}, "scheduler_mode = 'never' is not one of"),
+        (
+            {"args": {"buffer_size": 5, "label_perc": 0.5}},
+            "args {'label_perc': 0.5} change what the runner fixes",
+        ),
     ],
 )
 def test_wrong_args_are_one_line_before_any_run(options, says):
