@@ -63,8 +63,9 @@ def _stream(tensors, tasks):
 
 @dataclasses.dataclass
 class SuiteLoop:
-    records: list[StepRecord]
+    records: list[StepRecord]  # the steps of Avalanche's loop, a task each
     scores: list[torch.Tensor]
+    stages: list[dict[str, StepRecord]] = dataclasses.field(default_factory=list)  # second stages
 
 
 def run_suite_loop(
@@ -100,20 +101,27 @@ def run_suite_loop(
     return out
 
 
-def loop_differences(loop: SuiteLoop, tensors, noise: tuple[str, ...] = ()) -> dict[str, float]:
+def loop_differences(
+    loop: SuiteLoop, tensors, noise: tuple[str, ...] = (), stage: str = ""
+) -> dict[str, float]:
     """The largest |suite - official| of each compared quantity over every step and task: loss, lr
     (every group), each fingerprint entry (over every tensor) and the scores. A step or a tensor
     one side lacks is infinite. Tensors whose name contains one of ``noise`` (a gradient that is zero
     but for rounding, which Adam scales up to lr-sized steps on both sides) are reported apart, under
-    "noise": the largest difference of their sampled entries."""
+    "noise": the largest difference of their sampled entries. ``stage``: the prefix of the loop's
+    steps in the fixture (``output.task{t}.{stage}step{s}``); ``loop.stages[t][name]`` are compared
+    with ``output.task{t}.{name}.step{s}``."""
     diffs: dict[str, float] = {}
 
     def worst(key: str, value: float) -> None:
         diffs[key] = max(diffs.get(key, 0.0), value)
 
-    for t, record in enumerate(loop.records):
-        ours = record.tensors(f"output.task{t}.")
-        official = {k: v for k, v in tensors.items() if k.startswith(f"output.task{t}.step")}
+    compared = [(record, f"output.task{t}.{stage}") for t, record in enumerate(loop.records)]
+    for t, stages in enumerate(loop.stages):
+        compared += [(record, f"output.task{t}.{name}.") for name, record in stages.items()]
+    for record, prefix in compared:
+        ours = record.tensors(prefix)
+        official = {k: v for k, v in tensors.items() if k.startswith(f"{prefix}step")}
         if ours.keys() != official.keys():
             worst("steps and tensors", float("inf"))
         for key in ours.keys() & official.keys():
@@ -129,7 +137,8 @@ def loop_differences(loop: SuiteLoop, tensors, noise: tuple[str, ...] = ()) -> d
             else:
                 for i, entry in enumerate(FINGERPRINT):
                     worst("entry" if entry.startswith("entry") else entry, (a[i] - b[i]).abs().item())
-        worst("scores", (loop.scores[t] - tensors[f"output.task{t}.scores"]).abs().max().item())
+    for t, scores in enumerate(loop.scores):
+        worst("scores", (scores - tensors[f"output.task{t}.scores"]).abs().max().item())
     return diffs
 
 

@@ -1,0 +1,135 @@
+"""MG-CLIP's training loop against the official ``run_class_incremental`` (fixture mg_clip.loop):
+the strategy trained by ``CLIPStrategy``'s own loop on the fixture's batches, compared after every
+step of both stages (the LoRA stage: loss, learning rate, every LoRA tensor of both towers; the
+visual stage: loss, learning rate, the new rows of the classifier) and after every task (the fused
+scores); and the comparison fails when a learning rate, a weight-decay group, a loss weight or the
+scheduler's step differs."""
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import strategies.base
+import strategies.mg_clip
+from benchmarks.tools.official_goldens.golden import load_golden
+from benchmarks.tools.official_goldens.loop import StepRecord, on_every_optimizer_step
+from benchmarks.tools.official_goldens.mg_clip_loop import TASKS, lora, suite_strategy, visual_batches
+from strategies.optim import build_optimizer
+from tests.official.loop_helpers import exceeded, loop_differences, run_suite_loop
+
+# The same modules, float32 operations in another order (the official forward_clip around the
+# suite's towers, class means summed in another order), over 10 Adam steps a task (lr 1e-3) and 6
+# of the visual stage (lr 5e-4).
+TOLERANCES = {
+    "loss": 1e-5,  # CE of logits about 20 and of raw cosines
+    "lr": 1e-9,  # CosineAnnealingLR against the closed form; the fixture stores float32
+    # a LoRA tensor's change summed over up to 1,024 entries; the classifier's 256-entry rows summed
+    # as they are (entries up to about 1, each with float32 rounding of the class means)
+    "sum": 2e-5,
+    "projection": 2e-5,
+    "norm": 1e-6,
+    "entry": 1e-6,  # one entry's change; the classifier's rows are compared as they are (about 1)
+    "scores": 1e-6,  # probabilities
+}
+
+
+class _RecordedF:
+    """torch.nn.functional with cross_entropy's value kept (the visual stage's loss)."""
+
+    def __init__(self, losses) -> None:
+        self.losses = losses
+
+    def cross_entropy(self, *args, **kwargs):
+        loss = F.cross_entropy(*args, **kwargs)
+        self.losses.append(float(loss.detach()))
+        return loss
+
+    def __getattr__(self, name):
+        return getattr(F, name)
+
+
+@pytest.fixture(scope="module")
+def fixture():
+    return load_golden("mg_clip.loop")
+
+
+def _run(fixture, strategy, monkeypatch, perturb_loss: bool = False):
+    tensors, _ = fixture
+    initial = {n[len("param.") :]: t for n, t in tensors.items() if n.startswith("param.")}
+    task = {"t": 0}
+    visual = [
+        {"visual": StepRecord(lambda: {"classifier.rows": rows[0]}, {"classifier.rows": torch.zeros(())})}
+        for _ in TASKS
+    ]
+    rows: list[torch.Tensor] = [torch.zeros(())]
+    losses: list[float] = []
+    monkeypatch.setattr(strategies.mg_clip, "F", _RecordedF(losses))
+
+    def setup(t):
+        task["t"] = t
+        if t == 0:  # the fixture's initial LoRA (the official model ran the same)
+            with torch.no_grad():
+                for name, p in lora(strategy.backbone).items():
+                    p.copy_(initial[name])
+            if perturb_loss:
+                strategy.compute_loss = lambda output, targets: 1.1 * F.cross_entropy(output, targets)
+
+    own_loader = strategy.data_loader
+
+    def data_loader(dataset, *args, purpose="eval", **kwargs):
+        if purpose == "visual-classifier":  # the official visual stage's batches, in order
+            return [[x, y, torch.zeros_like(y)] for x, y in visual_batches(tensors, task["t"])]
+        return own_loader(dataset, *args, purpose=purpose, **kwargs)
+
+    strategy.data_loader = data_loader
+
+    def step_hook(optimizer):
+        if optimizer is not strategy.optimizer:  # the visual stage's Adam over the new rows
+            rows[0] = optimizer.param_groups[0]["params"][0]
+            visual[task["t"]]["visual"].step(losses[-1], [g["lr"] for g in optimizer.param_groups])
+
+    with on_every_optimizer_step(step_hook):
+        loop = run_suite_loop(strategy, tensors, TASKS, lambda: lora(strategy.backbone), initial, setup)
+    loop.stages = visual
+    return loop
+
+
+@pytest.fixture(scope="module")
+def suite_run(fixture):
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        strategy = suite_strategy()
+        return strategy, _run(fixture, strategy, monkeypatch)
+
+
+def test_every_step_and_task_equals_the_official_loop(fixture, suite_run):
+    tensors, meta = fixture
+    strategy, loop = suite_run
+    assert [len(r.losses) for r in loop.records] == [meta["sizes"]["steps"]] * meta["sizes"]["tasks"]
+    assert [len(s["visual"].losses) for s in loop.stages] == [meta["sizes"]["visual_steps"]] * meta["sizes"][
+        "tasks"
+    ]
+    diffs = loop_differences(loop, tensors, stage="lora.")
+    assert not exceeded(diffs, TOLERANCES), diffs
+    assert set(strategy.optimized_parameters) == set(lora(strategy.backbone))  # LoRA of both towers
+
+
+def _splits_weight_decay(params, cfg):
+    """LoRA B apart, with weight decay (the official Adam has one group, none)."""
+    optimizer = build_optimizer([p for p in params if p.shape[-1] != cfg.lora_rank], cfg)
+    optimizer.add_param_group(
+        {"params": [p for p in params if p.shape[-1] == cfg.lora_rank], "weight_decay": 0.01}
+    )
+    return optimizer
+
+
+@pytest.mark.parametrize(
+    "perturbation", ["learning rate", "weight-decay group", "loss weight", "scheduler step"]
+)
+def test_the_comparison_fails_under_a_perturbation(fixture, monkeypatch, perturbation):
+    tensors, _ = fixture
+    changes = {"learning rate": {"lr": 1.05e-3}, "scheduler step": {"schedule": "cosine_iter"}}
+    if perturbation == "weight-decay group":
+        monkeypatch.setattr(strategies.base, "build_optimizer", _splits_weight_decay)
+    strategy = suite_strategy(**changes.get(perturbation, {}))
+    loop = _run(fixture, strategy, monkeypatch, perturb_loss=perturbation == "loss weight")
+    assert exceeded(loop_differences(loop, tensors, stage="lora."), TOLERANCES)
