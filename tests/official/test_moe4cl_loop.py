@@ -15,8 +15,9 @@ import torch.nn.functional as F
 
 import strategies.base
 from benchmarks.tools.official_goldens.golden import load_golden
-from benchmarks.tools.official_goldens.moe_loop import SEED, TASKS, suite_strategy, trained
-from strategies.optim import build_optimizer
+from benchmarks.tools.official_goldens.moe_loop import BATCH, SEED, TASKS, suite_strategy, trained
+from strategies.moe4cl import MOE4CLConfig
+from strategies.optim import build_optimizer, build_scheduler
 from tests.official.loop_helpers import exceeded, fixture_batches, loop_differences, run_suite_loop
 
 # The same modules and draws, float32 operations in another order (prompt preparation, the
@@ -96,3 +97,30 @@ def test_the_comparison_fails_under_a_perturbation(fixture, monkeypatch, perturb
     strategy = suite_strategy(**changes.get(perturbation, {}))
     loop = _run(fixture, strategy, perturb_loss=perturbation == "loss weight")
     assert exceeded(loop_differences(loop, tensors), TOLERANCES)
+
+
+@pytest.mark.parametrize("warmup, steps", [(30, 40), (30, 102), (3, 4), (30, 19)])
+def test_the_official_extra_iteration_moves_nothing_past_the_warm_up(fixture, warmup, steps):
+    """The suite's one pass takes the official schedule's first num_batches steps; the official
+    extra iteration runs at cosine_lr's end point, lr exactly 0 (no weight moves under AdamW with
+    wd 0) wherever a task has more batches than the warm-up: CIFAR-100, ImageNet-100 and
+    smoke-baselines' miniature. On ImageNet-R (19 batches, inside the 30-step warm-up) it is a real
+    twentieth step (docs/baselines.md §6)."""
+    tensors, _ = fixture
+    official = tensors[f"output.schedule.warmup{warmup}_steps{steps}"].double()
+    config = MOE4CLConfig(warmup_steps=warmup, batch_size=BATCH)
+    optimizer = torch.optim.AdamW([torch.nn.Parameter(torch.zeros(1))], lr=config.lr)
+    scheduler = build_scheduler(optimizer, config, config.epochs, steps)
+    ours = []
+    for _ in range(steps):
+        ours.append(optimizer.param_groups[0]["lr"])
+        optimizer.step()
+        scheduler.step()
+    torch.testing.assert_close(
+        torch.tensor(ours, dtype=torch.float64), official[:steps], rtol=1e-6, atol=1e-12
+    )
+    assert len(official) == steps + 1
+    if steps > warmup:
+        assert official[steps] == 0.0
+    else:
+        assert official[steps] == pytest.approx(config.lr * (steps + 1) / warmup, rel=1e-6)

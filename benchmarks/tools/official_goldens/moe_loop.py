@@ -39,6 +39,10 @@ TASKS = ((0, 1, 2), (3, 4, 5))
 STEPS = 5  # batches a task; the official loop takes one more iteration (batch 0 again)
 BATCH = 4
 N_TEST = 6
+# (warm-up, batches a task) of the official schedule recorded over its num_batches + 1 iterations:
+# CIFAR-100 (5,000 / 128), ImageNet-R (2,400 / 128), ImageNet-100 (13,000 / 128), the miniature of
+# smoke-baselines (500 / 128, its warm-up a tenth)
+SCHEDULES = ((30, 40), (30, 19), (30, 102), (3, 4))
 
 
 def suite_strategy(**changes):
@@ -160,7 +164,16 @@ def loop(checkout: Path) -> Golden:
             contextlib.redirect_stdout(io.StringIO()),
             contextlib.redirect_stderr(io.StringIO()),
         ):
-            load("continual_clip/utils.py", "continual_clip.utils")
+            utils = load("continual_clip/utils.py", "continual_clip.utils")
+            for warmup, steps in SCHEDULES:  # the lr of each of the official steps + 1 iterations
+                optimizer = torch.optim.AdamW([nn.Parameter(torch.zeros(1))], lr=strategy.cfg.lr)
+                adjust, lrs = utils.cosine_lr(optimizer, strategy.cfg.lr, warmup, steps), []
+                for iteration in range(steps + 1):
+                    adjust(iteration)
+                    lrs.append(optimizer.param_groups[0]["lr"])
+                tensors[f"output.schedule.warmup{warmup}_steps{steps}"] = torch.tensor(
+                    lrs, dtype=torch.float64
+                )
             models = load("continual_clip/models.py", "continual_clip.models")
             models.DataLoader = data_loader
             models.F = SimpleNamespace(cross_entropy=cross_entropy)  # recorded, unchanged
@@ -221,6 +234,8 @@ def loop(checkout: Path) -> Golden:
             "it before the step), the fingerprint (loop.py) of every expert and router tensor of both "
             "towers after the step (suite names). output.task{t}.scores: the model's logits over the "
             "classes seen so far on input.test_x, in eval mode with the gate noise off (the suite's "
-            "default, D4; the official noisy evaluation is compared by moe4cl.block)."
+            "default, D4; the official noisy evaluation is compared by moe4cl.block). "
+            "output.schedule.warmup{W}_steps{T}: the lr continual_clip/utils.py cosine_lr(optimizer, "
+            "1e-3, W, T) sets at each of the loop's T + 1 iterations (float64, stored as float32)."
         ),
     )
