@@ -38,11 +38,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.core.errors import STORAGE_ERRORS, CommandParser, UserError, one_line_user_errors
+from benchmarks.core.heartbeat_lock import read_holder
 from benchmarks.data.unit import DatasetUnit, file_targets, target_of
 from benchmarks.prepare.fetch import Archive, Limits, NetworkError, download, file_checksum, local_mirror
 from benchmarks.prepare.lock import describe, lock_path, target_lock
 from benchmarks.prepare.safe_extract import UnsafeArchiveError, extract
-from benchmarks.runner.locking import read_holder
 
 __all__ = [
     "Archive",

@@ -1,10 +1,10 @@
 """One ``prepare`` per target and data root at a time.
 
-The runner's run lock (``benchmarks.runner.locking``): a file created exclusively, with its holder
-(host, pid) inside and a heartbeat on its mtime; a lock whose process died on this host, or whose
-heartbeat stopped for five minutes, is taken over. One rule of the runner's is left out: it takes
-over a lock held under its own SLURM job id (a requeued run's earlier life), but two ``prepare``
-commands may well share a job (``srun -n 2``), so ``PrepareLock`` records no job id.
+The lock the runner's run lock is too (``benchmarks.core.heartbeat_lock``): a file created
+exclusively, with its holder (host, pid) inside and a heartbeat on its mtime; a lock whose process
+died on this host, or whose heartbeat stopped for five minutes, is taken over. It records no SLURM
+job id: the runner takes over a lock held under its own job id (a requeued run's earlier life), but
+two ``prepare`` commands may well share a job (``srun -n 2``).
 
 The lock lives beside the target, ``DATA_ROOT/.prepare-TARGET.lock`` (the weights': in their cache
 folder), and is removed when the command ends. A second command on the same target waits for the
@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks.core.errors import UserError
-from benchmarks.runner.locking import Holder, RunLock, read_holder
+from benchmarks.core.heartbeat_lock import HeartbeatLock, Holder, read_holder
 
 POLL_SECONDS = 2.0
 
@@ -29,16 +29,14 @@ class TargetBusyError(UserError):
     """Another command holds the target's lock, and this one was told not to wait."""
 
 
-class PrepareLock(RunLock):
-    """``RunLock`` whose file names no SLURM job, so only a dead process or a stopped heartbeat
-    frees it; the file's format is the runner's (``read_holder`` reads it)."""
-
-    def holder_job_id(self) -> None:  # two srun steps of one job must not take each other's lock
-        return None
-
-
 def lock_path(folder: Path, target: str) -> Path:
     return folder / f".prepare-{target}.lock"
+
+
+def target_lock_file(folder: Path, target: str) -> HeartbeatLock:
+    """``target``'s lock, naming no SLURM job (two srun steps of one job must not take each other's
+    lock), so only a dead process or a stopped heartbeat frees it."""
+    return HeartbeatLock(lock_path(folder, target), job_id=None)
 
 
 def describe(holder: Holder | None) -> str:
@@ -54,7 +52,7 @@ def describe(holder: Holder | None) -> str:
 def target_lock(folder: Path, target: str, wait: bool = True) -> Iterator[None]:
     """Hold ``target``'s lock in ``folder`` for the block; wait for another holder (saying who, once)
     or, without ``wait``, raise ``TargetBusyError``."""
-    lock = PrepareLock(lock_path(folder, target))
+    lock = target_lock_file(folder, target)
     said = False
     while not lock.acquire():
         holder = read_holder(lock.path)

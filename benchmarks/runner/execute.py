@@ -34,6 +34,7 @@ from benchmarks.core.environment import (
     set_deterministic,
 )
 from benchmarks.core.errors import UserError
+from benchmarks.core.heartbeat_lock import read_holder
 from benchmarks.core.metrics import predicted_classes, stage_metrics, summarize
 from benchmarks.core.precision import resolve_precision
 from benchmarks.data.class_orders import resolve_class_order
@@ -48,7 +49,6 @@ from benchmarks.data.resized_cache import with_resized_cache
 from benchmarks.data.streams import CILStream, build_stream, split_classes, spread_indices
 from benchmarks.data.transforms import eval_transform
 from benchmarks.runner.live_log import LiveLog, TrainingLog
-from benchmarks.runner.locking import read_holder
 from benchmarks.runner.results import (
     SCHEMA_VERSION,
     Predictions,

@@ -26,7 +26,7 @@ from tqdm.auto import tqdm
 
 from benchmarks.core.environment import Threads, set_threads
 from benchmarks.core.errors import UserError
-from benchmarks.runner.locking import read_holder, this_command
+from benchmarks.core.heartbeat_lock import read_holder, this_command
 from benchmarks.runner.results import ResultStore, RunKey
 from benchmarks.runner.suites import RunSpec
 

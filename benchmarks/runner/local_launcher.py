@@ -41,8 +41,8 @@ from tqdm.auto import tqdm
 
 from benchmarks.core.environment import Threads, auto_threads, check_count_or_auto, idle_cores
 from benchmarks.core.errors import UserError
+from benchmarks.core.heartbeat_lock import COMMAND_ENV, this_command
 from benchmarks.runner.launcher import PARENT_PIPE_ENV, Outcome, RunOptions, held_elsewhere, run_log_path
-from benchmarks.runner.locking import COMMAND_ENV, this_command
 from benchmarks.runner.results import ResultStore, config_hash
 from benchmarks.runner.status import RunState, run_state
 from benchmarks.runner.suites import RunSpec

@@ -1,27 +1,15 @@
 """Run locks: at most one process computes a run, even when runners on several machines share a
 results folder over a network file system.
 
-A lock is a file created exclusively (``O_CREAT | O_EXCL``, atomic on local disks and on NFS v3+)
-at ``<results>/.locks/<dataset>/<label>/T<n>-seed<s>.lock``. It holds who took it (host, pid,
-SLURM job id where there is one, since when) and its mtime is a heartbeat, refreshed by a daemon
-thread. A lock whose heartbeat is older than ``stale_after`` seconds, or whose process is gone
-from this host, is stale: a runner takes it over by renaming it away (only one rename of the
-same file succeeds) and creating its own.
+A run's lock is a ``HeartbeatLock`` (``benchmarks.core.heartbeat_lock``: an exclusive file with its
+holder inside and a heartbeat on its mtime, taken over when stale) at
+``<results>/.locks/<dataset>/<label>/T<n>-seed<s>.lock``, recording this process's SLURM job id:
+a SLURM job keeps its id when it is requeued, so a lock held under this process's own job id is a
+previous life of this very job (killed before it could release the lock): it is taken over.
 
 A run that fails releases its lock and leaves ``<results>/.locks/.../T<n>-seed<s>.error``: what
 failed, where and when (``benchmarks.runner.status`` shows it; a later successful run removes it). A run
 submitted to SLURM is marked ``.queued`` (its job id) until it finishes or its job fails.
-
-A lock file that cannot be read as a holder (JSON cut off by a full disk or a network file system,
-a pid that is not a number) is a damaged lock: judged by its age like an empty one (a lock being
-written is empty for an instant, so a young one is left alone), and named as damaged wherever a
-holder is shown.
-
-A lock records the command it belongs to (``command_pid``, ``command_started``): a local launcher's
-worker inherits its launcher's (``COMMAND_ENV``), so a rerun can name the command that holds a run.
-
-A SLURM job keeps its id when it is requeued, so a lock held under this process's own job id is
-a previous life of this very job (killed before it could release the lock): it is taken over.
 """
 
 from __future__ import annotations
@@ -29,125 +17,25 @@ from __future__ import annotations
 import json
 import os
 import socket
-import threading
 import time
-import uuid
-from dataclasses import dataclass
 from pathlib import Path
 
-HEARTBEAT_SECONDS = 30.0
-STALE_AFTER_SECONDS = 300.0  # ten missed heartbeats
-#: set by the local launcher for its workers: "<pid> <start time>" of the command they belong to
-COMMAND_ENV = "CIL_BENCH_COMMAND"
-_STARTED = time.time()  # this process's start, near enough: the runner imports this module early
+from benchmarks.core.heartbeat_lock import (
+    HEARTBEAT_SECONDS,
+    STALE_AFTER_SECONDS,
+    HeartbeatLock,
+    slurm_job_id,
+)
 
 
-def this_command() -> tuple[int, float]:
-    """The pid and start time of the command this process belongs to: its launcher's, for a worker."""
-    pid, _, started = os.environ.get(COMMAND_ENV, "").partition(" ")
-    try:
-        return int(pid), float(started)
-    except ValueError:
-        return os.getpid(), _STARTED
-
-
-def job_id() -> str | None:
-    """The SLURM job (``<array job>_<task>`` for an array task) this process runs in, if any."""
-    array, task = os.environ.get("SLURM_ARRAY_JOB_ID"), os.environ.get("SLURM_ARRAY_TASK_ID")
-    if array and task:
-        return f"{array}_{task}"
-    return os.environ.get("SLURM_JOB_ID")
-
-
-@dataclass(frozen=True)
-class Holder:
-    """Who holds a lock, as read from its file."""
-
-    host: str
-    pid: int
-    job_id: str | None
-    since: float
-    heartbeat: float  # the file's mtime
-    damaged: str | None = None  # why the file names no holder (cut-off JSON, a pid not a number)
-    path: Path | None = None
-    command_pid: int | None = None  # the command the holder belongs to (``this_command``)
-    command_started: float | None = None
-
-    def describe(self) -> str:
-        if self.damaged:
-            written = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.heartbeat))
-            stale = time.strftime("%H:%M:%S", time.localtime(self.heartbeat + STALE_AFTER_SECONDS))
-            return (
-                f"a damaged lock file {self.path} ({self.damaged}), last written {written}, "
-                f"stale and taken over from {stale}"
-            )
-        who = f"job {self.job_id}" if self.job_id else f"pid {self.pid}"
-        since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.since))
-        command = ""
-        if self.command_started is not None:
-            started = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(self.command_started))
-            command = f", of the command (pid {self.command_pid}) started {started}"
-        return f"{self.host}, {who}, since {since}{command}"
-
-
-def read_holder(path: Path) -> Holder | None:
-    """The holder of the lock at ``path``, or None if there is no lock (or it is being replaced).
-    A file that names no holder is a damaged one (``Holder.damaged``), judged by its age alone."""
-    try:
-        heartbeat = path.stat().st_mtime
-        text = path.read_text(errors="replace")
-    except FileNotFoundError:
-        return None
-    try:
-        data = json.loads(text or "{}")
-        if not isinstance(data, dict):
-            raise ValueError("not a JSON object")
-        command_pid, command_started = data.get("command_pid"), data.get("command_started")
-        return Holder(
-            str(data.get("host", "?")),
-            int(data.get("pid", 0)),
-            data.get("job_id"),
-            float(data.get("since", heartbeat)),
-            heartbeat,
-            path=path,
-            command_pid=None if command_pid is None else int(command_pid),
-            command_started=None if command_started is None else float(command_started),
-        )
-    except (ValueError, TypeError) as err:
-        why = "cut-off or invalid JSON" if isinstance(err, json.JSONDecodeError) else f"unreadable: {err}"
-        return Holder("?", 0, None, heartbeat, heartbeat, damaged=why, path=path)
-
-
-def _process_gone(holder: Holder) -> bool:
-    if holder.host != socket.gethostname() or holder.pid <= 0:
-        return False  # another machine's process: only its heartbeat can tell
-    try:
-        os.kill(holder.pid, 0)
-    except (ProcessLookupError, OverflowError):  # OverflowError: no process has such a pid
-        return True
-    except PermissionError:
-        return False
-    return False
-
-
-def is_stale(holder: Holder, stale_after: float = STALE_AFTER_SECONDS, now: float | None = None) -> bool:
-    """A lock nobody keeps alive: no heartbeat for ``stale_after`` seconds, or its process died here."""
-    return (now or time.time()) - holder.heartbeat > stale_after or _process_gone(holder)
-
-
-class RunLock:
-    """The lock of one run. ``acquire()`` returns False if another live process holds it."""
+class RunLock(HeartbeatLock):
+    """The lock of one run, with the records beside it: why its last attempt failed (``.error``)
+    and the SLURM job it was given (``.queued``)."""
 
     def __init__(
         self, path: Path, heartbeat: float = HEARTBEAT_SECONDS, stale_after: float = STALE_AFTER_SECONDS
     ):
-        self.path = Path(path)
-        self.heartbeat_seconds = heartbeat
-        self.stale_after = stale_after
-        self.token = uuid.uuid4().hex  # tells our lock file from a successor's
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
-        self.took_over: Holder | None = None  # the stale holder replaced, if any
+        super().__init__(path, heartbeat, stale_after, job_id=slurm_job_id())
 
     @property
     def error_path(self) -> Path:
@@ -174,6 +62,12 @@ class RunLock:
     def mark_failed(self, error: str, job: str) -> None:
         """Record that SLURM job ``job`` failed this run without running it (a job that could never
         start, cancelled by the launcher): an error record naming the job, and no queued mark."""
+        self._record_error(error, job)
+        queued = self.read_queued()
+        if queued is not None and queued.get("job_id") == job:
+            self.queued_path.unlink(missing_ok=True)
+
+    def _record_error(self, error: str, job: str | None) -> None:
         record = {
             "error": error,
             "host": socket.gethostname(),
@@ -184,99 +78,16 @@ class RunLock:
         tmp = self.error_path.with_name(f".{self.error_path.name}.{self.token}.tmp")
         tmp.write_text(json.dumps(record) + "\n")
         os.replace(tmp, self.error_path)
-        queued = self.read_queued()
-        if queued is not None and queued.get("job_id") == job:
-            self.queued_path.unlink(missing_ok=True)
-
-    def acquire(self) -> bool:
-        self.path.parent.mkdir(parents=True, exist_ok=True)
-        for _ in range(3):  # a takeover race lost to another runner ends in "held"
-            if self._create():
-                self._start_heartbeat()
-                return True
-            holder = read_holder(self.path)
-            if holder is None:
-                continue  # released or replaced meanwhile: try again
-            ours = holder.job_id is not None and holder.job_id == job_id()  # this job before a requeue
-            if not ours and not is_stale(holder, self.stale_after):
-                return False
-            aside = self.path.with_name(f"{self.path.name}.stale-{self.token}")
-            try:
-                os.rename(self.path, aside)  # only one runner's rename of this file succeeds
-            except FileNotFoundError:
-                continue
-            aside.unlink(missing_ok=True)
-            self.took_over = holder
-        return False
-
-    def holder_job_id(self) -> str | None:
-        """The SLURM job recorded as the holder: a later life of the same job may take the lock over."""
-        return job_id()
-
-    def _create(self) -> bool:
-        try:
-            fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
-        except FileExistsError:
-            return False
-        command_pid, command_started = this_command()
-        with os.fdopen(fd, "w") as handle:
-            json.dump(
-                {
-                    "host": socket.gethostname(),
-                    "pid": os.getpid(),
-                    "job_id": self.holder_job_id(),
-                    "since": time.time(),
-                    "token": self.token,
-                    "command_pid": command_pid,
-                    "command_started": command_started,
-                },
-                handle,
-            )
-            handle.flush()
-            os.fsync(handle.fileno())
-        return True
-
-    def _start_heartbeat(self) -> None:
-        def beat():
-            while not self._stop.wait(self.heartbeat_seconds):
-                try:
-                    os.utime(self.path)
-                except FileNotFoundError:
-                    return
-
-        self._stop.clear()
-        self._thread = threading.Thread(target=beat, name=f"heartbeat {self.path.name}", daemon=True)
-        self._thread.start()
-
-    def _ours(self) -> bool:
-        try:
-            data = json.loads(self.path.read_text(errors="replace"))
-        except (FileNotFoundError, ValueError):
-            return False
-        return isinstance(data, dict) and data.get("token") == self.token
 
     def release(self, error: str | None = None, finished: bool = False) -> None:
         """Stop the heartbeat and remove the lock if it is still ours; record ``error`` (a run that
         failed), or clear an earlier one (``finished``: the run is done)."""
-        self._stop.set()
-        if self._thread is not None:
-            self._thread.join()
-            self._thread = None
+        self._stop_heartbeat()
         if error is not None:
-            record = {
-                "error": error,
-                "host": socket.gethostname(),
-                "pid": os.getpid(),
-                "job_id": job_id(),
-                "when": time.time(),
-            }
-            tmp = self.error_path.with_name(f".{self.error_path.name}.{self.token}.tmp")
-            tmp.write_text(json.dumps(record) + "\n")
-            os.replace(tmp, self.error_path)
+            self._record_error(error, slurm_job_id())
         elif finished:
             self.error_path.unlink(missing_ok=True)
         queued = self.read_queued()
-        if finished or (error is not None and queued is not None and queued.get("job_id") == job_id()):
+        if finished or (error is not None and queued is not None and queued.get("job_id") == slurm_job_id()):
             self.queued_path.unlink(missing_ok=True)  # an interrupted job keeps it: it is requeued
-        if self._ours():
-            self.path.unlink(missing_ok=True)
+        super().release()

@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
-from benchmarks.runner.locking import is_stale, read_holder
+from benchmarks.core.heartbeat_lock import is_stale, read_holder
 from benchmarks.runner.reading import iter_results
 from benchmarks.runner.results import CHECKPOINT_STATE, RESULT_NAME, ResultStore, RunKey, safe_label
 from benchmarks.runner.slurm_jobs import SlurmView, last_log_line, view

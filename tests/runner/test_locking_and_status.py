@@ -12,8 +12,9 @@ from pathlib import Path
 import pytest
 
 from benchmarks import run
+from benchmarks.core.heartbeat_lock import read_holder
 from benchmarks.runner import status
-from benchmarks.runner.locking import RunLock, read_holder
+from benchmarks.runner.locking import RunLock
 from benchmarks.runner.reading import iter_results
 from benchmarks.runner.results import ResultStore, RunKey
 from strategies.finetune import Finetune

@@ -15,8 +15,9 @@ import psutil
 import pytest
 
 from benchmarks import run
+from benchmarks.core.heartbeat_lock import read_holder
 from benchmarks.runner import status
-from benchmarks.runner.locking import RunLock, read_holder
+from benchmarks.runner.locking import RunLock
 from benchmarks.runner.reading import iter_results
 from benchmarks.runner.results import ResultStore, RunKey
 from tests.helpers import runner_command, three_task_suite

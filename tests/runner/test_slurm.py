@@ -13,8 +13,9 @@ import pytest
 
 from benchmarks import run
 from benchmarks.core.errors import UserError
+from benchmarks.core.heartbeat_lock import read_holder
 from benchmarks.runner import slurm_launcher as slurm
-from benchmarks.runner.locking import RunLock, read_holder
+from benchmarks.runner.locking import RunLock
 from benchmarks.runner.reading import iter_results
 from benchmarks.runner.results import ResultStore, RunKey
 from benchmarks.runner.slurm_launcher import SlurmOptions

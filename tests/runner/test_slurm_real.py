@@ -20,9 +20,9 @@ import time
 import pytest
 
 from benchmarks import run
+from benchmarks.core.heartbeat_lock import read_holder
 from benchmarks.runner import slurm_launcher as slurm
 from benchmarks.runner import status
-from benchmarks.runner.locking import read_holder
 from benchmarks.runner.reading import iter_results
 from benchmarks.runner.results import ResultStore, RunKey
 from benchmarks.runner.status import run_state

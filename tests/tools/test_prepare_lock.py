@@ -168,8 +168,8 @@ def test_two_commands_in_one_slurm_job_keep_each_other_out(tmp_path, monkeypatch
     """The runner takes over a lock held under its own job id (a requeued life); prepare does not:
     two srun steps of one job are two commands."""
     monkeypatch.setenv("SLURM_JOB_ID", "77")
-    first = prepare_lock.PrepareLock(prepare_lock.lock_path(tmp_path, "cifar100"))
-    second = prepare_lock.PrepareLock(prepare_lock.lock_path(tmp_path, "cifar100"))
+    first = prepare_lock.target_lock_file(tmp_path, "cifar100")
+    second = prepare_lock.target_lock_file(tmp_path, "cifar100")
     assert first.acquire()
     try:
         assert not second.acquire()
