@@ -1,7 +1,8 @@
-"""``python -m benchmarks.prepare``: see ``benchmarks.prepare``."""
+"""``python -m benchmarks.prepare``: see ``benchmarks.prepare.command``."""
 
 import sys
 
-from benchmarks.prepare import main
+from benchmarks.prepare.command import main
 
-sys.exit(main())
+if __name__ == "__main__":
+    sys.exit(main())

@@ -12,10 +12,11 @@ from pathlib import Path
 import pytest
 
 from analysis.paper_inputs import dataset_name
-from benchmarks import prepare, run
+from benchmarks import run
 from benchmarks.data import unit as unit_module
 from benchmarks.data.datasets import load_dataset
 from benchmarks.data.unit import dataset_names, dataset_unit, file_targets, target_of
+from benchmarks.prepare import command as prepare
 from benchmarks.runner.reading import iter_results
 from benchmarks.tools import fake_data
 from tests.helpers import tiny_suite, write_suite

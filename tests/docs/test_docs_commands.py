@@ -41,15 +41,19 @@ class _Parsed(Exception):
 
 
 def parsed_arguments(module: str, argv: list[str], monkeypatch) -> argparse.Namespace:
-    """The namespace ``module``'s ``main`` parses from ``argv``; stops it right there."""
+    """The namespace ``module``'s ``main`` parses from ``argv``; stops it right there. A package
+    runs as ``python -m`` runs it: its ``__main__``."""
     real = argparse.ArgumentParser.parse_args
+    entry = importlib.import_module(module)
+    if hasattr(entry, "__path__"):
+        entry = importlib.import_module(f"{module}.__main__")
 
     def parse_then_stop(self, args=None, namespace=None):
         raise _Parsed(real(self, args, namespace))
 
     monkeypatch.setattr(argparse.ArgumentParser, "parse_args", parse_then_stop)
     with pytest.raises(_Parsed) as stopped:
-        importlib.import_module(module).main(argv)
+        entry.main(argv)
     return stopped.value.namespace
 
 

@@ -18,10 +18,10 @@ import scipy.io
 import torchvision.datasets
 from torchvision.datasets import imagenet as tv_imagenet
 
-from benchmarks import prepare
 from benchmarks.backbone import BackboneSpec, check_weights
 from benchmarks.data.datasets import imagenet_wnid_names, load_dataset, load_zero_shot_target
 from benchmarks.data.unit import dataset_unit, random_jpeg
+from benchmarks.prepare import command as prepare
 
 
 class ArchiveServer:

@@ -16,9 +16,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import prepare
 from benchmarks.data.unit import dataset_unit
 from benchmarks.data.units.imagenet_r import IMAGENET_R
+from benchmarks.prepare import command as prepare
 from benchmarks.prepare import safe_extract as extraction
 
 WNIDS = [f"n{i:08d}" for i in range(200)]  # the state check counts 200 wnid folders

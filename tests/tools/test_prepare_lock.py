@@ -17,9 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import prepare
 from benchmarks.data.unit import dataset_unit
 from benchmarks.data.units.imagenet_r import IMAGENET_R
+from benchmarks.prepare import command as prepare
 from benchmarks.prepare import lock as prepare_lock
 
 
