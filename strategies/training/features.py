@@ -3,8 +3,6 @@ at every stage or step."""
 
 from __future__ import annotations
 
-import warnings
-
 import torch
 
 from strategies.training.evaluation import cat_on_host
@@ -36,15 +34,6 @@ class FeatureCaches:
             features.append(self.backbone.encode_image(images, normalize=normalize))
             labels.append(targets)
         return cat_on_host(features), torch.cat(labels)
-
-    def _encode_dataset(self, dataset, adapter: str | None, normalize: bool = True):
-        """Deprecated name of ``encode_dataset`` (kept for one release)."""
-        warnings.warn(
-            "CLIPStrategy._encode_dataset is deprecated; call encode_dataset",
-            DeprecationWarning,
-            stacklevel=2,
-        )
-        return self.encode_dataset(dataset, adapter, normalize)
 
     def frozen_features(self, dataset, cache_key: str, adapter: str | None) -> torch.Tensor:
         """Image features (CPU, normalised) of ``dataset`` under a visual branch that never changes

@@ -10,8 +10,6 @@ import re
 import warnings
 from pathlib import Path
 
-import pytest
-
 from strategies.base import CLIPStrategy
 from strategies.config import StrategyConfig
 
@@ -89,15 +87,6 @@ def test_no_doc_or_example_calls_a_private_name_of_a_strategy():
         if path.is_relative_to(REPO / "examples" / "pycil_ncm"):
             calls -= PYCIL_CONVENTIONS
         assert not calls, f"{path.relative_to(REPO)} uses {sorted(calls)}"
-
-
-def test_the_deprecated_private_name_still_works_and_warns():
-    assert "encode_dataset" in inspect.getsource(CLIPStrategy._encode_dataset)
-    with pytest.warns(DeprecationWarning, match="call encode_dataset"):
-        try:
-            CLIPStrategy._encode_dataset(None, [], None)
-        except AttributeError:
-            pass  # the warning comes first; there is no strategy here to encode with
 
 
 def test_the_avalanche_example_runs_as_written(monkeypatch):

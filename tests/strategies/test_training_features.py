@@ -2,7 +2,6 @@
 adapter) and counts those images, ``cached_features`` reads what it kept, ``device_copy`` copies a
 tensor once per new tensor, and ``encode_dataset`` gives features and labels under the adapter."""
 
-import pytest
 import torch
 
 from strategies.training.features import FeatureCaches
@@ -28,7 +27,7 @@ class Caches(FeatureCaches):
 
     def __init__(self):
         self.backbone = Backbone()
-        self._start_feature_caches()
+        super().__init__()  # the caches start empty
 
     def data_loader(self, dataset):
         return [
@@ -48,8 +47,6 @@ def test_encode_dataset_gives_features_and_labels_under_the_adapter_and_keeps_th
     features, labels = caches.encode_dataset(DATA, "visual", normalize=False)
     assert torch.equal(features, torch.stack([x + 1 for x, _ in DATA])) and labels.tolist() == [0, 1, 0, 1, 0]
     assert caches.backbone.active_adapters == {"visual": "visual", "text": "text"}
-    with pytest.warns(DeprecationWarning, match="call encode_dataset"):
-        caches._encode_dataset(DATA, None)
 
 
 def test_frozen_features_are_encoded_once_per_key_and_adapter():
