@@ -102,9 +102,10 @@ def test_pycil_labels_are_positions_in_the_learned_order(stream):
     ("indices", "options", "says"),
     [
         (np.arange(0, 8), {}, "positions [0, 1, 2, 3] outside the current task (4..7)"),
-        (np.arange(4, 8), {"source": "test"}, "the runner scores the test set itself"),
-        (np.arange(4, 8), {"appendent": (np.zeros(1), np.zeros(1))}, "exemplar memory"),
-        (np.arange(4, 8), {"ret_data": True}, "exemplar memory"),
+        (np.arange(4, 10), {"source": "test"}, "unseen class positions [8, 9]"),
+        (np.arange(4, 8), {"source": "valid"}, "give 'train' or 'test'"),
+        (np.arange(4, 8), {"mode": "eval"}, "give 'train', 'test' or 'flip'"),
+        (np.arange(4, 8), {"m_rate": 0.5}, "RMM's sampling"),
     ],
 )
 def test_the_data_manager_refuses_in_one_line(stream, indices, options, says):
@@ -144,13 +145,9 @@ def test_the_pycil_checkpoint_leaves_out_the_untouched_backbone(stream):
     learn(strategy, stream, [0])
     tensors, meta = strategy.checkpoint_state()
     assert [k for k in tensors if k.startswith("network/")] == ["network/class_means"]
-    assert meta["learner"] | {"attributes": {}} == {
-        "cur_task": 0,
-        "known_classes": 4,
-        "total_classes": 4,
-        "attributes": {},
-        "numpy": [],
-    }
+    assert meta["learner"]["total_classes"] == 4 and meta["learner"]["unsaved"] == []
+    counters = {k: v["kind"]["value"] for k, v in meta["learner"]["attributes"].items() if k != "args"}
+    assert counters == {"_cur_task": 0, "_known_classes": 4, "_total_classes": 4}
     assert all(key.startswith("backbone.") for key in meta["network_untouched"])
 
 
@@ -169,13 +166,12 @@ def test_get_strategy_resolves_the_examples_in_their_adapters():
     from mammoth_er.model import ERConfig
     from pycil_ncm.learner import NCM as NCMLearner
 
-    from strategies.frameworks.common import FrameworkConfig
     from strategies.frameworks.mammoth import MammothAdapter
-    from strategies.frameworks.pycil import PyCILAdapter
+    from strategies.frameworks.pycil import PyCILAdapter, PyCILConfig
     from strategies.registry import get_strategy
 
     ncm, er = get_strategy(NCM), get_strategy(ER)
-    assert issubclass(ncm, PyCILAdapter) and ncm.wrapped is NCMLearner and ncm.Config is FrameworkConfig
+    assert issubclass(ncm, PyCILAdapter) and ncm.wrapped is NCMLearner and ncm.Config is PyCILConfig
     assert issubclass(er, MammothAdapter) and er.wrapped is ERModel and er.Config is ERConfig
     assert (ncm.name, er.name) == (NCM, ER)
 
