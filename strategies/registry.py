@@ -13,16 +13,14 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib
-import pkgutil
 import traceback
 
 from benchmarks.core.errors import UserError
+from benchmarks.core.registry import Registry
 from strategies.contract import check_strategy
 
-_REGISTRY: dict[str, type] = {}
-_DISCOVERED = False
 # The package's modules that define no strategy: the base layer every strategy builds on.
-_SHARED_MODULES = frozenset(
+SHARED_MODULES = frozenset(
     {
         "base",
         "checkpointing",
@@ -43,36 +41,28 @@ FRAMEWORKS = {
     "mammoth": "strategies.frameworks.mammoth",
 }
 _ADAPTED: dict[str, type] = {}
+#: every registered strategy class by name; a module failing at import is one line naming it
+STRATEGIES: Registry[type] = Registry(
+    "strategies",
+    "strategy",
+    SHARED_MODULES,
+    importer=lambda module: _import_module(module, "strategy", module),
+)
 
 
 def register(name: str):
     """Class decorator: make a ``CLIPStrategy`` subclass available under ``name``."""
 
     def wrap(cls):
-        if name in _REGISTRY and _REGISTRY[name] is not cls:
-            raise ValueError(f"strategy name {name!r} is registered twice")
+        STRATEGIES.add(name, cls)
         cls.name = name
-        _REGISTRY[name] = cls
         return cls
 
     return wrap
 
 
-def _discover() -> None:
-    global _DISCOVERED
-    if _DISCOVERED:
-        return
-    import strategies
-
-    for module in pkgutil.iter_modules(strategies.__path__):
-        if module.name not in _SHARED_MODULES:
-            _import_module(f"strategies.{module.name}", "strategy", f"strategies.{module.name}")
-    _DISCOVERED = True
-
-
 def available() -> list[str]:
-    _discover()
-    return sorted(_REGISTRY)
+    return sorted(STRATEGIES.all())
 
 
 def import_class(name: str, what: str = "strategy") -> type:
@@ -153,10 +143,10 @@ def get_strategy(name: str) -> type:
         return _adapted(framework, rest, name)
     if ":" in name:
         return check_strategy(import_class(name), name)
-    _discover()
-    if name not in _REGISTRY:
+    strategies = STRATEGIES.all()
+    if name not in strategies:
         raise UserError(f"unknown strategy {name!r}; available: {', '.join(available())}")
-    return _REGISTRY[name]
+    return strategies[name]
 
 
 def _adapted(framework: str, rest: str, name: str) -> type:

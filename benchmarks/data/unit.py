@@ -20,10 +20,8 @@ shares one. Both commands take a target or the name of any dataset that reads it
 
 from __future__ import annotations
 
-import importlib
 import json
 import math
-import pkgutil
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
@@ -35,6 +33,7 @@ import numpy as np
 from PIL import Image
 
 from benchmarks.core.errors import UserError
+from benchmarks.core.registry import Registry
 
 # --- what a unit declares ----------------------------------------------------------------------
 
@@ -200,41 +199,26 @@ def asset_json(name: str) -> Any:
 
 # --- the registry -----------------------------------------------------------------------------------
 
-_REGISTRY: dict[str, DatasetUnit] = {}
-_DISCOVERED = False
 UNITS_PACKAGE = "benchmarks.data.units"
+#: every dataset unit by name: one instance of each registered class
+DATASETS: Registry[DatasetUnit] = Registry(UNITS_PACKAGE, "dataset")
 
 
 def register_dataset(name: str) -> Callable[[type[DatasetUnit]], type[DatasetUnit]]:
     """Class decorator: register one instance of a ``DatasetUnit`` subclass as dataset ``name``."""
 
     def wrap(cls: type[DatasetUnit]) -> type[DatasetUnit]:
-        if name in _REGISTRY and type(_REGISTRY[name]) is not cls:
-            raise ValueError(f"dataset name {name!r} is registered twice")
         cls.name = name
         cls.title = cls.__dict__.get("title") or name
-        _REGISTRY[name] = cls()
+        DATASETS.add(name, cls())
         return cls
 
     return wrap
 
 
-def _discover() -> None:
-    """Import every module of the units package once (a name starting with ``_`` is not a unit)."""
-    global _DISCOVERED
-    if _DISCOVERED:
-        return
-    package = importlib.import_module(UNITS_PACKAGE)
-    for module in pkgutil.iter_modules(package.__path__):
-        if not module.name.startswith("_"):
-            importlib.import_module(f"{UNITS_PACKAGE}.{module.name}")
-    _DISCOVERED = True
-
-
 def dataset_units() -> dict[str, DatasetUnit]:
     """Every registered dataset by name, in listing order (``list_position``, then name)."""
-    _discover()
-    return dict(sorted(_REGISTRY.items(), key=lambda item: (item[1].list_position, item[0])))
+    return dict(sorted(DATASETS.all().items(), key=lambda item: (item[1].list_position, item[0])))
 
 
 def dataset_names() -> list[str]:

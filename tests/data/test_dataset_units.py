@@ -69,8 +69,8 @@ def dropped_unit(monkeypatch, tmp_path):
     (folder / f"{module}.py").write_text(_guide_unit())
     monkeypatch.setattr(sys, "dont_write_bytecode", True)  # no .pyc of it left behind
     monkeypatch.setattr(package, "__path__", [*package.__path__, str(folder)])
-    monkeypatch.setattr(unit_module, "_REGISTRY", dict(unit_module._REGISTRY))
-    monkeypatch.setattr(unit_module, "_DISCOVERED", False)
+    monkeypatch.setattr(unit_module.DATASETS, "members", dict(unit_module.DATASETS.members))
+    monkeypatch.setattr(unit_module.DATASETS, "discovered", False)
     importlib.invalidate_caches()  # the import system caches the folders' listings
     try:
         yield "flowers5"

@@ -28,8 +28,8 @@ PAPER_STRATEGIES = {
 @pytest.fixture
 def fresh_registry(monkeypatch):
     """A copy of the registry that the test may change; the real one is back after it."""
-    monkeypatch.setattr(registry, "_REGISTRY", dict(registry._REGISTRY))
-    return registry._REGISTRY
+    monkeypatch.setattr(registry.STRATEGIES, "members", dict(registry.STRATEGIES.members))
+    return registry.STRATEGIES.members
 
 
 def test_registry_finds_strategies_and_reports_unknown_names():
@@ -82,7 +82,7 @@ def test_a_new_file_in_the_strategies_package_is_found_with_no_edit_elsewhere(
         "    pass\n"
     )
     monkeypatch.setattr(strategies, "__path__", [*strategies.__path__, str(tmp_path)])
-    monkeypatch.setattr(registry, "_DISCOVERED", False)
+    monkeypatch.setattr(registry.STRATEGIES, "discovered", False)
     try:
         assert get_strategy("registry_probe").__name__ == "RegistryProbe"
         assert "registry_probe" in available()
@@ -164,16 +164,16 @@ def test_the_modules_skipped_by_discovery_are_exactly_those_that_register_nothin
     import pkgutil
 
     import strategies
-    from strategies.registry import _REGISTRY, _SHARED_MODULES, available
+    from strategies.registry import SHARED_MODULES, STRATEGIES
 
-    available()  # discovery imports every other module
+    registered = STRATEGIES.all()  # discovery imports every other module
     modules = {m.name for m in pkgutil.iter_modules(strategies.__path__)}
-    assert _SHARED_MODULES <= modules, "a skipped module no longer exists"
-    registering = {cls.__module__.rsplit(".", 1)[-1] for cls in _REGISTRY.values()}
-    assert not registering & _SHARED_MODULES
-    for name in modules - _SHARED_MODULES:
+    assert SHARED_MODULES <= modules, "a skipped module no longer exists"
+    registering = {cls.__module__.rsplit(".", 1)[-1] for cls in registered.values()}
+    assert not registering & SHARED_MODULES
+    for name in modules - SHARED_MODULES:
         importlib.import_module(f"strategies.{name}")
-    assert modules - _SHARED_MODULES <= registering, "a module that registers nothing is not skipped"
+    assert modules - SHARED_MODULES <= registering, "a module that registers nothing is not skipped"
 
 
 @pytest.mark.parametrize(
