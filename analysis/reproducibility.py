@@ -95,6 +95,7 @@ def official_equality(path: Path = BASELINES_MD) -> list[dict]:
                     "component": cells[0].strip("`"),
                     "strategies": [name.strip("` ") for name in cells[1].split(",")],
                     "official": cells[2],
+                    "compared": cells[3],
                     "max_diff": float(cells[4]),
                     "tolerance": cells[5],
                     "verdict": cells[6],
@@ -103,13 +104,32 @@ def official_equality(path: Path = BASELINES_MD) -> list[dict]:
     return rows
 
 
+#: a §16 row that runs a method's whole training loop beside the official one (issue 52)
+_LOOP = ".loop"
+_LOOP_SIZE = re.compile(r"over (\d+) tasks? x (\d+) steps")
+_NOT_OFFICIAL = ("gr4cil", "finetune")  # the paper's method and the suite's own: no official code
+
+
 def _equality_cell(name: str, rows: list[dict]) -> str:
-    mine = [row for row in rows if name in row["strategies"]]
+    mine = [row for row in rows if name in row["strategies"] and not row["component"].endswith(_LOOP)]
     if not mine:
-        return "no official code run (docs/baselines.md §16)" if name not in ("gr4cil", "finetune") else "-"
+        return "no official code run (docs/baselines.md §16)" if name not in _NOT_OFFICIAL else "-"
     equal = sum(row["verdict"] == "equal" for row in mine)
     worst = max(row["max_diff"] for row in mine)
     return f"{equal} of {len(mine)} components equal, max diff {worst:.1e}"
+
+
+def _loop_cell(name: str, rows: list[dict]) -> str:
+    """The method's training loop beside the official one: "equal (2 tasks x 6 steps, max diff 7.6e-06)"."""
+    loops = [row for row in rows if name in row["strategies"] and row["component"].endswith(_LOOP)]
+    if not loops:
+        return "not compared (docs/baselines.md §16)" if name not in _NOT_OFFICIAL else "-"
+    cells = []
+    for row in loops:
+        size = _LOOP_SIZE.search(row["compared"])
+        steps = f"{size[1]} task{'s' if size[1] != '1' else ''} x {size[2]} steps, " if size else ""
+        cells.append(f"{row['verdict']} ({steps}max diff {row['max_diff']:.1e})")
+    return "; ".join(cells)
 
 
 def _avg_last(runs: list[RunResult]) -> str:
@@ -232,8 +252,8 @@ def reproducibility_markdown(results_dir: str | Path, loaded: Results | None = N
         "end to end and the order of the rows, not the paper's numbers.",
         "",
         "| strategy | paper row | recipe from | verified offline | equal to the official code "
-        "| paper, Table 1 | reproduced on real data |",
-        "|---|---|---|---|---|---|---|",
+        "| training loop equal (steps x tasks, max diff) | paper, Table 1 | reproduced on real data |",
+        "|---|---|---|---|---|---|---|---|",
     ]
     equality = official_equality()
     paper_rows = list(dict.fromkeys(paper[paper["table"] == "table1_main"]["row"]))  # the paper's order
@@ -254,7 +274,8 @@ def reproducibility_markdown(results_dir: str | Path, loaded: Results | None = N
                 )
         lines.append(
             f"| `{name}` | {row_label(name)} | {source} | {offline} | {_equality_cell(name, equality)} | "
-            f"{_paper_numbers(paper, name)} | {'; '.join(real) or 'not yet run'} |"
+            f"{_loop_cell(name, equality)} | {_paper_numbers(paper, name)} | "
+            f"{'; '.join(real) or 'not yet run'} |"
         )
     lines += ["", _ranking_line(results, paper), ""]
     stale = _stale_miniature_results(results)
@@ -263,9 +284,27 @@ def reproducibility_markdown(results_dir: str | Path, loaded: Results | None = N
     return "\n".join(lines)
 
 
+#: changes of a method's training that its config cannot show, after which a stored result no
+#: longer describes the code: strategy -> (the change's commit time, what changed)
+_LATE_COSINE = "the cosine one epoch late, as the official loop (b89da8a, issue 52)"
+TRAINING_CHANGES = {
+    "l2p_pp": ("2026-11-27T23:19:32+00:00", _LATE_COSINE),
+    "dualprompt": ("2026-11-27T23:19:32+00:00", _LATE_COSINE),
+    "coda_prompt": (
+        "2026-11-27T23:19:32+00:00",
+        f"{_LATE_COSINE}; the first task's draws in the official order",
+    ),
+    "clap": (
+        "2026-11-27T23:33:16+00:00",
+        "training in the official batch context, eval_noise 'batch' drawn once a batch (dc5c536, issue 52)",
+    ),
+}
+
+
 def _stale_miniature_results(results: dict[tuple[str, str], list[RunResult]]) -> str:
-    """A warning when stored miniature results no longer match the shipped checkpoint or the
-    ``smoke-baselines`` suite as it now reads ("" when all match)."""
+    """A warning when stored miniature results no longer match the shipped checkpoint, the
+    ``smoke-baselines`` suite as it now reads, or their method's training (``TRAINING_CHANGES``);
+    "" when all match."""
     from benchmarks.backbone import recorded_backbone
     from benchmarks.runner.suites import expand, load_suite
 
@@ -282,13 +321,28 @@ def _stale_miniature_results(results: dict[tuple[str, str], list[RunResult]]) ->
         if (expected := current.get((r.strategy, r.n_tasks))) is None
         or any(r.config.get(key) != expected.get(key) for key in compared)
     ]
-    if not stale:
+    changed = [
+        r
+        for r in stored
+        if r not in stale
+        and r.strategy in TRAINING_CHANGES
+        and str(r.env.get("started_at", "")) < TRAINING_CHANGES[r.strategy][0]
+    ]
+    if not stale and not changed:
         return ""
+    causes = []
+    if stale:
+        causes.append(
+            f"{len(stale)} were computed with another checkpoint of the tiny CLIP or another recipe than "
+            f"`smoke-baselines` now gives ({', '.join(sorted({r.strategy for r in stale}))})"
+        )
+    for name in sorted({r.strategy for r in changed}):
+        runs = sum(r.strategy == name for r in changed)
+        causes.append(f"{runs} of `{name}` predate a change of its training: {TRAINING_CHANGES[name][1]}")
     return (
-        f"**Stale:** {len(stale)} of the {len(stored)} miniature results were computed with another "
-        "checkpoint of the tiny CLIP or another recipe than `smoke-baselines` now gives; their numbers "
-        "describe that earlier world. `python -m benchmarks.run --suite smoke-baselines "
-        "--results-dir results/smoke-baselines` recomputes them."
+        f"**Stale:** of the {len(stored)} miniature results, {'; '.join(causes)}. Their numbers describe "
+        "the earlier code. `python -m benchmarks.run --suite smoke-baselines --results-dir "
+        "results/smoke-baselines --force` recomputes them."
     )
 
 

@@ -673,7 +673,17 @@ def test_reproducibility_flags_miniature_results_of_another_checkpoint_or_recipe
         ("recipe", {"strategy_options": {**spec.config["strategy_options"], "epochs": 12}}),
     ):
         _write(tmp_path / name, {**result, "config": {**result["config"], **change}})
-        assert "**Stale:** 1 of the 1 miniature results" in reproducibility_markdown(tmp_path / name), name
+        text = reproducibility_markdown(tmp_path / name)
+        assert "**Stale:** of the 1 miniature results, 1 were computed with another checkpoint" in text, name
+
+    # a change of a method's training that its config cannot show: by when the result was computed
+    (coda,) = expand(load_suite("smoke-baselines"), strategies=["coda_prompt"], seeds=[0])
+    stored = _result("coda_prompt", "synthetic", 10, 0, np.random.default_rng(0))
+    stored["config"] = {**coda.config, "backbone": {**coda.backbone, "weights_sha256": digest}}
+    for started, flagged in (("2026-11-26T01:36:09+00:00", True), ("2026-11-28T00:00:00+00:00", False)):
+        _write(tmp_path / started[:10], {**stored, "env": {**stored["env"], "started_at": started}})
+        text = reproducibility_markdown(tmp_path / started[:10])
+        assert ("1 of `coda_prompt` predate a change of its training: the cosine" in text) is flagged, started
 
 
 def test_reproducibility_miniature_cell_is_mean_and_population_std_as_in_the_tables(tmp_path):
