@@ -192,7 +192,7 @@ def _results_of_this_commit(folder: Path) -> bool:
     from benchmarks.core.environment import auto_threads, environment
     from benchmarks.runner.reading import iter_results
 
-    env = environment("cpu")
+    env = environment("cpu", "auto")
     found = [r for _, r in iter_results(folder)] if folder.is_dir() else []
     return (
         bool(found)

@@ -34,7 +34,6 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 
 #: torch's threads in a run process: a number, or "auto" (``auto_threads``)
 Threads = int | Literal["auto"]
-_threads_setting: Threads = "auto"  # what this process was asked for, recorded in each result's env
 
 
 def usable_cores() -> int:
@@ -79,8 +78,6 @@ def check_threads(value: object) -> Threads:
 def set_threads(threads: Threads, device: str) -> int:
     """Set torch's intra-op threads for this process's runs on ``device`` (``auto_threads`` for
     "auto"); returns the count."""
-    global _threads_setting
-    _threads_setting = threads
     count = auto_threads(device) if threads == "auto" else threads
     torch.set_num_threads(count)
     return count
@@ -94,8 +91,9 @@ def _git(*args: str) -> str | None:
     return out.stdout.strip() if out.returncode == 0 else None
 
 
-def environment(device: str) -> dict:
-    """Package versions, device, git commit and host of this process."""
+def environment(device: str, threads_setting: Threads) -> dict:
+    """Package versions, device, threads (``threads_setting``: what the run was asked for), git
+    commit and host of this process."""
     versions = {}
     for name in PACKAGES:
         try:
@@ -113,7 +111,7 @@ def environment(device: str) -> dict:
         "device": device,
         "device_name": device_name,
         "torch_threads": torch.get_num_threads(),
-        "threads_setting": _threads_setting,  # --threads / the suite's threads: "auto" or a number
+        "threads_setting": threads_setting,  # --threads / the suite's threads: "auto" or a number
         "git_commit": _git("rev-parse", "HEAD"),
         "git_dirty": bool(status) if status is not None else None,
         "hostname": socket.gethostname(),

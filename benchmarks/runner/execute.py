@@ -27,6 +27,7 @@ from tqdm.auto import tqdm
 
 from benchmarks.backbone import BackboneSpec, check_weights, create_clip, recorded_backbone
 from benchmarks.core.environment import (
+    Threads,
     environment,
     peak_memory,
     reset_peak_memory,
@@ -266,12 +267,13 @@ def execute(
     save_model: bool = False,
     log: tuple[str, ...] = (),
     project: str = "",
+    threads: Threads = "auto",
 ) -> tuple[dict | None, str]:
     """Run (or resume, or skip) one run under its lock. Returns its result and what happened; the
     result is None when another process holds the run's lock. ``show_progress``: progress bars;
     ``task_lines``: one line on stderr per finished task instead (a log that is not a terminal);
     ``log``: the live logs to write (``benchmarks.runner.live_log``), ``project`` naming the W&B
-    project."""
+    project; ``threads``: the setting the caller gave ``set_threads``, recorded in the result."""
     resolved = resolve(spec, data_root)
     cfg_hash = config_hash(resolved.config)
     _refuse_replacing(store, spec, cfg_hash, force, resolved.config)
@@ -301,6 +303,7 @@ def execute(
                     task_lines=task_lines,
                     save_model=save_model,
                     live=live,
+                    threads=threads,
                 )
                 result, status = _compute(context)
     except (KeyboardInterrupt, SystemExit):  # stopped, not failed (SLURM's requeue exits this way)
@@ -343,6 +346,7 @@ class RunContext:
     task_lines: bool = False
     save_model: bool = False
     live: LiveLog | None = None  # the run's live log (benchmarks.runner.live_log), if any
+    threads: Threads = "auto"  # the run's thread setting (``set_threads``), recorded in its env
 
 
 def _compute(context: RunContext) -> tuple[dict, str]:
@@ -365,7 +369,7 @@ def _compute(context: RunContext) -> tuple[dict, str]:
         target: _zero_shot(strategy, target, context.data_root, spec.limits)
         for target in spec.zero_shot_targets
     }
-    result = _run_result(spec, built.config, context.cfg_hash, stream, strategy, progress, zero_shot)
+    result = _run_result(context, built.config, stream, strategy, progress, zero_shot)
     if context.save_model:  # next to the result: T<n>-seed<s>.model.safetensors + .model.json
         strategy.save_model(
             store.result_path(spec.key).with_suffix(".model"),
@@ -526,9 +530,10 @@ def _learn_tasks(context: RunContext, stream, strategy, progress: RunProgress) -
 
 
 def _run_result(
-    spec: RunSpec, config: dict, cfg_hash: str, stream, strategy, progress: RunProgress, zero_shot: dict
+    context: RunContext, config: dict, stream, strategy, progress: RunProgress, zero_shot: dict
 ) -> RunResult:
     """The finished run's record (``benchmarks.runner.results.RunResult``)."""
+    spec = context.spec
     memory, memory_kind = peak_memory(spec.device)
     stages = progress.stages
     return RunResult(
@@ -539,7 +544,7 @@ def _run_result(
         n_tasks=spec.n_tasks,
         seed=spec.seed,
         config=config,
-        config_hash=cfg_hash,
+        config_hash=context.cfg_hash,
         class_order=stream.class_order,
         class_names=stream.class_names,
         tasks=stream.tasks,
@@ -547,7 +552,7 @@ def _run_result(
         summary=summarize([stage.to_json() for stage in stages]),
         diagnostics=_no_grad(optional(strategy, "run_diagnostics", dict)),
         zero_shot=zero_shot or None,
-        env=environment(spec.device),
+        env=environment(spec.device, context.threads),
         cost=dataclasses.replace(
             progress.cost,
             trainable_params=_no_grad(optional(strategy, "trainable_parameter_count", lambda: None)),

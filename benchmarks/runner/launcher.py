@@ -196,6 +196,7 @@ class InlineLauncher:
                     save_model=options.save_models,
                     log=options.log,
                     project=options.suite_name,
+                    threads=options.threads,
                 )
                 if result is not None:
                     summary = result["summary"]
