@@ -237,6 +237,14 @@ def test_quiet_silences_the_models_logging(stream, caplog, show_progress):
     assert ("task 0 begins" in caplog.text) == show_progress
 
 
+@pytest.mark.parametrize("show_progress", [True, False])
+def test_quiet_silences_the_models_progress_bars(stream, capsys, show_progress):
+    strategy = built("mammoth:models.with_bar:WithBar", stream, show_progress=show_progress)
+    capsys.readouterr()
+    learn(strategy, stream, [0])
+    assert ("counting items" in capsys.readouterr().err) == show_progress
+
+
 @pytest.mark.slow
 def test_a_run_killed_in_task_2_resumes_bit_identically(tmp_path, monkeypatch):
     from strategies.registry import get_strategy
