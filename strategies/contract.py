@@ -63,7 +63,7 @@ OPTIONAL: dict[str, tuple[str, str]] = {
         "True; when False, an interrupted run starts again from task 1",
     ),
     "resume_refusal": (
-        "resume_refusal(meta) -> str | None: why a checkpoint's metadata cannot restore the strategy",
+        "resume_refusal(meta): why a checkpoint's metadata cannot restore the strategy (a str), or None",
         "None: every checkpoint of the run's config is loaded",
     ),
     "stage_diagnostics": (

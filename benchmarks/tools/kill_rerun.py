@@ -149,9 +149,14 @@ def trial(suite: Path, folder: Path, draw, wall: float, reference: dict, timeout
     got = _finished(results)
     differing = sorted(k for k in reference.keys() | got.keys() if reference.get(k) != got.get(k))
     strays = _strays(results)
+    resumed = [  # what each rerun found: [k] resumed after task k, [0] started over, [] nothing to resume
+        json.loads(path.read_text(encoding="utf-8"))["cost"].get("resumed_from")
+        for path in sorted(results.rglob("T*-seed*.json"))
+    ]
     return {
         "kill_after_seconds": round(after, 1),
         "killed": killed,
+        "resumed_from": resumed,
         "alive_after_kill": alive,
         "differing": differing,
         "strays": strays,
@@ -193,13 +198,16 @@ def _main(argv: list[str] | None) -> int:
         for index in tqdm(range(args.kills), desc="kill -9 and rerun", unit="trial"):
             rows.append(trial(suite, root / f"trial-{index}", draw, wall, reference, args.timeout))
     print(f"uninterrupted: {wall:.0f} s, {len(reference)} file(s) to reproduce")
-    print("\n| trial | killed after (s) | killed | results equal | stray files | processes left |")
-    print("|---|---|---|---|---|---|")
+    columns = ("trial", "killed after (s)", "killed", "resumed from", "results equal", "stray files")
+    columns += ("processes left",)
+    print("\n| " + " | ".join(columns) + " |")
+    print("|---|---|---|---|---|---|---|")
     for index, row in enumerate(rows, 1):
         equal = "yes" if not row["differing"] else ", ".join(row["differing"])
         print(
             f"| {index} | {row['kill_after_seconds']} | {'yes' if row['killed'] else 'no (it had ended)'} "
-            f"| {equal} | {', '.join(row['strays']) or 'none'} | {len(row['alive_after_kill'])} |"
+            f"| {row['resumed_from']} | {equal} | {', '.join(row['strays']) or 'none'} "
+            f"| {len(row['alive_after_kill'])} |"
         )
     killed = [row for row in rows if row["killed"]]
     ok = sum(row["ok"] for row in killed)
