@@ -1,17 +1,25 @@
 """What the training-loop tests share (issue 52): a strategy trained by ``CLIPStrategy``'s own
 Avalanche loop on a fixture's batches in the fixture's order, the record of each of its optimiser
-steps (``benchmarks/tools/official_goldens/loop.py``), and the comparison with the official record."""
+steps (``benchmarks/tools/official_goldens/loop.py``), the comparison with the official record, the
+perturbations the comparison must catch, and the comparison of a full-tensor record
+(``benchmarks/tools/official_goldens/suite_loop.py``)."""
 
 from __future__ import annotations
 
 import dataclasses
 from types import SimpleNamespace
 
+import pytest
 import torch
+import torch.nn.functional as F
 from avalanche.core import SupervisedPlugin
 
+import strategies.base
 from benchmarks.data.streams import build_stream
 from benchmarks.tools.official_goldens.loop import FINGERPRINT, StepRecord
+
+# What each loop test changes in the suite's strategy; the comparison must fail under every one.
+PERTURBATIONS = ("learning rate", "weight-decay group", "loss weight", "scheduler step")
 
 
 class _Recorder(SupervisedPlugin):
@@ -145,3 +153,75 @@ def loop_differences(
 def exceeded(diffs: dict[str, float], tolerances: dict[str, float]) -> dict[str, float]:
     """The quantities whose difference is above their tolerance."""
     return {k: v for k, v in diffs.items() if not v <= tolerances.get(k, 0.0)}
+
+
+def suite_run_fixture(suite_strategy, run):
+    """A module fixture ``suite_run``: the unperturbed ``suite_strategy()`` and ``run(fixture,
+    strategy)``, trained once for the module's tests."""
+
+    @pytest.fixture(scope="module")
+    def suite_run(fixture):
+        strategy = suite_strategy()
+        return strategy, run(fixture, strategy)
+
+    return suite_run
+
+
+def perturbation_test(suite_strategy, run, tolerances, lr, schedule, splits_weight_decay, **compare):
+    """The test that the comparison (``loop_differences`` with ``compare``) fails under each of
+    ``PERTURBATIONS`` of ``suite_strategy``: learning rate ``lr``, the scheduler stepping by
+    ``schedule``, ``build_optimizer`` replaced by ``splits_weight_decay`` (another weight-decay
+    group), the loss weighted (``run(fixture, strategy, perturb_loss=True)``: ``weigh_the_loss``
+    where its loop allows)."""
+
+    @pytest.mark.parametrize("perturbation", PERTURBATIONS)
+    def test_the_comparison_fails_under_a_perturbation(fixture, monkeypatch, perturbation):
+        tensors, _ = fixture
+        changes = {"learning rate": {"lr": lr}, "scheduler step": {"schedule": schedule}}
+        if perturbation == "weight-decay group":
+            monkeypatch.setattr(strategies.base, "build_optimizer", splits_weight_decay)
+        strategy = suite_strategy(**changes.get(perturbation, {}))
+        loop = run(fixture, strategy, perturb_loss=perturbation == "loss weight")
+        assert exceeded(loop_differences(loop, tensors, **compare), tolerances)
+
+    return test_the_comparison_fails_under_a_perturbation
+
+
+def weigh_the_loss(strategy) -> None:
+    """The loss-weight perturbation: the strategy's CE weighted 1.1."""
+    strategy.compute_loss = lambda output, targets: 1.1 * F.cross_entropy(output, targets)
+
+
+def extra_scheduler_step(strategy) -> None:
+    """The schedule one step ahead: the scheduler stepped once more when it is built."""
+    make_optimizer = strategy.make_optimizer
+
+    def ahead(**kwargs):
+        make_optimizer(**kwargs)
+        strategy.scheduler.step()
+
+    strategy.make_optimizer = ahead
+
+
+def record_differences(steps, scores, tensors, diffs: dict[str, float]) -> None:
+    """Into ``diffs``: the largest |suite - official| of the loss, every group's lr (infinite where
+    the groups differ) and every tensor over ``steps`` (``suite_loop.StepRecord``'s) against the
+    fixture's ``output.step{n}.*``, and of ``scores`` against ``output.task{t}.scores``. The names
+    of each step's tensors and the shape of each task's scores must be the official ones."""
+    for n, step in enumerate(steps):
+        key = f"output.step{n}"
+        diffs["loss"] = max(diffs["loss"], abs(step["loss"].item() - tensors[f"{key}.loss"].item()))
+        official_lr = tensors[f"{key}.lr"].double()
+        if step["lr"].shape != official_lr.shape:
+            diffs["lr"] = float("inf")
+        else:
+            diffs["lr"] = max(diffs["lr"], (step["lr"] - official_lr).abs().max().item())
+        official = {k[len(key) + 1 :]: v for k, v in tensors.items() if k.startswith(f"{key}.")}
+        official.pop("loss"), official.pop("lr")
+        assert step["tensors"].keys() == official.keys(), (sorted(step["tensors"]), sorted(official))
+        for name, value in step["tensors"].items():
+            diffs["tensors"] = max(diffs["tensors"], (value - official[name]).abs().max().item())
+    for t, ours in enumerate(scores):
+        expected = tensors[f"output.task{t}.scores"]
+        assert ours.shape == expected.shape, (ours.shape, expected.shape)
+        diffs["scores"] = max(diffs["scores"], (ours - expected).abs().max().item())

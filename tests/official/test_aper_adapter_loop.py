@@ -6,13 +6,11 @@ fails when a learning rate, a weight-decay group, a loss weight or the scheduler
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-import strategies.base
 from benchmarks.tools.official_goldens.aper_loop import TASKS, suite_strategy, trained
 from benchmarks.tools.official_goldens.golden import load_golden
 from strategies.optim import build_optimizer
-from tests.official.loop_helpers import exceeded, loop_differences, run_suite_loop
+from tests.official import loop_helpers as shared
 
 # Same modules, same batches, float32 operations in another order (the official nets around the
 # suite's tower), over 15 SGD steps of lr 0.01.
@@ -41,28 +39,25 @@ def _run(fixture, strategy, perturb_loss: bool = False):
             with torch.no_grad():
                 strategy.head.weight.copy_(tensors["param.head.weight"])
             if perturb_loss:
-                strategy.compute_loss = lambda output, targets: 1.1 * F.cross_entropy(output, targets)
+                shared.weigh_the_loss(strategy)
             initial.update(
                 {n: p.detach().clone() for n, p in trained(strategy.backbone, strategy.head).items()}
             )
 
-    return run_suite_loop(
+    return shared.run_suite_loop(
         strategy, tensors, TASKS, lambda: trained(strategy.backbone, strategy.head), initial, setup
     )
 
 
-@pytest.fixture(scope="module")
-def suite_run(fixture):
-    strategy = suite_strategy()
-    return strategy, _run(fixture, strategy)
+suite_run = shared.suite_run_fixture(suite_strategy, _run)
 
 
 def test_every_step_and_task_equals_the_official_loop(fixture, suite_run):
     tensors, meta = fixture
     strategy, loop = suite_run
     assert [len(r.losses) for r in loop.records] == [meta["sizes"]["steps"], 0]  # task 1 adapts only
-    diffs = loop_differences(loop, tensors)
-    assert not exceeded(diffs, TOLERANCES), diffs
+    diffs = shared.loop_differences(loop, tensors)
+    assert not shared.exceeded(diffs, TOLERANCES), diffs
     assert (strategy.prototypes - tensors["output.prototypes"]).abs().max() <= 1e-6
 
 
@@ -73,14 +68,6 @@ def _splits_weight_decay(params, cfg):
     return optimizer
 
 
-@pytest.mark.parametrize(
-    "perturbation", ["learning rate", "weight-decay group", "loss weight", "scheduler step"]
+test_the_comparison_fails_under_a_perturbation = shared.perturbation_test(
+    suite_strategy, _run, TOLERANCES, 0.0105, "cosine_iter", _splits_weight_decay
 )
-def test_the_comparison_fails_under_a_perturbation(fixture, monkeypatch, perturbation):
-    tensors, _ = fixture
-    changes = {"learning rate": {"lr": 0.0105}, "scheduler step": {"schedule": "cosine_iter"}}
-    if perturbation == "weight-decay group":
-        monkeypatch.setattr(strategies.base, "build_optimizer", _splits_weight_decay)
-    strategy = suite_strategy(**changes.get(perturbation, {}))
-    loop = _run(fixture, strategy, perturb_loss=perturbation == "loss weight")
-    assert exceeded(loop_differences(loop, tensors), TOLERANCES)

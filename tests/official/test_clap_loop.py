@@ -20,6 +20,7 @@ from benchmarks.tools.official_goldens.clap4clip_repo import DIM, suite_config
 from benchmarks.tools.official_goldens.clap_loop import CASE, EPOCHS, noise_shapes, tasks
 from benchmarks.tools.official_goldens.golden import load_golden
 from benchmarks.tools.official_goldens.suite_loop import StepRecord, run_suite_loop
+from tests.official.loop_helpers import exceeded, extra_scheduler_step, record_differences
 
 TOLERANCES = {
     "loss": 2e-5,  # CE of logits ~100 x cosines, + 15 LASP, float32
@@ -118,41 +119,16 @@ def suite_loop(tensors, monkeypatch, perturb=None, **options) -> dict[str, float
         scores = run_suite_loop(strategy, record, tasks(), batches, tensors["input.test.images"])
     assert not queue, f"{len(queue)} official draws unused"
     assert len(record.steps) == len(tasks()) * EPOCHS
-    for n, step in enumerate(record.steps):
-        key = f"output.step{n}"
-        diffs["loss"] = max(diffs["loss"], abs(step["loss"].item() - tensors[f"{key}.loss"].item()))
-        diffs["lr"] = max(diffs["lr"], (step["lr"] - tensors[f"{key}.lr"].double()).abs().max().item())
-        official = {k[len(key) + 1 :] for k in tensors if k.startswith(f"{key}.")} - {"loss", "lr"}
-        assert set(step["tensors"]) == official, (sorted(step["tensors"]), sorted(official))
-        for name, value in step["tensors"].items():
-            diffs["tensors"] = max(diffs["tensors"], (value - tensors[f"{key}.{name}"]).abs().max().item())
-    for t, ours in enumerate(scores):
-        expected = tensors[f"output.task{t}.scores"]
-        assert ours.shape == expected.shape, (ours.shape, expected.shape)
-        diffs["scores"] = max(diffs["scores"], (ours - expected).abs().max().item())
+    record_differences(record.steps, scores, tensors, diffs)
     return diffs
-
-
-def exceeded(diffs: dict[str, float]) -> dict[str, float]:
-    return {k: v for k, v in diffs.items() if not v <= TOLERANCES[k]}
 
 
 def test_every_step_and_task_equals_the_official_loop(fixture, monkeypatch):
     tensors, meta = fixture
     assert meta["sizes"]["tasks"] == 2 and meta["sizes"]["epochs"] == EPOCHS
     diffs = suite_loop(tensors, monkeypatch)
-    assert not exceeded(diffs), diffs
+    assert not exceeded(diffs, TOLERANCES), diffs
     print(f"clap.loop max |suite - official|: {diffs}")
-
-
-def _extra_scheduler_step(strategy) -> None:
-    make_optimizer = strategy.make_optimizer
-
-    def ahead(**kwargs):
-        make_optimizer(**kwargs)
-        strategy.scheduler.step()
-
-    strategy.make_optimizer = ahead
 
 
 @pytest.mark.parametrize(
@@ -161,7 +137,7 @@ def _extra_scheduler_step(strategy) -> None:
         ("learning rate", {"lr": 1.7e-3}, None, "lr"),
         ("weight-decay group", {"weight_decay": 1e-2}, None, "tensors"),
         ("loss weight", {"lasp_weight": 14.0}, None, "loss"),
-        ("scheduler step", {}, _extra_scheduler_step, "lr"),
+        ("scheduler step", {}, extra_scheduler_step, "lr"),
         # the suite's default before issue 52: the VGA attended over each training image alone
         ("per-image training context", {"train_vga_context": "image"}, None, "loss"),
     ],
@@ -171,4 +147,4 @@ def test_the_comparison_fails_under_a_perturbation(
 ):
     tensors, _ = fixture
     diffs = suite_loop(tensors, monkeypatch, perturb, **options)
-    assert caught in exceeded(diffs), (perturbation, diffs)
+    assert caught in exceeded(diffs, TOLERANCES), (perturbation, diffs)

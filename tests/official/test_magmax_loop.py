@@ -8,12 +8,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import strategies.base
 from benchmarks.backbone.full_tuning import visual_parameters
 from benchmarks.tools.official_goldens.golden import load_golden
 from benchmarks.tools.official_goldens.magmax_loop import TASKS, suite_strategy
 from strategies.optim import build_optimizer
-from tests.official.loop_helpers import exceeded, loop_differences, run_suite_loop
+from tests.official import loop_helpers as shared
 
 # Same module, same batches, same float32 operations in another order (the suite's encode_image
 # and head against open_clip's and the official ClassificationHead): rounding of 1e-7 relative,
@@ -41,25 +40,24 @@ def fixture():
     return load_golden("magmax.loop")
 
 
-def _run(fixture, **changes):
+def _run(fixture, strategy, perturb_loss: bool = False):
     tensors, _ = fixture
-    strategy = suite_strategy(**changes)
+    if perturb_loss:
+        shared.weigh_the_loss(strategy)
     model = strategy.backbone.model
     initial = {n: p.detach().clone() for n, p in visual_parameters(model).items()}
-    return strategy, run_suite_loop(strategy, tensors, TASKS, lambda: visual_parameters(model), initial)
+    return shared.run_suite_loop(strategy, tensors, TASKS, lambda: visual_parameters(model), initial)
 
 
-@pytest.fixture(scope="module")
-def suite_run(fixture):
-    return _run(fixture)
+suite_run = shared.suite_run_fixture(suite_strategy, _run)
 
 
 def test_every_step_and_task_equals_the_official_loop(fixture, suite_run):
     tensors, meta = fixture
     strategy, loop = suite_run
     assert [len(r.losses) for r in loop.records] == [meta["sizes"]["steps"]] * meta["sizes"]["tasks"]
-    diffs = loop_differences(loop, tensors, NOISE)
-    assert not exceeded(diffs, TOLERANCES), diffs
+    diffs = shared.loop_differences(loop, tensors, NOISE)
+    assert not shared.exceeded(diffs, TOLERANCES), diffs
     lrs = tensors["output.task0.step0.lr"].new_tensor([0.0])
     for t in range(meta["sizes"]["tasks"]):
         lrs += sum(tensors[f"output.task{t}.step{s}.lr"].double() for s in range(meta["sizes"]["steps"]))
@@ -79,26 +77,9 @@ def _splits_weight_decay(params, cfg):
     return optimizer
 
 
-def _weighted_loss(strategy):
-    strategy.compute_loss = lambda output, targets: 1.1 * F.cross_entropy(output, targets)
-
-
-@pytest.mark.parametrize(
-    "perturbation",
-    ["learning rate", "weight-decay group", "loss weight", "scheduler step"],
+test_the_comparison_fails_under_a_perturbation = shared.perturbation_test(
+    suite_strategy, _run, TOLERANCES, 1.05e-3, "cosine_epoch", _splits_weight_decay, noise=NOISE
 )
-def test_the_comparison_fails_under_a_perturbation(fixture, monkeypatch, perturbation):
-    tensors, _ = fixture
-    changes = {"learning rate": {"lr": 1.05e-3}, "scheduler step": {"schedule": "cosine_epoch"}}
-    if perturbation == "weight-decay group":
-        monkeypatch.setattr(strategies.base, "build_optimizer", _splits_weight_decay)
-    strategy = suite_strategy(**changes.get(perturbation, {}))
-    if perturbation == "loss weight":
-        _weighted_loss(strategy)
-    model = strategy.backbone.model
-    initial = {n: p.detach().clone() for n, p in visual_parameters(model).items()}
-    loop = run_suite_loop(strategy, tensors, TASKS, lambda: visual_parameters(model), initial)
-    assert exceeded(loop_differences(loop, tensors, NOISE), TOLERANCES)
 
 
 def test_the_fixture_starts_from_the_suites_tiny_clip(fixture):

@@ -9,13 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import strategies.base
 import strategies.mg_clip
 from benchmarks.tools.official_goldens.golden import load_golden
 from benchmarks.tools.official_goldens.loop import StepRecord, on_every_optimizer_step
 from benchmarks.tools.official_goldens.mg_clip_loop import TASKS, lora, suite_strategy, visual_batches
 from strategies.optim import build_optimizer
-from tests.official.loop_helpers import exceeded, loop_differences, run_suite_loop
+from tests.official import loop_helpers as shared
 
 # The same modules, float32 operations in another order (the official forward_clip around the
 # suite's towers, class means summed in another order), over 10 Adam steps a task (lr 1e-3) and 6
@@ -53,7 +52,7 @@ def fixture():
     return load_golden("mg_clip.loop")
 
 
-def _run(fixture, strategy, monkeypatch, perturb_loss: bool = False):
+def _run(fixture, strategy, perturb_loss: bool = False):
     tensors, _ = fixture
     initial = {n[len("param.") :]: t for n, t in tensors.items() if n.startswith("param.")}
     task = {"t": 0}
@@ -63,7 +62,6 @@ def _run(fixture, strategy, monkeypatch, perturb_loss: bool = False):
     ]
     rows: list[torch.Tensor] = [torch.zeros(())]
     losses: list[float] = []
-    monkeypatch.setattr(strategies.mg_clip, "F", _RecordedF(losses))
 
     def setup(t):
         task["t"] = t
@@ -72,7 +70,7 @@ def _run(fixture, strategy, monkeypatch, perturb_loss: bool = False):
                 for name, p in lora(strategy.backbone).items():
                     p.copy_(initial[name])
             if perturb_loss:
-                strategy.compute_loss = lambda output, targets: 1.1 * F.cross_entropy(output, targets)
+                shared.weigh_the_loss(strategy)
 
     own_loader = strategy.data_loader
 
@@ -88,17 +86,16 @@ def _run(fixture, strategy, monkeypatch, perturb_loss: bool = False):
             rows[0] = optimizer.param_groups[0]["params"][0]
             visual[task["t"]]["visual"].step(losses[-1], [g["lr"] for g in optimizer.param_groups])
 
-    with on_every_optimizer_step(step_hook):
-        loop = run_suite_loop(strategy, tensors, TASKS, lambda: lora(strategy.backbone), initial, setup)
+    with on_every_optimizer_step(step_hook), pytest.MonkeyPatch.context() as patch:
+        patch.setattr(strategies.mg_clip, "F", _RecordedF(losses))  # the visual stage's loss, recorded
+        loop = shared.run_suite_loop(
+            strategy, tensors, TASKS, lambda: lora(strategy.backbone), initial, setup
+        )
     loop.stages = visual
     return loop
 
 
-@pytest.fixture(scope="module")
-def suite_run(fixture):
-    with pytest.MonkeyPatch.context() as monkeypatch:
-        strategy = suite_strategy()
-        return strategy, _run(fixture, strategy, monkeypatch)
+suite_run = shared.suite_run_fixture(suite_strategy, _run)
 
 
 def test_every_step_and_task_equals_the_official_loop(fixture, suite_run):
@@ -108,8 +105,8 @@ def test_every_step_and_task_equals_the_official_loop(fixture, suite_run):
     assert [len(s["visual"].losses) for s in loop.stages] == [meta["sizes"]["visual_steps"]] * meta["sizes"][
         "tasks"
     ]
-    diffs = loop_differences(loop, tensors, stage="lora.")
-    assert not exceeded(diffs, TOLERANCES), diffs
+    diffs = shared.loop_differences(loop, tensors, stage="lora.")
+    assert not shared.exceeded(diffs, TOLERANCES), diffs
     assert set(strategy.optimized_parameters) == set(lora(strategy.backbone))  # LoRA of both towers
 
 
@@ -122,14 +119,6 @@ def _splits_weight_decay(params, cfg):
     return optimizer
 
 
-@pytest.mark.parametrize(
-    "perturbation", ["learning rate", "weight-decay group", "loss weight", "scheduler step"]
+test_the_comparison_fails_under_a_perturbation = shared.perturbation_test(
+    suite_strategy, _run, TOLERANCES, 1.05e-3, "cosine_iter", _splits_weight_decay, stage="lora."
 )
-def test_the_comparison_fails_under_a_perturbation(fixture, monkeypatch, perturbation):
-    tensors, _ = fixture
-    changes = {"learning rate": {"lr": 1.05e-3}, "scheduler step": {"schedule": "cosine_iter"}}
-    if perturbation == "weight-decay group":
-        monkeypatch.setattr(strategies.base, "build_optimizer", _splits_weight_decay)
-    strategy = suite_strategy(**changes.get(perturbation, {}))
-    loop = _run(fixture, strategy, monkeypatch, perturb_loss=perturbation == "loss weight")
-    assert exceeded(loop_differences(loop, tensors, stage="lora."), TOLERANCES)

@@ -11,14 +11,12 @@ official's batch 0 again, so that the two loops see the same steps; every step i
 
 import pytest
 import torch
-import torch.nn.functional as F
 
-import strategies.base
 from benchmarks.tools.official_goldens.golden import load_golden
 from benchmarks.tools.official_goldens.moe_loop import BATCH, SEED, TASKS, suite_strategy, trained
 from strategies.moe4cl import MOE4CLConfig
 from strategies.optim import build_optimizer, build_scheduler
-from tests.official.loop_helpers import exceeded, fixture_batches, loop_differences, run_suite_loop
+from tests.official import loop_helpers as shared
 
 # The same modules and draws, float32 operations in another order (prompt preparation, the
 # official forward around the suite's towers), over 6 Adam steps a task of lr up to 2e-4.
@@ -45,13 +43,13 @@ def _run(fixture, strategy, perturb_loss: bool = False):
     def setup(task):
         torch.manual_seed(SEED + task)  # the gate noise and dropout draws, as the generator's
         if perturb_loss:
-            strategy.compute_loss = lambda output, targets: 1.1 * F.cross_entropy(output, targets)
+            shared.weigh_the_loss(strategy)
 
     def official_iterations(task):  # num_batches + 1: batch 0 again
-        batches = fixture_batches(tensors, task)
+        batches = shared.fixture_batches(tensors, task)
         return batches + batches[:1]
 
-    return run_suite_loop(
+    return shared.run_suite_loop(
         strategy,
         tensors,
         TASKS,
@@ -62,10 +60,7 @@ def _run(fixture, strategy, perturb_loss: bool = False):
     )
 
 
-@pytest.fixture(scope="module")
-def suite_run(fixture):
-    strategy = suite_strategy()
-    return strategy, _run(fixture, strategy)
+suite_run = shared.suite_run_fixture(suite_strategy, _run)
 
 
 def test_every_step_and_task_equals_the_official_loop(fixture, suite_run):
@@ -73,8 +68,8 @@ def test_every_step_and_task_equals_the_official_loop(fixture, suite_run):
     strategy, loop = suite_run
     assert meta["sizes"]["steps"] == meta["sizes"]["batches"] + 1  # the official extra iteration
     assert [len(r.losses) for r in loop.records] == [meta["sizes"]["steps"]] * meta["sizes"]["tasks"]
-    diffs = loop_differences(loop, tensors)
-    assert not exceeded(diffs, TOLERANCES), diffs
+    diffs = shared.loop_differences(loop, tensors)
+    assert not shared.exceeded(diffs, TOLERANCES), diffs
     assert set(strategy.optimized_parameters) == set(trained(strategy.backbone))  # the MoE, both towers
 
 
@@ -86,17 +81,9 @@ def _splits_weight_decay(params, cfg):
     return optimizer
 
 
-@pytest.mark.parametrize(
-    "perturbation", ["learning rate", "weight-decay group", "loss weight", "scheduler step"]
+test_the_comparison_fails_under_a_perturbation = shared.perturbation_test(
+    suite_strategy, _run, TOLERANCES, 1.05e-3, "cosine_epoch", _splits_weight_decay
 )
-def test_the_comparison_fails_under_a_perturbation(fixture, monkeypatch, perturbation):
-    tensors, _ = fixture
-    changes = {"learning rate": {"lr": 1.05e-3}, "scheduler step": {"schedule": "cosine_epoch"}}
-    if perturbation == "weight-decay group":
-        monkeypatch.setattr(strategies.base, "build_optimizer", _splits_weight_decay)
-    strategy = suite_strategy(**changes.get(perturbation, {}))
-    loop = _run(fixture, strategy, perturb_loss=perturbation == "loss weight")
-    assert exceeded(loop_differences(loop, tensors), TOLERANCES)
 
 
 @pytest.mark.parametrize("warmup, steps", [(30, 40), (30, 102), (3, 4), (30, 19)])

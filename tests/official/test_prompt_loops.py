@@ -30,6 +30,7 @@ from benchmarks.tools.official_goldens.prompt_loops import (
     suite_tensors,
 )
 from benchmarks.tools.official_goldens.suite_loop import StepRecord, run_suite_loop
+from tests.official.loop_helpers import exceeded, extra_scheduler_step, record_differences
 
 METHODS = ["l2p_pp", "dualprompt", "coda_prompt"]
 TOLERANCES = {
@@ -104,30 +105,8 @@ def suite_loop(method: str, tensors: dict, perturb=None, **changes) -> dict[str,
     )
     assert len(record.steps) == len(TASKS) * STEPS_PER_TASK
     diffs = {key: 0.0 for key in TOLERANCES}
-    for n, step in enumerate(record.steps):
-        key = f"output.step{n}"
-        diffs["loss"] = max(diffs["loss"], abs(step["loss"].item() - tensors[f"{key}.loss"].item()))
-        official_lr = tensors[f"{key}.lr"].double()
-        if step["lr"].shape != official_lr.shape:
-            diffs["lr"] = float("inf")
-        else:
-            diffs["lr"] = max(diffs["lr"], (step["lr"] - official_lr).abs().max().item())
-        official = {
-            k[len(key) + 1 :]: v for k, v in tensors.items() if k.startswith(f"{key}.") and k.count(".") > 1
-        }
-        official.pop("loss", None), official.pop("lr", None)
-        assert step["tensors"].keys() == official.keys(), (step["tensors"].keys(), official.keys())
-        for name, value in step["tensors"].items():
-            diffs["tensors"] = max(diffs["tensors"], (value - official[name]).abs().max().item())
-    for t, ours in enumerate(scores):
-        expected = tensors[f"output.task{t}.scores"]
-        assert ours.shape == expected.shape, (ours.shape, expected.shape)
-        diffs["scores"] = max(diffs["scores"], (ours - expected).abs().max().item())
+    record_differences(record.steps, scores, tensors, diffs)
     return diffs
-
-
-def exceeded(diffs: dict[str, float]) -> dict[str, float]:
-    return {k: v for k, v in diffs.items() if not v <= TOLERANCES[k]}
 
 
 @pytest.fixture(scope="module", params=METHODS)
@@ -139,19 +118,8 @@ def test_every_step_and_task_equals_the_official_loop(method):
     name, (tensors, meta) = method
     assert meta["sizes"] == {"tasks": 2, "epochs": EPOCHS, "steps_per_epoch": STEPS, "batch": 4, "test": 6}
     diffs = suite_loop(name, tensors)
-    assert not exceeded(diffs), diffs
+    assert not exceeded(diffs, TOLERANCES), diffs
     print(f"{name}.loop max |suite - official|: {diffs}")
-
-
-def _extra_scheduler_step(strategy) -> None:
-    """The schedule one epoch ahead: the scheduler stepped once more when it is built."""
-    make_optimizer = strategy.make_optimizer
-
-    def ahead(**kwargs):
-        make_optimizer(**kwargs)
-        strategy.scheduler.step()
-
-    strategy.make_optimizer = ahead
 
 
 def _heavier_cross_entropy(strategy) -> None:
@@ -163,7 +131,7 @@ def _heavier_cross_entropy(strategy) -> None:
 PERTURBATIONS = {
     "learning rate": ({"lr": 1.1e-3}, None, "lr"),
     "weight-decay group": ({"weight_decay": 1e-2}, None, "tensors"),
-    "scheduler step": ({}, _extra_scheduler_step, "lr"),
+    "scheduler step": ({}, extra_scheduler_step, "lr"),  # CODA's schedule: one epoch ahead
 }
 
 
@@ -178,4 +146,4 @@ def test_the_comparison_fails_under_a_perturbation(method, perturbation):
     else:
         changes, perturb, caught = PERTURBATIONS[perturbation]
     diffs = suite_loop(name, tensors, perturb, **changes)
-    assert caught in exceeded(diffs), (perturbation, diffs)
+    assert caught in exceeded(diffs, TOLERANCES), (perturbation, diffs)

@@ -25,33 +25,24 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.tools.official_goldens import component
+from benchmarks.tools.official_goldens import loop as shared
 from benchmarks.tools.official_goldens.golden import Golden
-from benchmarks.tools.official_goldens.loop import StepRecord, on_every_optimizer_step, on_host
 from benchmarks.tools.official_goldens.revisitingcil_repo import OFFICIAL, _cuda_is_cpu, _official
 
-SEED = 0
-TASKS = ((0, 1, 2), (3, 4, 5))
+SEED, TASKS, N_TEST = shared.SEED, shared.TASKS, shared.N_TEST  # the loops' common split
 STEPS = 5  # batches a task
 BATCH = 6
 EPOCHS = 3
-N_TEST = 6
 CONVNET = "pretrained_vit_b16_224_in21k_adapter"
 
 
 def suite_strategy(**changes):
     """The suite's APER on the tiny CLIP with the loop's options (``changes`` on top)."""
-    from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
     from strategies.aper_adapter import AperAdapter, AperConfig
 
     config = AperConfig(epochs=EPOCHS, batch_size=BATCH, adapter_dropout=0.0, **changes)
     torch.manual_seed(SEED)  # the adapters' initial values
-    return AperAdapter(
-        backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
-        class_names=[f"class{i}" for i in range(max(max(t) for t in TASKS) + 1)],
-        config=config,
-        show_progress=False,
-        seed=SEED,
-    )
+    return shared.tiny_clip_strategy(AperAdapter, config)
 
 
 def trained(backbone: nn.Module, head) -> dict[str, torch.Tensor]:
@@ -106,7 +97,7 @@ def loop(checkout: Path) -> Golden:
     initial = {n: p.detach().clone() for n, p in trained(backbone, head).items()}
 
     losses: list[float] = []
-    record = StepRecord(lambda: trained(official_backbone, live.fc), initial)
+    record = shared.StepRecord(lambda: trained(official_backbone, live.fc), initial)
     live = SimpleNamespace(fc=None)
 
     def cross_entropy(*args, **kwargs):
@@ -120,10 +111,10 @@ def loop(checkout: Path) -> Golden:
     def loader(t: int, test: bool = False) -> _Dataset:
         if test:
             return _Dataset(
-                [(None, on_host(tensors["input.test_x"]), torch.zeros(N_TEST, dtype=torch.long))], None
+                [(None, shared.on_host(tensors["input.test_x"]), torch.zeros(N_TEST, dtype=torch.long))], None
             )
         batches = [
-            (None, on_host(tensors[f"input.task{t}.x{s}"]), tensors[f"input.task{t}.y{s}"])
+            (None, shared.on_host(tensors[f"input.task{t}.x{s}"]), tensors[f"input.task{t}.y{s}"])
             for s in range(STEPS)
         ]
         return _Dataset(batches, torch.cat([b[2] for b in batches]).numpy())
@@ -169,7 +160,7 @@ def loop(checkout: Path) -> Golden:
             live.fc = learner._network.fc
 
         learner._network.update_fc = update_and_copy
-        with on_every_optimizer_step(step_hook):
+        with shared.on_every_optimizer_step(step_hook):
             for t in range(len(TASKS)):
                 learner.incremental_train(manager)
                 learner.after_task()

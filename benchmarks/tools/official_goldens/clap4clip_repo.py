@@ -324,6 +324,42 @@ LOADING = (
 )
 
 
+@contextlib.contextmanager
+def official_variational(
+    checkout: Path,
+    forward_times: int,
+    class_names: list[str],
+    templates: list[str],
+    features: torch.Tensor,
+    logit_scale: float,
+    queue: list[torch.Tensor],
+    samples: list[torch.Tensor],
+) -> Iterator[tuple[types.SimpleNamespace, nn.Module]]:
+    """The official ``ClClipVariational`` at session 0 and its arguments, built as
+    ``main_incremental_submit.py`` builds it from the README's command (``--forward-times``
+    ``forward_times``) on ``_FeatureCLIP(features)``, prompts as rows of ``class_names`` x
+    ``templates``, ``rsample`` drawing from ``queue`` (into ``samples``); while it is open the
+    official modules are importable, ``.cuda()`` is the CPU and prints and warnings are silenced."""
+    with (
+        official_import_path(checkout, _stubs()) as load,
+        _cuda_is_the_cpu(),
+        mock.patch.object(sys, "argv", ["main_incremental_submit.py", *README_COMMAND]),
+        contextlib.redirect_stdout(io.StringIO()),
+        contextlib.redirect_stderr(io.StringIO()),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("ignore")
+        main = load("main_incremental_submit.py", "main_incremental_submit")
+        args = main.parse_option()
+        args.forward_times = forward_times
+        variational = sys.modules["classifier.continual_clip_variational"]
+        variational.Normal = _supplied_noise_normal(variational.Normal, queue, samples)
+        variational.tokenize = _PromptRows(class_names, templates)
+        variational.load = lambda *a, **k: (_FeatureCLIP(features, logit_scale), None)
+        args.sess = 0
+        yield args, variational.ClClipVariational(args)
+
+
 @dataclasses.dataclass
 class OfficialRun:
     """What the official code computed on task 2, captured while it ran."""
@@ -368,27 +404,11 @@ def run_official(
     samples: list[torch.Tensor] = []
     captured: dict = {"init": [], "step_lrs": [], "masks": []}
     hooks: list = []
+    features = inputs["input.templates"].reshape(-1, DIM)
 
-    with (
-        official_import_path(checkout, _stubs()) as load,
-        _cuda_is_the_cpu(),
-        mock.patch.object(sys, "argv", ["main_incremental_submit.py", *README_COMMAND]),
-        contextlib.redirect_stdout(io.StringIO()),
-        contextlib.redirect_stderr(io.StringIO()),
-        warnings.catch_warnings(),
-    ):
-        warnings.simplefilter("ignore")
-        main = load("main_incremental_submit.py", "main_incremental_submit")
-        args = main.parse_option()
-        args.forward_times = case.samples
-        variational = sys.modules["classifier.continual_clip_variational"]
-        variational.Normal = _supplied_noise_normal(variational.Normal, queue, samples)
-        variational.tokenize = _PromptRows(names, template_strings)
-        features = inputs["input.templates"].reshape(-1, DIM)
-        variational.load = lambda *a, **k: (_FeatureCLIP(features, logit_scale), None)
-
-        args.sess = 0
-        official = variational.ClClipVariational(args)
+    with official_variational(
+        checkout, case.samples, names, template_strings, features, logit_scale, queue, samples
+    ) as (args, official):
         layer = official.vga.layers[0]
         init_model = official.init_model
 

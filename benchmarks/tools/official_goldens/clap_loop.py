@@ -18,10 +18,6 @@ restore the official behaviour on the suite side: ``vga_context = "batch"`` and 
 
 from __future__ import annotations
 
-import contextlib
-import io
-import sys
-import warnings
 from pathlib import Path
 from unittest import mock
 
@@ -34,19 +30,14 @@ from benchmarks.tools.official_goldens.clap4clip_repo import (
     DIM,
     LOADING,
     OFFICIAL,
-    README_COMMAND,
     Case,
-    _cuda_is_the_cpu,
-    _FeatureCLIP,
-    _PromptRows,
-    _stubs,
-    _supplied_noise_normal,
     official_name,
+    official_variational,
     suite_clap,
     suite_name,
     suite_parameters,
 )
-from benchmarks.tools.official_goldens.golden import Golden, official_import_path
+from benchmarks.tools.official_goldens.golden import Golden
 
 CASE = Case(seed=71, task_sizes=(2, 2), batch=4, samples=3, templates=4)
 EPOCHS, TEST = 5, 5  # the official 5 epochs, one batch each: 5 steps a task, 30 % (1 step) warm-up
@@ -124,25 +115,10 @@ def clap_loop(checkout: Path) -> Golden:
     out: dict[str, torch.Tensor] = {}
     step = [0]
     losses: list[torch.Tensor] = []
-    with (
-        official_import_path(checkout, _stubs()) as load,
-        _cuda_is_the_cpu(),
-        mock.patch.object(sys, "argv", ["main_incremental_submit.py", *README_COMMAND]),
-        contextlib.redirect_stdout(io.StringIO()),
-        contextlib.redirect_stderr(io.StringIO()),
-        warnings.catch_warnings(),
-    ):
-        warnings.simplefilter("ignore")
-        main = load("main_incremental_submit.py", "main_incremental_submit")
-        args = main.parse_option()
-        args.forward_times = CASE.samples
-        variational = sys.modules["classifier.continual_clip_variational"]
-        variational.Normal = _supplied_noise_normal(variational.Normal, queue, samples)
-        variational.tokenize = _PromptRows(names, template_strings)
-        features = inputs["input.templates"].reshape(-1, DIM)
-        variational.load = lambda *a, **k: (_FeatureCLIP(features, logit_scale), None)
-        args.sess = 0
-        official = variational.ClClipVariational(args)
+    features = inputs["input.templates"].reshape(-1, DIM)
+    with official_variational(
+        checkout, CASE.samples, names, template_strings, features, logit_scale, queue, samples
+    ) as (args, official):
         assert official.epochs == EPOCHS
         init_model = official.init_model
 

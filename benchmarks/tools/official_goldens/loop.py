@@ -21,6 +21,11 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 N_ENTRIES = 8  # sampled entries of each tensor's change in a fingerprint
+# The split the CLIP loop goldens share (APER, MagMax, MG-CLIP, MoE): two tasks of three classes,
+# fixed test images, inputs drawn from one seed.
+SEED = 0
+TASKS = ((0, 1, 2), (3, 4, 5))
+N_TEST = 6
 FINGERPRINT = ("sum", "norm", "projection", *(f"entry{i}" for i in range(N_ENTRIES)))
 
 
@@ -48,6 +53,31 @@ def seeded_batches(
         y = torch.tensor(classes)[torch.randint(len(classes), (batch,), generator=generator)]
         out.append((x, y))
     return out
+
+
+def loop_inputs(image_size: int, steps: int, batch: int) -> dict[str, torch.Tensor]:
+    """``steps`` seeded batches of ``batch`` for each of ``TASKS`` (``input.task{t}.x{s}``/``y{s}``),
+    then ``N_TEST`` fixed test images (``input.test_x``), all from one generator seeded ``SEED``."""
+    generator = torch.Generator().manual_seed(SEED)
+    tensors: dict[str, torch.Tensor] = {}
+    for t, classes in enumerate(TASKS):
+        for s, (x, y) in enumerate(seeded_batches(generator, list(classes), steps, batch, image_size)):
+            tensors[f"input.task{t}.x{s}"], tensors[f"input.task{t}.y{s}"] = x, y
+    tensors["input.test_x"] = torch.randn(N_TEST, 3, image_size, image_size, generator=generator)
+    return tensors
+
+
+def tiny_clip_strategy(cls, config):
+    """``cls`` on the suite's tiny CLIP with a class for each of ``TASKS``' ids, seeded ``SEED``."""
+    from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
+
+    return cls(
+        backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
+        class_names=[f"class{i}" for i in range(max(max(t) for t in TASKS) + 1)],
+        config=config,
+        show_progress=False,
+        seed=SEED,
+    )
 
 
 class StepRecord:

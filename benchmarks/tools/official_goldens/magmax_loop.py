@@ -26,49 +26,23 @@ import open_clip
 import torch
 
 from benchmarks.tools.official_goldens import component
+from benchmarks.tools.official_goldens import loop as shared
 from benchmarks.tools.official_goldens.golden import Golden, official_import_path, stub_module
-from benchmarks.tools.official_goldens.loop import (
-    StepRecord,
-    on_every_optimizer_step,
-    on_host,
-    seeded_batches,
-)
 from benchmarks.tools.official_goldens.magmax_repo import MAGMAX, _full_pickle_load
 
-SEED = 0
-TASKS = ((0, 1, 2), (3, 4, 5))
+SEED, TASKS, N_TEST = shared.SEED, shared.TASKS, shared.N_TEST  # the loops' common split
 STEPS = 5  # batches a task (one epoch)
 BATCH = 4
-N_TEST = 6
 LOOP = {"lr": 1e-3, "weight_decay": 0.1, "warmup_steps": 2, "grad_clip": 1.0}
 VISUAL = "image_encoder.model.visual."
 
 
 def suite_strategy(**changes):
     """The suite's MagMax on the tiny CLIP with the loop's hyper-parameters (``changes`` on top)."""
-    from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
     from strategies.magmax import MagMax, MagMaxConfig
 
     config = MagMaxConfig(epochs=1, batch_size=BATCH, prompt_ensemble="cifar", **{**LOOP, **changes})
-    n_classes = max(max(t) for t in TASKS) + 1
-    return MagMax(
-        backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
-        class_names=[f"class{i}" for i in range(n_classes)],
-        config=config,
-        show_progress=False,
-        seed=SEED,
-    )
-
-
-def loop_inputs(image_size: int) -> dict[str, torch.Tensor]:
-    """The seeded batches of each task and the fixed test images."""
-    generator = torch.Generator().manual_seed(SEED)
-    tensors: dict[str, torch.Tensor] = {}
-    for t, classes in enumerate(TASKS):
-        for s, (x, y) in enumerate(seeded_batches(generator, list(classes), STEPS, BATCH, image_size)):
-            tensors[f"input.task{t}.x{s}"], tensors[f"input.task{t}.y{s}"] = x, y
-    tensors["input.test_x"] = torch.randn(N_TEST, 3, image_size, image_size, generator=generator)
-    return tensors
+    return shared.tiny_clip_strategy(MagMax, config)
 
 
 @contextlib.contextmanager
@@ -95,7 +69,7 @@ def _replaced(owner, name: str, value):
 def loop(checkout: Path) -> Golden:
     strategy = suite_strategy()
     model = strategy.backbone.model
-    tensors = loop_inputs(strategy.backbone.image_size)
+    tensors = shared.loop_inputs(strategy.backbone.image_size, STEPS, BATCH)
     with torch.no_grad():  # the frozen zero-shot head of each task: s times the template ensemble
         heads = [strategy.backbone.logit_scale * strategy.text_features(list(c)) for c in TASKS]
         seen_head = strategy.backbone.logit_scale * strategy.text_features([c for t in TASKS for c in t])
@@ -107,7 +81,7 @@ def loop(checkout: Path) -> Golden:
     live: dict[str, torch.nn.Module] = {}
     losses: list[float] = []
     records = [
-        StepRecord(
+        shared.StepRecord(
             lambda: {
                 n[len(VISUAL) :]: p for n, p in live["model"].named_parameters() if n.startswith(VISUAL)
             },
@@ -130,8 +104,8 @@ def loop(checkout: Path) -> Golden:
         head_cls = __import__("sys").modules["src.modeling"].ClassificationHead
         batches = [
             (
-                on_host(tensors[f"input.task{split_idx}.x{s}"]),
-                on_host(tensors[f"input.task{split_idx}.y{s}"] - min(TASKS[split_idx])),
+                shared.on_host(tensors[f"input.task{split_idx}.x{s}"]),
+                shared.on_host(tensors[f"input.task{split_idx}.y{s}"] - min(TASKS[split_idx])),
             )
             for s in range(STEPS)
         ]  # labels remapped to 0..k-1, as the official class_map of sorted classes does
@@ -163,7 +137,7 @@ def loop(checkout: Path) -> Golden:
         handle = torch.nn.modules.module.register_module_forward_hook(forward_hook)
         stack.callback(handle.remove)
         official = load("finetune_splitted.py", "magmax_finetune_splitted")
-        with on_every_optimizer_step(step_hook):
+        with shared.on_every_optimizer_step(step_hook):
             official.finetune(args)
         handle.remove()
         ckpt = Path(args.save) / f"CIFAR100-{len(TASKS)}" / f"ft-epochs-1-seed:{SEED}"

@@ -26,37 +26,23 @@ import torch
 from torch import nn
 
 from benchmarks.tools.official_goldens import component
+from benchmarks.tools.official_goldens import loop as shared
 from benchmarks.tools.official_goldens.golden import Golden, official_import_path, stub_module
-from benchmarks.tools.official_goldens.loop import (
-    StepRecord,
-    on_every_optimizer_step,
-    on_host,
-    seeded_batches,
-)
 from benchmarks.tools.official_goldens.mindthegap_repo import MINDTHEGAP
 
-SEED = 0
-TASKS = ((0, 1, 2), (3, 4, 5))
+SEED, TASKS, N_TEST = shared.SEED, shared.TASKS, shared.N_TEST  # the loops' common split
 STEPS = 5  # batches an epoch
 BATCH = 4
 EPOCHS = 2
 VISUAL_BATCH = 10
-N_TEST = 6
 
 
 def suite_strategy(**changes):
     """The suite's MG-CLIP on the tiny CLIP with the loop's sizes (``changes`` on top)."""
-    from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
     from strategies.mg_clip import MGCLIP, MGCLIPConfig
 
     config = MGCLIPConfig(epochs=EPOCHS, batch_size=BATCH, visual_batch_size=VISUAL_BATCH, **changes)
-    return MGCLIP(
-        backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
-        class_names=[f"class{i}" for i in range(max(max(t) for t in TASKS) + 1)],
-        config=config,
-        show_progress=False,
-        seed=SEED,
-    )
+    return shared.tiny_clip_strategy(MGCLIP, config)
 
 
 def lora(backbone: nn.Module) -> dict[str, torch.Tensor]:
@@ -107,22 +93,17 @@ class _Logger:
 def loop(checkout: Path) -> Golden:
     strategy = suite_strategy()
     backbone = strategy.backbone
-    g = torch.Generator().manual_seed(SEED)
-    tensors: dict[str, torch.Tensor] = {}
-    for t, classes in enumerate(TASKS):
-        for s, (x, y) in enumerate(seeded_batches(g, list(classes), STEPS, BATCH, backbone.image_size)):
-            tensors[f"input.task{t}.x{s}"], tensors[f"input.task{t}.y{s}"] = x, y
-    tensors["input.test_x"] = torch.randn(N_TEST, 3, backbone.image_size, backbone.image_size, generator=g)
+    tensors = shared.loop_inputs(backbone.image_size, STEPS, BATCH)
     strategy.current_classes = list(TASKS[0])
     torch.manual_seed(SEED)
     strategy.setup_task(0, list(TASKS[0]))  # the suite's LoRA (A xavier, B 0), active and trainable
     initial = {n: p.detach().clone() for n, p in lora(backbone).items()}
     tensors.update({f"param.{n}": p for n, p in initial.items()})
     clip_model = _CLIP(backbone)
-    lora_records = [StepRecord(lambda: lora(backbone), initial) for _ in TASKS]
+    lora_records = [shared.StepRecord(lambda: lora(backbone), initial) for _ in TASKS]
     live: dict = {"task": 0, "agent": None}
     visual_records = [
-        StepRecord(
+        shared.StepRecord(
             lambda: {"classifier.rows": live["agent"].fc[live["bias"] :]},
             {"classifier.rows": torch.zeros(())},
         )
@@ -141,14 +122,18 @@ def loop(checkout: Path) -> Golden:
         kind, t = dataset
         if kind == "eval":  # the tasks so far: the fixed test images, labels unused
             return [
-                (on_host(tensors["input.test_x"]), torch.zeros(N_TEST, dtype=torch.long), torch.zeros(N_TEST))
+                (
+                    shared.on_host(tensors["input.test_x"]),
+                    torch.zeros(N_TEST, dtype=torch.long),
+                    torch.zeros(N_TEST),
+                )
             ]
         pairs = (
             visual_batches(tensors, t)
             if batch_size == VISUAL_BATCH
             else [(tensors[f"input.task{t}.x{s}"], tensors[f"input.task{t}.y{s}"]) for s in range(STEPS)]
         )
-        return [(on_host(x), on_host(y), torch.zeros_like(y)) for x, y in pairs]
+        return [(shared.on_host(x), shared.on_host(y), torch.zeros_like(y)) for x, y in pairs]
 
     class _Split(list):
         def __init__(self, kind: str) -> None:
@@ -254,7 +239,7 @@ def loop(checkout: Path) -> Golden:
             adapt(task_id, reset)
 
         learner.adaptation = adaptation
-        with on_every_optimizer_step(step_hook):
+        with shared.on_every_optimizer_step(step_hook):
             main.run_class_incremental(cfg, "cpu")
     assert len(softmaxes) == 2 * len(TASKS)  # per task: softmax(p_text), softmax(p_vis)
     for t in range(len(TASKS)):

@@ -25,20 +25,13 @@ import torch
 from torch import nn
 
 from benchmarks.tools.official_goldens import component
+from benchmarks.tools.official_goldens import loop as shared
 from benchmarks.tools.official_goldens.golden import Golden, official_import_path, stub_module
-from benchmarks.tools.official_goldens.loop import (
-    StepRecord,
-    on_every_optimizer_step,
-    on_host,
-    seeded_batches,
-)
 from benchmarks.tools.official_goldens.moe_adapters_repo import OFFICIAL
 
-SEED = 0
-TASKS = ((0, 1, 2), (3, 4, 5))
+SEED, TASKS, N_TEST = shared.SEED, shared.TASKS, shared.N_TEST  # the loops' common split
 STEPS = 5  # batches a task; the official loop takes one more iteration (batch 0 again)
 BATCH = 4
-N_TEST = 6
 # (warm-up, batches a task) of the official schedule recorded over its num_batches + 1 iterations:
 # CIFAR-100 (5,000 / 128), ImageNet-R (2,400 / 128), ImageNet-100 (13,000 / 128), the miniature of
 # smoke-baselines (500 / 128, its warm-up a tenth)
@@ -47,17 +40,11 @@ SCHEDULES = ((30, 40), (30, 19), (30, 102), (3, 4))
 
 def suite_strategy(**changes):
     """The suite's MOE4CL on the tiny CLIP with the recipe (``changes`` on top)."""
-    from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
     from strategies.moe4cl import MOE4CL, MOE4CLConfig
 
+    config = MOE4CLConfig(batch_size=BATCH, **changes)
     torch.manual_seed(SEED)  # the experts' and routers' initial values
-    return MOE4CL(
-        backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
-        class_names=[f"class{i}" for i in range(max(max(t) for t in TASKS) + 1)],
-        config=MOE4CLConfig(batch_size=BATCH, **changes),
-        show_progress=False,
-        seed=SEED,
-    )
+    return shared.tiny_clip_strategy(MOE4CL, config)
 
 
 def trained(backbone: nn.Module) -> dict[str, torch.Tensor]:
@@ -103,24 +90,19 @@ class _Loader:
 
     def __iter__(self):
         for x, y in self.batches:
-            yield on_host(x), on_host(y), torch.zeros_like(y)
+            yield shared.on_host(x), shared.on_host(y), torch.zeros_like(y)
 
 
 @component("moe4cl.loop", OFFICIAL)
 def loop(checkout: Path) -> Golden:
     strategy = suite_strategy()
     backbone = strategy.backbone
-    g = torch.Generator().manual_seed(SEED)
-    tensors: dict[str, torch.Tensor] = {}
-    for t, classes in enumerate(TASKS):
-        for s, (x, y) in enumerate(seeded_batches(g, list(classes), STEPS, BATCH, backbone.image_size)):
-            tensors[f"input.task{t}.x{s}"], tensors[f"input.task{t}.y{s}"] = x, y
-    tensors["input.test_x"] = torch.randn(N_TEST, 3, backbone.image_size, backbone.image_size, generator=g)
+    tensors = shared.loop_inputs(backbone.image_size, STEPS, BATCH)
     initial = {n: p.detach().clone() for n, p in trained(backbone).items()}
     model = _OfficialModel(backbone)
     for p in backbone.parameters():
         p.requires_grad_(True)  # as the official model is built; its train() freezes all but the MoE
-    records = [StepRecord(lambda: trained(backbone), initial) for _ in TASKS]
+    records = [shared.StepRecord(lambda: trained(backbone), initial) for _ in TASKS]
     losses: list[float] = []
     live = {"task": 0}
 
@@ -185,7 +167,7 @@ def loop(checkout: Path) -> Golden:
             learner.classes_names = list(strategy.class_names)
             learner.class_ids_per_task = [list(c) for c in TASKS]
             learner.current_class_names = []
-            with on_every_optimizer_step(step_hook):
+            with shared.on_every_optimizer_step(step_hook):
                 for t in range(len(TASKS)):
                     live["task"] = t
                     torch.manual_seed(SEED + t)
