@@ -71,11 +71,8 @@ from strategies.frameworks.mammoth_parts import (
 )
 from strategies.frameworks.upstream import (
     modules_under,
-    patched,
-    quiet_patches,
     root_of,
-    silenced_logging,
-    upstream_error,
+    running_upstream,
 )
 from strategies.optim import build_optimizer
 
@@ -158,22 +155,10 @@ class MammothAdapter(FrameworkAdapter):
         self.root = root_of(self.wrapped.__module__)
         self._modules = modules_under(self.root)
 
-    @contextlib.contextmanager
     def _upstream(self, doing: str):
         """The model's code runs in the block: quiet under ``--quiet``; an exception raised in its
         files is one line naming the file and line, what it was doing and what the suite passed."""
-        with contextlib.ExitStack() as quiet:
-            if not self.show_progress:
-                quiet.enter_context(silenced_logging())
-                for module, values in quiet_patches(self._modules):
-                    quiet.enter_context(patched(module, values))
-            try:
-                yield
-            except Exception as err:
-                line = upstream_error(err, self.root, self.name, doing, self._passed())
-                if line is None:
-                    raise
-                raise line from None
+        return running_upstream(self.root, self.name, doing, self._passed, quiet=not self.show_progress)
 
     def _passed(self) -> str:
         return ", ".join(

@@ -21,7 +21,6 @@ constants follow the suite's ``epoch_scale`` for each call, its progress bars an
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import sys
@@ -42,12 +41,9 @@ from strategies.frameworks.common import FrameworkAdapter, task_classes
 from strategies.frameworks.pycil_data import VALIDATION_PER_CLASS, DataManager
 from strategies.frameworks.upstream import (
     modules_under,
-    patched,
-    quiet_patches,
     root_of,
+    running_upstream,
     scaled_epochs,
-    silenced_logging,
-    upstream_error,
 )
 
 RUN_FACTS = ("device", "seed", "backbone", "class_names", "max_train_batches")
@@ -165,23 +161,11 @@ class PyCILAdapter(FrameworkAdapter):
     def network(self) -> nn.Module:
         return self.learner._network
 
-    @contextlib.contextmanager
     def _upstream(self, doing: str):
         """The learner's code running: the suite's patches on its modules, errors in one line."""
-        with contextlib.ExitStack() as stack:
-            patches = [self._constants, *self._factories()]
-            if not self.show_progress:
-                patches += quiet_patches(self.upstream_modules)
-                stack.enter_context(silenced_logging())
-            for module, values in patches:
-                stack.enter_context(patched(module, values))
-            try:
-                yield
-            except Exception as err:
-                line = upstream_error(err, self.root, self.name, doing, self._passed())
-                if line is None:
-                    raise
-                raise line from err
+        patches = [self._constants, *self._factories()]
+        quiet = not self.show_progress
+        return running_upstream(self.root, self.name, doing, self._passed, patches, quiet=quiet)
 
     def _passed(self) -> str:
         shown = {k: v for k, v in self.args.items() if k not in ("backbone", "class_names")}

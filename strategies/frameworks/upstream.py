@@ -117,6 +117,34 @@ def silenced_logging() -> Iterator[None]:
         logging.disable(before)
 
 
+@contextlib.contextmanager
+def running_upstream(
+    root: Path,
+    name: str,
+    doing: str,
+    passed,
+    patches: list[tuple[ModuleType, dict[str, Any]]] = (),
+    quiet: bool = False,
+) -> Iterator[None]:
+    """The framework's code (its checkout at ``root``) runs in the block: ``patches`` set on its
+    modules, its bars and logging silenced when ``quiet``, and an exception raised in its files one
+    line (``upstream_error``, with ``passed()``: what the suite gave it)."""
+    with contextlib.ExitStack() as stack:
+        patches = list(patches)
+        if quiet:
+            patches += quiet_patches(modules_under(root))
+            stack.enter_context(silenced_logging())
+        for module, values in patches:
+            stack.enter_context(patched(module, values))
+        try:
+            yield
+        except Exception as err:
+            line = upstream_error(err, root, name, doing, passed())
+            if line is None:
+                raise
+            raise line from err
+
+
 def upstream_error(err: BaseException, root: Path, name: str, doing: str, passed: str) -> UserError | None:
     """``err`` as one line when it was raised inside (or through) a file under ``root``: the
     innermost such file and line, the exception, and what the suite passed; None otherwise."""
