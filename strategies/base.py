@@ -15,7 +15,9 @@ A strategy is a subclass that overrides a few named hooks (as in Avalanche):
 * ``score_dataset(dataset, cache_key)``: scores of a whole test set that reuse per-image work kept
   under ``cache_key`` across stages (``frozen_features``); by default batch by batch through
   ``scores``. The base opens every evaluation (``evaluate_dataset``: eval mode, no grad, text fixed);
-* ``on_epoch_end(epoch, loss)``: return True to stop the task's training after this epoch;
+* ``select_training_data(dataset)``: the part of the task's data that trains (by default all);
+* ``finish_backward()``: after each step's backward pass (e.g. a chunked backward's second half);
+* ``on_epoch_end(epoch, loss)``: after each epoch; return True to stop the task's training;
 * ``stage_diagnostics``, ``run_diagnostics``: strategy-specific numbers stored with the result.
 
 Two class attributes complete them: ``Config`` (the options) and ``checkpoint_attributes`` (learned
@@ -28,10 +30,12 @@ its accuracy metrics equal the runner's. The base owns the training loop and the
 backbone's towers run under autocast and return fp32 features, so scores and losses are fp32).
 It is composed of small parts (``strategies.training``): mixins for the text classifier, the
 feature caches, the seeded loaders, second stages, parameter discovery (every ``nn.Parameter`` a
-strategy holds with ``requires_grad`` is optimised) and the fp16 step with its loss scaler; and
-two Avalanche plugins it attaches itself, the progress bar and the "nothing moved" watchdog. Next
-to it: the options (``strategies.config``), the optimiser and its schedule (``strategies.optim``)
-and the state on disk (``strategies.checkpointing``, the loss scaler included).
+strategy holds with ``requires_grad`` is optimised) and the fp16 step with its loss scaler, which
+declare what they read from the strategy in one Protocol (``strategies.training.host``) and each
+initialise their own state; and two Avalanche plugins it attaches itself, the progress bar and the
+"nothing moved" watchdog. Next to it: the options (``strategies.config``), the optimiser and its
+schedule (``strategies.optim``) and the state on disk (``strategies.checkpointing``, the loss
+scaler included).
 """
 
 from __future__ import annotations
@@ -48,7 +52,7 @@ from avalanche.training.templates import SupervisedTemplate
 
 from benchmarks.backbone import CLIPBackbone
 from benchmarks.core.errors import UserError
-from benchmarks.core.precision import loss_scaler, matmul_precision, resolve_precision
+from benchmarks.core.precision import matmul_precision, resolve_precision
 from benchmarks.data.device_augment import AugmentOn
 from benchmarks.data.prompts import templates
 from strategies.checkpointing import (
@@ -133,18 +137,12 @@ class CLIPStrategy(
         self.max_train_batches = max_train_batches
         self.augment_on = augment_on
         self.templates = templates(config.prompt_ensemble, config.prompt_template)
-        self._set_class_names(class_names)
         self.seen_classes: list[int] = []
         self.task_classes: list[list[int]] = []
         self.current_classes: list[int] = []
         self.adapters: dict[str, dict[str, Any]] = {}  # name -> {tower, rank, alpha}
         self.scheduler: torch.optim.lr_scheduler.LRScheduler | None = None
-        self.scaler = loss_scaler(self.precision, device)  # MixedPrecisionStep; disabled but for fp16
-        self.skipped_steps = 0  # fp16 steps the loss scaler skipped (inf/nan gradients), whole stream
-        self._start_feature_caches()
-        self._optimized: list[torch.Tensor] = []  # what the current task's optimiser holds
-        # name -> size of every tensor optimised in the stream so far (trainable_parameter_count)
-        self.optimized_parameters: dict[str, int] = {}
+        self.epoch_loss = math.nan  # the mean loss of the last epoch, set after each
         self._warned_output_layout = False
         self._column_index: dict[tuple, torch.Tensor] = {}  # by_class_id: (columns, device) -> index
         # Avalanche wants an optimiser up front; the real one is built per task in make_optimizer.
@@ -157,7 +155,8 @@ class CLIPStrategy(
         # before Avalanche's evaluator and clock.
         own = [ProgressBar(), NothingMovedWatchdog()]
         avalanche_kwargs["plugins"] = [*(avalanche_kwargs.get("plugins") or []), *own]
-        super().__init__(
+        super().__init__(  # the parts (strategies.training) initialise their state on the way
+            class_names=class_names,
             model=self.backbone,
             optimizer=idle,
             train_mb_size=config.batch_size,
@@ -186,6 +185,12 @@ class CLIPStrategy(
     # ------------------------------------------------------------------ hooks for subclasses
     def setup_task(self, task: int, classes: list[int]) -> None:
         """Prepare the model for training on ``classes`` (task index ``task``, 0-based)."""
+
+    def select_training_data(self, dataset):
+        """The part of the task's training data ``dataset`` (under the train augmentation) that
+        trains, chosen before the task's loader and ``setup_task`` (e.g. images held out to set a
+        threshold); ``self.adapted_dataset`` is what it returns. By default all of ``dataset``."""
+        return dataset
 
     def compute_logits(self, images: torch.Tensor) -> Any:
         """Training output, by default logits ``[B, len(self.current_classes)]`` (any object: it only
@@ -327,6 +332,10 @@ class CLIPStrategy(
         self.setup_task(len(self.task_classes), classes)
         return self.backbone.to(self.device)
 
+    def train_dataset_adaptation(self, **kwargs):
+        super().train_dataset_adaptation(**kwargs)
+        self.adapted_dataset = self.select_training_data(self.adapted_dataset)
+
     def check_model_and_optimizer(self, **kwargs):
         # Always adapt the model first, then build a fresh optimiser over what is trainable now.
         self.model = self.model_adaptation()
@@ -335,7 +344,7 @@ class CLIPStrategy(
     def make_optimizer(self, **kwargs):
         named = self.trainable_parameters()
         params = list(named.values())
-        self._optimized = params if self.train_epochs else []
+        self.optimized_tensors = params if self.train_epochs else []
         if not params or self.train_epochs == 0:
             self.scheduler = None
             return
@@ -380,8 +389,9 @@ class CLIPStrategy(
         super()._after_training_epoch(**kwargs)  # plugins: the progress bar, the watchdog
 
     def on_epoch_end(self, epoch: int, loss: float) -> bool:
-        """Called after every training epoch (``epoch`` 0-based, ``loss`` its mean); return True to
-        stop training the current task now (e.g. a probe that decides the epoch count)."""
+        """Called after every training epoch (``epoch`` 0-based, ``loss`` its mean), before the
+        plugins' ``after_training_epoch``: per-epoch work of one's own (statistics of the epoch), and
+        return True to stop training the current task now (e.g. a probe that decides the epoch count)."""
         return False
 
     def _after_training_exp(self, **kwargs):

@@ -271,15 +271,17 @@ class GR4CIL(CLIPStrategy):
         self._gap_sums = torch.zeros(3, dtype=torch.float64, device=self.device)
         self._gap_counts = torch.zeros(3, dtype=torch.float64)
 
-    def train_dataset_adaptation(self, **kwargs):
-        super().train_dataset_adaptation(**kwargs)
+    def select_training_data(self, dataset):
+        """Images held out of stage 1 to set ``omega^t`` (unknown-aware interface), only with
+        ``threshold_holdout > 0``; the rest train."""
         self._holdout = None
-        if self.cfg.threshold_holdout > 0:  # keep images aside to set omega^t (unknown-aware interface)
-            order = torch.randperm(len(self.adapted_dataset)).tolist()
-            targets = [int(t) for t in self.adapted_dataset.targets]
-            held, trained = holdout_split(targets, order, self.cfg.threshold_holdout)
-            self._holdout = self.adapted_dataset.subset(held).eval()
-            self.adapted_dataset = self.adapted_dataset.subset(trained)
+        if self.cfg.threshold_holdout <= 0:
+            return dataset
+        order = torch.randperm(len(dataset)).tolist()
+        targets = [int(t) for t in dataset.targets]
+        held, trained = holdout_split(targets, order, self.cfg.threshold_holdout)
+        self._holdout = dataset.subset(held).eval()
+        return dataset.subset(trained)
 
     def compute_logits(self, images: torch.Tensor) -> GR4CILOutput:
         image = self.backbone.encode_image(images, normalize=True)
@@ -311,10 +313,9 @@ class GR4CIL(CLIPStrategy):
         self._record_gap(output.cosine, local_targets)
         return loss
 
-    def backward(self):
+    def finish_backward(self) -> None:
         """With many seen classes, finish the text tower's backward pass chunk by chunk: the loss
         gave d loss / d t_c; re-encode each chunk with a graph and push that gradient through it."""
-        super().backward()
         if self._chunked_text is None:
             return
         grad = self._chunked_text.grad
@@ -339,8 +340,8 @@ class GR4CIL(CLIPStrategy):
         rows, n = cosine.shape[0], cosine.numel()
         self._gap_counts += torch.tensor([n, rows, n - rows], dtype=torch.float64)
 
-    def _after_training_epoch(self, **kwargs):
-        super()._after_training_epoch(**kwargs)
+    def on_epoch_end(self, epoch: int, loss: float) -> bool:
+        """The epoch's modality-gap statistics (Sec. "Task-wise Inconsistency"); training goes on."""
         mean = (self._gap_sums.cpu() / self._gap_counts.clamp(min=1)).tolist()
         self.modality_gap[-1].append(
             {
@@ -352,6 +353,7 @@ class GR4CIL(CLIPStrategy):
         )
         self._gap_sums.zero_()
         self._gap_counts.zero_()
+        return super().on_epoch_end(epoch, loss)
 
     # ---------------------------------------------------------------- after stage 1, and stage 2
     def finish_task(self, task: int, classes: list[int]) -> None:

@@ -6,6 +6,7 @@ import torch
 from tqdm.auto import tqdm
 
 from benchmarks.core.precision import matmul_precision
+from strategies.training.host import StrategyHost
 
 
 def cat_on_host(chunks: list[torch.Tensor]) -> torch.Tensor:
@@ -14,7 +15,7 @@ def cat_on_host(chunks: list[torch.Tensor]) -> torch.Tensor:
     return torch.cat(chunks).cpu()
 
 
-class Evaluation:
+class Evaluation(StrategyHost):
     """Mixin of ``CLIPStrategy``. Reads ``backbone``, ``precision``, ``device``, ``scores``,
     ``score_dataset``, ``fixed_text``, ``keeping_inputs``, ``by_class_id``, ``seen_classes``,
     ``data_loader`` and ``show_progress``."""

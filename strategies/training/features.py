@@ -6,16 +6,15 @@ from __future__ import annotations
 import torch
 
 from strategies.training.evaluation import cat_on_host
+from strategies.training.host import StrategyHost
 
 
-class FeatureCaches:
-    """Mixin of ``CLIPStrategy``. Its caches start empty (``_start_feature_caches``, called by the
-    base); ``eval_branch_forwards`` counts the images ``frozen_features`` pushed through a branch.
-    Reads ``backbone``, ``device`` and ``data_loader``."""
+class FeatureCaches(StrategyHost):
+    """Mixin of ``CLIPStrategy``. Its caches start empty; ``eval_branch_forwards`` counts the images
+    ``frozen_features`` pushed through a branch. Reads ``backbone``, ``device`` and ``data_loader``."""
 
-    eval_branch_forwards: int
-
-    def _start_feature_caches(self) -> None:
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
         self._device_copies: dict[str, tuple[torch.Tensor, torch.Tensor]] = {}  # name -> (tensor, copy)
         self._frozen_features: dict[tuple[str, str | None], torch.Tensor] = {}  # (key, adapter) -> features
         self.eval_branch_forwards = 0

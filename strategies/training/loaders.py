@@ -13,6 +13,7 @@ from torch.utils.data import DataLoader
 
 from benchmarks.data.device_augment import DevicePending, finish_batch
 from benchmarks.data.loaders import DeviceBatches, seeded_loader
+from strategies.training.host import StrategyHost
 
 LOADER_KWARGS = ("num_workers", "persistent_workers", "pin_memory", "collate_fn", "multiprocessing_context")
 #: host memory the loaded batches of one evaluation set may take to be kept across stages: CIFAR-100's
@@ -83,13 +84,15 @@ def _loader_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in kwargs.items() if k in LOADER_KWARGS and v is not None}
 
 
-class SeededLoaders:
+class SeededLoaders(StrategyHost):
     """Mixin of ``CLIPStrategy``: Avalanche's train and eval loaders and the strategy's own, all
     seeded. Reads ``cfg``, ``device``, ``seed``, ``task_classes`` and ``max_train_batches`` (None, or
     the batches a training pass may take: a fast dev run)."""
 
-    max_train_batches: int | None
-    _keeping: tuple[Any, str] | None = None  # inside ``keeping_inputs``: (dataset, cache key)
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self._keeping: tuple[Any, str] | None = None  # inside ``keeping_inputs``: (dataset, cache key)
+        self._kept_inputs: dict[tuple[str, int], tuple[Any, KeptBatches]] = {}
 
     @contextlib.contextmanager
     def keeping_inputs(self, dataset, cache_key: str) -> Iterator[None]:
@@ -107,8 +110,6 @@ class SeededLoaders:
     def _kept_loader(self, dataset, batch_size: int, make: Any) -> Any:
         """The kept batches of ``dataset`` at ``batch_size`` under the active key, made by ``make()``
         (a DataLoader without a device) on first use."""
-        if not hasattr(self, "_kept_inputs"):
-            self._kept_inputs: dict[tuple[str, int], tuple[Any, KeptBatches]] = {}
         key = (self._keeping[1], batch_size)
         entry = self._kept_inputs.get(key)
         if entry is None or entry[0] is not dataset or entry[1].batches is None:

@@ -5,25 +5,40 @@ from __future__ import annotations
 
 import torch
 
+from benchmarks.core.precision import loss_scaler
+from strategies.training.host import StrategyHost
 
-class MixedPrecisionStep:
-    """Mixin of ``CLIPStrategy``: Avalanche's ``backward`` and ``optimizer_step``.
+
+class MixedPrecisionStep(StrategyHost):
+    """Mixin of ``CLIPStrategy``: Avalanche's ``backward`` and ``optimizer_step``, and the
+    ``finish_backward`` hook between them.
 
     ``scaler`` is a ``GradScaler``, enabled under fp16 alone; ``skipped_steps`` counts the steps it
-    skipped (inf/nan gradients) over the stream. Both are set by the base and kept in checkpoints.
-    Reads ``loss``, ``optimizer``, ``scheduler``, ``cfg`` and ``_optimized`` (what the optimiser holds).
+    skipped (inf/nan gradients) over the stream; both are kept in checkpoints. ``optimized_tensors``
+    is what the current task's optimiser holds (``make_optimizer`` sets it): the tensors clipped,
+    and those the watchdog watches. Reads ``precision``, ``loss``, ``optimizer``, ``scheduler`` and
+    ``cfg``.
     """
 
-    scaler: torch.amp.GradScaler
-    skipped_steps: int
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.scaler = loss_scaler(self.precision, self.device)  # disabled but for fp16
+        self.skipped_steps = 0
+        self.optimized_tensors: list[torch.Tensor] = []
 
     def backward(self):
         self.scaler.scale(self.loss).backward()
+        self.finish_backward()
+
+    def finish_backward(self) -> None:
+        """Hook: after the loss's backward pass of each training step, before the optimiser step;
+        push gradients the loss's graph did not reach (GR4CIL's chunked text backward). The
+        gradients are those of the scaled loss under fp16. Nothing by default."""
 
     def optimizer_step(self):
         if self.cfg.grad_clip > 0:  # on the true gradients: unscale fp16 ones first
             self.scaler.unscale_(self.optimizer)
-            torch.nn.utils.clip_grad_norm_(self._optimized, self.cfg.grad_clip)
+            torch.nn.utils.clip_grad_norm_(self.optimized_tensors, self.cfg.grad_clip)
         if not self.scaler.is_enabled():
             self.optimizer.step()
             stepped = True

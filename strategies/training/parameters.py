@@ -6,16 +6,21 @@ from collections.abc import Iterator
 
 import torch
 
-# The base's own references to what it optimises, not more of it.
-_BOOKKEEPING = ("_optimized",)
+from strategies.training.host import StrategyHost
+
+# The step's references to what it optimises, not more of it.
+_BOOKKEEPING = ("optimized_tensors",)
 
 
-class TrainableParameters:
+class TrainableParameters(StrategyHost):
     """Mixin of ``CLIPStrategy``: every ``nn.Parameter`` with ``requires_grad`` that it holds is
-    optimised, and counted once over the stream. Reads ``backbone``, ``adapters`` and
-    ``optimized_parameters`` (name -> size of every tensor an optimiser held, set by ``make_optimizer``)."""
+    optimised, and counted once over the stream (``optimized_parameters``: name -> size of every
+    tensor an optimiser held, which ``make_optimizer`` adds to and checkpoints keep). Reads
+    ``backbone`` and ``adapters``."""
 
-    optimized_parameters: dict[str, int]
+    def __init__(self, **kwargs):
+        super().__init__(**kwargs)
+        self.optimized_parameters: dict[str, int] = {}
 
     def trainable_parameters(self) -> dict[str, torch.Tensor]:
         """What the task's optimiser holds, by name: the backbone's parameters with ``requires_grad``,

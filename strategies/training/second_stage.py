@@ -6,8 +6,10 @@ from collections.abc import Callable
 
 import torch
 
+from strategies.training.host import StrategyHost
 
-class SecondStage:
+
+class SecondStage(StrategyHost):
     """Mixin of ``CLIPStrategy``. Reads ``adapted_dataset``, ``backbone``, ``data_loader`` and
     ``local_targets``."""
 

@@ -11,15 +11,18 @@ import torch.nn.functional as F
 
 from benchmarks.backbone import PreparedPrompts
 from benchmarks.core.errors import UserError
+from strategies.training.host import StrategyHost
 
 
-class TextFeatures:
-    """Mixin of ``CLIPStrategy``. Reads ``backbone`` and ``templates`` (the prompt templates, one
-    or an ensemble); ``_set_class_names`` (the base calls it) tokenises every class under every
-    template."""
+class TextFeatures(StrategyHost):
+    """Mixin of ``CLIPStrategy``; takes ``class_names`` (indexed by class id) and tokenises every
+    class under every template. Reads ``backbone`` and ``templates`` (the prompt templates, one or
+    an ensemble)."""
 
-    class_names: list[str]
-    _fixed_text: dict[tuple, torch.Tensor] | None = None  # inside ``fixed_text``: its memo
+    def __init__(self, *, class_names: list[str], **kwargs):
+        super().__init__(**kwargs)
+        self._fixed_text: dict[tuple, torch.Tensor] | None = None  # inside ``fixed_text``: its memo
+        self._set_class_names(class_names)
 
     def _set_class_names(self, names: list[str]) -> None:
         self.class_names = list(names)

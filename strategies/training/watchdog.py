@@ -11,7 +11,7 @@ from avalanche.core import SupervisedPlugin
 
 class NothingMovedWatchdog(SupervisedPlugin):
     """Warns once per task when an epoch left every tensor the optimiser holds
-    (``strategy._optimized``) as it was. Copies them before each epoch until it has warned for the
+    (``strategy.optimized_tensors``) as it was. Copies them before each epoch until it has warned for the
     task; it keeps nothing a resume needs."""
 
     survives_resume = True
@@ -23,13 +23,16 @@ class NothingMovedWatchdog(SupervisedPlugin):
 
     def before_training_epoch(self, strategy, *args, **kwargs):
         if len(strategy.task_classes) not in self.warned_tasks:
-            self.epoch_start = [p.detach().clone() for p in strategy._optimized]
+            self.epoch_start = [p.detach().clone() for p in strategy.optimized_tensors]
 
     def after_training_epoch(self, strategy, *args, **kwargs):
         before, self.epoch_start = self.epoch_start, None
         if before is None or len(strategy.dataloader) == 0:
             return
-        if any(not torch.equal(old, p.detach()) for old, p in zip(before, strategy._optimized, strict=True)):
+        if any(
+            not torch.equal(old, p.detach())
+            for old, p in zip(before, strategy.optimized_tensors, strict=True)
+        ):
             return
         task = len(strategy.task_classes)
         self.warned_tasks.add(task)

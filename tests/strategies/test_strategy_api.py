@@ -37,7 +37,7 @@ class Record(SupervisedPlugin):
         self.lrs.append(strategy.optimizer.param_groups[0]["lr"])
 
     def after_update(self, strategy, **kwargs):
-        grads = [p.grad for p in strategy._optimized if p.grad is not None]
+        grads = [p.grad for p in strategy.optimized_tensors if p.grad is not None]
         self.grad_norms.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
 
     def after_training_epoch(self, strategy, **kwargs):

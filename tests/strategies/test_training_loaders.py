@@ -21,6 +21,7 @@ class Loaders(SeededLoaders):
     device, seed, task_classes, train_mb_size, eval_mb_size = torch.device("cpu"), 0, [], 3, 4
 
     def __init__(self, max_train_batches):
+        super().__init__()
         self.cfg = types.SimpleNamespace(num_workers=0, eval_batch_size=4)
         self.max_train_batches = max_train_batches
         self.adapted_dataset = torch.utils.data.TensorDataset(torch.arange(20.0))

@@ -12,8 +12,8 @@ from strategies.training.mixed_precision import MixedPrecisionStep
 class Step(MixedPrecisionStep):
     def __init__(self, enabled: bool, grad_clip: float = 0.0, init_scale: float = 2.0**10):
         self.weight = torch.nn.Parameter(torch.ones(3))
-        self._optimized = [self.weight]
-        self.optimizer = torch.optim.SGD(self._optimized, lr=0.1)
+        self.optimized_tensors = [self.weight]
+        self.optimizer = torch.optim.SGD(self.optimized_tensors, lr=0.1)
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: 1.0)
         self.cfg = types.SimpleNamespace(grad_clip=grad_clip, schedule="cosine_iter")
         self.scaler = torch.amp.GradScaler("cpu", init_scale=init_scale, enabled=enabled)

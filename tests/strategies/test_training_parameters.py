@@ -34,7 +34,7 @@ class Held(TrainableParameters):
         self.frozen = nn.Parameter(torch.ones(3), requires_grad=False)
         self.leaf = torch.zeros(6, requires_grad=True)  # a plain tensor: a step's leaf, not learned
         self.nested = [[nn.Parameter(torch.zeros(7))]]  # two levels down: not looked into
-        self._optimized = [nn.Parameter(torch.zeros(8))]  # the base's bookkeeping
+        self.optimized_tensors = [nn.Parameter(torch.zeros(8))]  # the step's bookkeeping
 
     def extra_trainable_parameters(self):
         return [self._closure()]

@@ -14,6 +14,7 @@ class Head(SeededLoaders, SecondStage):
     device, seed, task_classes = torch.device("cpu"), 0, []
 
     def __init__(self, max_train_batches=None):
+        super().__init__()
         self.cfg = types.SimpleNamespace(num_workers=0, eval_batch_size=4)
         self.max_train_batches = max_train_batches
         data = torch.utils.data.TensorDataset(torch.randn(10, 3), torch.arange(10) % 2)

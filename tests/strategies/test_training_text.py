@@ -36,7 +36,7 @@ class Backbone:
 class Text(TextFeatures):
     def __init__(self, templates):
         self.backbone, self.templates = Backbone(), templates
-        self._set_class_names(["cat", "dog", "owl"])
+        super().__init__(class_names=["cat", "dog", "owl"])
 
 
 def test_an_ensemble_is_the_renormalised_mean_of_its_templates():

@@ -12,7 +12,7 @@ from strategies.training.watchdog import NothingMovedWatchdog
 
 def _strategy(*tensors, batches=3):
     return types.SimpleNamespace(
-        name="probe", _optimized=list(tensors), task_classes=[[0, 1]], dataloader=[None] * batches
+        name="probe", optimized_tensors=list(tensors), task_classes=[[0, 1]], dataloader=[None] * batches
     )
 
 

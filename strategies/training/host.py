@@ -1,0 +1,58 @@
+"""What the parts of ``CLIPStrategy`` share: one host Protocol, as Avalanche's mixins declare theirs
+(``avalanche.training.templates.strategy_mixin_protocol``).
+
+Every mixin of ``strategies.training`` subclasses ``StrategyHost``, so the names it reads from the
+strategy are declared here and nowhere else; each part initialises its own state in an ``__init__``
+chained with ``super()``. The Protocol holds annotations only, never a method: it sits before
+Avalanche's ``SupervisedTemplate`` in the strategy's MRO, where a method stub would hide Avalanche's
+own.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import torch
+from avalanche.training.templates.strategy_mixin_protocol import SupervisedStrategyProtocol
+
+from benchmarks.backbone import CLIPBackbone
+from strategies.config import StrategyConfig
+
+
+class StrategyHost(SupervisedStrategyProtocol, Protocol):
+    """The strategy as its parts and its two plugins see it, beside Avalanche's own names
+    (``model``, ``device``, ``dataloader``, ``optimizer``, ``loss``, ``mbatch``, ...)."""
+
+    # set by the base (strategies.base.CLIPStrategy)
+    name: str
+    cfg: StrategyConfig
+    backbone: CLIPBackbone
+    precision: str  # resolved: fp32, tf32, fp16 or bf16
+    seed: int
+    show_progress: bool
+    max_train_batches: int | None  # a fast dev run's batches per training pass
+    templates: list[str]
+    seen_classes: list[int]
+    task_classes: list[list[int]]
+    current_classes: list[int]
+    adapters: dict[str, dict[str, Any]]
+    scheduler: torch.optim.lr_scheduler.LRScheduler | None
+    epoch_loss: float  # the mean loss of the epoch just ended (the progress bar's)
+    adapted_dataset: Any
+    train_epochs: int
+    train_mb_size: int
+    eval_mb_size: int
+    scores: Callable[[torch.Tensor], torch.Tensor]
+    score_dataset: Callable[[Any, str], torch.Tensor]
+    by_class_id: Callable[[torch.Tensor, list[int]], torch.Tensor]
+    local_targets: Callable[[torch.Tensor], torch.Tensor]
+
+    # set by one part, read by another
+    optimized_tensors: list[torch.Tensor]  # the step's: what the current task's optimiser holds
+    optimized_parameters: dict[str, int]  # TrainableParameters': name -> size, over the stream
+    trainable_parameters: Callable[[], dict[str, torch.Tensor]]  # TrainableParameters
+    data_loader: Callable[..., Any]  # SeededLoaders
+    keeping_inputs: Callable[[Any, str], contextlib.AbstractContextManager[None]]  # SeededLoaders
+    fixed_text: Callable[[], contextlib.AbstractContextManager[None]]  # TextFeatures
