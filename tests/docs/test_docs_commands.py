@@ -96,7 +96,14 @@ def test_a_documented_command_matches_the_code(where, command, monkeypatch):
         assert "ruff" in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
         assert words[1] in ("check", "format"), command
     elif tool == "pip":
-        assert words[1:3] == ["install", "-e"] and words[3] in (".", ".[test]"), command
+        extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+        assert words[1:3] == ["install", "-e"] and words[3] in (".", *(f".[{e}]" for e in extras)), command
+    elif tool == "git":  # an outside framework's checkout: its repository, then a pinned commit
+        assert (
+            re.fullmatch(r"https://github\.com/[\w.-]+/[\w.-]+", words[2])
+            if words[1] == "clone"
+            else (words[1] == "-C" and words[3] == "checkout" and re.fullmatch(r"[0-9a-f]{7,40}", words[4]))
+        ), command
     else:
         pytest.fail(f"{where}: a command this test does not know how to check: {command}")
 

@@ -55,7 +55,7 @@ def _stage_accuracy(pred: np.ndarray, targets: np.ndarray, seen: set[int]) -> fl
 @pytest.mark.slow
 def test_the_sidecar_reproduces_every_stage_accuracy(finished):
     _, path, result = finished
-    assert result["schema_version"] == 4  # 3 added forgetting and bwt, 4 the digest
+    assert result["schema_version"] == 5  # 3 added forgetting and bwt, 4 the digest, 5 resumed_from
     if Path("/proc/self/clear_refs").exists():  # Linux: the run's own peak, not the test process's
         assert result["cost"]["peak_memory_kind"] == "cpu_run_peak_rss"
     entry = result["predictions"]
