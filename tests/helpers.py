@@ -234,3 +234,21 @@ def seeded_order_stream(data, n_tasks: int = 10):
     from benchmarks.data.transforms import eval_transform, train_transform
 
     return build_stream(data, n_tasks, seeded_order(100), train_transform(32), eval_transform(32))
+
+
+def small_stream(order: list[int]):
+    """12 synthetic classes in 3 tasks of 4 (6 training and 3 test images a class) in ``order``,
+    every image under the 32-px eval transform: the adapters' tests' stream."""
+    from benchmarks.data.datasets import load_dataset
+    from benchmarks.data.streams import build_stream
+    from benchmarks.data.transforms import eval_transform
+
+    data = load_dataset("synthetic", n_classes=12, n_train_per_class=6, n_test_per_class=3)
+    transform = eval_transform(32)
+    return build_stream(data, 3, order, transform, transform)
+
+
+def stacked_test_set(stream):
+    """The stream's test images and labels as two tensors."""
+    images, labels = zip(*[stream.test_set[i][:2] for i in range(len(stream.test_set))])
+    return torch.stack(images), torch.tensor(labels)

@@ -39,23 +39,6 @@ def _shaped_on_path(monkeypatch):
     _forget_the_checkout()  # its top-level names are Mammoth's; leave none for other tests
 
 
-@pytest.fixture(scope="module")
-def stream():
-    from benchmarks.data.datasets import load_dataset
-    from benchmarks.data.streams import build_stream
-    from benchmarks.data.transforms import eval_transform
-
-    data = load_dataset("synthetic", n_classes=12, n_train_per_class=6, n_test_per_class=3)
-    transform = eval_transform(32)
-    return build_stream(data, 3, ORDER, transform, transform)
-
-
-@pytest.fixture(scope="module")
-def test_images(stream):
-    images, labels = zip(*[stream.test_set[i][:2] for i in range(len(stream.test_set))])
-    return torch.stack(images), torch.tensor(labels)
-
-
 def built(name, stream, show_progress=False, **options):
     from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
     from strategies.registry import get_strategy

@@ -24,17 +24,6 @@ def _shaped_on_path(monkeypatch):
     monkeypatch.syspath_prepend(str(SHAPED))
 
 
-@pytest.fixture(scope="module")
-def stream():
-    from benchmarks.data.datasets import load_dataset
-    from benchmarks.data.streams import build_stream
-    from benchmarks.data.transforms import eval_transform
-
-    data = load_dataset("synthetic", n_classes=12, n_train_per_class=6, n_test_per_class=3)
-    transform = eval_transform(32)
-    return build_stream(data, 3, ORDER, transform, transform)
-
-
 def built(name, stream, show_progress=False, config=None, plugins=None, **options):
     from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
     from strategies.registry import get_strategy
