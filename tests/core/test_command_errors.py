@@ -20,7 +20,7 @@ CASES = [
     ("benchmarks.run", ["--seeds", "x"], "expected a comma-separated list, got 'x'"),
     ("benchmarks.run", ["--launcher", "moon"], "argument --launcher: invalid choice: 'moon'"),
     ("benchmarks.run", ["--bogus"], "unrecognized arguments: --bogus"),
-    ("benchmarks.prepare", ["--bogus"], "unrecognized arguments: --bogus"),
+    ("benchmarks.prepare.command", ["--bogus"], "unrecognized arguments: --bogus"),
     ("benchmarks.tools.fake_data", [], "the following arguments are required: --data-root"),
     ("benchmarks.tools.fake_data", ["--data-root", "{tmp}", "--seed", "a"], "--seed: invalid int value: 'a'"),
     (

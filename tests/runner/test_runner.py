@@ -12,6 +12,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+import strategies.training.mixed_precision as mixed_precision
 from benchmarks import run
 from benchmarks.core.environment import set_deterministic
 from benchmarks.core.precision import INITIAL_LOSS_SCALE
@@ -20,7 +21,6 @@ from benchmarks.data.transforms import eval_transform
 from benchmarks.runner import execute
 from benchmarks.runner.reading import iter_results
 from benchmarks.runner.results import REQUIRED_KEYS
-from strategies import base as strategy_base
 from strategies.finetune import Finetune
 from tests.helpers import MINI_SUITE, kill_in_task, result_of, runner_command
 
@@ -111,7 +111,7 @@ def test_killed_fp16_run_resumes_with_its_loss_scaler_and_identical_metrics(
     # A scaler whose scale doubles after every clean step overflows every few steps: its state at a
     # task boundary decides which later steps are skipped, so a resume must restore it exactly.
     monkeypatch.setattr(
-        strategy_base,
+        mixed_precision,
         "loss_scaler",
         lambda precision, device: torch.amp.GradScaler(
             "cpu", init_scale=INITIAL_LOSS_SCALE, growth_interval=1, enabled=precision == "fp16"

@@ -57,7 +57,7 @@ def test_the_example_strategy_runs_beside_gr4cil_and_compares(tmp_path):
     last = {}
     for path in results.glob("synthetic/*/T5-seed*.json"):
         result = json.loads(path.read_text())
-        assert result["schema_version"] == 4 and (path.parent / result["predictions"]["file"]).exists()
+        assert result["schema_version"] == 5 and (path.parent / result["predictions"]["file"]).exists()
         last[(result["label"], result["seed"])] = result["summary"]["last_acc"]
     assert set(last) == {(label, seed) for label in (LABEL, "gr4cil") for seed in (0, 1)}
 

@@ -5,6 +5,7 @@ schedule. GR4CIL's own fp32 quantities are in ``test_gr4cil_precision.py``."""
 import pytest
 import torch
 
+import strategies.training.mixed_precision as mixed_precision
 from benchmarks.core.precision import INITIAL_LOSS_SCALE
 from strategies import base as strategy_base
 from strategies.continual_clip import ContinualCLIP
@@ -43,7 +44,7 @@ def test_loss_scale_overflows_skip_steps_and_the_schedule_follows_the_steps_take
 
     def first_step_skipped(init_scale):
         monkeypatch.setattr(
-            strategy_base,
+            mixed_precision,
             "loss_scaler",
             lambda precision, device: torch.amp.GradScaler(
                 "cpu", init_scale=init_scale, enabled=precision == "fp16"
@@ -69,7 +70,7 @@ def test_an_fp16_step_does_not_read_the_loss_scale(tiny_stream, monkeypatch):
     real = torch.amp.GradScaler.get_scale
     monkeypatch.setattr(torch.amp.GradScaler, "get_scale", lambda self: reads.append(1) or real(self))
     monkeypatch.setattr(
-        strategy_base,
+        mixed_precision,
         "loss_scaler",
         lambda precision, device: torch.amp.GradScaler("cpu", init_scale=2.0**20, enabled=True),
     )
