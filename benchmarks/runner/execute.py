@@ -452,7 +452,9 @@ def _resume(spec: RunSpec, store: ResultStore, strategy, cfg_hash: str, force: b
     why = (
         f"{spec.strategy} cannot resume from a checkpoint"
         if not optional(strategy, "resumable", True)  # state a checkpoint cannot hold: start again
-        else refusal(strategy_meta) if refusal else None
+        else refusal(strategy_meta)
+        if refusal
+        else None
     )
     if why:
         status = f"ran again from task 1 ({why})"
