@@ -158,7 +158,8 @@ class MammothAdapter(FrameworkAdapter):
     def _upstream(self, doing: str):
         """The model's code runs in the block: quiet under ``--quiet``; an exception raised in its
         files is one line naming the file and line, what it was doing and what the suite passed."""
-        return running_upstream(self.root, self.name, doing, self._passed, quiet=not self.show_progress)
+        quiet = None if self.show_progress else self._modules
+        return running_upstream(self.root, self.name, doing, self._passed, quiet_modules=quiet)
 
     def _passed(self) -> str:
         return ", ".join(

@@ -124,10 +124,9 @@ class PyCILAdapter(FrameworkAdapter):
             f"{module.__name__}.{k}": change
             for k, change in scaled_epochs(constants, self.cfg.epoch_scale, self.cfg.epoch_cap).items()
         }
-        self._constants = (
-            module,
-            {k.rpartition(".")[2]: new for k, (_, new) in self.scaled_constants.items()},
-        )
+        constants_as_run = {k.rpartition(".")[2]: new for k, (_, new) in self.scaled_constants.items()}
+        # found once: scoring enters the learner's code once a batch
+        self._patches = [(module, constants_as_run), *self._factories()]
         self.args = {
             "convnet_type": CLIP,
             "backbone_type": CLIP,
@@ -163,9 +162,8 @@ class PyCILAdapter(FrameworkAdapter):
 
     def _upstream(self, doing: str):
         """The learner's code running: the suite's patches on its modules, errors in one line."""
-        patches = [self._constants, *self._factories()]
-        quiet = not self.show_progress
-        return running_upstream(self.root, self.name, doing, self._passed, patches, quiet=quiet)
+        quiet = None if self.show_progress else self.upstream_modules
+        return running_upstream(self.root, self.name, doing, self._passed, self._patches, quiet)
 
     def _passed(self) -> str:
         shown = {k: v for k, v in self.args.items() if k not in ("backbone", "class_names")}

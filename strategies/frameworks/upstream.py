@@ -124,15 +124,16 @@ def running_upstream(
     doing: str,
     passed,
     patches: list[tuple[ModuleType, dict[str, Any]]] = (),
-    quiet: bool = False,
+    quiet_modules: list[ModuleType] | None = None,
 ) -> Iterator[None]:
     """The framework's code (its checkout at ``root``) runs in the block: ``patches`` set on its
-    modules, its bars and logging silenced when ``quiet``, and an exception raised in its files one
+    modules, its bars (in ``quiet_modules``, the caller's list: scanning ``sys.modules`` per batch
+    would cost) and logging silenced when that is given, and an exception raised in its files one
     line (``upstream_error``, with ``passed()``: what the suite gave it)."""
     with contextlib.ExitStack() as stack:
         patches = list(patches)
-        if quiet:
-            patches += quiet_patches(modules_under(root))
+        if quiet_modules is not None:
+            patches += quiet_patches(quiet_modules)
             stack.enter_context(silenced_logging())
         for module, values in patches:
             stack.enter_context(patched(module, values))
