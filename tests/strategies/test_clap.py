@@ -12,10 +12,12 @@ from strategies.clap import CLAP, language_aware_init, lasp_loss, task_mask
 from tests.helpers import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, three_task_suite
 
 # CLAP's official 5 epochs: with 2 (4 SGD steps a task, 30 % of them warm-up) world 2's task 3 ends
-# at 25 % on its 5 classes, too little to tell learning from chance; with 5 each task reaches 80-100 %.
+# at 25 % on its 5 classes, too little to tell learning from chance. lr 3x the recipe's 1e-3 at batch
+# 20, for 10 steps a task: in the official batch context, 0.01 overshoots (task 3 at 10 % after its
+# training, Last 3.33), 0.003 learns each task (100, 55, 60 % right after it).
 SUITE = three_task_suite(
     "clap",
-    "epochs = 5\nbatch_size = 20\neval_batch_size = 100\nlr = 0.01\nsamples = 4\nvga_feedforward = 128",
+    "epochs = 5\nbatch_size = 20\neval_batch_size = 100\nlr = 0.003\nsamples = 4\nvga_feedforward = 128",
     augmentation="flip",
 )
 
@@ -153,12 +155,6 @@ def clap_run(tmp_path_factory):
 
 
 @pytest.mark.slow
-@pytest.mark.xfail(
-    strict=True,
-    reason="issue 52 left open: trained in the official batch context and evaluated per image (D4), "
-    "CLAP's 3-task test run ends at Last 3.33, below twice chance (13.3); to be measured on "
-    "smoke-baselines before the default is kept",
-)
 def test_a_run_learns_repeats_saves_and_resumes_exactly(clap_run, tmp_path, monkeypatch):
     from benchmarks import run
     from benchmarks.runner.reading import iter_results
