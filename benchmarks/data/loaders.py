@@ -128,17 +128,34 @@ class SeededSamples(Dataset):
         return item
 
 
-class FirstBatches(Sampler[list]):
-    """The first ``limit`` batches of every pass of a batch sampler."""
+class FirstBatches:
+    """The first ``train_batches`` batches of every pass (epoch) over ``batches``: a batch sampler
+    (``seeded_loader``: the later batches are never loaded) or any loader (a framework's own, whose
+    loop runs its epochs itself). Each new iteration is a new pass, capped again; its length is the
+    capped one, and every other attribute is the wrapped one's (``dataset``, ``batch_size``, ...).
+    The one cap of a fast dev run's training passes, in every framework."""
 
-    def __init__(self, batches: BatchSampler, limit: int) -> None:
-        self.batches, self.limit = batches, limit
+    def __init__(self, batches: Any, train_batches: int) -> None:
+        if train_batches < 1:
+            raise ValueError(f"train_batches must be >= 1, not {train_batches}")
+        self.batches, self.train_batches = batches, train_batches
 
     def __len__(self) -> int:
-        return min(len(self.batches), self.limit)
+        return min(len(self.batches), self.train_batches)
 
-    def __iter__(self) -> Iterator[list]:
-        return itertools.islice(iter(self.batches), self.limit)
+    def __iter__(self) -> Iterator:
+        return itertools.islice(iter(self.batches), self.train_batches)
+
+    def __getattr__(self, name: str) -> Any:
+        if name == "batches":  # not set yet (unpickling): never recurse
+            raise AttributeError(name)
+        return getattr(self.batches, name)
+
+
+def first_batches(loader: Any, train_batches: int | None) -> Any:
+    """``loader`` with every pass capped at ``train_batches`` batches (``FirstBatches``); ``loader``
+    itself where there is no cap (None: a real run)."""
+    return loader if train_batches is None else FirstBatches(loader, train_batches)
 
 
 class DeviceBatches:
@@ -182,14 +199,14 @@ def seeded_loader(
     pin_memory: bool = False,
     collate_fn: Callable | None = None,
     multiprocessing_context: Any = None,
-    max_batches: int | None = None,
+    train_batches: int | None = None,
     device: torch.device | str | None = None,
 ) -> DataLoader | DeviceBatches:
     """A DataLoader over ``dataset`` whose shuffle, augmentation draws and worker seeds come from
     ``key`` and the pass alone (module docstring). ``collate_fn`` defaults to the dataset's own
-    (Avalanche datasets carry one) or torch's default. ``max_batches`` ends every pass after that
-    many batches (a fast dev run's training passes); the batches it yields are the full loader's
-    first ones. With a ``device``, items a ``DeviceTransform`` left pending are finished there
+    (Avalanche datasets carry one) or torch's default. ``train_batches`` ends every pass after that
+    many batches (a fast dev run's training passes, ``FirstBatches``); the batches it yields are the
+    full loader's first ones. With a ``device``, items a ``DeviceTransform`` left pending are finished there
     (``DeviceBatches``)."""
     sampler = SeededSampler(len(dataset), key, shuffle)  # type: ignore[arg-type]
     batches = BatchSampler(sampler, batch_size, drop_last)
@@ -197,7 +214,7 @@ def seeded_loader(
     collate = collate_fn or getattr(dataset, "collate_fn", None)
     loader = DataLoader(
         SeededSamples(dataset),
-        batch_sampler=batches if max_batches is None else FirstBatches(batches, max_batches),
+        batch_sampler=first_batches(batches, train_batches),
         num_workers=num_workers,
         persistent_workers=persistent_workers and num_workers > 0,
         pin_memory=pin_memory,

@@ -32,6 +32,7 @@ from avalanche.training.templates import SupervisedTemplate
 from tqdm.auto import tqdm
 
 from benchmarks.core.errors import UserError
+from benchmarks.data.loaders import FirstBatches
 from strategies.contract import plugins_survive_resume
 from strategies.frameworks.common import CLIPClassifier, FrameworkAdapter, FrameworkConfig, task_classes
 from strategies.optim import build_optimizer
@@ -124,7 +125,8 @@ class AvalancheStrategy(FrameworkAdapter):
             self.device
         )
         trainable = [p for p in self.model.parameters() if p.requires_grad]
-        own = [_Progress(self)] + ([_FirstBatches(self.max_train_batches)] if self.max_train_batches else [])
+        # the cap first: the progress bar counts the capped epochs
+        own = ([_CappedEpochs(self.max_train_batches)] if self.max_train_batches else []) + [_Progress(self)]
         with warnings.catch_warnings():  # metrics come from the runner, not from Avalanche's loggers
             warnings.filterwarnings("ignore", message="No loggers specified")
             evaluator = EvaluationPlugin(loggers=[])
@@ -204,15 +206,24 @@ class _Progress(SupervisedPlugin):
         self.bar.close()
 
 
-class _FirstBatches(SupervisedPlugin):
-    """A fast dev run: every training epoch ends after ``n`` batches."""
+class _CappedEpochs(SupervisedPlugin):
+    """A fast dev run: every training epoch ends after ``train_batches`` batches, and the next epoch
+    trains (``benchmarks.data.loaders.FirstBatches`` on the template's train loader). Put on the loader
+    once it is made, and again before each epoch, over a loader a later plugin put in its place
+    (replay's)."""
 
     survives_resume = True
 
-    def __init__(self, n: int) -> None:
+    def __init__(self, train_batches: int) -> None:
         super().__init__()
-        self.n = n
+        self.train_batches = train_batches
 
-    def after_training_iteration(self, strategy, *args, **kwargs):
-        if strategy.clock.train_epoch_iterations + 1 >= self.n:  # the clock counts this one after us
-            strategy.stop_training()
+    def before_training_exp(self, strategy, *args, **kwargs):
+        self._cap(strategy)
+
+    def before_training_epoch(self, strategy, *args, **kwargs):
+        self._cap(strategy)
+
+    def _cap(self, strategy) -> None:
+        if not isinstance(strategy.dataloader, FirstBatches):
+            strategy.dataloader = FirstBatches(strategy.dataloader, self.train_batches)

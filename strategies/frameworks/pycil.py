@@ -9,14 +9,16 @@ the classes were learned: position ``k`` is ``seen_classes[k]``.
 ``args`` is the suite's ``args`` table (any key the learner reads: ``memory_size``,
 ``convnet_type``, ``init_epoch``, ...), then the run's facts: ``device`` (a one-element list, the
 family's multi-GPU convention), ``seed``, ``backbone`` (the run's ``CLIPBackbone``),
-``class_names`` (by position; the list grows in place) and ``max_train_batches``. A
+``class_names`` (by position; the list grows in place). A
 ``convnet_type`` (PyCIL) or ``backbone_type`` (PILOT) of ``"clip"``, the default, makes the
 family's own network factory (``get_convnet``/``get_backbone``) return the run's frozen CLIP image
 tower, so the learner's network is the family's, on the suite's backbone.
 
 The learner's files are never edited (``strategies.frameworks.upstream``): its module's epoch
 constants follow the suite's ``epoch_scale`` for each call, its progress bars and logging follow
-``--quiet``, and an exception inside its files is one line naming the file and line.
+``--quiet``, an exception inside its files is one line naming the file and line, and in a fast dev
+run every epoch of its training loaders (``DataLoader`` over ``get_dataset(mode="train")``) ends after
+the run's ``train_batches`` (``benchmarks.data.loaders.FirstBatches``).
 """
 
 from __future__ import annotations
@@ -35,10 +37,11 @@ from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
 from benchmarks.core.errors import UserError
+from benchmarks.data.loaders import FirstBatches
 from strategies.checkpointing import pack_state, unpack_state
 from strategies.config import StrategyConfig
 from strategies.frameworks.common import FrameworkAdapter, task_classes
-from strategies.frameworks.pycil_data import VALIDATION_PER_CLASS, DataManager
+from strategies.frameworks.pycil_data import VALIDATION_PER_CLASS, DataManager, ItemImages
 from strategies.frameworks.upstream import (
     modules_under,
     root_of,
@@ -46,7 +49,7 @@ from strategies.frameworks.upstream import (
     scaled_epochs,
 )
 
-RUN_FACTS = ("device", "seed", "backbone", "class_names", "max_train_batches")
+RUN_FACTS = ("device", "seed", "backbone", "class_names")
 CLIP = "clip"
 
 
@@ -68,8 +71,8 @@ class PyCILConfig(StrategyConfig):
         reserved = sorted(set(self.args) & set(RUN_FACTS))
         if reserved:
             raise UserError(
-                f"args {reserved} are the run's (--device, the seed, the backbone, the classes, "
-                "--fast-dev-run), not options a suite sets",
+                f"args {reserved} are the run's (--device, the seed, the backbone, the classes), "
+                "not options a suite sets",
                 options=("args",),
             )
 
@@ -126,7 +129,7 @@ class PyCILAdapter(FrameworkAdapter):
         }
         constants_as_run = {k.rpartition(".")[2]: new for k, (_, new) in self.scaled_constants.items()}
         # found once: scoring enters the learner's code once a batch
-        self._patches = [(module, constants_as_run), *self._factories()]
+        self._patches = [(module, constants_as_run), *self._factories(), *self._capped_loaders()]
         self.args = {
             "convnet_type": CLIP,
             "backbone_type": CLIP,
@@ -135,7 +138,6 @@ class PyCILAdapter(FrameworkAdapter):
             "seed": self.seed,
             "backbone": self.backbone,
             "class_names": self.data_manager.class_names,
-            "max_train_batches": self.max_train_batches,
         }
         if self.plugins:  # the live log (suite plugins are refused before): it cannot see the learner's loop
             self._say(
@@ -186,6 +188,22 @@ class PyCILAdapter(FrameworkAdapter):
             if values:
                 patches.append((module, values))
         return patches
+
+    def _capped_loaders(self) -> list[tuple[Any, dict[str, Any]]]:
+        """A fast dev run: in each of the learner's modules, ``DataLoader`` answers a training set
+        (``get_dataset(mode="train")``) with a loader whose every epoch ends after ``train_batches``
+        batches (``FirstBatches``); its other loaders (exemplars, class means, its own test) are whole."""
+        train_batches = self.max_train_batches
+        if train_batches is None:
+            return []
+
+        def loader(dataset, *args, **kwargs):
+            built = DataLoader(dataset, *args, **kwargs)
+            training = isinstance(dataset, ItemImages) and dataset.trsf == "train"
+            return FirstBatches(built, train_batches) if training else built
+
+        modules = [m for m in self.upstream_modules if vars(m).get("DataLoader") is DataLoader]
+        return [(module, {"DataLoader": loader}) for module in modules]
 
     def learn(self, experience) -> None:
         classes = task_classes(experience, len(self.class_names), self.seen_classes, self.name)

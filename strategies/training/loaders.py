@@ -159,7 +159,7 @@ class SeededLoaders(StrategyHost):
                 self.loader_key(purpose),
                 batch_size,
                 shuffle=shuffle,
-                max_batches=self.max_train_batches if training else None,
+                train_batches=self.max_train_batches if training else None,
                 device=device,
                 **options,
             )
@@ -180,7 +180,7 @@ class SeededLoaders(StrategyHost):
             self.train_mb_size,
             shuffle=shuffle,
             drop_last=drop_last,
-            max_batches=self.max_train_batches,
+            train_batches=self.max_train_batches,
             device=self.device,
             **options,
         )

@@ -32,12 +32,12 @@ def test_spread_indices_reaches_every_task_then_every_class_before_a_second_imag
 def test_a_capped_loader_gives_the_full_loaders_first_batches_every_pass():
     data = torch.utils.data.TensorDataset(torch.arange(20.0))
     full = seeded_loader(data, (0, 1, "train"), 3, shuffle=True)
-    capped = seeded_loader(data, (0, 1, "train"), 3, shuffle=True, max_batches=2)
+    capped = seeded_loader(data, (0, 1, "train"), 3, shuffle=True, train_batches=2)
     assert len(full) == 7 and len(capped) == 2
     for _ in range(2):  # each pass (epoch) ends after two batches, and the next pass reshuffles
         expected = [batch[0].tolist() for batch in full][:2]
         assert [batch[0].tolist() for batch in capped] == expected
-    assert len(seeded_loader(data, (0, 1, "x"), 3, max_batches=50)) == 7
+    assert len(seeded_loader(data, (0, 1, "x"), 3, train_batches=50)) == 7
 
 
 def _mini_runs(fast_dev_run=None):

@@ -50,12 +50,7 @@ class NCM:
         sums = torch.zeros(len(new), self._network.class_means.shape[1], device=self._device)
         counts = torch.zeros(len(new), device=self._device)
         self._network.eval()
-        limit = self.args["max_train_batches"]  # a fast dev run's cap
-        for step, (_, images, labels) in enumerate(
-            DataLoader(dataset, batch_size=self.args.get("batch_size", 64))
-        ):
-            if limit is not None and step >= limit:
-                break
+        for _, images, labels in DataLoader(dataset, batch_size=self.args.get("batch_size", 64)):
             rows = labels.to(self._device) - self._known_classes
             sums.index_add_(0, rows, self._network.features(images.to(self._device)))
             counts += torch.bincount(rows, minlength=len(new))
