@@ -4,6 +4,7 @@ defaults for the optional ones, scores zero-shot targets through ``ZeroShotStrat
 says in one line what it cannot hand such a strategy (the live log's training iterations, plugins)."""
 
 import csv
+from pathlib import Path
 
 import pytest
 
@@ -15,6 +16,8 @@ from benchmarks.runner.suites import RunLimits
 from benchmarks.runner.zero_shot import zero_shot_accuracy, zero_shot_target
 from strategies.config import StrategyConfig
 from tests.helpers import tiny_suite
+
+REPO = Path(__file__).resolve().parents[2]
 
 MODULE = '''
 import torch
@@ -137,3 +140,24 @@ def test_the_runner_runs_an_outside_strategy_with_defaults_zero_shot_and_a_warne
     with open(path) as handle:
         names = {row["name"] for row in csv.DictReader(handle)}
     assert "stage/acc" in names and not any(name.startswith("train/") for name in names)
+
+
+@pytest.mark.parametrize("name", ["pycil:pycil_ncm.learner:NCM", "mammoth:mammoth_er.model:ER"])
+def test_a_pycil_or_mammoth_strategy_refuses_a_plugin_in_one_line(name, monkeypatch, tiny_backbone):
+    from benchmarks.runner.live_log import TrainingLog
+    from strategies.registry import get_strategy
+
+    for example in ("pycil_ncm", "mammoth_er"):
+        monkeypatch.syspath_prepend(str(REPO / "examples" / example))  # installed nowhere
+    cls = get_strategy(name)
+    with pytest.raises(UserError) as err:
+        cls(
+            backbone=tiny_backbone,
+            class_names=[f"class {k}" for k in range(4)],
+            config=cls.Config(batch_size=8),
+            show_progress=False,
+            seed=0,
+            plugins=[TrainingLog(log=None)],
+        )
+    message = str(err.value)
+    assert "\n" not in message and "Avalanche plugins (TrainingLog) cannot attach to it" in message
