@@ -16,10 +16,11 @@ from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any, Protocol, runtime_checkable
+from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import torch
 
+from benchmarks.backbone import CLIPBackbone
 from benchmarks.core.errors import UserError
 from strategies.config import StrategyConfig
 from strategies.training.evaluation import cat_on_host
@@ -35,57 +36,106 @@ REQUIRED: dict[str, str] = {
     "load_checkpoint_state": "load_checkpoint_state(tensors, meta): restore what checkpoint_state gave",
 }
 
-#: name -> (what it is, what the runner does without it)
-OPTIONAL: dict[str, tuple[str, str]] = {
-    "Config": (
+
+class OptionalMember(NamedTuple):
+    """A member the runner reads where a strategy has it (``optional``)."""
+
+    what: str  # what it is
+    without: str  # what the runner does without it
+    default: Any  # what ``optional`` gives in its place
+
+
+def refuses_no_checkpoint(meta) -> None:
+    """resume_refusal's default: every checkpoint of the run's config is loaded."""
+
+
+def no_stage_diagnostics(scores, targets, task_of_class) -> dict:
+    return {}
+
+
+def no_run_diagnostics() -> dict:
+    return {}
+
+
+def not_counted() -> None:
+    """trainable_parameter_count's default: no count (null in the result)."""
+
+
+#: name -> what it is, what the runner does without it, and the default ``optional`` gives
+OPTIONAL: dict[str, OptionalMember] = {
+    "Config": OptionalMember(
         "the options: a dataclass subclassing StrategyConfig, filled from the suite's tables",
         "StrategyConfig: the options every strategy shares",
+        StrategyConfig,
     ),
-    "evaluate_dataset": (
+    "evaluate_dataset": OptionalMember(
         "evaluate_dataset(dataset, cache_key) -> [N, len(seen_classes)] fp32 on the CPU",
         "scores batch by batch, eval_batch_size at a time, without gradients",
+        None,
     ),
-    "finishes_pending_images": (
+    "finishes_pending_images": OptionalMember(
         "class attribute, True when the strategy's own loaders finish DevicePending items "
         "(benchmarks.data.device_augment) on the device",
         "False: the stream's items are finished float tensors (augment_on = pil)",
+        False,
     ),
-    "avalanche_plugins": (
-        "class attribute, True when the strategy runs Avalanche's loop, so a suite's plugins attach to it",
-        "False: a suite that gives it plugins is refused in one line",
+    "avalanche_plugins": OptionalMember(
+        "class attribute, True when the strategy runs Avalanche's loop, so a suite's plugins and the "
+        "live log's training iterations attach to it",
+        "False: a suite that gives it plugins is refused in one line; its live log holds the stages "
+        "only, and the run warns so",
+        False,
     ),
-    "check_plugins": (
+    "check_plugins": OptionalMember(
         "check_plugins(plugins), a classmethod: raise a UserError for a plugin the strategy cannot take",
         "every plugin is taken",
+        None,  # no check: the runner builds no plugin to check
     ),
-    "resumable": (
+    "resumable": OptionalMember(
         "class or instance attribute, False when a checkpoint cannot hold all the learned state",
         "True; when False, an interrupted run starts again from task 1",
+        True,
     ),
-    "resume_refusal": (
+    "resume_refusal": OptionalMember(
         "resume_refusal(meta): why a checkpoint's metadata cannot restore the strategy (a str), or None",
         "None: every checkpoint of the run's config is loaded",
+        refuses_no_checkpoint,
     ),
-    "stage_diagnostics": (
+    "stage_diagnostics": OptionalMember(
         "stage_diagnostics(scores, targets, task_of_class) -> dict, stored per stage",
         "{}",
+        no_stage_diagnostics,
     ),
-    "run_diagnostics": ("run_diagnostics() -> dict, stored once per run", "{}"),
-    "trainable_parameter_count": (
+    "run_diagnostics": OptionalMember(
+        "run_diagnostics() -> dict, stored once per run", "{}", no_run_diagnostics
+    ),
+    "trainable_parameter_count": OptionalMember(
         "trainable_parameter_count() -> int, every optimised tensor counted once over the stream",
         "null in cost.trainable_params",
+        not_counted,
     ),
-    "train_iterations": ("training steps taken so far (property or attribute)", "null in cost.train_steps"),
-    "skipped_steps": ("fp16 steps the loss scaler skipped", "0"),
-    "save_model": (
+    "train_iterations": OptionalMember(
+        "training steps taken so far (property or attribute)", "null in cost.train_steps", None
+    ),
+    "skipped_steps": OptionalMember("fp16 steps the loss scaler skipped", "0", 0),
+    "save_model": OptionalMember(
         "save_model(path, extra): the learned state as two files (--save-models)",
         "--save-models refused",
+        None,
     ),
-    "zero_shot_predictions": (
-        "zero_shot_text(tokens) and zero_shot_predictions(images, text): zero-shot targets",
+    "zero_shot_predictions": OptionalMember(
+        "zero_shot_text(tokens) and zero_shot_predictions(images, text), and the run's backbone kept "
+        "as backbone: zero-shot targets (ZeroShotStrategy)",
         "a suite with zero_shot_targets refused",
+        None,
     ),
 }
+
+
+def shown_default(default: Any) -> str:
+    """A default as docs/adding-a-strategy.md's table shows it: a function or class by its name."""
+    return default.__name__ if callable(default) else repr(default)
+
 
 #: the keyword arguments the runner builds every strategy with
 CONSTRUCTOR_ARGUMENTS: dict[str, str] = {
@@ -115,6 +165,19 @@ class Strategy(Protocol):
     def checkpoint_state(self) -> tuple[dict[str, torch.Tensor], dict[str, Any]]: ...
 
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None: ...
+
+
+@runtime_checkable
+class ZeroShotStrategy(Strategy, Protocol):
+    """A strategy with zero-shot predictors (``OPTIONAL["zero_shot_predictions"]``): all the runner
+    reads of it for a zero-shot target (``benchmarks.runner.zero_shot``), which builds the target's
+    prompts, images and loader itself from the run's config."""
+
+    backbone: CLIPBackbone  # the backbone the runner built it with: its tokenizer and image transform
+
+    def zero_shot_text(self, tokens: torch.Tensor) -> Any: ...
+
+    def zero_shot_predictions(self, images: torch.Tensor, text: Any) -> dict[str, torch.Tensor]: ...
 
 
 #: for each framework whose strategies come in through an adapter: a member that tells them apart
@@ -216,14 +279,15 @@ def plugins_survive_resume(plugins) -> bool:
     )
 
 
-def optional(strategy: Any, name: str, default: Any = None) -> Any:
-    """An ``OPTIONAL`` member of ``strategy`` (attribute or zero-argument property), or ``default``."""
-    return getattr(strategy, name, default)
+def optional(strategy: Any, name: str) -> Any:
+    """An ``OPTIONAL`` member of ``strategy`` or its class (attribute or zero-argument property), or
+    the contract's default for it (``OPTIONAL[name].default``)."""
+    return getattr(strategy, name, OPTIONAL[name].default)
 
 
 def config_class(cls: type) -> type[StrategyConfig]:
     """The strategy's ``Config``, or ``StrategyConfig`` for a strategy that declares none."""
-    config = getattr(cls, "Config", StrategyConfig)
+    config = optional(cls, "Config")
     if not (isinstance(config, type) and issubclass(config, StrategyConfig)):
         raise UserError(
             f"{getattr(cls, '__name__', cls)}.Config must subclass strategies.config.StrategyConfig "
@@ -234,12 +298,12 @@ def config_class(cls: type) -> type[StrategyConfig]:
 
 @torch.no_grad()
 def evaluate(
-    strategy: Any, dataset, batch_size: int, device: torch.device, cache_key: str | None
+    strategy: Strategy, dataset, batch_size: int, device: torch.device, cache_key: str | None
 ) -> torch.Tensor:
     """The scores of ``dataset`` over ``strategy.seen_classes``, ``[N, n_seen]`` fp32 on the CPU:
     the strategy's ``evaluate_dataset`` if it has one, else ``scores`` batch by batch; checked
     against the contract (``check_scores``) before any metric reads them."""
-    own: Callable | None = getattr(strategy, "evaluate_dataset", None)
+    own: Callable | None = optional(strategy, "evaluate_dataset")
     if own is not None:
         return check_scores(strategy, own(dataset, cache_key=cache_key), len(dataset), "evaluate_dataset")
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False)
@@ -258,7 +322,7 @@ def _shape(scores: torch.Tensor) -> str:
     return f"[{', '.join(map(str, scores.shape))}]"
 
 
-def check_scores(strategy: Any, scores, n_images: int, member: str = "scores") -> torch.Tensor:
+def check_scores(strategy: Strategy, scores, n_images: int, member: str = "scores") -> torch.Tensor:
     """``scores`` as fp32 on the CPU if they keep the contract: ``[n_images, len(seen_classes)]``
     and finite. Otherwise a ``UserError`` naming the strategy's ``member`` and the shape (or the
     first non-finite value): a score matrix of the wrong shape gives plausible, wrong metrics (a

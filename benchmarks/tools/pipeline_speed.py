@@ -10,7 +10,7 @@ what a run of a real suite costs, by the runner's own path rather than a step in
    epochs, model, device, batch size and loader workers given here), built by
    ``benchmarks.runner.execute.build_run`` (its loaders, workers, resized cache where one was
    built, augmentation where the runner puts it) and learned by the runner's own task loop
-   (``execute._learn_tasks``: ``strategy.learn`` a task, evaluate every test image as a stage,
+   (``learning.learn_tasks``: ``strategy.learn`` a task, evaluate every test image as a stage,
    checkpoint, as in a real run);
 3. ``train``: images over the seconds of every whole training epoch of every task (a plugin stamps
    ``before_training_epoch`` and ``after_training_epoch``: the loader's workers starting, every
@@ -45,7 +45,8 @@ from benchmarks.backbone import TINY_MODEL
 from benchmarks.core.environment import check_threads, set_threads
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.core.precision import PRECISIONS
-from benchmarks.runner.execute import RunContext, _learn_tasks, build_run, preflight, resolve
+from benchmarks.runner.execute import build_run, preflight, resolve
+from benchmarks.runner.learning import RunContext, learn_tasks
 from benchmarks.runner.results import ResultStore, RunProgress, config_hash
 from benchmarks.runner.suites import RunSpec, expand, load_suite
 from benchmarks.tools import reference
@@ -125,11 +126,16 @@ def measure_run(spec: RunSpec, data_root: str, results_dir: Path, options: Optio
     built = build_run(spec, data_root, resolved=resolved, plugins=[timer])
     stream, strategy = built.stream, built.strategy
     context = RunContext(
-        spec, ResultStore(results_dir), data_root, resolved, config_hash(resolved.config), show_progress=False
+        spec,
+        ResultStore(results_dir),
+        data_root,
+        resolved.strategy_cfg,
+        config_hash(resolved.config),
+        show_progress=False,
     )
     progress = RunProgress()
     start = time.perf_counter()
-    _learn_tasks(context, stream, strategy, progress)
+    learn_tasks(context, stream, strategy, progress)
     learn_seconds = time.perf_counter() - start
     stages = len(progress.stages)
     eval_images = len(stream.test_set) * stages

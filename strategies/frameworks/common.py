@@ -195,3 +195,15 @@ def task_classes(experience, n_classes: int, seen: list[int], name: str) -> list
     if again:
         raise UserError(f"{name}: classes {again[:5]} arrive in a second task; tasks must be disjoint")
     return classes
+
+
+def refuse_plugins(name: str, plugins: list) -> None:
+    """One line for Avalanche plugins given to an adapter whose framework runs its own training loop,
+    where they would never run. The runner gives such a strategy none: its live log holds the
+    stages only, and the run warns so (``benchmarks.runner.learning.training_log``)."""
+    if plugins:
+        given = ", ".join(type(plugin).__name__ for plugin in plugins)
+        raise UserError(
+            f"{name}: its training loop is its own, so Avalanche plugins ({given}) cannot attach to it; "
+            "give it none (its live log, --log, holds its stages, not its training iterations)"
+        )

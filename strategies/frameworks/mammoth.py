@@ -56,6 +56,7 @@ from strategies.frameworks.common import (
     FrameworkAdapter,
     FrameworkConfig,
     declared_config,
+    refuse_plugins,
     task_classes,
 )
 from strategies.frameworks.guarded_import import importing
@@ -148,6 +149,7 @@ class MammothAdapter(FrameworkAdapter):
 
     def __init__(self, **kwargs: Any) -> None:
         super().__init__(**kwargs)
+        refuse_plugins(self.name, self.plugins)  # they could never see the model's loop
         cfg = self.cfg
         self.clip = CLIPClassifier(self.backbone, self.class_names, cfg.head, cfg.encoder, cfg).to(
             self.device

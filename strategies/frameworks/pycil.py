@@ -40,7 +40,7 @@ from benchmarks.core.errors import UserError
 from benchmarks.data.loaders import FirstBatches
 from strategies.checkpointing import pack_state, unpack_state
 from strategies.config import StrategyConfig
-from strategies.frameworks.common import FrameworkAdapter, task_classes
+from strategies.frameworks.common import FrameworkAdapter, refuse_plugins, task_classes
 from strategies.frameworks.pycil_data import VALIDATION_PER_CLASS, DataManager, ItemImages
 from strategies.frameworks.upstream import (
     modules_under,
@@ -139,11 +139,7 @@ class PyCILAdapter(FrameworkAdapter):
             "backbone": self.backbone,
             "class_names": self.data_manager.class_names,
         }
-        if self.plugins:  # the live log (suite plugins are refused before): it cannot see the learner's loop
-            self._say(
-                f"{self.name}: its training loop is its own, so the live log (--log) holds its stages, "
-                "not its training iterations"
-            )
+        refuse_plugins(self.name, self.plugins)  # they could never see the learner's loop
         if self.scaled_constants:
             self._say(
                 f"{self.name}: epoch constants of its module as run: "

@@ -18,7 +18,7 @@ from benchmarks.core.environment import set_deterministic
 from benchmarks.core.precision import INITIAL_LOSS_SCALE
 from benchmarks.data.datasets import load_dataset
 from benchmarks.data.transforms import eval_transform
-from benchmarks.runner import execute
+from benchmarks.runner import learning
 from benchmarks.runner.reading import iter_results
 from benchmarks.runner.results import REQUIRED_KEYS
 from strategies.finetune import Finetune
@@ -148,10 +148,10 @@ def test_killed_fp16_run_resumes_with_its_loss_scaler_and_identical_metrics(
 @pytest.mark.slow
 def test_peak_memory_is_carried_across_a_resume(mini_suite, tmp_path, monkeypatch):
     revive = kill_in_task(monkeypatch, Finetune, task=3)
-    monkeypatch.setattr(execute, "peak_memory", lambda device: (7 * 2**30, "cpu_max_rss"))  # before the kill
+    monkeypatch.setattr(learning, "peak_memory", lambda device: (7 * 2**30, "cpu_max_rss"))  # before the kill
     assert _run(mini_suite, tmp_path, "--strategies", "finetune") == 130
     revive()
-    monkeypatch.setattr(execute, "peak_memory", lambda device: (2**20, "cpu_max_rss"))  # the resumed process
+    monkeypatch.setattr(learning, "peak_memory", lambda device: (2**20, "cpu_max_rss"))  # the resumed process
     assert _run(mini_suite, tmp_path, "--strategies", "finetune") == 0
     assert result_of(tmp_path, "finetune")["cost"]["peak_memory_bytes"] == 7 * 2**30
 

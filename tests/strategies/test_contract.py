@@ -25,7 +25,10 @@ def _table(heading: str) -> dict[str, list[str]]:
 
 def test_the_docs_tables_are_the_contract():
     assert {k: v[0] for k, v in _table("### Required").items()} == contract.REQUIRED
-    assert {k: tuple(v) for k, v in _table("### Optional").items()} == contract.OPTIONAL
+    assert {k: tuple(v) for k, v in _table("### Optional").items()} == {
+        k: (member.what, member.without, contract.shown_default(member.default))
+        for k, member in contract.OPTIONAL.items()
+    }
     assert {
         k: v[0] for k, v in _table("### What the runner passes").items()
     } == contract.CONSTRUCTOR_ARGUMENTS
@@ -35,6 +38,24 @@ def test_the_protocol_names_the_required_members():
     declared = {name for name in vars(contract.Strategy) if not name.startswith("_")}
     declared |= set(contract.Strategy.__annotations__)
     assert declared == set(contract.REQUIRED)
+
+
+def test_a_missing_optional_member_reads_as_its_default_and_a_present_one_as_itself():
+    class Bare:
+        pass
+
+    class Own:
+        skipped_steps = 3
+
+    for name, member in contract.OPTIONAL.items():
+        assert contract.optional(Bare(), name) is member.default
+    assert contract.optional(Own(), "skipped_steps") == 3
+    assert contract.optional(Bare, "stage_diagnostics")(None, None, None) == {}
+    assert contract.optional(Bare, "run_diagnostics")() == {}
+    assert contract.optional(Bare, "trainable_parameter_count")() is None
+    assert contract.optional(Bare, "resume_refusal")({}) is None
+    with pytest.raises(KeyError):  # a name outside the contract has no default to fall back on
+        contract.optional(Bare(), "learn_faster")
 
 
 @pytest.mark.parametrize("name", available())

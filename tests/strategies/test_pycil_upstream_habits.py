@@ -165,11 +165,12 @@ def test_an_option_outside_args_points_to_args():
         get_strategy(ICARL).Config.from_dict({"args": {"device": "cuda"}}, ICARL)
 
 
-def test_the_live_log_is_said_to_hold_its_stages_only(stream):
+def test_a_plugin_it_cannot_run_is_refused_in_one_line(stream):
     from benchmarks.runner.live_log import TrainingLog
 
-    with pytest.warns(UserWarning, match=r"live log \(--log\) holds its stages"):
+    with pytest.raises(UserError, match=r"Avalanche plugins \(TrainingLog\) cannot attach") as err:
         built(ICARL, stream, plugins=[TrainingLog(log=None)], args={"memory_size": 12})
+    assert "\n" not in str(err.value) and "live log, --log, holds its stages" in str(err.value)
 
 
 def test_quiet_silences_its_bars_and_logging(stream, capsys, caplog):

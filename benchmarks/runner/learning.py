@@ -1,0 +1,241 @@
+"""The learning side of a run, once it is built (``benchmarks.runner.execute.build_run``): resume
+from the last checkpoint, learn task after task, test and checkpoint after each, score the
+zero-shot targets, and store the result with its predictions sidecar.
+
+The strategy is read through the contract alone (``strategies.contract``): its ``Strategy``
+protocol, and ``optional`` for everything else.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import time
+import warnings
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from benchmarks.core.environment import Threads, environment, peak_memory, reset_peak_memory, seed_everything
+from benchmarks.core.errors import UserError
+from benchmarks.core.metrics import predicted_classes, stage_metrics, summarize
+from benchmarks.data.streams import CILStream
+from benchmarks.runner.live_log import LiveLog, TrainingLog
+from benchmarks.runner.results import (
+    SCHEMA_VERSION,
+    Predictions,
+    ResultStore,
+    RunCost,
+    RunProgress,
+    RunResult,
+    StageResult,
+)
+from benchmarks.runner.suites import RunSpec
+from benchmarks.runner.zero_shot import zero_shot_accuracy
+from strategies.config import StrategyConfig
+from strategies.contract import Strategy, evaluate, optional
+
+
+@dataclass(frozen=True)
+class RunContext:
+    """One run under way: what computing it needs besides its stream and strategy."""
+
+    spec: RunSpec
+    store: ResultStore
+    data_root: str
+    strategy_cfg: StrategyConfig  # the run's resolved strategy config, as the strategy was built with
+    cfg_hash: str
+    force: bool = False
+    show_progress: bool = True
+    task_lines: bool = False
+    save_model: bool = False
+    live: LiveLog | None = None  # the run's live log (benchmarks.runner.live_log), if any
+    threads: Threads = "auto"  # the run's thread setting (``set_threads``), recorded in its env
+
+
+def training_log(context: RunContext, strategy_cls: type) -> TrainingLog | None:
+    """The Avalanche plugin that writes each training iteration into the run's live log, for a
+    strategy that runs Avalanche's loop; None without a live log. Any other strategy's live log
+    holds its stages only, and the run warns so in one line rather than hand it a plugin it drops."""
+    if context.live is None:
+        return None
+    if optional(strategy_cls, "avalanche_plugins"):
+        return TrainingLog(context.live)
+    warnings.warn(
+        f"{context.spec.key}: {context.spec.strategy} does not run Avalanche's loop, so its live log "
+        "(--log) holds its stages, not its training iterations",
+        stacklevel=2,
+    )
+    return None
+
+
+def learn_and_store(
+    context: RunContext,
+    config: dict,
+    stream: CILStream,
+    strategy: Strategy,
+    log_plugin: TrainingLog | None = None,
+) -> tuple[dict, str]:
+    """Train and evaluate one built run (``config``: its resolved config, as its result records it),
+    resuming from its checkpoint; store the result. Returns the stored result and what happened.
+    ``log_plugin``: the run's ``training_log``, attached to ``strategy``, whose steps go on after
+    those of the tasks before a resume."""
+    spec, store = context.spec, context.store
+    progress, status = resume(spec, store, strategy, context.cfg_hash, context.force)
+    if log_plugin is not None:
+        log_plugin.first_step = progress.cost.train_steps or 0  # the steps of the tasks before a resume
+    learn_tasks(context, stream, strategy, progress)
+    zero_shot = {
+        target: zero_shot_accuracy(
+            strategy,
+            target,
+            context.data_root,
+            limits=spec.limits,
+            config=context.strategy_cfg,
+            device=spec.device,
+            show_progress=context.show_progress,
+        )
+        for target in spec.zero_shot_targets
+    }
+    result = run_result(context, config, stream, strategy, progress, zero_shot)
+    if context.save_model:  # next to the result: T<n>-seed<s>.model.safetensors + .model.json
+        optional(strategy, "save_model")(
+            store.result_path(spec.key).with_suffix(".model"),
+            extra={"run": str(spec.key), "config_hash": context.cfg_hash},
+        )
+    targets = np.asarray(stream.test_targets)
+    predictions = Predictions(np.stack(progress.predictions), targets, np.arange(len(targets)))
+    stored = store.save(spec.key, result, predictions)
+    store.clear_checkpoint(spec.key)
+    return stored.to_json(), status
+
+
+def resume(
+    spec: RunSpec, store: ResultStore, strategy: Strategy, cfg_hash: str, force: bool
+) -> tuple[RunProgress, str]:
+    """The run's progress and status: from its last checkpoint, loaded into ``strategy``, or new."""
+    checkpoint = None if force else store.load_checkpoint(spec.key, cfg_hash)
+    if checkpoint is None:
+        return RunProgress(cost=RunCost(resumed_from=[])), "ran"
+    progress, tensors, strategy_meta = checkpoint
+    why = (
+        f"{spec.strategy} cannot resume from a checkpoint"
+        if not optional(strategy, "resumable")  # state a checkpoint cannot hold: start again
+        else optional(strategy, "resume_refusal")(strategy_meta)
+    )
+    if why:
+        status = f"ran again from task 1 ({why})"
+        warnings.warn(f"{spec.key}: {status}", stacklevel=2)  # the run's first line says so
+        return RunProgress(cost=RunCost(resumed_from=[0])), status
+    strategy.load_checkpoint_state(tensors, strategy_meta)
+    progress.cost.resumed_from = [*(progress.cost.resumed_from or []), progress.tasks_done]
+    status = f"resumed after task {progress.tasks_done}"
+    warnings.warn(f"{spec.key}: {status}", stacklevel=2)
+    return progress, status
+
+
+def learn_tasks(context: RunContext, stream: CILStream, strategy: Strategy, progress: RunProgress) -> None:
+    """Learn the tasks not yet done, test after each, and checkpoint after each."""
+    spec, store, live = context.spec, context.store, context.live
+    eval_batch_size = context.strategy_cfg.eval_batch_size
+    targets = np.asarray(stream.test_targets)
+    cost = progress.cost
+    steps_before = cost.train_steps or 0  # the training iterations of the tasks before a resume
+    reset_peak_memory(spec.device)
+    tasks = tqdm(
+        range(progress.tasks_done, spec.n_tasks),
+        desc=str(spec.key),
+        leave=False,
+        disable=not context.show_progress,
+        initial=progress.tasks_done,
+        total=spec.n_tasks,
+    )
+    for task in tasks:
+        seed_everything(spec.seed, task)
+        start = time.perf_counter()
+        try:
+            strategy.learn(stream.train_stream[task])
+        except FloatingPointError as err:  # a diverging loss: a recipe problem, not a crash
+            kept = f"the checkpoint after task {task} is kept" if task else "no task had finished"
+            raise UserError(
+                f"{spec.key}: task {task + 1}: {err}; {kept}. Lower the learning rate "
+                "(or use --precision fp32) and rerun"
+            ) from None
+        train_seconds = time.perf_counter() - start
+        cost.train_seconds += train_seconds
+        iterations = optional(strategy, "train_iterations")
+        cost.train_steps = None if iterations is None else steps_before + iterations
+
+        start = time.perf_counter()
+        try:  # checked against the contract before any metric: a wrong shape gives plausible numbers
+            scores = evaluate(
+                strategy, stream.test_set, eval_batch_size, spec.device, cache_key="test"
+            ).numpy()
+        except UserError as err:
+            kept = f"the checkpoint after task {task} is kept" if task else "no task had finished"
+            raise UserError(f"{spec.key}: task {task + 1}: {err}; no result is stored, {kept}") from None
+        progress.predictions.append(predicted_classes(scores, strategy.seen_classes))
+        metrics = stage_metrics(scores, strategy.seen_classes, targets, stream.task_of_class, task + 1)
+        with torch.no_grad():
+            diagnostics = optional(strategy, "stage_diagnostics")(scores, targets, stream.task_of_class)
+        stage = StageResult(task=task + 1, **metrics, diagnostics=diagnostics)
+        eval_seconds = time.perf_counter() - start
+        cost.eval_seconds += eval_seconds
+        cost.peak_memory_bytes = max(cost.peak_memory_bytes, peak_memory(spec.device)[0])  # across resumes
+        progress.stages.append(stage)
+        if live is not None:
+            live.stage(stage.to_json(), cost.train_steps)
+        tasks.set_postfix(acc=f"{stage.acc:.1f}")
+        store.save_checkpoint(spec.key, progress, *strategy.checkpoint_state(), context.cfg_hash)
+        if context.task_lines:
+            tqdm.write(
+                f"{spec.key}: task {task + 1}/{spec.n_tasks}: acc {stage.acc:.2f} "
+                f"(train {train_seconds:.0f} s, test {eval_seconds:.0f} s)",
+                file=sys.stderr,
+            )
+
+
+def run_result(
+    context: RunContext,
+    config: dict,
+    stream: CILStream,
+    strategy: Strategy,
+    progress: RunProgress,
+    zero_shot: dict,
+) -> RunResult:
+    """The finished run's record (``benchmarks.runner.results.RunResult``)."""
+    spec = context.spec
+    memory, memory_kind = peak_memory(spec.device)
+    stages = progress.stages
+    return RunResult(
+        schema_version=SCHEMA_VERSION,
+        strategy=spec.strategy,
+        label=spec.label,
+        dataset=spec.dataset,
+        n_tasks=spec.n_tasks,
+        seed=spec.seed,
+        config=config,
+        config_hash=context.cfg_hash,
+        class_order=stream.class_order,
+        class_names=stream.class_names,
+        tasks=stream.tasks,
+        stages=stages,
+        summary=summarize([stage.to_json() for stage in stages]),
+        diagnostics=_no_grad(optional(strategy, "run_diagnostics")),
+        zero_shot=zero_shot or None,
+        env=environment(spec.device, context.threads),
+        cost=dataclasses.replace(
+            progress.cost,
+            trainable_params=_no_grad(optional(strategy, "trainable_parameter_count")),
+            peak_memory_bytes=max(memory, progress.cost.peak_memory_bytes),
+            peak_memory_kind=memory_kind,
+            amp_skipped_steps=optional(strategy, "skipped_steps"),
+        ),
+    )
+
+
+def _no_grad(function):
+    with torch.no_grad():
+        return function()
