@@ -135,7 +135,7 @@ def draw_figure(comparisons: list[Comparison], label: str, out_dir: Path) -> lis
     from matplotlib.figure import Figure
     from matplotlib.ticker import MaxNLocator
 
-    from analysis.figures import (
+    from analysis.figure_style import (
         HIGHLIGHT_ZORDER,
         comparison_styles,
         figure_style,

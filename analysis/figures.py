@@ -1,40 +1,40 @@
 """The paper's figures (and two extra views) from result JSON, as PNG and PDF.
 
 Each ``fig_*`` function takes the loaded results and an output folder, writes ``NAME.png`` and
-``NAME.pdf`` and returns their paths, or raises ``MissingInputs``. Figures are drawn on
-``matplotlib.figure.Figure`` objects (no pyplot state) in seaborn's style, at a fixed size
-(``FIGSIZES`` / ``panel_figsize``, ``DPI``): no tight bounding box, so the PNG is exactly
-figsize x DPI pixels. Series differ by marker, line style or hatch as well as colour, so the
-figures stay readable in greyscale. In the line figures of methods (here and in ``analysis.compare``)
-each method keeps one colour and marker (``METHOD_STYLES``), and GR4CIL, or the baseline of a
-comparison, is drawn in a heavier line (``comparison_styles`` gives a comparison's two). A series
-whose values equal an earlier one's in the same panel is drawn dashed over it (``unhidden``), so
-both stay visible. Legends lie outside the axes, and name a ``module:Class`` strategy by its class
-(``legend_names``), so no long label pushes a legend past the figure's edge. ``figure_style`` and
-``save_figure`` give every figure of the report the same look and files.
+``NAME.pdf`` and returns their paths, or raises ``MissingInputs``. What the figures share in look
+(sizes, each method's style, legends, the saved files) is ``analysis.figure_style``'s; here is what
+each draws, at its size in ``FIGSIZES`` or ``panel_figsize``. Legends lie outside the axes.
 """
 
 from __future__ import annotations
 
 import textwrap
-from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterable
 
 import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
-from matplotlib.lines import Line2D
-from matplotlib.markers import MarkerStyle
 from matplotlib.ticker import MaxNLocator
 
+from analysis.figure_style import (
+    HATCHES,
+    HIGHLIGHTED_METHOD,
+    LINESTYLES,
+    MARKERS,
+    LineStyle,
+    figure_style,
+    legend_names,
+    method_styles,
+    panel_grid,
+    plot_series,
+    save_figure,
+    unhidden,
+)
 from analysis.formatting import population_std
 from analysis.gr4cil_settings import default_gr4cil_runs
 from analysis.paper_inputs import (
     PAPER_DATASETS,
-    ROW_LABELS,
     MissingInputs,
     ReportInputs,
     dataset_name,
@@ -43,7 +43,6 @@ from analysis.paper_inputs import (
 )
 from benchmarks.runner.results import RunKey, RunResult, safe_label
 
-DPI = 150
 FIGSIZES = {
     "fig2_gap_training": (4.8, 3.4),
     "fig3_gap_final": (4.8, 3.4),
@@ -51,186 +50,11 @@ FIGSIZES = {
     "fig6_cost": (9.0, 3.8),
     "acc_matrix": (5.2, 4.4),
 }
-PANEL_SIZE = (3.6, 3.2)  # one panel of fig7_routing and fig_accuracy_curves
-MIN_WIDTH = 7.2  # room for the title and the legend when there are only one or two panels
-MAX_COLUMNS = 3
-MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*", "<", ">"]
-LINESTYLES = ["-", "--", ":", "-."]
-HATCHES = ["", "//", "xx", "..", "\\\\", "oo", "++", "--"]
 ROUTING_VARIANTS = {
     "routing_acc_text_only": "Text only",
     "routing_acc_text_prototype": "Text + prototype",
     "routing_acc_full": "Full (+ compensation)",
 }
-
-
-@dataclass(frozen=True)
-class LineStyle:
-    """How one series of a line figure is drawn: colour, marker and dash pattern (() is solid)."""
-
-    color: str | tuple[float, float, float]
-    marker: str
-    dashes: tuple[float, ...] = ()
-
-
-# Each registered strategy's style in the line figures (fig_accuracy_curves, analysis.compare), the
-# same in every figure: matplotlib's tab10 colours, black for GR4CIL, navy for fine-tuning, and a
-# marker of its own, so no two methods share a colour or a marker.
-METHOD_STYLES = {
-    "gr4cil": LineStyle("#000000", "o"),
-    "continual_clip": LineStyle("#7f7f7f", "s"),  # tab:gray
-    "finetune": LineStyle("#000080", "v"),  # navy
-    "adaptervlm": LineStyle("#1f77b4", "^"),  # tab:blue
-    "mg_clip": LineStyle("#ff7f0e", "D"),  # tab:orange
-    "moe4cl": LineStyle("#2ca02c", "P"),  # tab:green
-    "magmax": LineStyle("#d62728", "X"),  # tab:red
-    "l2p_pp": LineStyle("#9467bd", "<"),  # tab:purple
-    "dualprompt": LineStyle("#e377c2", ">"),  # tab:pink
-    "coda_prompt": LineStyle("#bcbd22", "p"),  # tab:olive
-    "aper_adapter": LineStyle("#17becf", "h"),  # tab:cyan
-    "clap": LineStyle("#8c564b", "*"),  # tab:brown
-}
-# Labels without a style of their own (a suite variant, a user's module:Class strategy) take these in
-# the sorted order of such labels in the figure, dashed: the light partners of the tab10 colours
-# (tab20) and markers no registered method uses, so they never look like a registered method. Only
-# past 10 such labels do they repeat.
-FALLBACK_COLORS = (
-    "#aec7e8",
-    "#ffbb78",
-    "#98df8a",
-    "#ff9896",
-    "#c5b0d5",
-    "#c49c94",
-    "#f7b6d2",
-    "#c7c7c7",
-    "#dbdb8d",
-    "#9edae5",
-)
-FALLBACK_MARKERS = ("1", "2", "3", "4", "x", "+", "d", "H", "8", "|")
-FALLBACK_DASHES = (4, 1.5)
-HIGHLIGHTED_METHOD = "gr4cil"  # drawn on top in a heavier line in fig_accuracy_curves
-HIGHLIGHT_LINEWIDTH = 2.4  # the style's lines are 1.2 wide
-HIGHLIGHT_ZORDER = 3  # above the other lines (2) and the bands (1)
-_STRATEGY_BY_ROW_LABEL = {shown: name for name, shown in ROW_LABELS.items()}
-# The comparison figure's colours for a label without a style of its own: strong ones, as clear as
-# the baseline's (tab10's blue, red, green, purple)
-COMPARISON_COLORS = ("#1f77b4", "#d62728", "#2ca02c", "#9467bd")
-COMPARISON_MARKERS = ("s", "D")  # filled, as the baseline's: a line-art fallback marker is faint beside it
-OVERLAP_DASHES = (3.0, 2.0)  # a series equal to an earlier one: its line shows the earlier one between dashes
-
-
-def short_label(label: str) -> str:
-    """The class name of a ``module:Class`` label (``avalanche:LwF`` -> ``LwF``,
-    ``pycil:my_pkg.mod:NCM`` -> ``NCM``); any other label as it is (``gr4cil``, ``tau0.5``)."""
-    if ":" not in label:
-        return label
-    return label.rsplit(":", 1)[1].rsplit(".", 1)[-1] or label
-
-
-def legend_names(labels: Iterable[str]) -> dict[str, str]:
-    """The name each label shows in a legend: ``short_label``, unless two labels of the figure
-    would then show the same name (``avalanche:LwF`` beside ``my_pkg:LwF``): those keep their own."""
-    labels = list(dict.fromkeys(labels))
-    shorts = [short_label(label) for label in labels]
-    return {label: short if shorts.count(short) == 1 else label for label, short in zip(labels, shorts)}
-
-
-def comparison_styles(label: str, baseline: str) -> dict[str, LineStyle]:
-    """The styles of a comparison figure's two series: each method's own (``method_styles``), but
-    solid, and for a label without a style of its own in a strong colour and a filled marker unlike
-    the other's, so the compared strategy is drawn as clearly as the baseline."""
-    styles = method_styles([label, baseline])
-    for name, other in ((label, baseline), (baseline, label)):
-        if styles[name].dashes:  # a fallback: light and dashed among many, too faint beside one other
-            color = next(c for c in COMPARISON_COLORS if c != styles[other].color)
-            marker = next(m for m in COMPARISON_MARKERS if m != styles[other].marker)
-            styles[name] = LineStyle(color, marker)
-    return styles
-
-
-def unhidden(style: LineStyle, values, earlier: list) -> LineStyle:
-    """``style``, dashed where ``values`` equal those of a series drawn earlier in the panel
-    (``earlier``), so that the earlier line shows between the dashes instead of vanishing."""
-    values = np.asarray(values, dtype=float)
-    same = any(
-        np.shape(values) == np.shape(other) and np.allclose(values, other, equal_nan=True)
-        for other in earlier
-    )
-    return LineStyle(style.color, style.marker, OVERLAP_DASHES) if same else style
-
-
-def method_styles(labels: Iterable[str]) -> dict[str, LineStyle]:
-    """The style of each label, a run label (``gr4cil``) or its row label (``GR4CIL``):
-    ``METHOD_STYLES``, else the fallbacks in sorted order of the labels without a style."""
-    labels = list(dict.fromkeys(labels))
-    styles = {}
-    for label in labels:
-        name = label if label in METHOD_STYLES else _STRATEGY_BY_ROW_LABEL.get(label)
-        if name in METHOD_STYLES:
-            styles[label] = METHOD_STYLES[name]
-    for i, label in enumerate(sorted(set(labels) - set(styles))):
-        styles[label] = LineStyle(
-            FALLBACK_COLORS[i % len(FALLBACK_COLORS)],
-            FALLBACK_MARKERS[i % len(FALLBACK_MARKERS)],
-            FALLBACK_DASHES,
-        )
-    return {label: styles[label] for label in labels}
-
-
-def plot_series(
-    ax, x, mean, low, high, label: str, style: LineStyle, highlighted: bool = False, **line_options
-) -> Line2D:
-    """One series of a line figure: ``mean`` as a line with markers and a band from ``low`` to
-    ``high``; a ``highlighted`` series is drawn on top of the others in a heavier line."""
-    # white edges set filled markers apart where lines cross; a line-art marker is all edge
-    edge = "w" if MarkerStyle(style.marker).is_filled() else style.color
-    emphasis = {"linewidth": HIGHLIGHT_LINEWIDTH, "zorder": HIGHLIGHT_ZORDER} if highlighted else {}
-    emphasis.update(line_options)  # the caller's options win (a comparison's zorder)
-    (line,) = ax.plot(
-        x,
-        mean,
-        color=style.color,
-        marker=style.marker,
-        dashes=style.dashes,
-        markeredgewidth=0.75,
-        markeredgecolor=edge,
-        label=label,
-        **emphasis,
-    )
-    ax.fill_between(x, low, high, color=style.color, alpha=0.2)
-    return line
-
-
-def panel_figsize(n_panels: int) -> tuple[float, float]:
-    """Size of a figure with ``n_panels`` panels in rows of at most ``MAX_COLUMNS``."""
-    columns = min(n_panels, MAX_COLUMNS)
-    rows = -(-n_panels // MAX_COLUMNS)
-    return max(PANEL_SIZE[0] * columns, MIN_WIDTH), PANEL_SIZE[1] * rows + 1.0  # + title and legend
-
-
-@contextmanager
-def figure_style():
-    """The look of every figure of the report (seaborn's whitegrid, paper context); draw inside it."""
-    with sns.axes_style("whitegrid"), sns.plotting_context("paper", font_scale=1.1):
-        yield
-
-
-def save_figure(fig: Figure, out_dir: Path, name: str) -> list[Path]:
-    """``out_dir/NAME.png`` (at ``DPI``) and ``out_dir/NAME.pdf``; returns both paths."""
-    out_dir.mkdir(parents=True, exist_ok=True)
-    paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
-    fig.savefig(paths[0], dpi=DPI)
-    fig.savefig(paths[1])
-    return paths
-
-
-def _panels(n: int) -> tuple[Figure, list]:
-    fig = Figure(figsize=panel_figsize(n), layout="constrained")
-    columns = min(n, MAX_COLUMNS)
-    axes = fig.subplots(-(-n // MAX_COLUMNS), columns, squeeze=False).ravel()
-    for ax in axes[n:]:
-        ax.set_visible(False)
-    return fig, list(axes[:n])
 
 
 def _bars(ax, groups: list[str], series: dict[str, tuple[list, list]], ylabel: str) -> None:
@@ -480,7 +304,7 @@ def fig7_routing(inputs: ReportInputs, out_dir: Path) -> list[Path]:
         for i, (name, dashes) in enumerate(zip(ROUTING_VARIANTS.values(), [(), (4, 1.5), (1, 1)]))
     }
     with figure_style():
-        fig, axes = _stage_panels(frame, datasets, dataset_name, styles, "Routing accuracy (%)")
+        fig, axes = _stagepanel_grid(frame, datasets, dataset_name, styles, "Routing accuracy (%)")
         for ax, dataset in zip(axes, datasets):  # every stage: there are at most 10 here
             ax.set_xticks(sorted(frame[frame["panel"] == dataset]["stage"].unique()))
         fig.suptitle(
@@ -510,7 +334,7 @@ def fig_accuracy_curves(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     order = ordered_datasets({p[0] for p in frame["panel"]})
     panels = sorted(set(frame["panel"]), key=lambda p: (order.index(p[0]), p[1]))
     with figure_style():
-        fig, _ = _stage_panels(
+        fig, _ = _stagepanel_grid(
             frame,
             panels,
             lambda panel: f"{dataset_name(panel[0])}, {panel[1]} tasks",
@@ -522,13 +346,13 @@ def fig_accuracy_curves(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     return save_figure(fig, out_dir, "fig_accuracy_curves")
 
 
-def _stage_panels(
+def _stagepanel_grid(
     frame: pd.DataFrame, panels: list, title, styles: dict[str, LineStyle], ylabel: str, highlight=None
 ) -> tuple[Figure, list]:
     """One panel per value of ``frame["panel"]`` (in ``panels`` order, titled ``title(panel)``):
     per ``series`` (in ``styles`` order, ``highlight`` on top), the mean ``value`` per stage over
     seeds with a band of ± std; one legend below the panels."""
-    fig, axes = _panels(len(panels))
+    fig, axes = panel_grid(len(panels))
     shown = legend_names(styles)
     for ax, panel in zip(axes, panels):
         in_panel = frame[frame["panel"] == panel]

@@ -18,7 +18,7 @@ what a run of a real suite costs, by the runner's own path rather than a step in
    images of every stage over the runner's evaluation seconds of the stages;
 4. the reference (``benchmarks.tools.reference``: plain open_clip and torch) measured beside it in
    the same process, device and precision: ``step``, a training step with the strategy's trainable
-   set built plainly on a batch of its last task (``train_speed.trainable_set``), and ``forward``,
+   set built plainly on a batch of its last task (``reference_pairing.trainable_set``), and ``forward``,
    ``encode_image`` without grad at the eval batch size.
 
 ``train / ref step`` and ``eval / forward`` say how near the runner comes to the hardware. The
@@ -51,15 +51,8 @@ from benchmarks.runner.results import ResultStore, RunProgress, config_hash
 from benchmarks.runner.suites import RunSpec, expand, load_suite
 from benchmarks.tools import reference
 from benchmarks.tools.fake_data import fake_targets, make_fake_data
-from benchmarks.tools.train_speed import (
-    StepProbe,
-    machine,
-    outcome_of,
-    probe_step,
-    published,
-    reference_model,
-    table_number,
-)
+from benchmarks.tools.reference_pairing import StepProbe, probe_step, reference_model
+from benchmarks.tools.speed_report import machine, outcome_of, published, table_number
 from strategies.registry import get_strategy
 
 SUITE = "main"
@@ -76,7 +69,7 @@ def _wait_for(device: torch.device) -> None:
 
 class EpochTimer(SupervisedPlugin):
     """Sums the seconds and images of every whole training epoch. At the end of each epoch it
-    probes the strategy as it trains (``train_speed.probe_step``, no op count: this is the real
+    probes the strategy as it trains (``reference_pairing.probe_step``, no op count: this is the real
     run) on the epoch's first largest batch, as the step saw it: the reference's batch."""
 
     def __init__(self) -> None:

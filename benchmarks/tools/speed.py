@@ -26,6 +26,9 @@ randomly initialised ViT-B/16) measures, on whatever device is given:
    resident memory before them, with the tensors it holds (weights, gradients, AdamW state, the
    pretrained, current and merged visual states). Run it alone (``--only magmax_memory``) on a CPU.
 
+Sections 6 and 7 are ``benchmarks.tools.strategy_costs``'s, the timing and memory primitives
+``benchmarks.tools.measuring``'s.
+
 ``--train`` measures something else, with options of its own (``--train --help``): every strategy's
 training and evaluation images per second against a bare open_clip reference
 (``benchmarks.tools.train_speed``).
@@ -39,11 +42,9 @@ tolerance. Results print as JSON and go to ``--out``.
 from __future__ import annotations
 
 import json
-import resource
 import statistics
 import sys
 import time
-from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable
 
@@ -51,18 +52,13 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import TensorDataset
 
-from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-from benchmarks.backbone.full_tuning import visual_parameters
+from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.core.atomic_io import write_json
 from benchmarks.core.errors import CommandParser
 from benchmarks.core.precision import PRECISIONS, resolve_precision
-from benchmarks.data.class_orders import seeded_order
-from benchmarks.data.datasets import imagenet_wnid_names, load_dataset
-from benchmarks.data.streams import build_stream
-from benchmarks.data.transforms import eval_transform
+from benchmarks.tools.measuring import class_names, interleaved, median_ratio, saved_tensor_bytes
+from benchmarks.tools.strategy_costs import magmax_training_memory, strategy_evaluation_forwards
 from strategies.gr4cil import GR4CIL, TaskState
-from strategies.magmax import MagMax
-from strategies.registry import available, get_strategy
 
 # Largest |difference| allowed between two computations of the same scores or features: fp32
 # rounding, or about ten units of the half format's rounding (eps/2: fp16 4.9e-4, bf16 3.9e-3).
@@ -70,65 +66,12 @@ TOLERANCE = {"fp32": 1e-4, "fp16": 5e-3, "bf16": 4e-2}
 CHUNK = 256  # text_chunk_size of the many-classes memory measurement
 
 
-def _class_names(n_classes: int) -> list[str]:
-    """The first ``n_classes`` ImageNet-1K class names (at most 1000)."""
-    names = list(imagenet_wnid_names().values())
-    if n_classes > len(names):
-        raise ValueError(f"at most {len(names)} classes (ImageNet-1K names), not {n_classes}")
-    return names[:n_classes]
-
-
-def _interleaved(functions: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
-    """Wall times of each function over ``repeats`` rounds, after one warm-up round.
-
-    The functions run in turn within a round, so drifts in machine speed hit them alike; compare
-    them with :func:`_median_ratio`, whose per-round ratios cancel what the round shares. Each
-    round starts one function later than the one before, so that no function always follows the
-    same one (on this suite's 2-core VM, two identical ViT-B forwards read 8% apart in fixed order).
-    """
-    for function in functions.values():
-        function()
-    names = list(functions)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for round_ in range(repeats):
-        shift = round_ % len(names)
-        for name in names[shift:] + names[:shift]:
-            _wait_for_device()
-            start = time.perf_counter()
-            functions[name]()
-            _wait_for_device()  # GPU kernels run asynchronously: time them to their end
-            times[name].append(time.perf_counter() - start)
-    return times
-
-
-def _wait_for_device() -> None:
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
-
-
-def _median_ratio(numerator: list[float], denominator: list[float]) -> float:
-    """Median over rounds of ``numerator / denominator`` (both timed in the same round)."""
-    return statistics.median(a / b for a, b in zip(numerator, denominator))
-
-
-@contextmanager
-def _saved_tensor_bytes(total: list[int]):
-    """Sum the bytes of every tensor autograd saves for backward (activation memory)."""
-
-    def pack(tensor):
-        total[0] += tensor.numel() * tensor.element_size()
-        return tensor
-
-    with torch.autograd.graph.saved_tensors_hooks(pack, lambda tensor: tensor):
-        yield
-
-
 def _strategy(model: str, n_classes: int, device: str, precision: str, **config) -> GR4CIL:
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec(model, None), device)
     return GR4CIL(
         backbone=backbone,
-        class_names=_class_names(n_classes),
+        class_names=class_names(n_classes),
         device=device,
         precision=precision,
         show_progress=False,
@@ -222,7 +165,7 @@ def deployed_inference(
                 torch.testing.assert_close(
                     features, backbone.encode_image(images), atol=TOLERANCE[precision], rtol=0
                 )
-        times = _interleaved(
+        times = interleaved(
             {
                 "plain": plain_forwards,
                 "batched": lambda: backbone.encode_image_multi(images, adapters, max_images_per_forward=cap),
@@ -235,15 +178,15 @@ def deployed_inference(
         "plain_seconds": seconds["plain"],
         "batched_seconds": seconds["batched"],
         "max_images_per_forward": cap,
-        "batched_over_plain": _median_ratio(times["batched"], times["plain"]),
+        "batched_over_plain": median_ratio(times["batched"], times["plain"]),
         "one_forward_seconds": seconds["one_forward"],
-        "one_forward_over_plain": _median_ratio(times["one_forward"], times["plain"]),
+        "one_forward_over_plain": median_ratio(times["one_forward"], times["plain"]),
     }
 
 
 def _stage1_step(strategy: GR4CIL, images, targets, saved: list[int]):
     strategy.backbone.zero_grad(set_to_none=True)
-    with _saved_tensor_bytes(saved):
+    with saved_tensor_bytes(saved):
         logits = strategy.compute_logits(images)
         strategy.loss = strategy.compute_loss(logits, targets)
     strategy.backward()
@@ -289,7 +232,7 @@ def training_step(
             atol=TOLERANCE[precision],
             rtol=0,
         )
-    times = _interleaved(
+    times = interleaved(
         {
             "gr4cil": lambda: _stage1_step(strategy, images, targets, [0]),
             "bare_open_clip": lambda: bare_step(open_clip_text),
@@ -315,8 +258,8 @@ def training_step(
         "gr4cil_step_seconds": seconds["gr4cil"],
         "bare_open_clip_step_seconds": seconds["bare_open_clip"],
         "bare_trimmed_step_seconds": seconds["bare_trimmed"],
-        "gr4cil_over_bare_open_clip": _median_ratio(times["gr4cil"], times["bare_open_clip"]),
-        "gr4cil_over_bare_trimmed": _median_ratio(times["gr4cil"], times["bare_trimmed"]),
+        "gr4cil_over_bare_open_clip": median_ratio(times["gr4cil"], times["bare_open_clip"]),
+        "gr4cil_over_bare_trimmed": median_ratio(times["gr4cil"], times["bare_trimmed"]),
         "saved_activation_bytes": memory,
         "last_over_first_task_memory": memory["last_task"] / memory["first_task"],
     }
@@ -351,7 +294,7 @@ def text_batching(model: str, n_classes: int, device: str, precision: str, repea
         with backbone.autocast():
             return backbone.model.encode_text(tokens.to(device), normalize=True).float()
 
-    times = _interleaved(
+    times = interleaved(
         {
             "compact": lambda: step(lambda: backbone.encode_text(compact)),
             "one_batch": lambda: step(lambda: backbone.encode_text(one_batch)),
@@ -365,133 +308,13 @@ def text_batching(model: str, n_classes: int, device: str, precision: str, repea
         "padding_fraction": 1.0 - float(lengths.sum()) / (n_classes * int(lengths.max())),
         "device_uses": "compact" if len(backbone.prepare_prompts(tokens).buckets) > 1 else "one_batch",
         **{f"{name}_seconds": statistics.median(t) for name, t in times.items()},
-        "compact_over_one_batch": _median_ratio(times["compact"], times["one_batch"]),
-        "one_batch_over_open_clip": _median_ratio(times["one_batch"], times["open_clip"]),
+        "compact_over_one_batch": median_ratio(times["compact"], times["one_batch"]),
+        "one_batch_over_open_clip": median_ratio(times["one_batch"], times["open_clip"]),
     }
 
 
 SECTIONS = ("evaluation", "inference", "training_step", "text", "strategies", "magmax_memory")
 DEFAULT_SECTIONS = SECTIONS[:5]  # magmax_memory reads the process's peak memory: run it alone
-
-
-# Each strategy's evaluation limit in visual-tower images over T stages, as (once per stream, once
-# per stage) multiples of the test images: a frozen tower is needed once (Continual-CLIP, CLAP;
-# APER's pretrained and adapted branches, both frozen after task 1); a prompt method needs its frozen query
-# once and one prompted forward a stage; every other strategy has one visual model (or one new
-# branch) per stage.
-PROMPT_METHODS = frozenset({"l2p_pp", "dualprompt", "coda_prompt"})
-EVALUATION_LIMIT = {
-    "continual_clip": (1, 0),
-    "clap": (1, 0),
-    "aper_adapter": (2, 0),
-    **{name: (1, 1) for name in PROMPT_METHODS},
-}
-# Training options that keep this count fast (the count does not depend on them), and prompt blocks
-# that fit the tiny model (4 visual blocks), and fewer CODA components than its default.
-QUICK_TRAINING = {
-    "continual_clip": {},
-    "gr4cil": {"epochs": 1, "compensation_epochs": 1},
-    "mg_clip": {"epochs": 1, "visual_epochs": 1},
-    "dualprompt": {"epochs": 1, "e_layers": [2, 3]},
-    "coda_prompt": {"epochs": 1, "prompt_layers": [0, 1, 2, 3], "components": 60},
-    "clap": {"epochs": 1, "samples": 2},
-}
-
-
-def strategy_evaluation_forwards(n_tasks: int, per_task: int, strategies: list[str] | None = None) -> dict:
-    n_classes = n_tasks * per_task
-    data = load_dataset("synthetic", n_classes=n_classes, n_train_per_class=4, n_test_per_class=2)
-    out = {}
-    for name in strategies or available():
-        torch.manual_seed(0)
-        backbone = create_clip(BackboneSpec(TINY_MODEL, "synthetic"))
-        transform = eval_transform(backbone.image_size, backbone.mean, backbone.std)
-        stream = build_stream(data, n_tasks, seeded_order(n_classes), transform, transform)
-        cls = get_strategy(name)
-        options = {"batch_size": 8, "eval_batch_size": 64, **QUICK_TRAINING.get(name, {"epochs": 1})}
-        strategy = cls(
-            backbone=backbone,
-            class_names=stream.class_names,
-            show_progress=False,
-            config=cls.Config.from_dict(options, name),
-        )
-        seen = [0]
-        hook = backbone.model.visual.register_forward_hook(
-            lambda _m, args, _o: seen.__setitem__(0, seen[0] + len(args[0]))
-        )
-        per_stage = []
-        try:
-            for task in range(n_tasks):
-                strategy.learn(stream.train_stream[task])
-                before = seen[0]
-                strategy.evaluate_dataset(stream.test_set, cache_key="test")
-                per_stage.append(seen[0] - before)
-        finally:
-            hook.remove()
-        n_images = len(stream.test_set)
-        once, per_stage_limit = EVALUATION_LIMIT.get(name, (0, 1))
-        limit = n_images * (once + per_stage_limit * n_tasks)
-        out[name] = {
-            "test_images": n_images,
-            "visual_images_per_stage": per_stage,
-            "visual_images": sum(per_stage),
-            "limit": limit,
-            "over_limit": sum(per_stage) / limit,
-        }
-    return out
-
-
-def magmax_training_memory(model: str, batch: int, device: str, precision: str, steps: int = 3) -> dict:
-    def resident_bytes() -> int:
-        with open("/proc/self/statm") as handle:
-            return int(handle.read().split()[1]) * resource.getpagesize()
-
-    torch.manual_seed(0)
-    backbone = create_clip(BackboneSpec(model, None), device)
-    strategy = MagMax(
-        backbone=backbone,
-        class_names=_class_names(10),
-        device=device,
-        precision=precision,
-        show_progress=False,
-        config=MagMax.Config(batch_size=batch, prompt_ensemble="cifar"),
-    )
-    size = backbone.image_size
-    images, targets = (
-        torch.randn(batch, 3, size, size, device=device),
-        torch.arange(batch, device=device) % 10,
-    )
-    strategy.setup_task(0, list(range(10)))
-    params = [p for p in backbone.parameters() if p.requires_grad]
-    optimizer = torch.optim.AdamW(params, lr=1e-5, weight_decay=0.1)
-    if torch.device(device).type == "cuda":
-        torch.cuda.reset_peak_memory_stats()
-    before = resident_bytes()
-    saved = [0]
-    for _ in range(steps):
-        optimizer.zero_grad(set_to_none=True)
-        with _saved_tensor_bytes(saved):
-            loss = F.cross_entropy(strategy.compute_logits(images), targets)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(params, 1.0)
-        optimizer.step()
-    strategy.finish_task(0, list(range(10)))  # theta_1, tau_run and the merged model
-    n_params = sum(p.numel() for p in visual_parameters(backbone.model).values())
-    peak_rss = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024  # Linux reports KiB
-    result = {
-        "batch_size": batch,
-        "steps": steps,
-        "visual_parameters": n_params,
-        "weights_grads_adamw_bytes": 4 * n_params * 4,  # fp32 weights, gradients, two AdamW moments
-        "visual_states_bytes": 3 * n_params * 4,  # theta_0, theta_t, tau_run (CPU copies)
-        "saved_activation_bytes_per_step": saved[0] // steps,
-        "rss_before_training_bytes": before,
-        "peak_rss_bytes": peak_rss,
-        "peak_rss_over_before_bytes": peak_rss - before,
-    }
-    if torch.device(device).type == "cuda":
-        result["cuda_peak_allocated_bytes"] = torch.cuda.max_memory_allocated()
-    return result
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -14,12 +14,12 @@ where the runner augments them (``--augment-on``), and measures in one run:
    device. ``train / own step`` is what the loader costs;
 3. the **reference** (``benchmarks.tools.reference``: plain open_clip and torch, no code of this
    suite), in the same process, on the same device, precision and batch: ``step``, a training step
-   with the strategy's trainable set built plainly (``trainable_set``: LoRA of its rank on k/v of the
-   towers it trains, bottleneck adapters beside the MLPs, the whole visual tower, or a forward alone
-   where nothing it trains lies in the backbone), ``full step`` (full fine-tuning of the visual
-   tower), ``frozen backward`` (a backward through every block with no weight gradient), and
-   ``forward`` (``encode_image`` without grad, at the eval batch size). The word "ceiling" means
-   this reference, never the suite's own step;
+   with the strategy's trainable set built plainly (``reference_pairing.trainable_set``: LoRA of its
+   rank on k/v of the towers it trains, bottleneck adapters beside the MLPs, the whole visual tower,
+   or a forward alone where nothing it trains lies in the backbone), ``full step`` (full fine-tuning
+   of the visual tower), ``frozen backward`` (a backward through every block with no weight
+   gradient), and ``forward`` (``encode_image`` without grad, at the eval batch size). The word
+   "ceiling" means this reference, never the suite's own step;
 4. ``eval``: images/s of ``evaluate_dataset`` over the test images of the seen classes after the
    task (the runner's path: a fresh cache key each time, as at stage 1), against the reference's
    forward over the same images as on-device batches of the eval batch size. The two alternate, in
@@ -46,20 +46,15 @@ import argparse
 import dataclasses
 import datetime
 import itertools
-import os
-import platform
 import statistics
 import time
-from collections import Counter
 from collections.abc import Callable
-from pathlib import Path
 
 import torch
 from avalanche.core import SupervisedPlugin
 from tqdm.auto import tqdm
 
-from benchmarks.backbone import SYNTHETIC_TAG, SYNTHETIC_WEIGHTS, TINY_MODEL
-from benchmarks.core.atomic_io import write_json
+from benchmarks.backbone import TINY_MODEL
 from benchmarks.core.environment import seed_everything
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.core.precision import PRECISIONS
@@ -67,7 +62,8 @@ from benchmarks.data.device_augment import AUGMENT_ON, AugmentOn
 from benchmarks.runner.execute import ResolvedRun, build_run, preflight, resolve
 from benchmarks.runner.suites import RunSpec, expand, load_suite
 from benchmarks.tools import reference
-from benchmarks.tools.loader_speed import _cpu_count
+from benchmarks.tools.reference_pairing import StepProbe, probe_step, reference_model, reference_steps
+from benchmarks.tools.speed_report import machine, outcome_of, published, table_number
 from strategies.base import CLIPStrategy
 from strategies.registry import available, get_strategy
 
@@ -177,122 +173,6 @@ def on_one_batch(strategy_cls: type[CLIPStrategy]) -> type[CLIPStrategy]:
 
     OnOneBatch.__name__ = OnOneBatch.__qualname__ = f"{strategy_cls.__name__}OnOneBatch"
     return OnOneBatch
-
-
-def _tower_of(name: str) -> str:
-    return "visual" if name.startswith("backbone.model.visual.") else "text"
-
-
-def trainable_set(strategy: CLIPStrategy) -> reference.TrainableSet:
-    """What ``strategy`` trains inside the backbone as it trains now, described plainly for the
-    reference: LoRA on k/v (towers, rank, alpha / rank), MLP adapters (towers, bottleneck, experts
-    and the router's top-k), the whole visual tower, or nothing (a forward)."""
-    named = strategy.trainable_parameters()
-    lora = {name: p for name, p in named.items() if ".lora_A." in name}
-    if lora:
-        towers = tuple(t for t in reference.TOWERS if any(_tower_of(name) == t for name in lora))
-        rank = next(iter(lora.values())).shape[0]
-        alpha = float(getattr(strategy.cfg, "lora_alpha", 1.0))
-        return reference.TrainableSet("lora_kv", towers, rank=rank, scaling=alpha / rank)
-    prefix = "backbone.mlp_adapter_modules."
-    adapter_towers = {name[len(prefix) :].split(".")[0] for name in named if name.startswith(prefix)}
-    if adapter_towers:
-        towers = tuple(t for t in reference.TOWERS if t in adapter_towers)
-        block = strategy.backbone.mlp_adapter_modules[towers[0]][0]
-        return reference.TrainableSet(
-            "mlp_adapter",
-            towers,
-            bottleneck=block.experts[0].down.out_features,
-            experts=len(block.experts),
-            top_k=block.router.top_k if block.router is not None else 0,
-        )
-    if any(name.startswith("backbone.model.visual.") for name in named):
-        return reference.TrainableSet("full_visual", ("visual",))
-    return reference.TrainableSet()
-
-
-def task_prompts(strategy: CLIPStrategy) -> list[str]:
-    """The prompts of the current task's classes, as the strategy words them."""
-    template = strategy.cfg.prompt_template
-    return [template.format(strategy.class_names[c]) for c in strategy.current_classes]
-
-
-def strategy_step_ops(strategy: CLIPStrategy, images: torch.Tensor, targets: torch.Tensor) -> Counter:
-    """The aten ops of one training step's forward and backward of ``strategy`` as it trains
-    (``compute_logits``, ``compute_loss``, ``backward``; no optimiser), after one warm-up call; its
-    gradients are dropped after each call, as the optimiser's ``zero_grad`` does between steps."""
-    params = list(strategy.trainable_parameters().values())
-
-    def forward_backward() -> None:
-        loss = strategy.compute_loss(strategy.compute_logits(images), targets)
-        if loss.requires_grad:
-            loss.backward()
-        for param in params:
-            param.grad = None
-
-    for param in params:
-        param.grad = None
-    forward_backward()
-    return reference.count_aten_ops(forward_backward)
-
-
-def reference_model(spec: RunSpec) -> torch.nn.Module:
-    """The bare open_clip model of ``spec``'s backbone on its device: the tiny model with the
-    shipped synthetic weights it trains from (for realism alone: speed does not depend on weights),
-    a weight file where the run names one, else randomly initialised."""
-    pretrained = spec.backbone.get("pretrained")
-    weights = None
-    if spec.backbone["model"] == TINY_MODEL and pretrained == SYNTHETIC_TAG:
-        weights = SYNTHETIC_WEIGHTS
-    elif pretrained and Path(str(pretrained)).expanduser().is_file():
-        weights = Path(str(pretrained)).expanduser()
-    return reference.load_model(spec.backbone["model"], weights, spec.device)
-
-
-@dataclasses.dataclass
-class StepProbe:
-    """What ``probe_step`` saw in the last timed step of a strategy: the batch's local targets, the
-    task's prompts, the trainable set and the aten ops of the strategy's step."""
-
-    targets: torch.Tensor | None = None
-    prompts: list[str] = dataclasses.field(default_factory=list)
-    trainable: reference.TrainableSet = dataclasses.field(default_factory=reference.TrainableSet)
-    ops: int | None = None
-    ops_error: str | None = None
-
-
-def probe_step(
-    probe: StepProbe, batch: list[torch.Tensor], count_ops: bool = True
-) -> Callable[[CLIPStrategy], None]:
-    """A ``StepTimer.at_end`` that fills ``probe`` from the strategy as it trains (after its last
-    timed step). Counting the ops runs a step's forward and backward on the strategy: only on a
-    copy that is dropped afterwards (``count_ops``)."""
-
-    def at_end(strategy: CLIPStrategy) -> None:
-        probe.targets = strategy.local_targets(batch[1])
-        probe.prompts = task_prompts(strategy)
-        probe.trainable = trainable_set(strategy)
-        if not count_ops:
-            return
-        try:
-            probe.ops = sum(strategy_step_ops(strategy, batch[0], probe.targets).values())
-        except Exception as err:  # a step that needs more than compute_logits/compute_loss: say so
-            probe.ops_error = f"{type(err).__name__}: {err}".splitlines()[0]
-
-    return at_end
-
-
-def reference_steps(
-    model: torch.nn.Module, spec: RunSpec, probe: StepProbe, batch, precision: str, warmup: int, steps: int
-) -> tuple[dict, int]:
-    """The reference's step images/s on ``batch`` with the probed trainable set (``measure_steps``)
-    and the aten ops of its step's forward and backward."""
-    tokens = reference.tokenize(spec.backbone["model"], probe.prompts, spec.device)
-    images, targets = batch[0], probe.targets
-    trainable = probe.trainable
-    measured = reference.measure_steps(model, trainable, images, targets, tokens, precision, warmup, steps)
-    ops = sum(reference.step_ops(model, trainable, images, targets, tokens, precision).values())
-    return measured, ops
 
 
 def _interleaved_medians(functions: dict[str, Callable[[], object]], repeats: int, device) -> dict:
@@ -500,36 +380,6 @@ def run_specs(
     )
 
 
-def machine(device: str) -> dict:
-    """Where the numbers come from: CPU count, torch threads and the device's name."""
-    name = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as handle:
-            name = next(line.split(":", 1)[1].strip() for line in handle if line.startswith("model name"))
-    except (OSError, StopIteration):
-        pass
-    if torch.device(device).type == "cuda":
-        name = torch.cuda.get_device_name(torch.device(device))
-    return {
-        "cpu_count": _cpu_count(),
-        "torch_threads": torch.get_num_threads(),
-        "device": device,
-        "device_name": name,
-        # other processes on the same cores slow every number down: the 1-minute load when it starts
-        "load_average": os.getloadavg()[0],
-    }
-
-
-def table_number(value: float | None, ratio: bool = False) -> str:
-    """A table's cell: "-" for none, a ratio to two decimals, a rate in whole images (a small one to
-    one decimal)."""
-    if value is None:
-        return "-"
-    if ratio:
-        return f"{value:.2f}"
-    return f"{value:,.0f}" if value >= 100 else f"{value:.1f}"
-
-
 def markdown_table(results: dict) -> str:
     """The rows as a Markdown table, under a line that says when, where and on what they were measured."""
     host = results["machine"]
@@ -672,24 +522,6 @@ def _command(argv: list[str] | None) -> dict:
         "rows": rows,
     }
     return published(results, markdown_table(results), args.out)
-
-
-def published(results: dict, table: str, out: str | None) -> dict:
-    """``results`` with their Markdown ``table``, printed, and written as JSON to ``out`` if given."""
-    results["table"] = table
-    print(table)
-    if out:
-        write_json(Path(out), results)
-    return results
-
-
-def outcome_of(command: Callable[[list[str] | None], dict | int], argv: list[str] | None) -> dict:
-    """A measuring command's results; a mistake in its input (the one-line error's exit code 2 from
-    ``one_line_user_errors``) leaves as ``SystemExit``, as argparse does for a bad flag."""
-    outcome = command(argv)
-    if not isinstance(outcome, dict):
-        raise SystemExit(outcome)
-    return outcome
 
 
 def main(argv: list[str] | None = None) -> dict:

@@ -4,8 +4,8 @@ registry never takes a registered method's, and GR4CIL is drawn on top in a heav
 import matplotlib
 import pytest
 
-from analysis import figures
-from analysis.figures import METHOD_STYLES, method_styles
+from analysis import figure_style, figures
+from analysis.figure_style import METHOD_STYLES, method_styles
 from analysis.paper_inputs import PAPER_METHOD_NAMES, ReportInputs, row_label
 from strategies.registry import available
 from tests.analysis.records import run_result, stage_result
@@ -56,7 +56,14 @@ def _runs(labels, seeds=(0, 1), n_tasks=3):
 def drawn(monkeypatch):
     """The Figure a figure function draws, instead of the files it would write."""
     figs = []
-    monkeypatch.setattr(figures, "save_figure", lambda fig, out_dir, name: figs.append(fig) or [])
+
+    def keep(fig, out_dir, name):
+        figs.append(fig)
+        return []
+
+    # the report's figures call save_figure through analysis.figures, the comparison's through figure_style
+    monkeypatch.setattr(figures, "save_figure", keep)
+    monkeypatch.setattr(figure_style, "save_figure", keep)
     return figs
 
 
@@ -66,7 +73,7 @@ def test_gr4cil_is_drawn_on_top_in_a_heavier_line(drawn, tmp_path):
     figures.fig_accuracy_curves(ReportInputs(runs, runs), tmp_path)
     (ax,) = [ax for ax in drawn[0].axes if ax.get_visible()]
     lines = {line.get_label(): line for line in ax.get_lines()}
-    assert set(lines) == {figures.short_label(row_label(label)) for label in labels}  # MyStrategy
+    assert set(lines) == {figure_style.short_label(row_label(label)) for label in labels}  # MyStrategy
     top = ax.get_lines()[-1]
     assert top.get_label() == "GR4CIL"  # drawn last ...
     others = [line for line in ax.get_lines() if line is not top]
@@ -80,7 +87,7 @@ def test_gr4cil_is_drawn_on_top_in_a_heavier_line(drawn, tmp_path):
     # the legend lists every method once, in label order, under the panels
     (legend,) = drawn[0].legends
     assert [text.get_text() for text in legend.get_texts()] == [
-        figures.short_label(name) for name in sorted(row_label(label) for label in labels)
+        figure_style.short_label(name) for name in sorted(row_label(label) for label in labels)
     ]
 
 
@@ -88,10 +95,10 @@ LONG_LABELS = ["avalanche:LwF", "pycil:my_pkg.mod:NCM", "my_strategy.strategy:My
 
 
 def test_module_class_labels_are_shortened_to_the_class_name():
-    assert [figures.short_label(label) for label in LONG_LABELS] == ["LwF", "NCM", "MyStrategy"]
-    assert figures.short_label("gr4cil") == "gr4cil" and figures.short_label("tau0.5") == "tau0.5"
+    assert [figure_style.short_label(label) for label in LONG_LABELS] == ["LwF", "NCM", "MyStrategy"]
+    assert figure_style.short_label("gr4cil") == "gr4cil" and figure_style.short_label("tau0.5") == "tau0.5"
     # two labels that would show the same name keep their own
-    assert figures.legend_names(["avalanche:LwF", "my_pkg:LwF", "gr4cil"]) == {
+    assert figure_style.legend_names(["avalanche:LwF", "my_pkg:LwF", "gr4cil"]) == {
         "avalanche:LwF": "avalanche:LwF",
         "my_pkg:LwF": "my_pkg:LwF",
         "gr4cil": "gr4cil",

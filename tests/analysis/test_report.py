@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from analysis import figures
+from analysis import figure_style, figures
 from analysis.gr4cil_settings import gr4cil_defaults
 from analysis.paper_inputs import REFERENCE_FILE, load_inputs, load_paper_reference, row_label
 from analysis.report import build_report
@@ -517,14 +517,15 @@ def test_figures_are_images_of_the_expected_size(report):
     for name, item in report["items"].items():
         if item.kind != "figure":
             continue
-        size = figures.panel_figsize(panels[name]) if name in panels else figures.FIGSIZES[name]
+        size = figure_style.panel_figsize(panels[name]) if name in panels else figures.FIGSIZES[name]
         for path in item.paths:
             assert path.stat().st_size > 1000, path
             if path.suffix == ".png":
                 height, width = mpimg.imread(path).shape[:2]
-                assert (width, height) == (round(size[0] * figures.DPI), round(size[1] * figures.DPI)), (
-                    path.name
-                )
+                assert (width, height) == (
+                    round(size[0] * figure_style.DPI),
+                    round(size[1] * figure_style.DPI),
+                ), path.name
             else:
                 assert path.read_bytes()[:4] == b"%PDF"
         if name == "acc_matrix":

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from benchmarks.tools import speed
+from benchmarks.tools import measuring, speed
 
 
 @pytest.mark.slow
@@ -96,14 +96,14 @@ def test_speed_can_measure_one_section():
 
 def test_median_ratio_pairs_times_of_the_same_round():
     # per-round ratios 2, 3, 4 -> median 3
-    assert speed._median_ratio([2.0, 3.0, 8.0], [1.0, 1.0, 2.0]) == 3.0
-    assert speed._median_ratio([1.0, 4.0, 9.0], [1.0, 4.0, 1.0]) == 1.0  # medians alone would give 4 / 1
+    assert measuring.median_ratio([2.0, 3.0, 8.0], [1.0, 1.0, 2.0]) == 3.0
+    assert measuring.median_ratio([1.0, 4.0, 9.0], [1.0, 4.0, 1.0]) == 1.0  # medians alone would give 4 / 1
 
 
 def test_interleaved_rounds_rotate_the_order():
     calls = []
     functions = {name: (lambda name=name: calls.append(name)) for name in "abc"}
-    times = speed._interleaved(functions, repeats=3)
+    times = measuring.interleaved(functions, repeats=3)
     assert calls == list("abc") + list("abc") + list("bca") + list("cab")  # warm-up, then rotated rounds
     assert all(len(t) == 3 for t in times.values())
 

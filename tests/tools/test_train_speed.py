@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-from benchmarks.tools import speed, train_speed
+from benchmarks.tools import reference_pairing, speed, train_speed
 from benchmarks.tools.reference import TrainableSet
 from strategies.registry import get_strategy
 
@@ -134,14 +134,14 @@ def _strategy(name: str, **options):
     ],
 )
 def test_the_reference_gets_each_strategy_trainable_set(name, options, expected):
-    assert train_speed.trainable_set(_strategy(name, **options)) == expected
+    assert reference_pairing.trainable_set(_strategy(name, **options)) == expected
 
 
 def test_a_strategy_step_counts_more_ops_than_nothing_and_the_same_each_time():
     strategy = _strategy("finetune", lora_rank=2)
     images, targets = torch.randn(4, 3, 32, 32), torch.arange(4)
-    first = train_speed.strategy_step_ops(strategy, images, targets)
-    assert sum(first.values()) > 0 and first == train_speed.strategy_step_ops(strategy, images, targets)
+    first = reference_pairing.strategy_step_ops(strategy, images, targets)
+    assert sum(first.values()) > 0 and first == reference_pairing.strategy_step_ops(strategy, images, targets)
 
 
 def test_the_own_step_loader_yields_one_batch_object_again_and_again():

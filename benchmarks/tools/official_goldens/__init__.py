@@ -13,32 +13,39 @@ One module of this package per official repository registers its components with
 
 from __future__ import annotations
 
-import importlib
-import pkgutil
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
+from benchmarks.core.registry import Registry
 from benchmarks.tools.official_goldens.golden import Golden, Official
 
-_REGISTRY: dict[str, tuple[Official, Callable[[Path], Golden]]] = {}
-_NOT_SOURCES = {"golden", "__main__"}
+
+class Component(NamedTuple):
+    """One component: the official repository it comes from and its generator."""
+
+    official: Official
+    make: Callable[[Path], Golden]
+
+
+# The package's modules that register no component: the fixture format and the loops' records.
+SHARED_MODULES = frozenset({"golden", "loop", "suite_loop"})
+#: every component by name; two generators are the same component when they are the same function
+COMPONENTS: Registry[Component] = Registry(
+    __name__, "component", SHARED_MODULES, defined_by=lambda component: component.make
+)
 
 
 def component(name: str, official: Official) -> Callable:
     """Register ``make(checkout) -> Golden`` as the generator of component ``name``."""
 
     def register(make: Callable[[Path], Golden]) -> Callable[[Path], Golden]:
-        if name in _REGISTRY:
-            raise ValueError(f"component {name!r} registered twice")
-        _REGISTRY[name] = (official, make)
+        COMPONENTS.add(name, Component(official, make))
         return make
 
     return register
 
 
-def components() -> dict[str, tuple[Official, Callable[[Path], Golden]]]:
-    """Every registered component, after importing every source module of this package."""
-    for info in pkgutil.iter_modules(__path__):
-        if info.name not in _NOT_SOURCES:
-            importlib.import_module(f"{__name__}.{info.name}")
-    return dict(sorted(_REGISTRY.items()))
+def components() -> dict[str, Component]:
+    """Every registered component by name, after importing every source module of this package."""
+    return dict(sorted(COMPONENTS.all().items()))

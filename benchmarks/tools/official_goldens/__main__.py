@@ -35,11 +35,11 @@ def main(argv: list[str] | None = None) -> int:
     root = Path(args.official_root)
     if not root.is_dir():
         raise UserError(f"--official-root {root} is not a folder")
-    checkouts = {name: registry[name][0].checkout(root) for name in names}  # every one, before any runs
+    checkouts = {name: registry[name].official.checkout(root) for name in names}  # every one, before any runs
     for name in (progress := tqdm(names, desc="official goldens", unit="component")):
         progress.set_postfix(component=name)
         torch.manual_seed(0)  # a component that draws from the global generator draws the same
-        golden = registry[name][1](checkouts[name])
+        golden = registry[name].make(checkouts[name])
         if golden.component != name:
             raise RuntimeError(f"{name}'s generator returned {golden.component!r}")
         save_golden(golden, Path(args.out))
