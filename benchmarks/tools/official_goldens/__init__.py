@@ -28,8 +28,11 @@ class Component(NamedTuple):
     make: Callable[[Path], Golden]
 
 
-# The package's modules that register no component: the fixture format and the loops' records.
-SHARED_MODULES = frozenset({"golden", "loop", "suite_loop"})
+# The package's modules that register no component: the fixture format, the loops' records, and
+# what one repository's components share (its cases, its official run).
+SHARED_MODULES = frozenset(
+    {"golden", "loop", "suite_loop", "clap4clip_cases", "clap4clip_official", "mindthegap_runner"}
+)
 #: every component by name; two generators are the same component when they are the same function
 COMPONENTS: Registry[Component] = Registry(
     __name__, "component", SHARED_MODULES, defined_by=lambda component: component.make
