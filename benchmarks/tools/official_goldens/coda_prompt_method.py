@@ -35,6 +35,24 @@ CODA_TASKS = [[0, 1], [2, 3], [4, 5]]
 _SUITE_TO_OFFICIAL = {"prompts": "e_p", "keys": "e_k", "attention": "e_a"}
 
 
+def _coda_sizes(tasks: dict[str, int], width: int, key_dim: int) -> dict[str, int]:
+    """The sizes of a CodaPrompt golden: 6 components of length 4 in the tiny CLIP's blocks, ``tasks``."""
+    return {
+        "batch": BATCH,
+        "components": 6,
+        **tasks,
+        "length": 4,
+        "layers": LAYERS,
+        "width": width,
+        "key_dim": key_dim,
+    }
+
+
+def _coda_golden(component: str, function: str, seed: int, sizes: dict, tensors: dict, notes: str) -> Golden:
+    """A golden of the official ``CodaPrompt`` (``models/zoo.py``), loaded as ``coda_prompt_repo`` does."""
+    return Golden(component, CODA, "models/zoo.py", function, LOADING, seed, sizes, tensors, notes)
+
+
 def _official_coda(zoo, width: int, key_dim: int):
     # prompt_param = (components, length, ortho weight) (experiments/cifar-100.sh: 100 8 0.0)
     return zoo.CodaPrompt(
@@ -116,25 +134,13 @@ def coda_attention(checkout: Path) -> Golden:
         out = _run_coda(official, inputs, train=True, tag="train")
         grads = {f"grad.components.{n}": g for n, g in _get_coda(official, grad_or_zeros).items()}
         out.update(_run_coda(official, inputs, train=False, tag="eval"))
-    return Golden(
-        component="coda_prompt.attention",
-        official=CODA,
-        file="models/zoo.py",
-        function="CodaPrompt.forward (task_count=1, ortho_mu=0.0)",
-        loading=LOADING,
-        seed=seed,
-        sizes={
-            "batch": BATCH,
-            "components": 6,
-            "per_task": 2,
-            "task": 1,
-            "length": 4,
-            "layers": LAYERS,
-            "width": width,
-            "key_dim": key_dim,
-        },
-        tensors={**inputs, **params, **out, **grads},
-        notes=(
+    return _coda_golden(
+        "coda_prompt.attention",
+        "CodaPrompt.forward (task_count=1, ortho_mu=0.0)",
+        seed,
+        _coda_sizes({"per_task": 2, "task": 1}, width, key_dim),
+        {**inputs, **params, **out, **grads},
+        (
             f"Suite: CodaPrompt on the tiny CLIP, options {CODA_CONFIG}, {CODA_CLASSES} classes in tasks "
             f"{CODA_TASKS}; tasks 0 and 1 set up (Gram-Schmidt), then looks_trained(seed) on every "
             "component tensor. Official: CodaPrompt(emb_d=128, n_tasks=3, prompt_param=[6, 4, 0.0], "
@@ -213,25 +219,13 @@ def coda_tasks(checkout: Path) -> Golden:
                     current[name] = tensor + update
                 _set_coda(official, current)
         tensors.update(_run_coda(official, inputs, train=False, tag="eval"))
-    return Golden(
-        component="coda_prompt.tasks",
-        official=CODA,
-        file="models/zoo.py",
-        function="CodaPrompt.process_task_count / gram_schmidt / forward over three tasks",
-        loading=LOADING,
-        seed=seed,
-        sizes={
-            "batch": BATCH,
-            "components": 6,
-            "per_task": per_task,
-            "tasks": len(CODA_TASKS),
-            "length": 4,
-            "layers": LAYERS,
-            "width": width,
-            "key_dim": key_dim,
-        },
-        tensors={**inputs, **tensors},
-        notes=(
+    return _coda_golden(
+        "coda_prompt.tasks",
+        "CodaPrompt.process_task_count / gram_schmidt / forward over three tasks",
+        seed,
+        _coda_sizes({"per_task": per_task, "tasks": len(CODA_TASKS)}, width, key_dim),
+        {**inputs, **tensors},
+        (
             f"Suite: CodaPrompt on the tiny CLIP, options {CODA_CONFIG}, tasks {CODA_TASKS}; param.task0.* "
             "= its tensors after setup_task(0) (its own initialisation), copied into the official "
             "CodaPrompt(128, 3, [6, 4, 0.0], 256). Per task t: the official train forward (blocks 0..3) "

@@ -19,6 +19,7 @@ The official runners run offline as ``mindthegap_runner`` says. The suite's coun
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import tempfile
 import types
@@ -42,7 +43,6 @@ from benchmarks.tools.official_goldens.mindthegap_runner import (
     TEMPLATE,
     StubCLIP,
     Tasks,
-    in_folder,
     run_stubs,
     runner_config,
     suite_logit_scale,
@@ -210,7 +210,7 @@ def fusion(checkout: Path) -> Golden:
     functional = types.SimpleNamespace(**{k: getattr(F, k) for k in dir(F) if not k.startswith("__")})
     functional.softmax = softmax
     _Recorded.results = []
-    with tempfile.TemporaryDirectory() as tmp, in_folder(Path(tmp)):
+    with tempfile.TemporaryDirectory() as tmp, contextlib.chdir(tmp):
         cfg = runner_config(
             Path(tmp),
             FUSION_ORDER,
@@ -366,7 +366,7 @@ def epoch_probe(checkout: Path) -> Golden:
         root.addHandler(handler)
         root.setLevel(logging.INFO)
         try:
-            with tempfile.TemporaryDirectory() as tmp, in_folder(Path(tmp)):
+            with tempfile.TemporaryDirectory() as tmp, contextlib.chdir(tmp):
                 cfg = runner_config(
                     Path(tmp),
                     list(range(PROBE_CLASSES)),

@@ -1,13 +1,12 @@
 """MindtheGap's official runners (``main.py``, ``epoch.py``: ``run_class_incremental``) driven offline,
 for the ``mg_clip.fusion`` and ``mg_clip.epoch_probe`` goldens of ``mindthegap_repo``: a stand-in
 CLIP with seeded features, continuum's scenarios as lists of tasks, stubs for what the runs never
-use, the hydra config the runners read, and the folder they write to.
+use, and the hydra config the runners read. They write ori_params.pth, trainable_params.pth and
+final_model.pth to the working folder: the goldens run them in a temporary one (``contextlib.chdir``).
 """
 
 from __future__ import annotations
 
-import contextlib
-import os
 import types
 from pathlib import Path
 
@@ -137,17 +136,6 @@ def runner_config(folder: Path, class_order: list[int], **options) -> types.Simp
         "balance_epochs": 0,
     }
     return types.SimpleNamespace(**{**base, **options})
-
-
-@contextlib.contextmanager
-def in_folder(folder: Path):
-    """main.py and epoch.py write ori_params.pth, trainable_params.pth, final_model.pth to the cwd."""
-    old = os.getcwd()
-    os.chdir(folder)
-    try:
-        yield
-    finally:
-        os.chdir(old)
 
 
 def suite_logit_scale() -> torch.Tensor:
