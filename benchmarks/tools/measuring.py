@@ -1,5 +1,6 @@
-"""The primitives of ``speed``'s measurements: functions timed in interleaved rounds and compared by
-their per-round ratio, the bytes autograd saves for backward, and class names of real lengths."""
+"""The primitives of the speed measurements (``speed``, ``train_speed``): functions timed in
+interleaved rounds and compared by their per-round ratio, the bytes autograd saves for backward, and
+class names of real lengths."""
 
 from __future__ import annotations
 
@@ -21,8 +22,16 @@ def class_names(n_classes: int) -> list[str]:
     return names[:n_classes]
 
 
-def interleaved(functions: dict[str, Callable[[], object]], repeats: int) -> dict[str, list[float]]:
-    """Wall times of each function over ``repeats`` rounds, after one warm-up round.
+def wait_for_device() -> None:
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        torch.cuda.synchronize()
+
+
+def interleaved(
+    functions: dict[str, Callable[[], object]], repeats: int, wait: Callable[[], None] = wait_for_device
+) -> dict[str, list[float]]:
+    """Wall times of each function over ``repeats`` rounds, after one warm-up round; ``wait`` ends the
+    device's queued work before and after each timing (GPU kernels run asynchronously).
 
     The functions run in turn within a round, so drifts in machine speed hit them alike; compare
     them with :func:`median_ratio`, whose per-round ratios cancel what the round shares. Each
@@ -36,17 +45,12 @@ def interleaved(functions: dict[str, Callable[[], object]], repeats: int) -> dic
     for round_ in range(repeats):
         shift = round_ % len(names)
         for name in names[shift:] + names[:shift]:
-            wait_for_device()
+            wait()
             start = time.perf_counter()
             functions[name]()
-            wait_for_device()  # GPU kernels run asynchronously: time them to their end
+            wait()
             times[name].append(time.perf_counter() - start)
     return times
-
-
-def wait_for_device() -> None:
-    if torch.cuda.is_available() and torch.cuda.is_initialized():
-        torch.cuda.synchronize()
 
 
 def median_ratio(numerator: list[float], denominator: list[float]) -> float:

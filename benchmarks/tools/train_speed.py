@@ -62,6 +62,7 @@ from benchmarks.data.device_augment import AUGMENT_ON, AugmentOn
 from benchmarks.runner.execute import ResolvedRun, build_run, preflight, resolve
 from benchmarks.runner.suites import RunSpec, expand, load_suite
 from benchmarks.tools import reference
+from benchmarks.tools.measuring import interleaved
 from benchmarks.tools.reference_pairing import StepProbe, probe_step, reference_model, reference_steps
 from benchmarks.tools.speed_report import machine, outcome_of, published, table_number
 from strategies.base import CLIPStrategy
@@ -175,24 +176,6 @@ def on_one_batch(strategy_cls: type[CLIPStrategy]) -> type[CLIPStrategy]:
     return OnOneBatch
 
 
-def _interleaved_medians(functions: dict[str, Callable[[], object]], repeats: int, device) -> dict:
-    """Median wall seconds of each function over ``repeats`` rounds after a warm-up round; within
-    a round they run in turn, each round starting one later, so that drifts hit them alike."""
-    for function in functions.values():
-        function()
-    names = list(functions)
-    times: dict[str, list[float]] = {name: [] for name in names}
-    for round_ in range(repeats):
-        shift = round_ % len(names)
-        for name in names[shift:] + names[:shift]:
-            _wait_for(device)
-            start = time.perf_counter()
-            functions[name]()
-            _wait_for(device)
-            times[name].append(time.perf_counter() - start)
-    return {name: statistics.median(values) for name, values in times.items()}
-
-
 def evaluation_speed(strategy: CLIPStrategy, stream, repeats: int, model: torch.nn.Module) -> dict:
     """Images/s of ``evaluate_dataset`` over the test images of the seen classes (a fresh cache key
     each time: the runner's first evaluation of them) and of the reference's forward (``model``,
@@ -208,14 +191,15 @@ def evaluation_speed(strategy: CLIPStrategy, stream, repeats: int, model: torch.
         for images in batches:
             forward(images)
 
-    seconds = _interleaved_medians(
+    times = interleaved(
         {
             "eval": lambda: strategy.evaluate_dataset(test, cache_key=f"train-speed-{next(keys)}"),
             "forward": forwards,
         },
         repeats,
-        device,
+        wait=lambda: _wait_for(device),
     )
+    seconds = {name: statistics.median(values) for name, values in times.items()}
     n = len(test)
     return {
         "eval_images": n,

@@ -1,6 +1,6 @@
 """AdapterVLM against its official code (Fatflower/CIL_Adapted_VLM, fixtures adaptervlm.lora,
 adaptervlm.loss and adaptervlm.scores, written by
-``benchmarks/tools/official_goldens/cil_adapted_vlm_repo.py``): the LoRA on k and v of both towers
+``benchmarks/tools/official_goldens/cil_adapted_vlm_{repo,loss}.py``): the LoRA on k and v of both towers
 (forward, gradients, the visual branch of each task at test), the training loss with its four terms
 and gradients, and the prototypes, scores, task choice and prediction after each of three tasks."""
 

@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks.tools.official_goldens.clap4clip_repo import DIM, suite_config
+from benchmarks.tools.official_goldens.clap4clip_cases import DIM, suite_config
 from benchmarks.tools.official_goldens.clap_loop import CASE, EPOCHS, noise_shapes, tasks
 from benchmarks.tools.official_goldens.golden import load_golden
 from benchmarks.tools.official_goldens.suite_loop import StepRecord, run_suite_loop

@@ -1,5 +1,5 @@
 """The suite's prompt methods against the official CODA-Prompt code (GT-RIPL/CODA-Prompt), by
-execution: the fixtures of ``benchmarks/tools/official_goldens/coda_prompt_repo.py`` hold seeded
+execution: the fixtures of ``benchmarks/tools/official_goldens/coda_prompt_{repo,method}.py`` hold seeded
 inputs, the suite's parameters and the official outputs and gradients; here the suite's components
 get the same inputs and parameters and must give the same outputs, losses, gradients of every
 trainable tensor, selections (exactly) and state across tasks.
@@ -13,10 +13,8 @@ import pytest
 import torch
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
+from benchmarks.tools.official_goldens.coda_prompt_method import CODA_CLASSES, CODA_CONFIG, CODA_TASKS
 from benchmarks.tools.official_goldens.coda_prompt_repo import (
-    CODA_CLASSES,
-    CODA_CONFIG,
-    CODA_TASKS,
     DUAL_CONFIG,
     DUAL_TASK,
     L2P_CONFIG,

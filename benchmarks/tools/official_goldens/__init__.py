@@ -5,7 +5,9 @@ local checkouts under DIR (each at the commit pinned in its module here), runs e
 seeded inputs, with parameters copied from the suite's own module, and writes the official outputs
 to ``tests/official/fixtures/<component>.safetensors`` (``golden.py`` says what a fixture holds).
 The suite never contains the official code: it is read from DIR at generation time only. The tests
-in ``tests/official`` feed the fixtures' inputs to the suite's components and compare.
+in ``tests/official`` feed the fixtures' inputs to the suite's components and compare. This package
+runs from a source checkout: ``pyproject.toml`` leaves it out of the installed package, and no
+installed module imports it (docs/baselines.md §16 says how to regenerate the fixtures).
 
 One module of this package per official repository registers its components with
 ``@component(name, official)``; the package finds them all (``components()``).
@@ -28,8 +30,11 @@ class Component(NamedTuple):
     make: Callable[[Path], Golden]
 
 
-# The package's modules that register no component: the fixture format and the loops' records.
-SHARED_MODULES = frozenset({"golden", "loop", "suite_loop"})
+# The package's modules that register no component: the fixture format, the loops' records, and
+# what one repository's components share (its cases, its official run).
+SHARED_MODULES = frozenset(
+    {"golden", "loop", "suite_loop", "clap4clip_cases", "clap4clip_official", "mindthegap_runner"}
+)
 #: every component by name; two generators are the same component when they are the same function
 COMPONENTS: Registry[Component] = Registry(
     __name__, "component", SHARED_MODULES, defined_by=lambda component: component.make

@@ -1,6 +1,6 @@
 """AdapterVLM (Fatflower/CIL_Adapted_VLM): its LoRA on k and v of both towers with the choice of a
-visual branch per task, its training loss, and its prototypes and inference scores, each run from the
-official files.
+visual branch per task, and its prototypes and inference scores, each run from the official files;
+its training loss is ``cil_adapted_vlm_loss``'s, on the official modules loaded here.
 
 * ``adaptervlm.lora``: ``backbone/two_clip/model_two.py`` ``CLIPAttention`` (``lora.Linear`` on k and
   v, ``lora_rank`` 24, loralib's default alpha 1) with the suite's weights: forward and gradients of
@@ -9,9 +9,6 @@ official files.
   after each task keeps every ``lora_`` tensor; ``eval_task`` loads copy tau with
   ``load_state_dict(strict=False)``, then ``eval()``), under loralib 0.1.1 (pinned by the official
   requirements.txt) and 0.1.2.
-* ``adaptervlm.loss``: ``clip_two.py`` ``CLIP_TWO._epoch_train`` (two batches, the last one partial, at
-  task 1 and at task 2) around a stub network whose image and text embeddings are seeded leaf
-  tensors and whose auxiliary MLP is the official ``clip_two.update_mlp``'s with the suite's weights.
 * ``adaptervlm.scores``: ``clip_two.py`` ``_cal_image_prototype``, ``_cal_text_feature``,
   ``_save_checkpoint`` and ``eval_task`` over three tasks, around a stub network whose per-task visual
   "LoRA" is a table of seeded embeddings saved and re-loaded through the official checkpoints.
@@ -27,7 +24,6 @@ and ``<official-root>/loralib-0.1.2`` (``pip install --no-deps --target DIR lora
 from __future__ import annotations
 
 import contextlib
-import math
 import sys
 import tempfile
 import types
@@ -53,7 +49,6 @@ CIL_ADAPTED_VLM = Official(
 SEED = 0
 LORALIB_VERSIONS = ("0.1.1", "0.1.2")  # 0.1.1: the official requirements.txt
 DIM = 512  # clip_two.py _cal_image_prototype and model_two.py update_mlp hard-code 512
-LOSS_CLASSES, LOSS_BATCHES = 3, (4, 2)  # classes per task; the batch sizes of the two steps
 SCORE_TASKS, SCORE_CLASSES, SCORE_TRAIN, SCORE_TEST = 3, 3, 3, 2  # tasks, classes/task, samples/class
 
 
@@ -95,7 +90,7 @@ def _stubs(checkout: Path) -> dict[str, types.ModuleType]:
 
 
 @contextlib.contextmanager
-def _official(checkout: Path, loralib: str = "0.1.1"):
+def official_modules(checkout: Path, loralib: str = "0.1.1"):
     """Yields (model_two, clip_two) imported from the checkout with loralib ``loralib``."""
     sys.modules.pop("loralib", None)
     sys.path.insert(0, str(_loralib_path(checkout, loralib)))
@@ -112,7 +107,7 @@ def _official(checkout: Path, loralib: str = "0.1.1"):
 
 
 @contextlib.contextmanager
-def _on_cpu():
+def on_cpu():
     """The official code calls ``.cuda()`` on every tensor and module: here the identity. Its
     ``torch.cuda.amp.autocast`` regions touch only CPU tensors (float32)."""
     with (
@@ -127,7 +122,7 @@ class _Logger:
         pass
 
 
-def _learner(clip_two, **attributes):
+def bare_learner(clip_two, **attributes):
     """A ``CLIP_TWO`` without its __init__ (which loads the HF processor, the prompt json and the
     datasets), with the attributes its methods read."""
     learner = object.__new__(clip_two.CLIP_TWO)
@@ -231,7 +226,7 @@ def lora(checkout: Path) -> Golden:
         sizes[f"{tower}_width"], sizes[f"{tower}_heads"] = attn.q_proj.weight.shape[0], attn.num_heads
 
     # 1. training forward and gradients: the text LoRA (causal mask) and visual_2, train() mode.
-    with _official(checkout, "0.1.1") as (model_two, _):
+    with official_modules(checkout, "0.1.1") as (model_two, _):
         for tower, adapter in (("text", "text"), ("visual", "visual_2")):
             attn = towers[tower].resblocks[0].attn
             official = model_two.CLIPAttention(_attention_config(attn, cfg.lora_rank))
@@ -265,14 +260,14 @@ def lora(checkout: Path) -> Golden:
     tensors["input.branches.x"] = x_eval
     for version in LORALIB_VERSIONS:
         with (
-            _official(checkout, version) as (model_two, clip_two),
-            _on_cpu(),
+            official_modules(checkout, version) as (model_two, clip_two),
+            on_cpu(),
             tempfile.TemporaryDirectory() as tmp,
         ):
             network = nn.Module()  # stands for clip_two: its vision tower's attention under image_features
             network.image_features = model_two.CLIPAttention(_attention_config(attn, cfg.lora_rank))
             _copy_base(network.image_features, attn)
-            learner = _learner(
+            learner = bare_learner(
                 clip_two,
                 _logdir=tmp,
                 _config=types.SimpleNamespace(get_parameters_dict=dict),
@@ -321,203 +316,6 @@ def lora(checkout: Path) -> Golden:
             "train(), set to visual_2, eval(), _save_checkpoint; then per branch load_state_dict("
             "checkpoint, strict=False), eval(), forward of input.branches.x; under loralib 0.1.1 and "
             "0.1.2 (output.branches.loralib_<v>.merged: whether lora.Linear merged B A into its weight)."
-        ),
-    )
-
-
-# ============================================================================ adaptervlm.loss
-class _FeatureNet(nn.Module):
-    """Stands for clip_two in ``_epoch_train``: ``forward(images, input_ids, attention_mask)`` returns
-    the rows of two leaf tensors, raw image embeddings by sample id (the images carry their ids) and
-    raw text embeddings by the prompt's first token (the class id); ``get_mlp`` and ``update_mlp`` are
-    the official ones, bound to this module."""
-
-    def __init__(self, clip_two, images: torch.Tensor, texts: torch.Tensor, logit_scale: torch.Tensor):
-        super().__init__()
-        self.images = nn.Parameter(images.clone())
-        self.texts = nn.Parameter(texts.clone())
-        self.logit_scale = nn.Parameter(logit_scale.clone(), requires_grad=False)
-        self.visual_feature_dim = images.shape[1]
-        self.aux_mlp = nn.Identity()
-        self.update_mlp = types.MethodType(clip_two.clip_two.update_mlp, self)
-        self.get_mlp = types.MethodType(clip_two.clip_two.get_mlp, self)
-        self.calls: list[tuple[torch.Tensor, torch.Tensor]] = []
-
-    def forward(self, images, input_ids, attention_mask):
-        ids = images[:, 0, 0, 0].long()
-        self.calls.append((ids.clone(), input_ids[:, 0].clone()))
-        return self.images[ids], self.texts[input_ids[:, 0]]
-
-
-class _RecordingScaler:
-    """``GradScaler`` as it is without CUDA (disabled: the identity), recording the loss."""
-
-    def __init__(self):
-        self.losses: list[torch.Tensor] = []
-
-    def scale(self, loss):
-        self.losses.append(loss.detach().clone())
-        return loss
-
-    def step(self, optimizer):
-        optimizer.step()
-
-    def update(self):
-        pass
-
-
-class _RecordingOptimizer:
-    """Records the gradient of every parameter at each step (and changes nothing)."""
-
-    def __init__(self, named: dict[str, nn.Parameter]):
-        self.named = named
-        self.steps: list[dict[str, torch.Tensor]] = []
-
-    def zero_grad(self):
-        for p in self.named.values():
-            p.grad = None
-
-    def step(self):
-        self.steps.append(
-            {
-                n: (p.grad.clone() if p.grad is not None else torch.zeros_like(p))
-                for n, p in self.named.items()
-            }
-        )
-
-
-def _recorded(function, log: list):
-    def call(*args, **kwargs):
-        out = function(*args, **kwargs)
-        log.append(out.detach().clone())
-        return out
-
-    return call
-
-
-@component("adaptervlm.loss", CIL_ADAPTED_VLM)
-def loss(checkout: Path) -> Golden:
-    from strategies.adaptervlm import AdapterVLMConfig, aux_head
-
-    cfg = AdapterVLMConfig()
-    generator = torch.Generator().manual_seed(SEED)
-    n_classes, n_train = 2 * LOSS_CLASSES, sum(LOSS_BATCHES)
-    order = torch.randperm(n_classes, generator=generator)  # data_manager's class order
-    # Text embeddings sharing a direction (cosines near tau, so that the hinge is active for some pairs).
-    common = torch.randn(DIM, generator=generator)
-    spread = torch.empty(n_classes)
-    spread[order] = torch.tensor([0.25, 0.45, 0.65]).repeat(2)  # by position: some pairs above tau
-    texts = common + spread[:, None] * common.norm() / math.sqrt(DIM) * torch.randn(
-        n_classes, DIM, generator=generator
-    )
-    texts = texts * 3.0
-    logit_scale = torch.tensor(math.log(100.0))
-    tensors: dict[str, torch.Tensor] = {
-        "input.order": order,
-        "input.texts": texts,
-        "param.logit_scale": logit_scale,
-        "input.tau": torch.tensor(cfg.tau, dtype=torch.float64),
-    }
-    with _official(checkout) as (_, clip_two), _on_cpu():
-        for task in range(2):
-            begin, end = task * LOSS_CLASSES, (task + 1) * LOSS_CLASSES
-            # samples: n_train task images (ids 0..), then n_train pseudo-OOD images
-            images = 2.0 * torch.randn(2 * n_train, DIM, generator=generator)
-            labels = torch.arange(begin, end).repeat(math.ceil(n_train / LOSS_CLASSES))[:n_train]
-            labels = labels[torch.randperm(n_train, generator=generator)]
-            ood_ids = n_train + torch.randperm(n_train, generator=generator)
-            net = _FeatureNet(clip_two, images, texts, logit_scale)
-            net.update_mlp(LOSS_CLASSES)  # incremental_train: update_mlp(self._cur_classes)
-            torch.manual_seed(SEED + task)
-            suite_aux = aux_head(DIM, LOSS_CLASSES)  # the suite's initial MLP, seeded
-            looks_trained(suite_aux, generator)
-            with torch.no_grad():
-                for official, ours in zip(net.aux_mlp.parameters(), suite_aux.parameters(), strict=True):
-                    official.copy_(ours)
-            train_loader, ood_loader, start = [], [], 0
-            for size in LOSS_BATCHES:
-                ids = torch.arange(start, start + size)
-                train_loader.append((ids, ids.float()[:, None, None, None], labels[ids]))
-                ood = ood_ids[start : start + size]
-                ood_loader.append((ood, ood.float()[:, None, None, None], torch.zeros_like(ood)))
-                start += size
-            anchors = torch.nn.functional.normalize(
-                texts[order[:begin]] + 0.5 * torch.randn(begin, DIM, generator=generator), dim=-1
-            )
-            named = {"images": net.images, "texts": net.texts}
-            named.update({f"aux.{n}": p for n, p in net.aux_mlp.named_parameters()})
-            optimizer, scaler = _RecordingOptimizer(named), _RecordingScaler()
-            terms: dict[str, list] = {"clip": [], "ce": [], "dist": [], "anchor": []}
-            learner = _learner(
-                clip_two,
-                _increment_steps=[LOSS_CLASSES, LOSS_CLASSES],
-                _order=order,
-                _train_loader_OOD=ood_loader,
-                _scaler=scaler,
-                sim_threshold=cfg.tau,
-                _gama=1,
-                _theta=1,
-                _alpha=1,  # options/clip_two/cifar100.yaml: gama, theta, alpha
-                pre_text_features=anchors,
-            )
-            for name, method in (
-                ("clip", "_clip_loss"),
-                ("ce", "_ce_loss"),
-                ("dist", "_text_distance_loss"),
-                ("anchor", "_text_cos_loss"),
-            ):
-                setattr(learner, method, _recorded(getattr(learner, method), terms[name]))
-            tokens = {
-                "input_ids": torch.arange(n_classes)[:, None].repeat(1, 4),
-                "attention_mask": torch.ones(n_classes, 4, dtype=torch.long),
-            }
-            learner._epoch_train(net, train_loader, optimizer, None, text_tokens=tokens, task_begin=begin,
-                                 task_end=end, task_id=task)  # fmt: skip
-            prefix = f"task{task + 1}"
-            tensors[f"input.{prefix}.images"] = images
-            tensors[f"input.{prefix}.labels"] = labels  # ordered labels (positions in the class order)
-            tensors[f"input.{prefix}.anchors"] = anchors
-            for name, p in net.aux_mlp.named_parameters():
-                tensors[f"param.{prefix}.aux.{name}"] = p.detach().clone()
-            for step, (image_ids, text_ids) in enumerate(net.calls):
-                tensors[f"input.{prefix}.step{step}.image_ids"] = image_ids
-                tensors[f"input.{prefix}.step{step}.text_ids"] = text_ids
-                tensors[f"output.{prefix}.step{step}.loss"] = scaler.losses[step]
-                for name, values in terms.items():
-                    if values:
-                        tensors[f"output.{prefix}.step{step}.{name}"] = values[step]
-                for name, grad in optimizer.steps[step].items():
-                    tensors[f"grad.{prefix}.step{step}.{name}"] = grad
-    return Golden(
-        component="adaptervlm.loss",
-        official=CIL_ADAPTED_VLM,
-        file="methods/multi_steps/clip_two.py, backbone/two_clip/model_two.py",
-        function="CLIP_TWO._epoch_train (_clip_loss, _ce_loss, _text_distance_loss, _text_cos_loss); "
-        "clip_two.update_mlp, get_mlp",
-        loading=(
-            "as adaptervlm.lora (path stubs for the packages; config_clip_two.py, finetune_il.py, "
-            "utils/data_manager.py stubbed; loralib 0.1.1); CLIP_TWO built without __init__; .cuda() "
-            "the identity, autocast inactive on CPU tensors (float32); GradScaler replaced by its "
-            "disabled form (the identity) that records the loss; the optimiser records the gradients "
-            "and does not step; the network is a stub (_FeatureNet) around the official update_mlp/get_mlp"
-        ),
-        seed=SEED,
-        sizes={
-            "dim": DIM,
-            "classes_per_task": LOSS_CLASSES,
-            "batch0": LOSS_BATCHES[0],
-            "batch1": LOSS_BATCHES[1],
-        },
-        tensors=tensors,
-        notes=(
-            "Two tasks of 3 classes in a seeded class order; per task one epoch of two batches (4, then "
-            "2: the last partial batch), each with a batch of pseudo-OOD images of the same size "
-            "(labelled n_t by the official code). Raw embeddings: images 2 randn (by sample id), texts a "
-            "shared direction plus noise (cosines near tau = 0.8), prompt rows by class id; the aux MLP "
-            "is the suite's aux_head(512, 3) seeded and made to look trained, copied into the official "
-            "update_mlp's; logit_scale log(100); task 2's anchors (pre_text_features) seeded unit "
-            "vectors near the old classes' texts. Per step: the loss handed to the scaler, each term, "
-            "the gradients of the image and text embeddings and of the aux MLP."
         ),
     )
 
@@ -577,9 +375,9 @@ def scores(checkout: Path) -> Golden:
         "input.is_test": is_test,
     }
     stages: list[dict] = []
-    with _official(checkout) as (_, clip_two), _on_cpu(), tempfile.TemporaryDirectory() as tmp:
+    with official_modules(checkout) as (_, clip_two), on_cpu(), tempfile.TemporaryDirectory() as tmp:
         net = _TableNet(n_samples, n_classes)
-        learner = _learner(
+        learner = bare_learner(
             clip_two,
             _logdir=tmp,
             _config=types.SimpleNamespace(get_parameters_dict=dict, test_dir=None),

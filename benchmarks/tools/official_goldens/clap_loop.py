@@ -5,7 +5,7 @@ driven as ``main_incremental_submit.py`` drives it in the replay-free setting th
 memory, so no ``finetuning`` pass, which needs the memory loader), beside the suite's ``CLAP``
 trained by its own ``learn`` (``suite_loop.run_suite_loop``).
 
-Features stand in for images on both sides, as in ``clap4clip_repo``: the official CLIP is
+Features stand in for images on both sides, as in ``clap4clip_official``: the official CLIP is
 ``_FeatureCLIP`` (templates from the fixture, the visual tower the identity), the suite's
 ``encode_image`` normalises the given features. The official ``Normal.rsample`` takes its
 standard-normal draws from the fixture's noise, in the order the official code asks for them; the
@@ -26,17 +26,16 @@ import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.tools.official_goldens import component
-from benchmarks.tools.official_goldens.clap4clip_repo import (
+from benchmarks.tools.official_goldens.clap4clip_cases import (
     DIM,
-    LOADING,
-    OFFICIAL,
     Case,
     official_name,
-    official_variational,
     suite_clap,
     suite_name,
     suite_parameters,
 )
+from benchmarks.tools.official_goldens.clap4clip_official import LOADING, official_variational
+from benchmarks.tools.official_goldens.clap4clip_repo import OFFICIAL
 from benchmarks.tools.official_goldens.golden import Golden
 
 CASE = Case(seed=71, task_sizes=(2, 2), batch=4, samples=3, templates=4)

@@ -11,16 +11,16 @@ the text and visual branches at inference, and the epoch probe, each run from th
   training, one measurement after each epoch, stop at the first relative move of more than 0.1)
   on seeded per-epoch image features, in five scenarios.
 
-The suite's counterparts: ``benchmarks/backbone/lora.py`` (peft on ``SplitAttention``),
-``strategies/mg_clip.py`` (``fused_scores``, ``mean_non_target_logit``, ``gap_epoch_budget``,
-``finish_task``), ``strategies/optim.py`` (``warmup_cosine_factor``).
+The official runners run offline as ``mindthegap_runner`` says. The suite's counterparts:
+``benchmarks/backbone/lora.py`` (peft on ``SplitAttention``), ``strategies/mg_clip.py``
+(``fused_scores``, ``mean_non_target_logit``, ``gap_epoch_budget``, ``finish_task``),
+``strategies/optim.py`` (``warmup_cosine_factor``).
 """
 
 from __future__ import annotations
 
 import contextlib
 import logging
-import os
 import tempfile
 import types
 from pathlib import Path
@@ -29,7 +29,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
-from torch.utils.data import ConcatDataset, TensorDataset
+from torch.utils.data import TensorDataset
 
 from benchmarks.tools.official_goldens import component
 from benchmarks.tools.official_goldens.golden import (
@@ -39,148 +39,18 @@ from benchmarks.tools.official_goldens.golden import (
     official_import_path,
     stub_module,
 )
+from benchmarks.tools.official_goldens.mindthegap_runner import (
+    TEMPLATE,
+    StubCLIP,
+    Tasks,
+    run_stubs,
+    runner_config,
+    suite_logit_scale,
+)
 
 MINDTHEGAP = Official("linlany/MindtheGap", "f40bfceae67395c54c75f5504841200cd217d4a0", "MindtheGap")
 SEED = 0
 TOWERS = {"visual": "mg_visual", "text": "mg_text"}
-TEMPLATE = "a good photo of a {}."  # configs/class/*.yaml prompt_template
-
-
-# ============================================================================ stubs
-def _runner_stubs(checkout: Path, extra: dict[str, types.ModuleType]) -> dict[str, types.ModuleType]:
-    """Stand-ins for what main.py / epoch.py import but the runs here never use (hydra, omegaconf,
-    continuum, sklearn) or cannot use offline (clip, loraclip's downloads), plus ``extra``."""
-
-    class _Logger:  # continuum.metrics.Logger: only its numbers for the JSON log
-        accuracy = average_incremental_accuracy = forgetting = 0.0
-        backward_transfer = forward_transfer = 0.0
-        accuracy_per_task: list[float] = []
-
-        def __init__(self, *args, **kwargs):
-            pass
-
-        def add(self, *args, **kwargs):
-            pass
-
-        def end_task(self):
-            pass
-
-    stubs = {
-        "hydra": stub_module("hydra", main=lambda **kwargs: lambda f: f),
-        "omegaconf": stub_module(
-            "omegaconf", DictConfig=dict, OmegaConf=types.SimpleNamespace(save=lambda *a, **k: None)
-        ),
-        "continuum": stub_module("continuum", ClassIncremental=None, InstanceIncremental=None),
-        "continuum.metrics": stub_module("continuum.metrics", Logger=_Logger),
-        "continuum.rehearsal": stub_module("continuum.rehearsal", RehearsalMemory=None),
-        "sklearn": stub_module("sklearn"),
-        "sklearn.cluster": stub_module("sklearn.cluster", KMeans=None),
-        "clip.model": stub_module("clip.model", VisionTransformer=None),
-    }
-    stubs["continuum"].rehearsal = stubs["continuum.rehearsal"]
-    stubs.update(extra)
-    return stubs
-
-
-class _StubCLIP(nn.Module):
-    """Stands in for the LoRA CLIP that ``lora_clip.load`` would download. ``encode_image`` takes
-    sample ids and returns seeded features of the current state (state s: after the model's s-th
-    switch to eval mode, 0 before training; the probe's "training" is this schedule of states),
-    ``encode_text`` takes the prompt ids of the ``clip.tokenize`` stub. ``forward`` is bound to the
-    official ``forward_clip`` by ``ClassIncrementalCLIP``."""
-
-    def __init__(self, images: torch.Tensor, texts: torch.Tensor, logit_scale: torch.Tensor) -> None:
-        super().__init__()
-        self.images = images  # [states, samples, d]
-        self.texts = texts  # [prompts, d]
-        self.logit_scale = nn.Parameter(logit_scale.clone(), requires_grad=False)
-        self.lora_stand_in = nn.Parameter(torch.zeros(()))  # what the optimiser holds (gradient 0)
-        self.evals = 0
-        self.calls: list[tuple[bool, int, torch.Tensor]] = []  # (grad on, state, sample ids)
-
-    def train(self, mode: bool = True):
-        self.evals += not mode
-        return super().train(mode)
-
-    def encode_image(self, ids: torch.Tensor) -> torch.Tensor:
-        state = min(max(self.evals - 1, 0), len(self.images) - 1)
-        self.calls.append((torch.is_grad_enabled(), state, ids.clone()))
-        return self.images[state][ids] + 0 * self.lora_stand_in
-
-    def encode_text(self, tokens: torch.Tensor) -> torch.Tensor:
-        return self.texts[tokens[:, 0]]
-
-
-class _Tasks(list):
-    """continuum's scenario as main.py uses it: ``scenario[t]`` a task, ``scenario[:t]`` tasks joined."""
-
-    def __getitem__(self, index):
-        if isinstance(index, slice):
-            return ConcatDataset(list.__getitem__(self, index))
-        return list.__getitem__(self, index)
-
-
-def _run_stubs(checkout, model: _StubCLIP, prompts: dict[str, int], train, test, class_names):
-    """Stubs for one official run: the model loader, the tokenizer and the scenarios."""
-    tokenize = lambda texts: torch.tensor([[prompts[t]] for t in texts])  # noqa: E731
-    return _runner_stubs(
-        checkout,
-        {
-            "clip": stub_module("clip", tokenize=tokenize),
-            "loraclip": stub_module(
-                "loraclip",
-                lora_clip=stub_module("loraclip.lora_clip", load=lambda *a, **k: (model, None)),
-            ),
-            "continual_clip.datasets": stub_module(
-                "continual_clip.datasets",
-                build_cl_scenarios=lambda cfg, is_train, transforms: (
-                    (train if is_train else test),
-                    class_names,
-                ),
-            ),
-        },
-    )
-
-
-def _cfg(folder: Path, class_order: list[int], **options) -> types.SimpleNamespace:
-    """The hydra config main.py / epoch.py read (configs/class/cifar100_10-10.yaml's fields)."""
-    (folder / "order.yaml").write_text("class_order: [" + ", ".join(map(str, class_order)) + "]\n")
-    base = {
-        "class_order": "order.yaml",
-        "workdir": str(folder),
-        "log_path": str(folder / "metric.json"),
-        "model_name": "ViT-B/16",
-        "prompt_template": TEMPLATE,
-        "scenario": "class",
-        "num_workers": 0,
-        "lora_rank": 8,
-        "lora_mode": "vision+only_kv+text",
-        "reset": False,
-        "only_reset_B": False,
-        "freeze_A": False,
-        "all_test": False,
-        "real_replay": False,
-        "balance_ft": False,
-        "balance_epochs": 0,
-    }
-    return types.SimpleNamespace(**{**base, **options})
-
-
-@contextlib.contextmanager
-def _in_folder(folder: Path):
-    """main.py and epoch.py write ori_params.pth, trainable_params.pth, final_model.pth to the cwd."""
-    old = os.getcwd()
-    os.chdir(folder)
-    try:
-        yield
-    finally:
-        os.chdir(old)
-
-
-def _suite_logit_scale() -> torch.Tensor:
-    from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-
-    return create_clip(BackboneSpec(TINY_MODEL, "synthetic")).model.logit_scale.detach().clone()
 
 
 # ============================================================================ mg_clip.lora
@@ -310,9 +180,9 @@ def fusion(checkout: Path) -> Golden:
     n_classes, per_task = len(FUSION_ORDER), len(FUSION_ORDER) // 2
     class_names = [f"class{i}" for i in range(n_classes)]
     texts = torch.randn(n_classes, FUSION_DIM, generator=generator)  # by class id
-    logit_scale = _suite_logit_scale()
+    logit_scale = suite_logit_scale()
     # Samples: position p in the class order is the label (continuum relabels by the order).
-    train, test, ids, labels_of = _Tasks(), _Tasks(), 0, {}
+    train, test, ids, labels_of = Tasks(), Tasks(), 0, {}
     for task in range(2):
         for split, per_class in ((train, FUSION_TRAIN_PER_CLASS), (test, FUSION_TEST_PER_CLASS)):
             labels = torch.arange(task * per_task, (task + 1) * per_task).repeat_interleave(per_class)
@@ -327,7 +197,7 @@ def fusion(checkout: Path) -> Golden:
         ids, FUSION_DIM, generator=generator
     )
     prompts = {TEMPLATE.format(name): i for i, name in enumerate(class_names)}
-    stub = _StubCLIP(images[None], texts, logit_scale)
+    stub = StubCLIP(images[None], texts, logit_scale)
     classifier_calls: list[tuple[str, torch.Tensor]] = []
     eval_calls: list[tuple[torch.Tensor, torch.Tensor, torch.Tensor]] = []
     softmax_calls: list[tuple[torch.Tensor, torch.Tensor]] = []
@@ -340,8 +210,8 @@ def fusion(checkout: Path) -> Golden:
     functional = types.SimpleNamespace(**{k: getattr(F, k) for k in dir(F) if not k.startswith("__")})
     functional.softmax = softmax
     _Recorded.results = []
-    with tempfile.TemporaryDirectory() as tmp, _in_folder(Path(tmp)):
-        cfg = _cfg(
+    with tempfile.TemporaryDirectory() as tmp, contextlib.chdir(tmp):
+        cfg = runner_config(
             Path(tmp),
             FUSION_ORDER,
             dataset="cifar100",
@@ -359,7 +229,7 @@ def fusion(checkout: Path) -> Golden:
             visual_agent_epochs=cfg_suite.visual_epochs,
         )
         with official_import_path(
-            checkout, _run_stubs(checkout, stub, prompts, train, test, class_names)
+            checkout, run_stubs(checkout, stub, prompts, train, test, class_names)
         ) as load:
             models = load("continual_clip/models.py", "continual_clip.models")
 
@@ -472,7 +342,7 @@ def epoch_probe(checkout: Path) -> Golden:
     from strategies.mg_clip import MGCLIPConfig
 
     cfg_suite = MGCLIPConfig()
-    logit_scale = _suite_logit_scale()
+    logit_scale = suite_logit_scale()
     tensors: dict[str, torch.Tensor] = {"param.logit_scale": logit_scale}
     names = [f"class{i}" for i in range(PROBE_CLASSES)]
     prompts = {TEMPLATE.format(name): i for i, name in enumerate(names)}
@@ -484,8 +354,8 @@ def epoch_probe(checkout: Path) -> Golden:
 
     for scenario, (samples, batch, drift, anti) in PROBE_SCENARIOS.items():
         texts, labels, images = _probe_inputs(samples, drift, anti, torch.Generator().manual_seed(SEED))
-        stub = _StubCLIP(images, texts, logit_scale)
-        train = _Tasks([TensorDataset(torch.arange(samples), labels, torch.zeros_like(labels))])
+        stub = StubCLIP(images, texts, logit_scale)
+        train = Tasks([TensorDataset(torch.arange(samples), labels, torch.zeros_like(labels))])
         lrs: list[float] = []
         messages.clear()
         handler, root = Handler(), logging.getLogger()
@@ -496,8 +366,8 @@ def epoch_probe(checkout: Path) -> Golden:
         root.addHandler(handler)
         root.setLevel(logging.INFO)
         try:
-            with tempfile.TemporaryDirectory() as tmp, _in_folder(Path(tmp)):
-                cfg = _cfg(
+            with tempfile.TemporaryDirectory() as tmp, contextlib.chdir(tmp):
+                cfg = runner_config(
                     Path(tmp),
                     list(range(PROBE_CLASSES)),
                     dataset="cifar100",
@@ -511,7 +381,7 @@ def epoch_probe(checkout: Path) -> Golden:
                     lr=cfg_suite.lr,
                     visual_agent=False,
                 )
-                stubs = _run_stubs(checkout, stub, prompts, train, _Tasks([train[0]]), names)
+                stubs = run_stubs(checkout, stub, prompts, train, Tasks([train[0]]), names)
                 with official_import_path(checkout, stubs) as load:
                     load("continual_clip/models.py", "continual_clip.models")
                     probe = load("epoch.py", "mindthegap_epoch")

@@ -27,14 +27,14 @@ import torch
 from torch import nn
 
 from benchmarks.tools.official_goldens import component
+from benchmarks.tools.official_goldens.coda_prompt_method import keep_draws
 from benchmarks.tools.official_goldens.coda_prompt_repo import (
     CODA,
     TIMM_STUBS,
-    _keep_draws,
-    _Recorder,
-    _timm_stubs,
+    TorchCallRecorder,
     start_task,
     suite_strategy,
+    timm_stubs,
 )
 from benchmarks.tools.official_goldens.golden import Golden, official_import_path, stub_module
 from benchmarks.tools.official_goldens.suite_loop import EpochBatches
@@ -234,7 +234,7 @@ def prompt_loop(method: str, checkout: Path) -> Golden:
         )
         return TinyZoo(copy.deepcopy(strategy.backbone), prompt, out_dim)
 
-    stubs = _timm_stubs()
+    stubs = timm_stubs()
     stubs["models"] = stub_module("models", __path__=[str(checkout / "models")])
     stubs["models.golden"] = stub_module("models.golden", tiny_clip=tiny_clip)
     stubs["models"].golden = stubs["models.golden"]
@@ -267,12 +267,12 @@ def prompt_loop(method: str, checkout: Path) -> Golden:
             model.task_id = task
             learner.add_valid_output_dim(len(classes))
             if task:
-                recorder = _Recorder()
+                recorder = TorchCallRecorder()
                 with recorder:
                     model.prompt.process_task_count()
                 if method == "coda_prompt":
                     per_task = CONFIGS[method]["components"] // len(TASKS)
-                    _keep_draws(tensors, f"state.task{task}.draws", recorder.draws, per_task)
+                    keep_draws(tensors, f"state.task{task}.draws", recorder.draws, per_task)
             learner.learn_batch(EpochBatches(batches_of(tensors, task)), None, None)
             model.eval()
             with torch.no_grad():

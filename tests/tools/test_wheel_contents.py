@@ -1,0 +1,86 @@
+"""The installed package leaves out the official goldens' generation (``pyproject.toml`` excludes
+``benchmarks.tools.official_goldens``): the wheel built from this tree does not hold it, and no module
+that is installed imports it. It runs from a source checkout, where ``tests/official`` reads its
+fixtures (docs/baselines.md §16)."""
+
+import ast
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+PACKAGES = ("benchmarks", "strategies", "analysis")
+GOLDENS = "benchmarks.tools.official_goldens"
+GOLDENS_FOLDER = ROOT / "benchmarks" / "tools" / "official_goldens"
+
+
+@pytest.mark.slow
+def test_the_wheel_holds_the_package_but_not_the_golden_generation(tmp_path):
+    source = tmp_path / "source"
+    for package in PACKAGES:  # a copy: setuptools writes build/ and *.egg-info beside the sources
+        shutil.copytree(ROOT / package, source / package, ignore=shutil.ignore_patterns("__pycache__"))
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy2(ROOT / name, source / name)
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", "dist", "."],
+        cwd=source,
+        capture_output=True,
+        text=True,
+    )
+    assert built.returncode == 0, built.stderr[-2000:]
+    (wheel,) = (source / "dist").glob("*.whl")
+    shipped = zipfile.ZipFile(wheel).namelist()
+    assert not [name for name in shipped if "official_goldens" in name]
+    # what the exclusion must not take with it: the rest of the tools and the packages' data
+    for kept in ("benchmarks/tools/speed.py", "benchmarks/tools/__init__.py", "strategies/registry.py"):
+        assert kept in shipped
+    assert any(name.startswith("benchmarks/suites/") and name.endswith(".toml") for name in shipped)
+
+
+def _imported_modules(path: Path) -> set[str]:
+    """Every module ``path`` imports (at the top or inside a function), and every string constant
+    that names a module of the goldens (an ``importlib.import_module`` argument)."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            found |= {alias.name for alias in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            found |= {node.module, *(f"{node.module}.{alias.name}" for alias in node.names)}
+        elif isinstance(node, ast.Constant) and str(node.value).startswith(GOLDENS):
+            found.add(node.value)
+    return found
+
+
+def test_no_installed_module_imports_the_golden_generation():
+    installed = [
+        path
+        for package in PACKAGES
+        for path in (ROOT / package).rglob("*.py")
+        if GOLDENS_FOLDER not in path.parents
+    ]
+    assert len(installed) > 50
+    importers = [
+        f"{path.relative_to(ROOT)} imports {module}"
+        for path in installed
+        for module in sorted(_imported_modules(path))
+        if module == GOLDENS or module.startswith(GOLDENS + ".")
+    ]
+    assert not importers, "\n".join(importers)
+
+
+def test_the_check_finds_an_import_of_the_goldens(tmp_path):
+    """The checker itself: an import inside a function, and a module named by string, are found."""
+    path = tmp_path / "probe.py"
+    path.write_text(
+        "import importlib\n\n\ndef f():\n"
+        "    from benchmarks.tools.official_goldens.golden import load_golden\n"
+        "    return importlib.import_module('benchmarks.tools.official_goldens.clap4clip_repo')\n"
+    )
+    assert {
+        "benchmarks.tools.official_goldens.golden",
+        "benchmarks.tools.official_goldens.clap4clip_repo",
+    } <= _imported_modules(path)
