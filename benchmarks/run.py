@@ -18,7 +18,8 @@ from benchmarks.core.environment import check_threads, set_deterministic, usable
 from benchmarks.core.errors import STORAGE_ERRORS, CommandParser, UserError, one_line_user_errors
 from benchmarks.core.precision import PRECISIONS
 from benchmarks.data.device_augment import AUGMENT_ON
-from benchmarks.runner.execute import preflight, resolve, settings_from_the_suite
+from benchmarks.runner.building import resolve, settings_from_the_suite
+from benchmarks.runner.execute import preflight
 from benchmarks.runner.gpu_hours import MEASURE_COMMAND, Rates, find_rates, gpu_hours_line, read_rates
 from benchmarks.runner.launcher import (
     LAUNCHERS,
@@ -34,7 +35,7 @@ from benchmarks.runner.launcher import (
 from benchmarks.runner.live_log import parse_loggers
 from benchmarks.runner.local_launcher import LocalLauncher, auto_workers, check_gpus, check_workers
 from benchmarks.runner.reading import iter_results
-from benchmarks.runner.results import ResultStore, config_hash
+from benchmarks.runner.results import ResultStore
 from benchmarks.runner.status import run_state, slurm_view
 from benchmarks.runner.suites import SUITES_DIR, FastDevRun, RunSpec, expand, load_suite
 
@@ -60,8 +61,9 @@ def dry_run_table(
     slurm = slurm_view(store, [spec.key for spec in runs])  # one question for every queued run
     pending: list[tuple[RunSpec, dict, int]] = []  # the runs left, for the GPU-hours
     for spec in runs:
-        _, _, config = resolve(spec, data_root)
-        state = run_state(store, spec.key, config_hash(config), slurm)
+        resolved = resolve(spec, data_root)
+        config = resolved.config
+        state = run_state(store, spec.key, resolved.config_hash, slurm)
         left = 0 if state.state in ("finished", "running") else spec.n_tasks - state.tasks_done
         estimate = "-"
         if left:
@@ -383,7 +385,9 @@ def main(argv: list[str] | None = None) -> int:
         for label, dataset in dict.fromkeys((s.label, s.dataset) for s in runs if ":" in s.strategy):
             spec = next(s for s in runs if (s.label, s.dataset) == (label, dataset))
             # an outside strategy: say what the suite's protocol gave it (docs/adding-a-strategy.md)
-            print(settings_from_the_suite(label, dataset, resolve(spec, args.data_root)[2]), file=sys.stderr)
+            print(
+                settings_from_the_suite(label, dataset, resolve(spec, args.data_root).config), file=sys.stderr
+            )
         bars = not args.quiet and sys.stderr.isatty()  # a log file gets one line per task instead
         options = RunOptions(
             data_root=args.data_root,

@@ -87,7 +87,7 @@ def killed_and_resumed(monkeypatch, strategy_cls, suite, results_dir, task: int)
 def three_task_suite(strategy: str, options: str, augmentation: str = "paper-scaled") -> str:
     """A one-run suite: ``strategy`` on 15 faded synthetic classes in 3 tasks (8 train, 4 test
     images a class), with the ``[strategy.NAME]`` lines ``options`` (NAME quoted where TOML needs it)."""
-    from benchmarks.runner.execute import suite_table
+    from benchmarks.runner.building import suite_table
 
     return (
         tiny_suite([strategy], tasks=3)
@@ -111,7 +111,8 @@ def strategy_from_suite(suite, **options):
     from benchmarks.runner import execute
 
     spec = run.expand(run.load_suite(str(suite)))[0]
-    strategy_cls, config, _ = run.resolve(spec, "data")
+    resolved = run.resolve(spec, "data")
+    strategy_cls, config = resolved.strategy_cls, resolved.strategy_cfg
     for key, value in options.items():
         setattr(config, key, value)
     data = execute.load_run_data(spec, "data")

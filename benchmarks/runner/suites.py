@@ -152,13 +152,13 @@ class RunSpec:
     device: str
     config: dict[str, Any] = field(compare=False)
     zero_shot_targets: tuple[str, ...] = ()
-    precision: str = "fp32"  # resolved: fp32 | tf32 | fp16 | bf16
+    precision: str = "fp32"  # the suite's setting: auto | fp32 | tf32 | fp16 | bf16 (resolved by resolve)
     deterministic: bool = False
     option_sources: dict[str, str] = field(default_factory=dict, compare=False)  # option -> suite table
     epoch_scale: float = 1.0  # the suite's common factor on every strategy's epochs
     fast_dev_run: FastDevRun | None = None
     # Where the pixels are augmented: the same pixels either way, so recorded in the result's config
-    # (by ``execute.resolve``) and not hashed. Checked once, by ``expand``.
+    # (by ``building.resolve``) and not hashed. Checked once, by ``expand``.
     augment_on: AugmentOn = "device"
 
     @property
@@ -383,9 +383,10 @@ def expand(
     if str(backbone["pretrained"]).lower() == "none":
         backbone["pretrained"] = None
     resolved_device = _resolve_device(device or suite.get("device", "auto"), check_device)
-    # Checked here; "auto" is resolved per run, where the strategy's config (its ``amp``) is known.
-    resolved_precision = precision or suite.get("precision", "auto")
-    resolve_precision(resolved_precision, resolved_device)
+    # The suite's setting, checked here; "auto" is resolved per run (``building.resolve``), where the
+    # strategy's config (its ``amp``) is known.
+    precision_setting = precision or suite.get("precision", "auto")
+    resolve_precision(precision_setting, resolved_device)
     deterministic = bool(suite.get("deterministic", False) if deterministic is None else deterministic)
     augment_on = check_augment_on(augment_on or suite.get("augment_on", "device"))
     suite_order = suite.get("class_order", DEFAULT_CLASS_ORDER)
@@ -435,7 +436,7 @@ def expand(
                         "backbone": backbone,
                         "strategy_options": suite_level,
                         "device": resolved_device,
-                        "precision": resolved_precision,
+                        "precision": precision_setting,  # the resolved one replaces it (resolve)
                         "deterministic": deterministic,
                     }
                     if targets:
@@ -460,7 +461,7 @@ def expand(
                             resolved_device,
                             config,
                             targets,
-                            resolved_precision,
+                            precision_setting,
                             deterministic,
                             sources,
                             epoch_scale,

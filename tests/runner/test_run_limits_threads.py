@@ -10,7 +10,7 @@ import pytest
 from benchmarks import run
 from benchmarks.core.environment import auto_threads, check_threads, usable_cores
 from benchmarks.core.errors import UserError
-from benchmarks.runner.execute import _limited_config, build_run, resolve
+from benchmarks.runner.building import _limited_config, build_run, resolve
 from benchmarks.runner.reading import iter_results
 from benchmarks.runner.suites import FastDevRun, RunLimits, expand, load_suite, run_limits
 from strategies.config import StrategyConfig

@@ -70,7 +70,8 @@ def test_every_trained_tensor_moves_and_the_loss_falls_in_task_1(name, request):
     if name in KNOWN_MISSES:
         request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[name]))
     (spec,) = expand(load_suite("smoke-baselines"), strategies=[name], seeds=[0], device="cpu")
-    strategy_cls, config, _ = run.resolve(spec, "data")
+    resolved = run.resolve(spec, "data")
+    strategy_cls, config = resolved.strategy_cls, resolved.strategy_cfg
     data = execute.load_run_data(spec, "data")
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"]))
