@@ -12,7 +12,7 @@ from benchmarks.data.streams import spread_indices
 from benchmarks.runner.building import resolve
 from benchmarks.runner.reading import iter_results, not_a_measurement
 from benchmarks.runner.results import RunResult, config_hash
-from benchmarks.runner.suites import FastDevRun, expand
+from benchmarks.runner.suites import RunLimits, expand
 from tests.analysis.records import run_result
 from tests.helpers import MINI_SUITE, result_of, write_suite
 
@@ -40,14 +40,14 @@ def test_a_capped_loader_gives_the_full_loaders_first_batches_every_pass():
     assert len(seeded_loader(data, (0, 1, "x"), 3, train_batches=50)) == 7
 
 
-def _mini_runs(fast_dev_run=None):
+def _mini_runs(limits=None):
     suite = {**__import__("tomllib").loads(MINI_SUITE), "name": "mini"}
-    return expand(suite, strategies=["finetune"], fast_dev_run=fast_dev_run)
+    return expand(suite, strategies=["finetune"], limits=limits)
 
 
 def test_a_fast_dev_run_caps_epochs_and_training_batch_sizes_and_says_so():
     (real,) = _mini_runs()
-    (fast,) = _mini_runs(FastDevRun(train_batches=3))
+    (fast,) = _mini_runs(RunLimits.fast_dev_run(3))
     real_run, fast_run = resolve(real, "data"), resolve(fast, "data")
     real_cfg, real_config = real_run.strategy_cfg, real_run.config
     fast_cfg, fast_config = fast_run.strategy_cfg, fast_run.config
