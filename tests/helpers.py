@@ -6,6 +6,8 @@ import sys
 
 import torch
 
+from strategies.settings import RunSettings
+
 
 def write_suite(path, text: str):
     path.write_text(text)
@@ -120,7 +122,7 @@ def strategy_from_suite(suite, **options):
         backbone=create_clip(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"])),
         class_names=data.class_names,
         config=config,
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     return strategy, spec, data
 
@@ -222,8 +224,7 @@ def tiny_strategy(cls, stream, precision: str = "fp32", **config):
         backbone=backbone,
         class_names=stream.class_names,
         config=cls.Config(**options),
-        precision=precision,
-        show_progress=False,
+        settings=RunSettings(precision=precision, show_progress=False),
     )
 
 

@@ -30,6 +30,7 @@ from strategies.contract import config_class, optional
 from strategies.plugins import OPTION as PLUGINS
 from strategies.plugins import build_plugins, plugin_table
 from strategies.registry import get_strategy
+from strategies.settings import RunSettings
 
 
 @lru_cache(maxsize=4)
@@ -81,6 +82,17 @@ class ResolvedRun:
     @property
     def config_hash(self) -> str:
         return config_hash(self.config)
+
+    def settings(self, show_progress: bool = False) -> RunSettings:
+        """How the run's strategy runs (``strategies.settings``), from the resolved run."""
+        return RunSettings(
+            device=self.spec.device,
+            precision=self.precision,
+            show_progress=show_progress,
+            seed=self.spec.seed,
+            train_batches=self.limits.train_batches,
+            augment_on=self.augment_on,
+        )
 
 
 def resolve(spec: RunSpec, data_root: str) -> ResolvedRun:
@@ -256,12 +268,7 @@ def build_run(
         backbone=backbone,
         class_names=stream.class_names,
         config=strategy_cfg,
-        device=spec.device,
-        precision=resolved.precision,
-        show_progress=show_progress,
-        seed=spec.seed,
-        max_train_batches=resolved.limits.train_batches,
-        augment_on=resolved.augment_on,
+        settings=resolved.settings(show_progress),
         plugins=[*plugins, *build_plugins(resolved.plugins or {})] or None,
     )
     return BuiltRun(resolved, stream, strategy)

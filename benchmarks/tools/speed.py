@@ -63,6 +63,7 @@ from benchmarks.data.transforms import eval_transform
 from strategies.gr4cil import GR4CIL, TaskState
 from strategies.magmax import MagMax
 from strategies.registry import available, get_strategy
+from strategies.settings import RunSettings
 
 # Largest |difference| allowed between two computations of the same scores or features: fp32
 # rounding, or about ten units of the half format's rounding (eps/2: fp16 4.9e-4, bf16 3.9e-3).
@@ -129,10 +130,8 @@ def _strategy(model: str, n_classes: int, device: str, precision: str, **config)
     return GR4CIL(
         backbone=backbone,
         class_names=_class_names(n_classes),
-        device=device,
-        precision=precision,
-        show_progress=False,
         config=GR4CIL.Config(**config),
+        settings=RunSettings(device=device, precision=precision, show_progress=False),
     )
 
 
@@ -412,8 +411,8 @@ def strategy_evaluation_forwards(n_tasks: int, per_task: int, strategies: list[s
         strategy = cls(
             backbone=backbone,
             class_names=stream.class_names,
-            show_progress=False,
             config=cls.Config.from_dict(options, name),
+            settings=RunSettings(show_progress=False),
         )
         seen = [0]
         hook = backbone.model.visual.register_forward_hook(
@@ -451,10 +450,8 @@ def magmax_training_memory(model: str, batch: int, device: str, precision: str, 
     strategy = MagMax(
         backbone=backbone,
         class_names=_class_names(10),
-        device=device,
-        precision=precision,
-        show_progress=False,
         config=MagMax.Config(batch_size=batch, prompt_ensemble="cifar"),
+        settings=RunSettings(device=device, precision=precision, show_progress=False),
     )
     size = backbone.image_size
     images, targets = (

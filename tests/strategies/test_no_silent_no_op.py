@@ -14,6 +14,7 @@ from benchmarks.data.transforms import eval_transform, train_transform
 from benchmarks.runner import execute
 from benchmarks.runner.suites import expand, load_suite
 from strategies.registry import available, get_strategy
+from strategies.settings import RunSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.spread]  # each strategy's case on any worker: no module fixture
 
@@ -80,8 +81,7 @@ def test_every_trained_tensor_moves_and_the_loss_falls_in_task_1(name, request):
         backbone=backbone,
         class_names=data.class_names,
         config=config,
-        show_progress=False,
-        seed=0,
+        settings=RunSettings(show_progress=False, seed=0),
         plugins=[record],
     )
     stream = build_stream(

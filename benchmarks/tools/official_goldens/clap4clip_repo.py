@@ -61,6 +61,7 @@ from benchmarks.tools.official_goldens.golden import (
     official_import_path,
     stub_module,
 )
+from strategies.settings import RunSettings
 
 OFFICIAL = Official(
     repository="srvCodes/clap4clip",
@@ -142,7 +143,7 @@ def suite_clap(case: Case, templates: torch.Tensor, seed: int | None = None):
         backbone=backbone,
         class_names=[f"class {c}" for c in range(case.classes)],
         config=suite_config(case.samples),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     strategy._templates = {c: templates[c] for c in range(case.classes)}
     first = list(range(case.task_sizes[0]))
@@ -591,7 +592,9 @@ def _check_vga_structure(checkout: Path) -> dict[str, object]:
     inputs = case_inputs(ENCODERS)
     backbone = create_clip(BackboneSpec(TINY_MODEL, "synthetic"))
     backbone.embed_dim = DIM
-    suite = CLAP(backbone=backbone, class_names=["a"], config=CLAP.Config(), show_progress=False)
+    suite = CLAP(
+        backbone=backbone, class_names=["a"], config=CLAP.Config(), settings=RunSettings(show_progress=False)
+    )
     with (
         official_import_path(checkout, _stubs()) as load,
         _cuda_is_the_cpu(),
