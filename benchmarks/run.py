@@ -18,7 +18,8 @@ from benchmarks.core.environment import check_threads, set_deterministic, usable
 from benchmarks.core.errors import STORAGE_ERRORS, CommandParser, UserError, one_line_user_errors
 from benchmarks.core.precision import PRECISIONS
 from benchmarks.data.device_augment import AUGMENT_ON
-from benchmarks.runner.execute import preflight, resolve, settings_from_the_suite
+from benchmarks.runner.building import resolve, settings_from_the_suite
+from benchmarks.runner.execute import preflight
 from benchmarks.runner.gpu_hours import MEASURE_COMMAND, Rates, find_rates, gpu_hours_line, read_rates
 from benchmarks.runner.launcher import (
     LAUNCHERS,
@@ -34,9 +35,11 @@ from benchmarks.runner.launcher import (
 from benchmarks.runner.live_log import parse_loggers
 from benchmarks.runner.local_launcher import LocalLauncher, auto_workers, check_gpus, check_workers
 from benchmarks.runner.reading import iter_results
-from benchmarks.runner.results import ResultStore, config_hash
+from benchmarks.runner.results import ResultStore
 from benchmarks.runner.status import run_state, slurm_view
-from benchmarks.runner.suites import SUITES_DIR, FastDevRun, RunSpec, expand, load_suite
+from benchmarks.runner.suites import FAST_DEV_RUN_BATCHES, SUITES_DIR, RunLimits, RunSpec, expand, load_suite
+
+FAST = RunLimits.fast_dev_run()  # what --fast-dev-run limits, for its help
 
 
 def dry_run_table(
@@ -60,8 +63,9 @@ def dry_run_table(
     slurm = slurm_view(store, [spec.key for spec in runs])  # one question for every queued run
     pending: list[tuple[RunSpec, dict, int]] = []  # the runs left, for the GPU-hours
     for spec in runs:
-        _, _, config = resolve(spec, data_root)
-        state = run_state(store, spec.key, config_hash(config), slurm)
+        resolved = resolve(spec, data_root)
+        config = resolved.config
+        state = run_state(store, spec.key, resolved.config_hash, slurm)
         left = 0 if state.state in ("finished", "running") else spec.n_tasks - state.tasks_done
         estimate = "-"
         if left:
@@ -214,14 +218,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument(
         "--fast-dev-run",
         nargs="?",
-        const=FastDevRun.train_batches,
+        const=FAST_DEV_RUN_BATCHES,
         type=int,
         metavar="BATCHES",
         help=f"walk every run end to end in minutes before the real thing: BATCHES training batches "
-        f"(default {FastDevRun.train_batches}) of at most {FastDevRun.max_batch_size} images a pass, "
-        f"{FastDevRun.train_per_class} training image a class, {FastDevRun.test_per_task} test image a task, "
-        "the suite's first seed unless --seeds says otherwise; results go to runs/SUITE-fast-dev-run "
-        "and are marked as such",
+        f"(default {FAST_DEV_RUN_BATCHES}) of at most {FAST.batch_size} images a pass, "
+        f"{FAST.train_images_per_class} training image a class, "
+        f"{FAST.test_images_per_task} test image a task, the suite's first seed unless --seeds says "
+        "otherwise; results go to runs/SUITE-fast-dev-run and are marked as such",
     )
     parser.add_argument(
         "--log",
@@ -347,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.rates is not None and not args.dry_run:
             raise UserError("--rates belongs to --dry-run: it turns measured rates into GPU-hours")
         device, weights = args.device, args.weights
-        fast_dev_run = FastDevRun(train_batches=args.fast_dev_run) if args.fast_dev_run is not None else None
+        fast_dev_run = args.fast_dev_run is not None
+        limits = RunLimits.fast_dev_run(args.fast_dev_run) if fast_dev_run else None
         if slurm_options is not None:
             if (device or suite.get("device", "auto")) == "auto":
                 device = "cuda" if slurm_options.gpus else "cpu"  # the jobs' device, not this login node's
@@ -367,7 +372,7 @@ def main(argv: list[str] | None = None) -> int:
             deterministic=args.deterministic or None,
             augment_on=args.augment_on,
             check_device=slurm_options is None,
-            fast_dev_run=fast_dev_run,
+            limits=limits,
         )
         if any(spec.deterministic for spec in runs) and slurm_options is None:
             set_deterministic(True)  # before any CUDA work: cuBLAS reads its workspace setting once
@@ -383,7 +388,9 @@ def main(argv: list[str] | None = None) -> int:
         for label, dataset in dict.fromkeys((s.label, s.dataset) for s in runs if ":" in s.strategy):
             spec = next(s for s in runs if (s.label, s.dataset) == (label, dataset))
             # an outside strategy: say what the suite's protocol gave it (docs/adding-a-strategy.md)
-            print(settings_from_the_suite(label, dataset, resolve(spec, args.data_root)[2]), file=sys.stderr)
+            print(
+                settings_from_the_suite(label, dataset, resolve(spec, args.data_root).config), file=sys.stderr
+            )
         bars = not args.quiet and sys.stderr.isatty()  # a log file gets one line per task instead
         options = RunOptions(
             data_root=args.data_root,

@@ -52,8 +52,7 @@ from avalanche.training.templates import SupervisedTemplate
 
 from benchmarks.backbone import CLIPBackbone
 from benchmarks.core.errors import UserError
-from benchmarks.core.precision import matmul_precision, resolve_precision
-from benchmarks.data.device_augment import AugmentOn
+from benchmarks.core.precision import matmul_precision
 from benchmarks.data.prompts import templates
 from strategies.checkpointing import (
     load_model,
@@ -64,6 +63,7 @@ from strategies.checkpointing import (
 from strategies.config import StrategyConfig
 from strategies.contract import plugins_survive_resume
 from strategies.optim import build_optimizer, build_scheduler
+from strategies.settings import RunSettings, take_settings
 from strategies.training.evaluation import Evaluation
 from strategies.training.features import FeatureCaches
 from strategies.training.loaders import SeededLoaders
@@ -110,32 +110,14 @@ class CLIPStrategy(
         backbone: CLIPBackbone,
         class_names: list[str],
         config: StrategyConfig,
-        device: str | torch.device = "cpu",
-        precision: str = "auto",
-        show_progress: bool = True,
-        seed: int | None = None,
-        max_train_batches: int | None = None,
-        augment_on: AugmentOn = "device",
+        settings: RunSettings | None = None,
         **avalanche_kwargs,
     ):
-        """``precision``: fp32, fp16 (autocast and a loss scaler) or bf16; "auto" is fp16 on CUDA and
-        fp32 elsewhere, or fp32 everywhere for a config with ``amp = False``. ``seed``: the run seed
-        that every loader's shuffle and augmentation draws derive from (``benchmarks.data.loaders``); by
-        default torch's initial seed, so ``torch.manual_seed(s)`` before building the strategy sets
-        it. ``max_train_batches``: every training pass (a task's epochs, a second stage's passes) ends
-        after that many batches (a fast dev run). ``augment_on``: where the stream's training pixels are
-        augmented, "device" or "pil" (``benchmarks.data.device_augment``; the runner's ``build_run``
-        sets it), and so where those of images the strategy transforms itself are.
-        ``avalanche_kwargs`` (``plugins``, ``evaluator``, ...) go to ``SupervisedTemplate``."""
-        device = torch.device(device)
-        self.seed = int(torch.initial_seed() if seed is None else seed)
-        self.backbone = backbone.to(device)
-        self.precision = resolve_precision(precision, device, config.amp)
-        self.backbone.set_precision(self.precision)
-        self.cfg = config
-        self.show_progress = show_progress
-        self.max_train_batches = max_train_batches
-        self.augment_on = augment_on
+        """``settings``: how it runs (device, precision, progress bars, seed, a fast dev run's
+        ``train_batches``, ``augment_on``: ``strategies.settings.RunSettings``); by default
+        ``RunSettings.resolved(config)``, on the CPU. ``avalanche_kwargs`` (``plugins``, ``evaluator``,
+        ...) go to ``SupervisedTemplate``."""
+        take_settings(self, backbone, config, settings)
         self.templates = templates(config.prompt_ensemble, config.prompt_template)
         self.seen_classes: list[int] = []
         self.task_classes: list[list[int]] = []
@@ -162,7 +144,7 @@ class CLIPStrategy(
             train_mb_size=config.batch_size,
             train_epochs=config.epochs,
             eval_mb_size=config.eval_batch_size,
-            device=device,
+            device=self.device,
             **avalanche_kwargs,
         )
         self.check_plugins(self.plugins)

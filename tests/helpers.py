@@ -6,6 +6,8 @@ import sys
 
 import torch
 
+from strategies.settings import RunSettings
+
 
 def write_suite(path, text: str):
     path.write_text(text)
@@ -87,7 +89,7 @@ def killed_and_resumed(monkeypatch, strategy_cls, suite, results_dir, task: int)
 def three_task_suite(strategy: str, options: str, augmentation: str = "paper-scaled") -> str:
     """A one-run suite: ``strategy`` on 15 faded synthetic classes in 3 tasks (8 train, 4 test
     images a class), with the ``[strategy.NAME]`` lines ``options`` (NAME quoted where TOML needs it)."""
-    from benchmarks.runner.execute import suite_table
+    from benchmarks.runner.building import suite_table
 
     return (
         tiny_suite([strategy], tasks=3)
@@ -111,7 +113,8 @@ def strategy_from_suite(suite, **options):
     from benchmarks.runner import execute
 
     spec = run.expand(run.load_suite(str(suite)))[0]
-    strategy_cls, config, _ = run.resolve(spec, "data")
+    resolved = run.resolve(spec, "data")
+    strategy_cls, config = resolved.strategy_cls, resolved.strategy_cfg
     for key, value in options.items():
         setattr(config, key, value)
     data = execute.load_run_data(spec, "data")
@@ -119,7 +122,7 @@ def strategy_from_suite(suite, **options):
         backbone=create_clip(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"])),
         class_names=data.class_names,
         config=config,
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     return strategy, spec, data
 
@@ -221,8 +224,7 @@ def tiny_strategy(cls, stream, precision: str = "fp32", **config):
         backbone=backbone,
         class_names=stream.class_names,
         config=cls.Config(**options),
-        precision=precision,
-        show_progress=False,
+        settings=RunSettings(precision=precision, show_progress=False),
     )
 
 

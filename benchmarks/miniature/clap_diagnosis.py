@@ -25,7 +25,7 @@ import torch
 from benchmarks.core.environment import seed_everything
 from benchmarks.core.errors import CommandParser, one_line_user_errors
 from benchmarks.core.metrics import predicted_classes
-from benchmarks.runner.execute import build_run, resolve
+from benchmarks.runner.building import build_run, resolve
 from benchmarks.runner.suites import expand, load_suite
 from strategies.clap import task_mask
 
@@ -50,7 +50,9 @@ def build(seed: int, epochs: int | None, suite: str = "smoke-baselines", n_tasks
     (spec,) = expand(load_suite(suite), strategies=["clap"], seeds=[seed], tasks=[n_tasks], device="cpu")
     resolved = resolve(spec, "data")
     if epochs is not None:
-        resolved = resolved._replace(strategy_cfg=dataclasses.replace(resolved.strategy_cfg, epochs=epochs))
+        resolved = dataclasses.replace(
+            resolved, strategy_cfg=dataclasses.replace(resolved.strategy_cfg, epochs=epochs)
+        )
     built = build_run(spec, "data", resolved=resolved)
     clap, stream = built.strategy, built.stream
     features = clap.frozen_features(stream.test_set, "test", None).float()

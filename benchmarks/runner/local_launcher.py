@@ -43,7 +43,7 @@ from benchmarks.core.environment import Threads, auto_threads, check_count_or_au
 from benchmarks.core.errors import UserError
 from benchmarks.core.heartbeat_lock import COMMAND_ENV, this_command
 from benchmarks.runner.launcher import PARENT_PIPE_ENV, Outcome, RunOptions, held_elsewhere, run_log_path
-from benchmarks.runner.results import ResultStore, config_hash
+from benchmarks.runner.results import ResultStore
 from benchmarks.runner.status import RunState, run_state
 from benchmarks.runner.suites import RunSpec
 
@@ -133,9 +133,9 @@ class LocalLauncher:
         self.argv, self.workers, self.gpus = argv, workers, gpus
 
     def launch(self, runs: list[RunSpec], store: ResultStore, options: RunOptions) -> Outcome:
-        from benchmarks.runner.execute import resolve
+        from benchmarks.runner.building import resolve
 
-        hashes = {spec.key: config_hash(resolve(spec, options.data_root)[2]) for spec in runs}
+        hashes = {spec.key: resolve(spec, options.data_root).config_hash for spec in runs}
         states = self._states(runs, store, hashes)
         for spec, state in zip(runs, states, strict=True):
             if state.state == "finished":

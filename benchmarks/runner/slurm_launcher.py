@@ -42,7 +42,7 @@ from tqdm.auto import tqdm
 
 from benchmarks.core.errors import UserError
 from benchmarks.runner.launcher import InlineLauncher, Outcome, RunOptions, prepare_runner_process
-from benchmarks.runner.results import ResultStore, RunKey, config_hash
+from benchmarks.runner.results import ResultStore, RunKey
 from benchmarks.runner.slurm_jobs import SlurmView, cancel
 from benchmarks.runner.status import run_state, slurm_view
 from benchmarks.runner.suites import RunSpec
@@ -222,9 +222,9 @@ class SlurmLauncher:
         self.options, self.job_name, self.wait = options, job_name, wait
 
     def launch(self, runs: list[RunSpec], store: ResultStore, run_options: RunOptions) -> Outcome:
-        from benchmarks.runner.execute import resolve
+        from benchmarks.runner.building import resolve
 
-        hashes = {spec.key: config_hash(resolve(spec, run_options.data_root)[2]) for spec in runs}
+        hashes = {spec.key: resolve(spec, run_options.data_root).config_hash for spec in runs}
         options, job_name, wait, quiet = self.options, self.job_name, self.wait, run_options.quiet
         # The job's view: absolute paths (it may start in another folder), no bars, a log per run.
         job_options = replace(

@@ -49,7 +49,6 @@ strategy's per-task ``epochs`` (not the epochs of second stages). Each result's
 
 from __future__ import annotations
 
-import dataclasses
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -63,6 +62,7 @@ from benchmarks.data.protocols import DEFAULT_PROTOCOL, ProtocolLayer, check_pro
 from benchmarks.runner.results import RunKey, config_hash
 
 SUITES_DIR = Path(__file__).parents[1] / "suites"
+FAST_DEV_RUN_BATCHES = 2  # --fast-dev-run's training batches an epoch, unless it names another count
 KNOWN_KEYS = {
     "description",
     "datasets",
@@ -91,49 +91,53 @@ KNOWN_KEYS = {
 
 
 @dataclass(frozen=True)
-class FastDevRun:
-    """``--fast-dev-run``: a run that walks every code path of the real one (every stage, second
-    stage, checkpoint, metric, zero-shot target) in minutes, on a few images. Recorded in each
-    result's config, and hashed, so its results are never taken for real ones. ``run_limits`` turns
-    it into the limits the runner applies."""
-
-    train_batches: int = 2  # batches of every training pass (a task's training, each second-stage pass)
-    max_batch_size: int = 2  # every training batch size is capped at this (ViT-B/16 on a CPU)
-    train_per_class: int = 1  # training images kept per class (every class keeps one)
-    test_per_task: int = 1  # test images scored at every stage, per task of the stream
-    zero_shot_images: int = 10  # test images of each zero-shot target, spread over its classes
-
-    def __post_init__(self) -> None:
-        if self.train_batches < 1:
-            raise UserError(f"--fast-dev-run takes a whole number of batches >= 1, not {self.train_batches}")
-
-
-@dataclass(frozen=True)
 class RunLimits:
     """What a run may use at most; None: no limit (a real run has none). The runner applies each
-    where it builds the thing it limits (``benchmarks.runner.execute``)."""
+    where it builds the thing it limits (``benchmarks.runner.building``). ``fast_dev_run`` gives a
+    ``--fast-dev-run``'s: a run that walks every code path of the real one (every stage, second
+    stage, checkpoint, metric, zero-shot target) in minutes, on a few images."""
 
     epochs: int | None = None  # a task's epochs (the recipe's Config.epochs)
-    train_batches: int | None = None  # the batches of every training pass (the strategy's loaders)
+    train_batches: int | None = None  # the batches of every training epoch or pass (FirstBatches)
     batch_size: int | None = None  # every training batch size (Config.training_batch_sizes)
     train_images_per_class: int | None = None
     test_images_per_task: int | None = None  # scored at every stage, spread over the task's classes
     zero_shot_images: int | None = None  # of each zero-shot target, spread over its classes
 
+    @classmethod
+    def fast_dev_run(cls, train_batches: int = FAST_DEV_RUN_BATCHES) -> RunLimits:
+        """``--fast-dev-run``'s limits: one epoch of ``train_batches`` batches of at most 2 images (ViT-B/16
+        on a CPU), one training image a class (every class keeps one), one test image a task, 10
+        images of each zero-shot target."""
+        if isinstance(train_batches, bool) or not isinstance(train_batches, int) or train_batches < 1:
+            raise UserError(f"--fast-dev-run takes a whole number of batches >= 1, not {train_batches}")
+        return cls(
+            epochs=1,
+            train_batches=train_batches,
+            batch_size=2,
+            train_images_per_class=1,
+            test_images_per_task=1,
+            zero_shot_images=10,
+        )
 
-def run_limits(fast_dev_run: FastDevRun | None) -> RunLimits:
-    """The explicit limits of a run: none for a real run; for a fast dev run, one epoch of
-    ``train_batches`` batches of at most ``max_batch_size`` images, and its image counts."""
-    if fast_dev_run is None:
-        return RunLimits()
-    return RunLimits(
-        epochs=1,
-        train_batches=fast_dev_run.train_batches,
-        batch_size=fast_dev_run.max_batch_size,
-        train_images_per_class=fast_dev_run.train_per_class,
-        test_images_per_task=fast_dev_run.test_per_task,
-        zero_shot_images=fast_dev_run.zero_shot_images,
-    )
+    @property
+    def limited(self) -> bool:
+        """Whether any limit is set (a fast dev run), not a real run."""
+        return self != RunLimits()
+
+    def record(self) -> dict[str, int | None] | None:
+        """The limits as a result's config records them (``config.fast_dev_run``, hashed, so that a
+        limited run is never taken for a real one); None for a real run, whose config has no entry.
+        The names are those results have always stored (the epoch cap is implied: one)."""
+        if not self.limited:
+            return None
+        return {
+            "train_batches": self.train_batches,
+            "max_batch_size": self.batch_size,
+            "train_per_class": self.train_images_per_class,
+            "test_per_task": self.test_images_per_task,
+            "zero_shot_images": self.zero_shot_images,
+        }
 
 
 @dataclass(frozen=True)
@@ -152,18 +156,14 @@ class RunSpec:
     device: str
     config: dict[str, Any] = field(compare=False)
     zero_shot_targets: tuple[str, ...] = ()
-    precision: str = "fp32"  # resolved: fp32 | tf32 | fp16 | bf16
+    precision: str = "fp32"  # the suite's setting: auto | fp32 | tf32 | fp16 | bf16 (resolved by resolve)
     deterministic: bool = False
     option_sources: dict[str, str] = field(default_factory=dict, compare=False)  # option -> suite table
     epoch_scale: float = 1.0  # the suite's common factor on every strategy's epochs
-    fast_dev_run: FastDevRun | None = None
+    limits: RunLimits = RunLimits()  # none for a real run; RunLimits.fast_dev_run for --fast-dev-run
     # Where the pixels are augmented: the same pixels either way, so recorded in the result's config
-    # (by ``execute.resolve``) and not hashed. Checked once, by ``expand``.
+    # (by ``building.resolve``) and not hashed. Checked once, by ``expand``.
     augment_on: AugmentOn = "device"
-
-    @property
-    def limits(self) -> RunLimits:
-        return run_limits(self.fast_dev_run)
 
     @property
     def key(self) -> RunKey:
@@ -372,10 +372,11 @@ def expand(
     deterministic: bool | None = None,
     augment_on: AugmentOn | None = None,
     check_device: bool = True,
-    fast_dev_run: FastDevRun | None = None,
+    limits: RunLimits | None = None,
 ) -> list[RunSpec]:
     """All runs of a suite, with the command line's filters and overrides applied. With
-    ``check_device`` False, ``device`` (cpu or cuda) is taken as given: the runs execute elsewhere."""
+    ``check_device`` False, ``device`` (cpu or cuda) is taken as given: the runs execute elsewhere.
+    ``limits``: each run's (``RunLimits.fast_dev_run`` for ``--fast-dev-run``), recorded in its config."""
     variants = suite.get("variants", {})
     backbone = {"model": "ViT-B-16-quickgelu", "pretrained": "openai", **suite.get("backbone", {})}
     if weights:
@@ -383,9 +384,10 @@ def expand(
     if str(backbone["pretrained"]).lower() == "none":
         backbone["pretrained"] = None
     resolved_device = _resolve_device(device or suite.get("device", "auto"), check_device)
-    # Checked here; "auto" is resolved per run, where the strategy's config (its ``amp``) is known.
-    resolved_precision = precision or suite.get("precision", "auto")
-    resolve_precision(resolved_precision, resolved_device)
+    # The suite's setting, checked here; "auto" is resolved per run (``building.resolve``), where the
+    # strategy's config (its ``amp``) is known.
+    precision_setting = precision or suite.get("precision", "auto")
+    resolve_precision(precision_setting, resolved_device)
     deterministic = bool(suite.get("deterministic", False) if deterministic is None else deterministic)
     augment_on = check_augment_on(augment_on or suite.get("augment_on", "device"))
     suite_order = suite.get("class_order", DEFAULT_CLASS_ORDER)
@@ -435,7 +437,7 @@ def expand(
                         "backbone": backbone,
                         "strategy_options": suite_level,
                         "device": resolved_device,
-                        "precision": resolved_precision,
+                        "precision": precision_setting,  # the resolved one replaces it (resolve)
                         "deterministic": deterministic,
                     }
                     if targets:
@@ -444,8 +446,8 @@ def expand(
                         config["protocol"] = protocol
                     if epoch_scale != 1.0:  # absent at 1, so that other suites' hashes stay as they were
                         config["epoch_scale"] = epoch_scale
-                    if fast_dev_run is not None:  # absent otherwise, for the same reason
-                        config["fast_dev_run"] = dataclasses.asdict(fast_dev_run)
+                    if limits is not None and limits.limited:  # absent otherwise, for the same reason
+                        config["fast_dev_run"] = limits.record()
                     runs.append(
                         RunSpec(
                             label,
@@ -460,11 +462,11 @@ def expand(
                             resolved_device,
                             config,
                             targets,
-                            resolved_precision,
+                            precision_setting,
                             deterministic,
                             sources,
                             epoch_scale,
-                            fast_dev_run,
+                            limits or RunLimits(),
                             augment_on,
                         )
                     )

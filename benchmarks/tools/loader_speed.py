@@ -34,6 +34,7 @@ from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform, train_transform
 from strategies.base import StrategyConfig
 from strategies.finetune import Finetune
+from strategies.settings import RunSettings
 
 
 class LoaderProbe(SupervisedPlugin):
@@ -74,8 +75,7 @@ def _strategy(
         backbone=backbone,
         class_names=class_names,
         config=config,
-        device=device,
-        show_progress=False,
+        settings=RunSettings(device=device, show_progress=False),
         plugins=[probe],
     )
 

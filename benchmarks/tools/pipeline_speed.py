@@ -8,7 +8,7 @@ what a run of a real suite costs, by the runner's own path rather than a step in
    (or ``--data-root``);
 2. each strategy's run of the ``main`` suite on it (``load_suite`` and ``expand``, with the tasks,
    epochs, model, device, batch size and loader workers given here), built by
-   ``benchmarks.runner.execute.build_run`` (its loaders, workers, resized cache where one was
+   ``benchmarks.runner.building.build_run`` (its loaders, workers, resized cache where one was
    built, augmentation where the runner puts it) and learned by the runner's own task loop
    (``learning.learn_tasks``: ``strategy.learn`` a task, evaluate every test image as a stage,
    checkpoint, as in a real run);
@@ -45,7 +45,8 @@ from benchmarks.backbone import TINY_MODEL
 from benchmarks.core.environment import check_threads, set_threads
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.core.precision import PRECISIONS
-from benchmarks.runner.execute import build_run, preflight, resolve
+from benchmarks.runner.building import build_run, resolve
+from benchmarks.runner.execute import preflight
 from benchmarks.runner.learning import RunContext, learn_tasks
 from benchmarks.runner.results import ResultStore, RunProgress, config_hash
 from benchmarks.runner.suites import RunSpec, expand, load_suite

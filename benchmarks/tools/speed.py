@@ -59,6 +59,7 @@ from benchmarks.core.precision import PRECISIONS, resolve_precision
 from benchmarks.tools.measuring import class_names, interleaved, median_ratio, saved_tensor_bytes
 from benchmarks.tools.strategy_costs import magmax_training_memory, strategy_evaluation_forwards
 from strategies.gr4cil import GR4CIL, TaskState
+from strategies.settings import RunSettings
 
 # Largest |difference| allowed between two computations of the same scores or features: fp32
 # rounding, or about ten units of the half format's rounding (eps/2: fp16 4.9e-4, bf16 3.9e-3).
@@ -72,10 +73,8 @@ def _strategy(model: str, n_classes: int, device: str, precision: str, **config)
     return GR4CIL(
         backbone=backbone,
         class_names=class_names(n_classes),
-        device=device,
-        precision=precision,
-        show_progress=False,
         config=GR4CIL.Config(**config),
+        settings=RunSettings(device=device, precision=precision, show_progress=False),
     )
 
 

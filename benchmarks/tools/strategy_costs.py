@@ -19,6 +19,7 @@ from benchmarks.data.transforms import eval_transform
 from benchmarks.tools.measuring import class_names, saved_tensor_bytes
 from strategies.magmax import MagMax
 from strategies.registry import available, get_strategy
+from strategies.settings import RunSettings
 
 # Each strategy's evaluation limit in visual-tower images over T stages, as (once per stream, once
 # per stage) multiples of the test images: a frozen tower is needed once (Continual-CLIP, CLAP;
@@ -60,8 +61,8 @@ def strategy_evaluation_forwards(n_tasks: int, per_task: int, strategies: list[s
         strategy = cls(
             backbone=backbone,
             class_names=stream.class_names,
-            show_progress=False,
             config=cls.Config.from_dict(options, name),
+            settings=RunSettings(show_progress=False),
         )
         seen = [0]
         hook = backbone.model.visual.register_forward_hook(
@@ -99,10 +100,8 @@ def magmax_training_memory(model: str, batch: int, device: str, precision: str, 
     strategy = MagMax(
         backbone=backbone,
         class_names=class_names(10),
-        device=device,
-        precision=precision,
-        show_progress=False,
         config=MagMax.Config(batch_size=batch, prompt_ensemble="cifar"),
+        settings=RunSettings(device=device, precision=precision, show_progress=False),
     )
     size = backbone.image_size
     images, targets = (

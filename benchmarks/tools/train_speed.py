@@ -59,7 +59,8 @@ from benchmarks.core.environment import seed_everything
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.core.precision import PRECISIONS
 from benchmarks.data.device_augment import AUGMENT_ON, AugmentOn
-from benchmarks.runner.execute import ResolvedRun, build_run, preflight, resolve
+from benchmarks.runner.building import ResolvedRun, build_run, resolve
+from benchmarks.runner.execute import preflight
 from benchmarks.runner.suites import RunSpec, expand, load_suite
 from benchmarks.tools import reference
 from benchmarks.tools.measuring import interleaved
@@ -240,7 +241,7 @@ def measure_strategy(spec: RunSpec, options: Options) -> dict:
     if isinstance(strategy_cfg.epochs, int) and strategy_cfg.epochs > 0:
         # every epoch has at least one step; the timer stops the training after the last timed one
         strategy_cfg = dataclasses.replace(strategy_cfg, epochs=warmup + steps)
-        resolved = resolved._replace(strategy_cfg=strategy_cfg)
+        resolved = dataclasses.replace(resolved, strategy_cfg=strategy_cfg)
     notes: list[str] = []
     real = StepTimer(warmup, steps)
     strategy, stream, diverged = _train(spec, resolved, real)
@@ -294,7 +295,7 @@ def _own_step_and_reference(
     and ops on ``batch``; enter them in ``row``. Returns their notes."""
     probe = StepProbe()
     timer = StepTimer(warmup, steps, at_end=probe_step(probe, batch))
-    one_batch_run = resolved._replace(strategy_cls=on_one_batch(resolved.strategy_cls))
+    one_batch_run = dataclasses.replace(resolved, strategy_cls=on_one_batch(resolved.strategy_cls))
     copy, _, _ = _train(spec, one_batch_run, timer, batch)
     row["own_step_images_per_second"] = timer.images_per_second
     row["steps_timed"]["own_step"] = timer.timed_steps

@@ -126,7 +126,7 @@ class AvalancheStrategy(FrameworkAdapter):
         )
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         # the cap first: the progress bar counts the capped epochs
-        own = ([_CappedEpochs(self.max_train_batches)] if self.max_train_batches else []) + [_Progress(self)]
+        own = ([_CappedEpochs(self.train_batches)] if self.train_batches else []) + [_Progress(self)]
         with warnings.catch_warnings():  # metrics come from the runner, not from Avalanche's loggers
             warnings.filterwarnings("ignore", message="No loggers specified")
             evaluator = EvaluationPlugin(loggers=[])

@@ -21,10 +21,9 @@ from torch import nn
 
 from benchmarks.backbone import CLIPBackbone
 from benchmarks.core.errors import UserError
-from benchmarks.core.precision import resolve_precision
-from benchmarks.data.device_augment import AugmentOn
 from strategies.checkpointing import pack_state, unpack_state
 from strategies.config import StrategyConfig
+from strategies.settings import RunSettings, take_settings
 
 Head = Literal["linear", "cosine"]
 Encoder = Literal["frozen", "lora"]
@@ -91,7 +90,8 @@ def load_learned_state(model: CLIPClassifier, state: dict[str, torch.Tensor]) ->
 
 
 class FrameworkAdapter:
-    """The contract's core for an adapter: the runner's keyword arguments, ``seen_classes`` in the
+    """The contract's core for an adapter: the runner's arguments (``settings``: ``take_settings``, as
+    ``CLIPStrategy``'s), ``seen_classes`` in the
     order learned, the progress flag, and checkpoints of ``checkpoint_attributes`` (packed with
     ``strategies.checkpointing.pack_state``: tensors, modules, lists and dicts of them, JSON values).
     A subclass sets ``wrapped`` (the framework's class) and implements ``learn`` and ``scores``."""
@@ -109,23 +109,11 @@ class FrameworkAdapter:
         backbone: CLIPBackbone,
         class_names: list[str],
         config: StrategyConfig,
-        device: str | torch.device = "cpu",
-        precision: str = "auto",
-        show_progress: bool = True,
-        seed: int | None = None,
-        max_train_batches: int | None = None,
-        augment_on: AugmentOn = "pil",
+        settings: RunSettings | None = None,
         plugins: list | None = None,
     ) -> None:
-        self.device = torch.device(device)
-        self.backbone = backbone.to(self.device)
-        self.precision = resolve_precision(precision, self.device, config.amp)
-        self.backbone.set_precision(self.precision)
+        take_settings(self, backbone, config, settings)
         self.class_names = list(class_names)
-        self.cfg = config
-        self.show_progress = show_progress
-        self.seed = int(torch.initial_seed() if seed is None else seed)
-        self.max_train_batches = max_train_batches
         self.plugins = list(plugins or [])
         self.seen_classes: list[int] = []
         self.train_iterations = 0  # this process's steps: the runner adds those before a resume

@@ -222,7 +222,7 @@ class ShapedAdapter(MammothAdapter):
             if hasattr(self.model, "begin_task"):
                 self.model.begin_task(info)
             for epoch in range(self.cfg.epochs):
-                for inputs, labels, not_aug_inputs in first_batches(loader, self.max_train_batches):
+                for inputs, labels, not_aug_inputs in first_batches(loader, self.train_batches):
                     batch = (inputs.to(self.device), labels.to(self.device), not_aug_inputs.to(self.device))
                     loss = self.model.observe(
                         *batch, **({"epoch": epoch} if self.observe_takes_epoch else {})
@@ -373,7 +373,7 @@ class UpstreamAdapter(MammothAdapter):
         for epoch in range(args.n_epochs):
             if hasattr(model, "meta_begin_epoch"):
                 model.meta_begin_epoch(epoch, data)
-            for batch in first_batches(loader, self.max_train_batches):  # the model's train_loader is whole
+            for batch in first_batches(loader, self.train_batches):  # the model's train_loader is whole
                 inputs, labels, not_aug_inputs = (t.to(self.device) for t in batch[:3])
                 fields = loader.dataset.extra_return_fields
                 extra = {name: batch[3 + k].to(self.device) for k, name in enumerate(fields)}

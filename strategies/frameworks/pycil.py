@@ -189,7 +189,7 @@ class PyCILAdapter(FrameworkAdapter):
         """A fast dev run: in each of the learner's modules, ``DataLoader`` answers a training set
         (``get_dataset(mode="train")``) with a loader whose every epoch ends after ``train_batches``
         batches (``FirstBatches``); its other loaders (exemplars, class means, its own test) are whole."""
-        train_batches = self.max_train_batches
+        train_batches = self.train_batches
         if train_batches is None:
             return []
 

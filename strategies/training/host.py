@@ -32,7 +32,7 @@ class StrategyHost(SupervisedStrategyProtocol, Protocol):
     precision: str  # resolved: fp32, tf32, fp16 or bf16
     seed: int
     show_progress: bool
-    max_train_batches: int | None  # a fast dev run's batches per training pass
+    train_batches: int | None  # a fast dev run's batches per training pass
     templates: list[str]
     seen_classes: list[int]
     task_classes: list[list[int]]

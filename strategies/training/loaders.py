@@ -86,7 +86,7 @@ def _loader_kwargs(kwargs: dict[str, Any]) -> dict[str, Any]:
 
 class SeededLoaders(StrategyHost):
     """Mixin of ``CLIPStrategy``: Avalanche's train and eval loaders and the strategy's own, all
-    seeded. Reads ``cfg``, ``device``, ``seed``, ``task_classes`` and ``max_train_batches`` (None, or
+    seeded. Reads ``cfg``, ``device``, ``seed``, ``task_classes`` and ``train_batches`` (None, or
     the batches a training pass may take: a fast dev run)."""
 
     def __init__(self, **kwargs):
@@ -143,7 +143,7 @@ class SeededLoaders(StrategyHost):
         """A loader over ``dataset`` with ``loader_options``, for the strategy's own passes
         (evaluation, prototypes, second stages); with several ``passes`` its workers stay alive.
         ``training``: the passes train something, so a fast dev run ends each after
-        ``max_train_batches`` batches; an evaluation pass is never cut short.
+        ``train_batches`` batches; an evaluation pass is never cut short.
 
         Its shuffle and every augmentation draw depend only on (run seed, task, ``purpose``, pass,
         sample index), never on the worker count (``benchmarks.data.loaders``): give each loader that
@@ -159,7 +159,7 @@ class SeededLoaders(StrategyHost):
                 self.loader_key(purpose),
                 batch_size,
                 shuffle=shuffle,
-                train_batches=self.max_train_batches if training else None,
+                train_batches=self.train_batches if training else None,
                 device=device,
                 **options,
             )
@@ -180,7 +180,7 @@ class SeededLoaders(StrategyHost):
             self.train_mb_size,
             shuffle=shuffle,
             drop_last=drop_last,
-            train_batches=self.max_train_batches,
+            train_batches=self.train_batches,
             device=self.device,
             **options,
         )

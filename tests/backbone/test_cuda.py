@@ -12,6 +12,7 @@ from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.core.environment import set_deterministic
 from strategies.finetune import Finetune
 from strategies.gr4cil import GR4CIL
+from strategies.settings import RunSettings
 from tests.helpers import MINI_SUITE, kill_in_task, result_of
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
@@ -38,10 +39,8 @@ def test_stage1_step_never_waits_for_the_device(precision, chunk):
     strategy = GR4CIL(
         backbone=backbone,
         class_names=names,
-        device="cuda",
-        precision=precision,
-        show_progress=False,
         config=GR4CIL.Config(text_chunk_size=chunk),
+        settings=RunSettings(device="cuda", precision=precision, show_progress=False),
     )
     strategy.setup_task(0, list(range(20, 30)))
     strategy.seen_classes, strategy.current_classes = list(range(20)), list(range(20, 30))

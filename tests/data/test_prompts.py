@@ -8,6 +8,7 @@ from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.core.errors import UserError
 from benchmarks.data.prompts import CIFAR_TEMPLATES, imagenet_templates, templates
 from strategies.finetune import Finetune
+from strategies.settings import RunSettings
 
 NAMES = ["red striped triangle", "blue dotted ring", "white solid cross"]
 
@@ -27,8 +28,8 @@ def test_ensemble_feature_is_the_renormalised_mean_of_template_features(ensemble
     strategy = Finetune(
         backbone=backbone,
         class_names=NAMES,
-        show_progress=False,
         config=Finetune.Config.from_dict({"prompt_ensemble": ensemble}),
+        settings=RunSettings(show_progress=False),
     )
     with torch.no_grad():
         features = strategy.text_features([2, 0])
@@ -40,6 +41,11 @@ def test_ensemble_feature_is_the_renormalised_mean_of_template_features(ensemble
     assert per_template.shape == (2, len(templates(ensemble, "")), backbone.embed_dim)
     assert torch.allclose(features, torch.stack(by_hand), atol=1e-6)
     assert torch.allclose(features.norm(dim=-1), torch.ones(2), atol=1e-6)
-    single = Finetune(backbone=backbone, class_names=NAMES, show_progress=False, config=Finetune.Config())
+    single = Finetune(
+        backbone=backbone,
+        class_names=NAMES,
+        config=Finetune.Config(),
+        settings=RunSettings(show_progress=False),
+    )
     with torch.no_grad():
         assert not torch.allclose(single.text_features([2, 0]), features, atol=1e-3)  # the ensemble matters

@@ -172,14 +172,14 @@ CLEAN_DEFAULTS = {
 
 
 def test_main_as_published_runs_every_row_with_its_official_code_and_main_with_the_clean_defaults():
-    from benchmarks.runner.execute import resolve
+    from benchmarks.runner.building import resolve
 
     for suite_name in ("main", "main-as-published"):
         suite = load_suite(suite_name)
         for run in expand(suite, device="cpu", seeds=[0]):
             if run.strategy not in OFFICIAL_BEHAVIOURS:
                 continue
-            resolved = resolve(run, "data")[2]["strategy_config"]
+            resolved = resolve(run, "data").config["strategy_config"]
             expected = dict(OFFICIAL_BEHAVIOURS[run.strategy])
             if suite_name == "main":
                 expected.update(CLEAN_DEFAULTS.get(run.strategy, {}))

@@ -20,6 +20,7 @@ from benchmarks.tools.official_goldens.clap4clip_cases import DIM, suite_config
 from benchmarks.tools.official_goldens.clap_loop import CASE, EPOCHS, noise_shapes, tasks
 from benchmarks.tools.official_goldens.golden import load_golden
 from benchmarks.tools.official_goldens.suite_loop import StepRecord, run_suite_loop
+from strategies.settings import RunSettings
 from tests.official.loop_helpers import exceeded, extra_scheduler_step, record_differences
 
 TOLERANCES = {
@@ -49,7 +50,7 @@ def _strategy(tensors, **options):
         backbone=backbone,
         class_names=[f"class {c}" for c in range(CASE.classes)],
         config=config,
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     strategy._templates = {c: tensors["input.templates"][c] for c in range(CASE.classes)}
     return strategy

@@ -12,6 +12,7 @@ from benchmarks.data.protocols import SOURCES
 from benchmarks.data.units.cifar100 import CIFAR100_CLASSES, DYTOX_CIFAR100_ORDER
 from benchmarks.tools.official_goldens.golden import load_golden
 from strategies.continual_clip import ContinualCLIP
+from strategies.settings import RunSettings
 
 TEXT_ATOL = 1e-6  # float32 rounding of unit-norm features (OpenAI's text transformer runs length-first;
 # seen: 6e-8)
@@ -45,7 +46,10 @@ def strategy():
         F.normalize(images, dim=-1) if normalize else images
     )
     return ContinualCLIP(
-        backbone=backbone, class_names=list(CIFAR100_CLASSES), config=config, show_progress=False
+        backbone=backbone,
+        class_names=list(CIFAR100_CLASSES),
+        config=config,
+        settings=RunSettings(show_progress=False),
     )
 
 

@@ -14,6 +14,7 @@ from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.tools.official_goldens.golden import load_golden
 from strategies.mg_clip import MGCLIP, MGCLIPConfig, fused_scores, gap_epoch_budget, mean_non_target_logit
 from strategies.optim import warmup_cosine_factor
+from strategies.settings import RunSettings
 
 # Attention outputs are O(1): float32 rounding of SDPA against the official bmm + softmax.
 ATTENTION_ATOL = 1e-5
@@ -52,7 +53,7 @@ def mg_strategy():
         backbone=create_clip(BackboneSpec(TINY_MODEL, None)),
         class_names=["a", "b"],
         config=MGCLIPConfig(),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     strategy.setup_task(0, [0, 1])
     return strategy

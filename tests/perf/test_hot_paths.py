@@ -27,6 +27,7 @@ from benchmarks.runner.results import Predictions, ResultStore, RunKey, RunResul
 from benchmarks.tools.speed import _stage1_step, _strategy
 from strategies.gr4cil import unified_scores
 from strategies.registry import get_strategy
+from strategies.settings import RunSettings
 
 WIDTH, TASKS, PER_TASK = 512, 10, 10  # ViT-B/16's embedding width; CIFAR-100 in 10 tasks
 
@@ -104,8 +105,8 @@ def test_one_evaluation_stage_of_a_prompt_method(benchmark):
     strategy = cls(
         backbone=backbone,
         class_names=stream.class_names,
-        show_progress=False,
         config=cls.Config.from_dict({"epochs": 1, "batch_size": 8, "eval_batch_size": 100}, "l2p_pp"),
+        settings=RunSettings(show_progress=False),
     )
     strategy.learn(stream.train_stream[0])
 

@@ -5,7 +5,7 @@ the resolved config that each run records."""
 
 import pytest
 
-from benchmarks.runner.execute import resolve
+from benchmarks.runner.building import resolve
 from benchmarks.runner.suites import available_suites, expand, load_suite
 from strategies.registry import get_strategy
 
@@ -25,7 +25,7 @@ def _resolved(suite: str, strategies: list[str]) -> dict[str, dict]:
     out = {}
     for spec in runs:
         if spec.label not in out:  # the first dataset and task count
-            out[spec.label] = resolve(spec, "data")[2]
+            out[spec.label] = resolve(spec, "data").config
     return out
 
 
@@ -77,7 +77,7 @@ def test_on_every_shipped_suite_an_outside_strategy_gets_gr4cils_protocol(suite)
 
 
 def test_the_run_says_what_an_outside_strategy_took_from_the_suite():
-    from benchmarks.runner.execute import settings_from_the_suite
+    from benchmarks.runner.building import settings_from_the_suite
 
     line = settings_from_the_suite(MINE, "synthetic", _resolved("smoke", [MINE])[MINE])
     assert line == (

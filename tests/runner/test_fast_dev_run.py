@@ -9,10 +9,10 @@ from analysis.paper_inputs import load_inputs
 from benchmarks import run
 from benchmarks.data.loaders import seeded_loader
 from benchmarks.data.streams import spread_indices
-from benchmarks.runner.execute import resolve
+from benchmarks.runner.building import resolve
 from benchmarks.runner.reading import iter_results, not_a_measurement
 from benchmarks.runner.results import RunResult, config_hash
-from benchmarks.runner.suites import FastDevRun, expand
+from benchmarks.runner.suites import RunLimits, expand
 from tests.analysis.records import run_result
 from tests.helpers import MINI_SUITE, result_of, write_suite
 
@@ -40,16 +40,17 @@ def test_a_capped_loader_gives_the_full_loaders_first_batches_every_pass():
     assert len(seeded_loader(data, (0, 1, "x"), 3, train_batches=50)) == 7
 
 
-def _mini_runs(fast_dev_run=None):
+def _mini_runs(limits=None):
     suite = {**__import__("tomllib").loads(MINI_SUITE), "name": "mini"}
-    return expand(suite, strategies=["finetune"], fast_dev_run=fast_dev_run)
+    return expand(suite, strategies=["finetune"], limits=limits)
 
 
 def test_a_fast_dev_run_caps_epochs_and_training_batch_sizes_and_says_so():
     (real,) = _mini_runs()
-    (fast,) = _mini_runs(FastDevRun(train_batches=3))
-    _, real_cfg, real_config = resolve(real, "data")
-    _, fast_cfg, fast_config = resolve(fast, "data")
+    (fast,) = _mini_runs(RunLimits.fast_dev_run(3))
+    real_run, fast_run = resolve(real, "data"), resolve(fast, "data")
+    real_cfg, real_config = real_run.strategy_cfg, real_run.config
+    fast_cfg, fast_config = fast_run.strategy_cfg, fast_run.config
     assert (real_cfg.epochs, real_cfg.batch_size, real_cfg.eval_batch_size) == (2, 32, 200)
     assert (fast_cfg.epochs, fast_cfg.batch_size, fast_cfg.eval_batch_size) == (1, 2, 200)
     assert fast_config["option_sources"]["batch_size"] == "defaults capped by --fast-dev-run"
@@ -66,9 +67,9 @@ def test_a_fast_dev_run_caps_epochs_and_training_batch_sizes_and_says_so():
 def test_a_fake_data_root_marks_every_result_config(tmp_path):
     (spec,) = _mini_runs()
     spec = spec.__class__(**{**spec.__dict__, "dataset": "cifar100"})
-    real = resolve(spec, str(tmp_path))[2]
+    real = resolve(spec, str(tmp_path)).config
     (tmp_path / "FAKE_DATA.json").write_text("{}")
-    fake = resolve(spec, str(tmp_path))[2]
+    fake = resolve(spec, str(tmp_path)).config
     assert "fake_data" not in real and fake["fake_data"] is True
     assert config_hash(fake) != config_hash(real)
     assert not_a_measurement(run_result("finetune", config=fake)) == "fake data"

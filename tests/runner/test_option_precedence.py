@@ -4,7 +4,7 @@ default; each run's config records the value and where it came from."""
 
 import pytest
 
-from benchmarks.runner.execute import resolve
+from benchmarks.runner.building import resolve
 from benchmarks.runner.suites import expand, load_suite
 from tests.helpers import tiny_suite
 
@@ -20,7 +20,8 @@ def _resolved(tmp_path, tables: str, variant: bool = True) -> dict[str, tuple]:
     path.write_text((BASE if variant else BASE.replace(VARIANT, "")) + tables)
     out = {}
     for spec in expand(load_suite(str(path))):
-        _, strategy_cfg, config = resolve(spec, "data")
+        resolved = resolve(spec, "data")
+        strategy_cfg, config = resolved.strategy_cfg, resolved.config
         assert config["strategy_config"]["train_augmentation"] == strategy_cfg.train_augmentation
         sources = config["option_sources"]
         out[spec.label] = (
@@ -75,7 +76,7 @@ def test_the_sources_do_not_change_a_runs_identity(tmp_path):
 
     path = tmp_path / "a.toml"
     path.write_text(BASE + "[defaults]\nbatch_size = 16\n")
-    _, _, from_defaults = resolve(expand(load_suite(str(path)))[0], "data")
+    from_defaults = resolve(expand(load_suite(str(path)))[0], "data").config
     assert config_hash(from_defaults) == config_hash({**from_defaults, "option_sources": {}})
 
 
@@ -124,7 +125,7 @@ def test_a_strategys_own_check_names_the_table_of_the_option_it_names(tmp_path):
 
 
 def test_suite_tables_are_named_as_the_toml_spells_them():
-    from benchmarks.runner.execute import suite_table
+    from benchmarks.runner.building import suite_table
 
     assert [
         suite_table(source)
@@ -167,7 +168,8 @@ def test_a_variant_of_an_outside_strategy_takes_its_own_and_its_strategys_option
         mine,
         "synthetic/mine-long/T5-seed0",
     )
-    strategy_cls, strategy_cfg, config = resolve(spec, "data")
+    resolved = resolve(spec, "data")
+    strategy_cls, strategy_cfg, config = resolved.strategy_cls, resolved.strategy_cfg, resolved.config
     assert f"{strategy_cls.__module__}:{strategy_cls.__name__}" == mine
     assert (strategy_cfg.epochs, strategy_cfg.lr, strategy_cfg.lora_rank) == (10, 0.001, 8)
     sources = config["option_sources"]

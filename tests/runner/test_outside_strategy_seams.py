@@ -15,6 +15,7 @@ from benchmarks.runner.reading import iter_results
 from benchmarks.runner.suites import RunLimits
 from benchmarks.runner.zero_shot import zero_shot_accuracy, zero_shot_target
 from strategies.config import StrategyConfig
+from strategies.settings import RunSettings
 from tests.helpers import tiny_suite
 
 REPO = Path(__file__).resolve().parents[2]
@@ -155,8 +156,7 @@ def test_a_pycil_or_mammoth_strategy_refuses_a_plugin_in_one_line(name, monkeypa
             backbone=tiny_backbone,
             class_names=[f"class {k}" for k in range(4)],
             config=cls.Config(batch_size=8),
-            show_progress=False,
-            seed=0,
+            settings=RunSettings(show_progress=False, seed=0),
             plugins=[TrainingLog(log=None)],
         )
     message = str(err.value)

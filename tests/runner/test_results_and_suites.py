@@ -87,7 +87,7 @@ def test_iter_results_skips_checkpoints_and_foreign_json(tmp_path):
 
 
 def test_every_shipped_suite_resolves_to_valid_strategy_configs():
-    from benchmarks.runner.execute import resolve
+    from benchmarks.runner.building import resolve
 
     expected = {
         "smoke",
@@ -301,7 +301,7 @@ def test_where_pixels_are_augmented_is_recorded_and_not_hashed():
     device = expand(load_suite("smoke"), device="cpu")
     pil = expand(load_suite("smoke"), device="cpu", augment_on="pil")
     assert {r.augment_on for r in device} == {"device"} and {r.augment_on for r in pil} == {"pil"}
-    from benchmarks.runner.execute import resolve
+    from benchmarks.runner.building import resolve
 
     for a, b in zip(device, pil, strict=True):
         recorded_a, recorded_b = resolve(a, "data").config, resolve(b, "data").config  # as results hold them

@@ -1,4 +1,4 @@
-"""A run's explicit limits (``suites.run_limits``), the public run builder (``execute.build_run``),
+"""A run's explicit limits (``suites.RunLimits``), the public run builder (``building.build_run``),
 torch threads (``--threads``) and the per-task lines a log gets instead of progress bars."""
 
 import dataclasses
@@ -10,28 +10,38 @@ import pytest
 from benchmarks import run
 from benchmarks.core.environment import auto_threads, check_threads, usable_cores
 from benchmarks.core.errors import UserError
-from benchmarks.runner.execute import _limited_config, build_run, resolve
+from benchmarks.runner.building import _limited_config, build_run, resolve
 from benchmarks.runner.reading import iter_results
-from benchmarks.runner.suites import FastDevRun, RunLimits, expand, load_suite, run_limits
+from benchmarks.runner.suites import RunLimits, expand, load_suite
 from strategies.config import StrategyConfig
 from strategies.contract import config_class
 from strategies.registry import available, get_strategy
 
 
 def test_a_real_run_has_no_limits_and_a_fast_dev_run_has_each_one_explicitly():
-    assert run_limits(None) == RunLimits()
     assert all(value is None for value in dataclasses.asdict(RunLimits()).values())
-    fast = FastDevRun(
-        train_batches=3, max_batch_size=4, train_per_class=2, test_per_task=5, zero_shot_images=7
-    )
-    assert run_limits(fast) == RunLimits(
+    assert not RunLimits().limited and RunLimits().record() is None
+    fast = RunLimits.fast_dev_run(3)
+    assert fast == RunLimits(
         epochs=1,
         train_batches=3,
-        batch_size=4,
-        train_images_per_class=2,
-        test_images_per_task=5,
-        zero_shot_images=7,
+        batch_size=2,
+        train_images_per_class=1,
+        test_images_per_task=1,
+        zero_shot_images=10,
     )
+    assert RunLimits.fast_dev_run() == dataclasses.replace(fast, train_batches=2)
+    # the names results have always recorded (hashed), one per number
+    assert fast.record() == {
+        "train_batches": 3,
+        "max_batch_size": 2,
+        "train_per_class": 1,
+        "test_per_task": 1,
+        "zero_shot_images": 10,
+    }
+    for bad in (0, -1, True):
+        with pytest.raises(UserError, match="--fast-dev-run takes a whole number of batches >= 1"):
+            RunLimits.fast_dev_run(bad)
 
 
 @pytest.mark.parametrize("name", available())

@@ -253,12 +253,15 @@ def test_train_augmentation_is_the_strategys_unless_the_suite_sets_it(mini_suite
     from benchmarks.runner.suites import expand, load_suite
 
     suite = load_suite(mini_suite)
-    chosen = {spec.strategy: run.resolve(spec, "data")[1].train_augmentation for spec in expand(suite)}
+    chosen = {
+        spec.strategy: run.resolve(spec, "data").strategy_cfg.train_augmentation for spec in expand(suite)
+    }
     assert chosen == {"continual_clip": "none", "finetune": "paper"}  # each strategy's own default
 
     suite["dataset"]["synthetic"]["train_augmentation"] = "paper-scaled"
     for spec in expand(suite):
-        _, config, resolved = run.resolve(spec, "data")
+        run_resolved = run.resolve(spec, "data")
+        config, resolved = run_resolved.strategy_cfg, run_resolved.config
         assert config.train_augmentation == "paper-scaled"
         assert resolved["strategy_config"]["train_augmentation"] == "paper-scaled"  # the result records it
 

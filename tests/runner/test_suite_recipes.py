@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 
 from benchmarks.data.protocols import PROMPTS, SOURCES
-from benchmarks.runner.execute import resolve
+from benchmarks.runner.building import resolve
 from benchmarks.runner.suites import expand, load_suite
 
 SIZE_FIELDS = {"lora_rank", "lora_alpha", "e_layers", "g_layers", "prompt_layers", "components"}  # rule 3
@@ -26,7 +26,7 @@ def _resolved(suite_name: str, dataset: str) -> dict[str, dict]:
     """Each strategy's resolved config in a 10-task run of ``suite_name`` on ``dataset``."""
     suite = load_suite(suite_name)
     specs = expand(suite, datasets=[dataset], tasks=[10], seeds=[0])
-    return {spec.strategy: resolve(spec, data_root=".")[2]["strategy_config"] for spec in specs}
+    return {spec.strategy: resolve(spec, data_root=".").config["strategy_config"] for spec in specs}
 
 
 @pytest.fixture(scope="module")
@@ -91,10 +91,10 @@ epochs = 70
 def test_epoch_scale_rounds_keeps_at_least_one_epoch_and_names_itself(tmp_path):
     specs = {spec.strategy: spec for spec in expand(load_suite(_write_suite(tmp_path, 0.05)), device="cpu")}
     resolved = {name: resolve(spec, data_root=".") for name, spec in specs.items()}
-    epochs = {name: r[1].epochs for name, r in resolved.items()}
+    epochs = {name: r.strategy_cfg.epochs for name, r in resolved.items()}
     assert epochs == {"continual_clip": 0, "finetune": 1, "gr4cil": 4}  # 0 stays; 0.6 -> 1; 3.5 -> 4
-    assert resolved["gr4cil"][2]["option_sources"]["epochs"] == "strategy.gr4cil x epoch_scale 0.05"
-    assert resolved["gr4cil"][2]["epoch_scale"] == 0.05  # in the hashed config
+    assert resolved["gr4cil"].config["option_sources"]["epochs"] == "strategy.gr4cil x epoch_scale 0.05"
+    assert resolved["gr4cil"].config["epoch_scale"] == 0.05  # in the hashed config
 
 
 @pytest.mark.parametrize("scale", ["0", "1.5", '"half"', "true"])
@@ -112,14 +112,14 @@ def test_the_shipped_checkpoints_digest_joins_the_hashed_config(tmp_path):
     from benchmarks.backbone import SYNTHETIC_WEIGHTS
 
     (spec,) = expand(load_suite("smoke"), strategies=["gr4cil"], device="cpu")
-    config = resolve(spec, data_root=".")[2]
+    config = resolve(spec, data_root=".").config
     expected = hashlib.sha256(SYNTHETIC_WEIGHTS.read_bytes()).hexdigest()[:16]
     assert config["backbone"] == {**spec.backbone, "weights_sha256": expected}
     # weights given as a file are named by their path, as before
     weights = tmp_path / "w.safetensors"
     weights.write_bytes(SYNTHETIC_WEIGHTS.read_bytes())
     (by_path,) = expand(load_suite("smoke"), strategies=["gr4cil"], device="cpu", weights=str(weights))
-    assert resolve(by_path, data_root=".")[2]["backbone"] == {
+    assert resolve(by_path, data_root=".").config["backbone"] == {
         "model": "tiny-clip-32",
         "pretrained": str(weights),
     }

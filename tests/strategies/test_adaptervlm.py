@@ -11,6 +11,7 @@ from PIL import Image
 
 from benchmarks.data.transforms import PatchShuffle, eval_transform
 from strategies.adaptervlm import AdapterVLM, distance_loss, prototype, task_scores
+from strategies.settings import RunSettings
 from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 
 SUITE = three_task_suite("adaptervlm", "epochs = 2\nbatch_size = 16\neval_batch_size = 100\nlora_rank = 4")
@@ -66,7 +67,7 @@ def test_trainable_parameters_on_vit_b16_match_the_count_of_baselines_md(vit_b16
         backbone=backbone,
         class_names=[f"c{i}" for i in range(100)],
         config=AdapterVLM.Config(),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     strategy.add_adapter("text", "text")
     for task in range(10):

@@ -9,6 +9,7 @@ import torch.nn.functional as F
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.backbone.mlp_adapters import mlp_adapter_parameter_count
 from strategies.aper_adapter import AperAdapter
+from strategies.settings import RunSettings
 from tests.helpers import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, three_task_suite
 
 SUITE = three_task_suite(
@@ -60,7 +61,7 @@ def test_trainable_parameters_match_baselines_md(vit_b16):
         backbone=vit_b16,
         class_names=[str(c) for c in range(100)],
         config=AperAdapter.Config(),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     vit.prototypes = torch.zeros(100, 1024)  # after the last task
     assert vit.trainable_parameter_count() == 1_292_032
@@ -68,7 +69,7 @@ def test_trainable_parameters_match_baselines_md(vit_b16):
         backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
         class_names=["a", "b"],
         config=AperAdapter.Config(),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     assert {p for p in tiny.backbone.parameters() if p.requires_grad} == set(
         tiny.backbone.mlp_adapter_parameters()

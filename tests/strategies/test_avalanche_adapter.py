@@ -19,6 +19,7 @@ from benchmarks.core.errors import UserError
 from benchmarks.data.datasets import load_dataset
 from benchmarks.data.transforms import eval_transform
 from strategies.registry import get_strategy
+from strategies.settings import RunSettings
 from tests.helpers import killed_and_resumed, run_one_run_suite, three_task_suite
 
 TINY = {"batch_size": 16, "eval_batch_size": 64, "epochs": 2, "lr": 0.01}
@@ -45,7 +46,10 @@ def test_the_cosine_head_starts_at_zero_shot_clip():
     backbone = create_clip(BackboneSpec(TINY_MODEL, "synthetic"))
     names = ["cat", "dog", "car", "tree"]
     strategy = cls(
-        backbone=backbone, class_names=names, config=cls.Config(head="cosine"), show_progress=False
+        backbone=backbone,
+        class_names=names,
+        config=cls.Config(head="cosine"),
+        settings=RunSettings(show_progress=False),
     )
     strategy.seen_classes = [2, 0]
     images = torch.randn(5, 3, 32, 32)
@@ -113,7 +117,7 @@ def test_a_lora_encoder_trains_and_is_checkpointed(tmp_path):
         backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
         class_names=[str(i) for i in range(4)],
         config=cls.Config(encoder="lora", lora_rank=2),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     tensors, _ = strategy.checkpoint_state()
     assert any("lora" in key for key in tensors) and any("head" in key for key in tensors)
@@ -157,8 +161,7 @@ def test_a_relabelled_benchmark_is_read_through_its_class_mapping():
             backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
             class_names=data.class_names,
             config=cls.Config(epochs=1, batch_size=8, lora_rank=2, lr=0.01),
-            show_progress=False,
-            seed=0,
+            settings=RunSettings(show_progress=False, seed=0),
             evaluator=evaluator,
         )
         with warnings.catch_warnings(record=True) as caught:

@@ -19,6 +19,7 @@ from benchmarks.data.datasets import load_dataset
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform, train_transform
 from strategies.registry import available, get_strategy
+from strategies.settings import RunSettings
 
 N_TASKS = 3
 EXAMPLE = Path(__file__).resolve().parents[2] / "examples" / "my_strategy"  # docs/adding-a-strategy.md
@@ -115,7 +116,7 @@ def test_avalanche_train_and_eval_match_the_runner(name, stream, capsys, monkeyp
         backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
         class_names=stream.class_names,
         config=config,
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
         plugins=[plugin, hits],
         evaluator=evaluator,
     )

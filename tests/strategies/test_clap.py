@@ -9,6 +9,7 @@ import torch
 
 from benchmarks.core.environment import seed_everything
 from strategies.clap import CLAP, language_aware_init, lasp_loss, task_mask
+from strategies.settings import RunSettings
 from tests.helpers import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, three_task_suite
 
 # CLAP's official 5 epochs: with 2 (4 SGD steps a task, 30 % of them warm-up) world 2's task 3 ends
@@ -141,7 +142,7 @@ def test_trainable_parameters_match_baselines_md(vit_b16):
         backbone=vit_b16,
         class_names=[str(c) for c in range(100)],
         config=CLAP.Config(prompt_ensemble=""),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     assert vit.trainable_parameter_count() == 4_204_032  # the VGA
     for task in range(10):

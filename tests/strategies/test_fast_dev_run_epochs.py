@@ -13,6 +13,7 @@ import pytest
 import torch
 from avalanche.core import SupervisedPlugin
 
+from strategies.settings import RunSettings
 from tests.strategies import test_mammoth_upstream_habits as mammoth_habits
 from tests.strategies import test_pycil_upstream_habits as pycil_habits
 
@@ -46,7 +47,7 @@ def _backbone():
 
 
 def _runner_arguments(cap):
-    return {"show_progress": False, "seed": 0, "max_train_batches": cap}
+    return {"settings": RunSettings(show_progress=False, seed=0, train_batches=cap)}
 
 
 @pytest.mark.parametrize("cap, expected", [(K, [K, K]), (None, [6, 6])])

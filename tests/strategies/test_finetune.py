@@ -5,6 +5,7 @@ import torch
 
 from benchmarks.backbone import BackboneSpec, create_clip
 from strategies.registry import get_strategy
+from strategies.settings import RunSettings
 from tests.helpers import seeded_order_stream
 
 
@@ -18,7 +19,7 @@ def test_finetune_trains_only_its_lora_and_scores_all_seen_classes(small_data):
         backbone=backbone,
         class_names=stream.class_names,
         config=cls.Config(epochs=1, batch_size=16, lora_rank=4, lora_alpha=4.0),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     for task in range(2):
         strategy.learn(stream.train_stream[task])

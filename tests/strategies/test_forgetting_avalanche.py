@@ -14,6 +14,7 @@ from benchmarks.data.datasets import load_dataset
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform, train_transform
 from strategies.registry import get_strategy
+from strategies.settings import RunSettings
 
 N_TASKS = 3
 STREAM_FORGETTING = "StreamForgetting/eval_phase/test_stream"
@@ -33,7 +34,7 @@ def test_backward_transfer_is_minus_avalanches_stream_forgetting():
         backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
         class_names=stream.class_names,
         config=config,
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
         evaluator=EvaluationPlugin(
             forgetting_metrics(stream=True), accuracy_metrics(experience=True), loggers=[]
         ),

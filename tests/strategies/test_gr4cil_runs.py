@@ -13,6 +13,7 @@ from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.core.errors import UserError
 from benchmarks.runner import execute
 from strategies.gr4cil import GR4CIL
+from strategies.settings import RunSettings
 from tests.helpers import killed_and_resumed, run_one_run_suite
 
 SUITE = """
@@ -127,7 +128,7 @@ def test_saved_model_keys_are_documented_and_loading_restores_the_scores(gr4cil_
         backbone=backbone,
         class_names=data.class_names,
         config=GR4CIL.Config.from_dict(spec.strategy_options),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     strategy.load_model(stem)
     assert strategy.seen_classes == [c for task in result["tasks"] for c in sorted(task)]
@@ -168,8 +169,8 @@ def test_chunked_text_backward_gives_the_same_gradients_as_the_direct_one():
         strategy = GR4CIL(
             backbone=backbone,
             class_names=names,
-            show_progress=False,
             config=GR4CIL.Config(lora_rank=4, lora_alpha=4.0, text_chunk_size=chunk, tau=0.0),
+            settings=RunSettings(show_progress=False),
         )
         strategy.setup_task(0, list(range(4)))
         for p in strategy.backbone.lora_parameters("text") + strategy.backbone.lora_parameters("visual_1"):
@@ -195,8 +196,8 @@ def test_images_per_forward_option_resolves_auto_and_rejects_bad_values():
         return GR4CIL(
             backbone=backbone,
             class_names=["a", "b"],
-            show_progress=False,
             config=GR4CIL.Config(max_images_per_forward=cap),
+            settings=RunSettings(show_progress=False),
         )
 
     assert strategy("auto").images_per_forward() == backbone.efficient_images_per_forward() == 240

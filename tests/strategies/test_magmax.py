@@ -9,6 +9,7 @@ from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
 from strategies.magmax import MagMax, merged
+from strategies.settings import RunSettings
 from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 
 SUITE = three_task_suite(
@@ -41,7 +42,7 @@ def test_trainable_parameters_on_vit_b16_are_the_visual_tower(vit_b16):
         backbone=backbone,
         class_names=["a", "b"],
         config=MagMax.Config(prompt_ensemble=""),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     assert strategy.trainable_parameter_count() == 86_192_640
 

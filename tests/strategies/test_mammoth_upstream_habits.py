@@ -15,6 +15,7 @@ import torch
 
 from benchmarks.core.environment import seed_everything
 from benchmarks.core.errors import UserError
+from strategies.settings import RunSettings
 
 SHAPED = Path(__file__).parent / "mammoth_shaped"
 REPLAY = "mammoth:models.replay:Replay"
@@ -49,8 +50,7 @@ def built(name, stream, show_progress=False, **options):
         backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
         class_names=stream.class_names,
         config=cls.Config.from_dict({"batch_size": 8, "head": "cosine", "lr": 1e-3, **options}, name),
-        show_progress=show_progress,
-        seed=0,
+        settings=RunSettings(show_progress=show_progress, seed=0),
     )
 
 

@@ -9,6 +9,7 @@ from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
 from strategies.mg_clip import MGCLIP, fused_scores, gap_epoch_budget, mean_non_target_logit
+from strategies.settings import RunSettings
 from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 
 SUITE = three_task_suite(
@@ -46,7 +47,7 @@ def test_trainable_parameters_on_vit_b16_match_the_count_of_baselines_md(vit_b16
         backbone=backbone,
         class_names=[f"c{i}" for i in range(100)],
         config=MGCLIP.Config(),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     strategy.setup_task(0, list(range(10)))
     layer = backbone.model.visual.transformer.resblocks[0].attn.k_proj

@@ -8,6 +8,7 @@ import torch
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.backbone.mlp_adapters import mlp_adapter_parameter_count, noisy_top_k_gates
 from strategies.moe4cl import MOE4CL
+from strategies.settings import RunSettings
 from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 
 SUITE = three_task_suite(
@@ -105,7 +106,7 @@ def test_trainable_parameters_match_the_counts_of_baselines_md(vit_b16):
         backbone=vit_b16,
         class_names=["a", "b"],
         config=MOE4CL.Config(),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     assert vit.trainable_parameter_count() == 4_027_392
     assert mlp_adapter_parameter_count(768, 12, 2, 64, True) == 2_416_128  # the visual tower
@@ -113,7 +114,7 @@ def test_trainable_parameters_match_the_counts_of_baselines_md(vit_b16):
         backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
         class_names=["a", "b"],
         config=MOE4CL.Config(),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     assert tiny.trainable_parameter_count() == 202_240
     trainable = {p for p in tiny.backbone.parameters() if p.requires_grad}

@@ -14,6 +14,7 @@ from benchmarks.data.transforms import eval_transform, train_transform
 from benchmarks.runner import execute
 from benchmarks.runner.suites import expand, load_suite
 from strategies.registry import available, get_strategy
+from strategies.settings import RunSettings
 
 pytestmark = [pytest.mark.slow, pytest.mark.spread]  # each strategy's case on any worker: no module fixture
 
@@ -70,7 +71,8 @@ def test_every_trained_tensor_moves_and_the_loss_falls_in_task_1(name, request):
     if name in KNOWN_MISSES:
         request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[name]))
     (spec,) = expand(load_suite("smoke-baselines"), strategies=[name], seeds=[0], device="cpu")
-    strategy_cls, config, _ = run.resolve(spec, "data")
+    resolved = run.resolve(spec, "data")
+    strategy_cls, config = resolved.strategy_cls, resolved.strategy_cfg
     data = execute.load_run_data(spec, "data")
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"]))
@@ -79,8 +81,7 @@ def test_every_trained_tensor_moves_and_the_loss_falls_in_task_1(name, request):
         backbone=backbone,
         class_names=data.class_names,
         config=config,
-        show_progress=False,
-        seed=0,
+        settings=RunSettings(show_progress=False, seed=0),
         plugins=[record],
     )
     stream = build_stream(

@@ -10,6 +10,7 @@ import torch
 
 from strategies.l2p_pp import L2PPlusPlus
 from strategies.prompting import cosine_matrix, key_loss, prefix_from_prompts, select_prompts
+from strategies.settings import RunSettings
 from tests.helpers import (
     check_save_load_and_resume,
     run_one_run_suite,
@@ -65,7 +66,7 @@ def test_trainable_parameters_match_baselines_md(vit_b16):
         backbone=vit_b16,
         class_names=[str(c) for c in range(100)],
         config=L2PPlusPlus.Config(),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     assert vit.trainable_parameter_count() == 527_460  # 460,800 prompts + 15,360 keys + 51,300 head
     assert not any(p.requires_grad for p in vit.backbone.parameters())
@@ -130,7 +131,7 @@ def test_dualprompt_trainable_parameters_match_baselines_md(vit_b16):
         backbone=vit_b16,
         class_names=[str(c) for c in range(100)],
         config=DualPrompt.Config(),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     # G 9,216 + E 460,800 + keys 15,360 (one set per E layer, the default) + head 51,300
     assert vit.trainable_parameter_count() == 536_676
@@ -279,7 +280,7 @@ def test_coda_trainable_parameters_match_baselines_md(vit_b16):
         backbone=vit_b16,
         class_names=[str(c) for c in range(100)],
         config=CodaPrompt.Config(),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     assert vit.trainable_parameter_count() == 3_635_300  # 5 x (614,400 + 102,400) + 51,300
 

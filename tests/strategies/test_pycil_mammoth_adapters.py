@@ -9,6 +9,7 @@ import pytest
 import torch
 
 from benchmarks.core.errors import UserError
+from strategies.settings import RunSettings
 
 REPO = Path(__file__).resolve().parents[2]
 NCM = "pycil:pycil_ncm.learner:NCM"
@@ -33,8 +34,7 @@ def fresh(name, stream, class_names=None):
         backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
         class_names=class_names or stream.class_names,
         config=cls.Config(batch_size=8),
-        show_progress=False,
-        seed=0,
+        settings=RunSettings(show_progress=False, seed=0),
     )
 
 

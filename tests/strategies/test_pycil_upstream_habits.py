@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from benchmarks.core.errors import UserError
+from strategies.settings import RunSettings
 
 SHAPED = Path(__file__).parent / "pycil_shaped"
 ICARL = "pycil:pycil_learners.icarl_like:ICaRLLike"
@@ -34,8 +35,7 @@ def built(name, stream, show_progress=False, config=None, plugins=None, **option
         backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
         class_names=stream.class_names,
         config=config or cls.Config.from_dict(options, name),
-        show_progress=show_progress,
-        seed=0,
+        settings=RunSettings(show_progress=show_progress, seed=0),
         plugins=plugins,
     )
 

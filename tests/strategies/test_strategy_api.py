@@ -20,6 +20,7 @@ from strategies.config import StrategyConfig
 from strategies.finetune import Finetune
 from strategies.optim import warmup_cosine_factor
 from strategies.registry import get_strategy
+from strategies.settings import RunSettings
 from tests.helpers import tiny_strategy
 
 LR = 0.01
@@ -59,7 +60,7 @@ def _train(first_task, strategy_cls=Finetune, **options) -> tuple[Finetune, Reco
         backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
         class_names=class_names,
         config=config,
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
         plugins=[record],
     )
     torch.manual_seed(0)
@@ -136,9 +137,9 @@ def test_avalanche_builds_the_training_loader_with_the_configured_workers(tiny_s
     strategy = Finetune(
         backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
         class_names=tiny_stream.class_names,
-        show_progress=False,
         plugins=[probe],
         config=Finetune.Config(epochs=2, batch_size=16, num_workers=2, lora_rank=4, lora_alpha=4.0),
+        settings=RunSettings(show_progress=False),
     )
     strategy.learn(tiny_stream.train_stream[0])  # Avalanche's own train(): no loader arguments passed
     assert loader_workers(probe.loader) == 2 and probe.loader.persistent_workers
@@ -214,7 +215,7 @@ def test_checkpoint_attributes_are_saved_as_state_keys_and_restored(first_task, 
         backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
         class_names=class_names,
         config=strategy.cfg,
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     fresh.load_model(tmp_path / "m")
     assert torch.equal(fresh.head.weight, strategy.head.weight) and fresh.missing is None

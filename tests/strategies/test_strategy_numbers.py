@@ -23,6 +23,7 @@ from benchmarks.data.datasets import load_dataset
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform, train_transform
 from strategies.registry import get_strategy
+from strategies.settings import RunSettings
 
 GOLDEN = Path(__file__).parent / "golden" / "strategy_scores.safetensors"
 STRATEGIES = ("continual_clip", "finetune", "gr4cil")
@@ -43,7 +44,7 @@ def _stage_scores(name: str) -> dict[str, torch.Tensor]:
         backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
         class_names=stream.class_names,
         config=cls.Config.from_dict(options, name),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     scores = {}
     for task, experience in enumerate(stream.train_stream):

@@ -16,6 +16,7 @@ from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
 from strategies.base import CLIPStrategy
 from strategies.config import StrategyConfig
+from strategies.settings import RunSettings
 
 
 class Residuals(CLIPStrategy):
@@ -69,7 +70,7 @@ def _strategy(cls, stream, epochs=1):
         backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
         class_names=stream.class_names,
         config=config,
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
 
 

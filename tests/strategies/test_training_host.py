@@ -7,6 +7,7 @@ from avalanche.training.templates import SupervisedTemplate
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from strategies.base import CLIPStrategy
 from strategies.finetune import Finetune
+from strategies.settings import RunSettings
 from strategies.training.host import StrategyHost
 
 
@@ -24,6 +25,6 @@ def test_every_name_the_host_declares_is_set_once_the_strategy_is_built():
         backbone=create_clip(BackboneSpec(TINY_MODEL, None)),
         class_names=["cat", "dog"],
         config=Finetune.Config(),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     assert not [name for name in vars(StrategyHost)["__annotations__"] if not hasattr(strategy, name)]

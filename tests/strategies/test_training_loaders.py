@@ -1,4 +1,4 @@
-"""``strategies.training.loaders``: a fast dev run (``max_train_batches``) caps exactly the passes
+"""``strategies.training.loaders``: a fast dev run (``train_batches``) caps exactly the passes
 that train, said with ``data_loader(..., training=True)``, never by shuffling alone: a capped pass
 is the full pass's first batches; an evaluation pass is never cut short. Every strategy's own
 training loader says so (MG-CLIP's probe and visual stage, AdapterVLM's pseudo-OOD images, GR4CIL's
@@ -20,10 +20,10 @@ from tests.helpers import tiny_strategy
 class Loaders(SeededLoaders):
     device, seed, task_classes, train_mb_size, eval_mb_size = torch.device("cpu"), 0, [], 3, 4
 
-    def __init__(self, max_train_batches):
+    def __init__(self, train_batches):
         super().__init__()
         self.cfg = types.SimpleNamespace(num_workers=0, eval_batch_size=4)
-        self.max_train_batches = max_train_batches
+        self.train_batches = train_batches
         self.adapted_dataset = torch.utils.data.TensorDataset(torch.arange(20.0))
 
 
@@ -32,13 +32,13 @@ def _batches(loader):
 
 
 def test_only_training_passes_are_capped_to_the_full_passes_first_batches():
-    loaders, data = Loaders(max_train_batches=2), torch.utils.data.TensorDataset(torch.arange(20.0))
+    loaders, data = Loaders(train_batches=2), torch.utils.data.TensorDataset(torch.arange(20.0))
     full = _batches(loaders.data_loader(data, 3, shuffle=True, purpose="head"))
     assert len(full) == 7  # shuffled, but not training: every batch
     assert _batches(loaders.data_loader(data, 3, shuffle=True, purpose="head", training=True)) == full[:2]
     assert len(loaders.data_loader(data, training=True)) == 2  # capped without a shuffle too
     assert len(loaders.data_loader(data)) == 5  # evaluation: the eval batch size, never capped
-    assert len(Loaders(max_train_batches=None).data_loader(data, 3, training=True)) == 7
+    assert len(Loaders(train_batches=None).data_loader(data, 3, training=True)) == 7
     loaders.make_train_dataloader()
     assert len(loaders.dataloader) == 2  # Avalanche's training loader: a training pass
     loaders.make_eval_dataloader()
@@ -55,7 +55,7 @@ def test_only_training_passes_are_capped_to_the_full_passes_first_batches():
 )
 def test_every_strategy_loader_that_trains_says_so(tiny_stream, cls, config, trains):
     strategy = tiny_strategy(cls, tiny_stream, **config)
-    strategy.max_train_batches = 1
+    strategy.train_batches = 1
     made = []
     real = strategy.data_loader
 
@@ -92,7 +92,7 @@ class CountingDataset(torch.utils.data.Dataset):
 
 
 def test_an_evaluation_sets_inputs_are_loaded_once_and_replayed_unchanged_at_later_stages():
-    loaders, data = Loaders(max_train_batches=None), CountingDataset(10)
+    loaders, data = Loaders(train_batches=None), CountingDataset(10)
     with loaders.keeping_inputs(data, "test"):
         first = _flat(loaders.data_loader(data))
     assert data.reads == 10 and first == [[0.0, 1.0, 2.0, 3.0], [4.0, 5.0, 6.0, 7.0], [8.0, 9.0]]
@@ -113,7 +113,7 @@ def test_an_evaluation_sets_inputs_are_loaded_once_and_replayed_unchanged_at_lat
 def test_a_pass_cut_short_or_over_the_budget_keeps_nothing(monkeypatch):
     from strategies.training import loaders as module
 
-    loaders, data = Loaders(max_train_batches=None), CountingDataset(10)
+    loaders, data = Loaders(train_batches=None), CountingDataset(10)
     with loaders.keeping_inputs(data, "test"):
         next(iter(loaders.data_loader(data)))  # one batch of a pass: not a whole set
         _flat(loaders.data_loader(data))

@@ -10,6 +10,7 @@ from avalanche.training.plugins.clock import Clock
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from strategies.finetune import Finetune
+from strategies.settings import RunSettings
 from strategies.training.progress import ProgressBar
 from strategies.training.watchdog import NothingMovedWatchdog
 
@@ -56,7 +57,7 @@ def test_the_base_attaches_its_plugins_after_the_users_and_before_avalanches():
         backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
         class_names=[f"class {i}" for i in range(4)],
         config=Finetune.Config(),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
         plugins=[user],
     )
     kinds = [type(p) for p in strategy.plugins]

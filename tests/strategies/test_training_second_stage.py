@@ -13,10 +13,10 @@ from strategies.training.second_stage import SecondStage
 class Head(SeededLoaders, SecondStage):
     device, seed, task_classes = torch.device("cpu"), 0, []
 
-    def __init__(self, max_train_batches=None):
+    def __init__(self, train_batches=None):
         super().__init__()
         self.cfg = types.SimpleNamespace(num_workers=0, eval_batch_size=4)
-        self.max_train_batches = max_train_batches
+        self.train_batches = train_batches
         data = torch.utils.data.TensorDataset(torch.randn(10, 3), torch.arange(10) % 2)
         self.adapted_dataset = types.SimpleNamespace(train=lambda: data)
         self.tower = torch.nn.Linear(3, 3)
@@ -54,5 +54,5 @@ def test_the_parameters_alone_train_one_step_a_batch():
 
 
 def test_a_fast_dev_run_caps_every_pass():
-    _, factors = _train(Head(max_train_batches=1))
+    _, factors = _train(Head(train_batches=1))
     assert factors == [(0, 2), (1, 2)]

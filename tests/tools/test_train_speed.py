@@ -12,6 +12,7 @@ from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.tools import reference_pairing, speed, train_speed
 from benchmarks.tools.reference import TrainableSet
 from strategies.registry import get_strategy
+from strategies.settings import RunSettings
 
 ROW_KEYS = {
     "strategy",
@@ -107,7 +108,7 @@ def _strategy(name: str, **options):
         backbone=backbone,
         class_names=[f"class {i}" for i in range(4)],
         config=cls.Config(**options),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     strategy.current_classes = [0, 1, 2, 3]
     strategy._local_index = torch.arange(4)

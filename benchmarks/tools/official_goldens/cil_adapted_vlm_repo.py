@@ -42,6 +42,7 @@ from benchmarks.tools.official_goldens.golden import (
     official_import_path,
     stub_module,
 )
+from strategies.settings import RunSettings
 
 CIL_ADAPTED_VLM = Official(
     "Fatflower/CIL_Adapted_VLM", "ae6bb9cce73ae9251bb7e82d0380b57a581fca7f", "CIL_Adapted_VLM"
@@ -141,7 +142,7 @@ def suite_strategy():
         backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
         class_names=["a", "b", "c", "d"],
         config=AdapterVLMConfig(),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     strategy.setup_task(0, [0, 1])
     return strategy

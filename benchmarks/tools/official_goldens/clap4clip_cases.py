@@ -70,6 +70,7 @@ def suite_clap(case: Case, templates: torch.Tensor, seed: int | None = None):
     reads the templates from its cache and gets image features directly."""
     from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
     from strategies.clap import CLAP
+    from strategies.settings import RunSettings
 
     backbone = create_clip(BackboneSpec(TINY_MODEL, "synthetic"))
     backbone.embed_dim = DIM  # the width CLAP builds its VGA and encoders at
@@ -79,7 +80,7 @@ def suite_clap(case: Case, templates: torch.Tensor, seed: int | None = None):
         backbone=backbone,
         class_names=[f"class {c}" for c in range(case.classes)],
         config=suite_config(case.samples),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
     strategy._templates = {c: templates[c] for c in range(case.classes)}
     first = list(range(case.task_sizes[0]))

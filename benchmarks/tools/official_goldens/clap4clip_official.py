@@ -457,11 +457,14 @@ def check_vga_structure(checkout: Path) -> dict[str, object]:
     equal, or the generator stops."""
     from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
     from strategies.clap import CLAP
+    from strategies.settings import RunSettings
 
     inputs = case_inputs(ENCODERS)
     backbone = create_clip(BackboneSpec(TINY_MODEL, "synthetic"))
     backbone.embed_dim = DIM
-    suite = CLAP(backbone=backbone, class_names=["a"], config=CLAP.Config(), show_progress=False)
+    suite = CLAP(
+        backbone=backbone, class_names=["a"], config=CLAP.Config(), settings=RunSettings(show_progress=False)
+    )
     with (
         official_import_path(checkout, _stubs()) as load,
         _cuda_is_the_cpu(),

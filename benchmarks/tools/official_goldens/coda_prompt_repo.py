@@ -30,6 +30,7 @@ from benchmarks.tools.official_goldens.golden import (
     official_import_path,
     stub_module,
 )
+from strategies.settings import RunSettings
 
 CODA = Official("GT-RIPL/CODA-Prompt", "6417d4f68754be68b697c7ca2323ee61e791e1a3", "CODA-Prompt")
 
@@ -111,7 +112,7 @@ def suite_strategy(cls, n_classes: int, seed: int, **config):
         backbone=backbone,
         class_names=[f"class {c}" for c in range(n_classes)],
         config=cls.Config(**config),
-        show_progress=False,
+        settings=RunSettings(show_progress=False),
     )
 
 

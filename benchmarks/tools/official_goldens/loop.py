@@ -20,6 +20,8 @@ from collections.abc import Callable, Iterator
 import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
+from strategies.settings import RunSettings
+
 N_ENTRIES = 8  # sampled entries of each tensor's change in a fingerprint
 # The split the CLIP loop goldens share (APER, MagMax, MG-CLIP, MoE): two tasks of three classes,
 # fixed test images, inputs drawn from one seed.
@@ -75,8 +77,7 @@ def tiny_clip_strategy(cls, config):
         backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
         class_names=[f"class{i}" for i in range(max(max(t) for t in TASKS) + 1)],
         config=config,
-        show_progress=False,
-        seed=SEED,
+        settings=RunSettings(show_progress=False, seed=SEED),
     )
 
 

@@ -1,0 +1,71 @@
+"""How a strategy runs, apart from what it learns (its ``Config``): one settings object, taken whole
+by every strategy's constructor (``CLIPStrategy``'s and the framework adapters', through
+``take_settings``).
+
+The runner builds it from the resolved run (``benchmarks.runner.building``); a strategy built
+directly, ``GR4CIL(backbone=..., class_names=..., config=...)``, gets ``RunSettings.resolved(config)``:
+the CPU, its config's precision there (fp32), progress bars, torch's initial seed, no cap.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from benchmarks.core.errors import UserError
+from benchmarks.core.precision import PRECISIONS, resolve_precision
+from benchmarks.data.device_augment import AugmentOn
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """A strategy's run settings, each already resolved."""
+
+    device: str | torch.device = "cpu"
+    precision: str = "fp32"  # fp32, tf32, fp16 or bf16 ("auto" resolves in ``resolved``)
+    show_progress: bool = True  # progress bars
+    # the run seed every loader's shuffle and augmentation draws derive from
+    # (``benchmarks.data.loaders``); None: torch's initial seed, so ``torch.manual_seed(s)`` before
+    # building the strategy sets it
+    seed: int | None = None
+    # every training epoch or pass ends after this many batches (a fast dev run,
+    # ``benchmarks.data.loaders.FirstBatches``); None: no cap
+    train_batches: int | None = None
+    # where the stream's training pixels are augmented, "device" or "pil"
+    # (``benchmarks.data.device_augment``), and so where those of images the strategy transforms
+    # itself are; the runner gives pil to a strategy whose loaders do not finish pending pixels
+    augment_on: AugmentOn = "device"
+
+    def __post_init__(self) -> None:
+        if self.precision not in PRECISIONS:
+            raise UserError(
+                f"RunSettings(precision={self.precision!r}): give one of {', '.join(PRECISIONS)}, or "
+                "RunSettings.resolved(config, precision='auto', ...) to resolve auto with the config's amp"
+            )
+
+    @classmethod
+    def resolved(cls, config: Any, *, precision: str = "auto", **settings: Any) -> RunSettings:
+        """Settings with ``precision`` resolved for ``config`` on the settings' device: "auto" is fp16
+        on CUDA and fp32 elsewhere, or fp32 everywhere for a config with ``amp = False``."""
+        device = settings.get("device", "cpu")
+        return cls(precision=resolve_precision(precision, device, config.amp), **settings)
+
+
+def take_settings(strategy: Any, backbone: Any, config: Any, settings: RunSettings | None) -> None:
+    """What every strategy's constructor does first: ``settings`` (or ``RunSettings.resolved(config)``)
+    kept as ``strategy.settings`` and each of its fields as an attribute (``device`` a torch device,
+    ``seed`` a number), ``config`` as ``strategy.cfg``, and ``backbone`` on the device in the
+    settings' precision as ``strategy.backbone``."""
+    settings = settings if settings is not None else RunSettings.resolved(config)
+    strategy.settings = settings
+    strategy.device = torch.device(settings.device)
+    strategy.precision = settings.precision
+    strategy.show_progress = settings.show_progress
+    strategy.seed = int(torch.initial_seed() if settings.seed is None else settings.seed)
+    strategy.train_batches = settings.train_batches
+    strategy.augment_on = settings.augment_on
+    strategy.cfg = config
+    strategy.backbone = backbone.to(strategy.device)
+    strategy.backbone.set_precision(strategy.precision)
