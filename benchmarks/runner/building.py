@@ -12,7 +12,6 @@ import json
 import re
 from dataclasses import dataclass
 from functools import lru_cache
-from typing import Any
 
 from benchmarks.backbone import BackboneSpec, create_clip, recorded_backbone
 from benchmarks.core.environment import seed_everything, set_deterministic
@@ -26,7 +25,7 @@ from benchmarks.data.streams import CILStream, build_stream, split_classes, spre
 from benchmarks.runner.results import config_hash
 from benchmarks.runner.suites import RunLimits, RunSpec, dataset_loader_options
 from strategies.config import StrategyConfig
-from strategies.contract import config_class, optional
+from strategies.contract import Strategy, config_class, optional
 from strategies.plugins import OPTION as PLUGINS
 from strategies.plugins import build_plugins, plugin_table
 from strategies.registry import get_strategy
@@ -226,7 +225,7 @@ class BuiltRun:
 
     resolved: ResolvedRun
     stream: CILStream
-    strategy: Any
+    strategy: Strategy  # the contract (strategies.contract) the runner reads
 
     @property
     def spec(self) -> RunSpec:
