@@ -142,12 +142,8 @@ CONSTRUCTOR_ARGUMENTS: dict[str, str] = {
     "backbone": "the run's CLIPBackbone (benchmarks.backbone), on the run's device",
     "class_names": "the dataset's class names, indexed by class id",
     "config": "an instance of the strategy's Config, resolved from the suite",
-    "device": "torch device of the run",
-    "precision": "fp32, tf32, fp16 or bf16 (auto already resolved with Config.amp)",
-    "show_progress": "whether to draw progress bars",
-    "seed": "the run seed",
-    "max_train_batches": "None, or the batches a training pass may take (a fast dev run)",
-    "augment_on": "device or pil: where the stream's pixels are augmented (pil: no finishes_pending_images)",
+    "settings": "how it runs (strategies.settings.RunSettings): device, precision (auto already resolved "
+    "with Config.amp), show_progress, seed, train_batches (a fast dev run's cap) and augment_on",
     "plugins": "None, or Avalanche plugins to attach (the live training log)",
 }
 

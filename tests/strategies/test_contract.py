@@ -133,8 +133,7 @@ def user_module(tmp_path, monkeypatch):
         ("HalfStrategy", "it lacks checkpoint_state and load_checkpoint_state;"),
         (
             "NoKeywords",
-            "constructor does not take the runner's keyword argument(s) class_names, device, "
-            "precision, show_progress, seed, max_train_batches, augment_on, plugins",
+            "constructor does not take the runner's keyword argument(s) class_names, settings, plugins",
         ),
         ("not_a_class", "user_strategies:not_a_class is a int, not a class"),
     ],
