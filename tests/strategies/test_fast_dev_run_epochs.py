@@ -104,43 +104,34 @@ def _per_epoch(seen: list[int]) -> list[int]:
     return [seen.count(epoch) for epoch in sorted(set(seen))]
 
 
+# Mammoth's own shape (a fake checkout's model) and the example ER written in it (examples/mammoth_er)
+MAMMOTH_MODELS = {
+    "checkout": ("models.sgd_like", "SgdLike", {"lr": 1e-3}),
+    "example": ("mammoth_er.model", "ER", {}),
+}
+
+
+@pytest.mark.parametrize("model_from", sorted(MAMMOTH_MODELS))
 @pytest.mark.parametrize("cap, expected", [(K, [K, K]), (None, [6, 6])])
 def test_the_mammoth_adapter_trains_every_epoch_on_the_capped_batches(
-    stream, mammoth_checkout, monkeypatch, cap, expected
+    stream, monkeypatch, request, model_from, cap, expected
 ):
     from strategies.registry import get_strategy
 
-    name = "mammoth:models.sgd_like:SgdLike"
+    module, attr, options = MAMMOTH_MODELS[model_from]
+    if model_from == "checkout":
+        request.getfixturevalue("mammoth_checkout")
+    else:
+        monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "examples" / "mammoth_er"))
+    name = f"mammoth:{module}:{attr}"
     cls = get_strategy(name)
-    model = sys.modules["models.sgd_like"].SgdLike
+    model = getattr(sys.modules[module], attr)
     seen: list[int] = []
     monkeypatch.setattr(model, "observe", _epochs_observed(model.observe, seen))
     strategy = cls(
         backbone=_backbone(),
         class_names=stream.class_names,
-        config=cls.Config.from_dict({"batch_size": 4, "epochs": 2, "lr": 1e-3}, name),
-        **_runner_arguments(cap),
-    )
-    strategy.learn(stream.train_stream[0])
-    assert _per_epoch(seen) == expected
-
-
-@pytest.mark.parametrize("cap, expected", [(K, [K, K]), (None, [6, 6])])
-def test_a_model_in_mammoths_shape_trains_every_epoch_on_the_capped_batches(
-    stream, monkeypatch, cap, expected
-):
-    from strategies.registry import get_strategy
-
-    monkeypatch.syspath_prepend(str(Path(__file__).parents[2] / "examples" / "mammoth_er"))
-    name = "mammoth:mammoth_er.model:ER"
-    cls = get_strategy(name)
-    model = sys.modules["mammoth_er.model"].ER
-    seen: list[int] = []
-    monkeypatch.setattr(model, "observe", _epochs_observed(model.observe, seen))
-    strategy = cls(
-        backbone=_backbone(),
-        class_names=stream.class_names,
-        config=cls.Config.from_dict({"batch_size": 4, "epochs": 2}, name),
+        config=cls.Config.from_dict({"batch_size": 4, "epochs": 2, **options}, name),
         **_runner_arguments(cap),
     )
     strategy.learn(stream.train_stream[0])
