@@ -19,6 +19,19 @@ NOT_REBUILT: dict[str, str] = {
         "behaviour its default: key_loss own_topk -> all_pairs, drop_last None -> True"
     ),
 }
+#: the RunSpec fields a stored config holds unchanged, under the same name
+SPEC_FIELDS_STORED_AS_IS = (
+    "label",
+    "strategy",
+    "dataset",
+    "n_tasks",
+    "seed",
+    "class_order",
+    "dataset_options",
+    "device",
+    "precision",
+    "deterministic",
+)
 #: what ``resolve`` adds to the spec's config (the rest of a stored config is the spec's)
 RESOLVED_KEYS = ("strategy_config", "option_sources", "augment_on", "plugins", "fake_data")
 
@@ -40,20 +53,11 @@ def spec_of(config: dict) -> RunSpec:
     spec_config["backbone"] = backbone
     assert "fast_dev_run" not in config  # no stored result is one
     return RunSpec(
-        label=config["label"],
-        strategy=config["strategy"],
-        dataset=config["dataset"],
-        n_tasks=config["n_tasks"],
-        seed=config["seed"],
-        class_order=config["class_order"],
+        **{name: config[name] for name in SPEC_FIELDS_STORED_AS_IS},
         backbone=backbone,
-        dataset_options=config["dataset_options"],
         strategy_options={**dataset_level, **config["strategy_options"]},
-        device=config["device"],
         config=spec_config,
         zero_shot_targets=tuple(config.get("zero_shot_targets", ())),
-        precision=config["precision"],
-        deterministic=config["deterministic"],
         option_sources=sources,
         epoch_scale=config.get("epoch_scale", 1.0),
         augment_on=config.get("augment_on", "device"),
