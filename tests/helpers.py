@@ -110,14 +110,14 @@ def strategy_from_suite(suite, **options):
     weights), with config fields ``options`` changed; also the run's spec and its data."""
     from benchmarks import run
     from benchmarks.backbone import BackboneSpec, create_clip
-    from benchmarks.runner import execute
+    from benchmarks.runner import building
 
     spec = run.expand(run.load_suite(str(suite)))[0]
     resolved = run.resolve(spec, "data")
     strategy_cls, config = resolved.strategy_cls, resolved.strategy_cfg
     for key, value in options.items():
         setattr(config, key, value)
-    data = execute.load_run_data(spec, "data")
+    data = building.load_run_data(spec, "data")
     strategy = strategy_cls(
         backbone=create_clip(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"])),
         class_names=data.class_names,

@@ -1,4 +1,4 @@
-"""The learning side of a run, once it is built (``benchmarks.runner.execute.build_run``): resume
+"""The learning side of a run, once it is built (``benchmarks.runner.building.build_run``): resume
 from the last checkpoint, learn task after task, test and checkpoint after each, score the
 zero-shot targets, and store the result with its predictions sidecar.
 

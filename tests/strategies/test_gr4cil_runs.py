@@ -11,7 +11,7 @@ from safetensors import safe_open
 from benchmarks import run
 from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.core.errors import UserError
-from benchmarks.runner import execute
+from benchmarks.runner import building
 from strategies.gr4cil import GR4CIL
 from strategies.settings import RunSettings
 from tests.helpers import killed_and_resumed, run_one_run_suite
@@ -121,7 +121,7 @@ def test_saved_model_keys_are_documented_and_loading_restores_the_scores(gr4cil_
     assert len(kinds["anchor_ids"]["value"]) == 20
 
     spec = run.expand(run.load_suite(str(suite)))[0]
-    data = execute.load_run_data(spec, "data")
+    data = building.load_run_data(spec, "data")
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec("tiny-clip-32", None))
     strategy = GR4CIL(

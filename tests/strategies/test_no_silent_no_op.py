@@ -9,9 +9,10 @@ from avalanche.core import SupervisedPlugin
 
 from benchmarks import run
 from benchmarks.backbone import BackboneSpec, create_clip
+from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform, train_transform
-from benchmarks.runner import execute
+from benchmarks.runner import building
 from benchmarks.runner.suites import expand, load_suite
 from strategies.registry import available, get_strategy
 from strategies.settings import RunSettings
@@ -73,7 +74,7 @@ def test_every_trained_tensor_moves_and_the_loss_falls_in_task_1(name, request):
     (spec,) = expand(load_suite("smoke-baselines"), strategies=[name], seeds=[0], device="cpu")
     resolved = run.resolve(spec, "data")
     strategy_cls, config = resolved.strategy_cls, resolved.strategy_cfg
-    data = execute.load_run_data(spec, "data")
+    data = building.load_run_data(spec, "data")
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec(spec.backbone["model"], spec.backbone["pretrained"]))
     record = TrainingRecord()
@@ -87,7 +88,7 @@ def test_every_trained_tensor_moves_and_the_loss_falls_in_task_1(name, request):
     stream = build_stream(
         data,
         spec.n_tasks,
-        execute.resolve_class_order(spec.class_order, data.n_classes, spec.dataset),
+        resolve_class_order(spec.class_order, data.n_classes, spec.dataset),
         train_transform(backbone.image_size, backbone.mean, backbone.std, config.train_augmentation),
         eval_transform(backbone.image_size, backbone.mean, backbone.std),
     )
