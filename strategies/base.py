@@ -63,7 +63,7 @@ from strategies.checkpointing import (
 from strategies.config import StrategyConfig
 from strategies.contract import plugins_survive_resume
 from strategies.optim import build_optimizer, build_scheduler
-from strategies.settings import RunSettings, take_settings
+from strategies.settings import RunSettings, refuse_settings_as_keywords, take_settings
 from strategies.training.evaluation import Evaluation
 from strategies.training.features import FeatureCaches
 from strategies.training.loaders import SeededLoaders
@@ -117,6 +117,7 @@ class CLIPStrategy(
         ``train_batches``, ``augment_on``: ``strategies.settings.RunSettings``); by default
         ``RunSettings.resolved(config)``, on the CPU. ``avalanche_kwargs`` (``plugins``, ``evaluator``,
         ...) go to ``SupervisedTemplate``."""
+        refuse_settings_as_keywords(type(self).__name__, avalanche_kwargs)
         take_settings(self, backbone, config, settings)
         self.templates = templates(config.prompt_ensemble, config.prompt_template)
         self.seen_classes: list[int] = []

@@ -9,7 +9,7 @@ the CPU, its config's precision there (fp32), progress bars, torch's initial see
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from typing import Any
 
 import torch
@@ -51,6 +51,17 @@ class RunSettings:
         on CUDA and fp32 elsewhere, or fp32 everywhere for a config with ``amp = False``."""
         device = settings.get("device", "cpu")
         return cls(precision=resolve_precision(precision, device, config.amp), **settings)
+
+
+def refuse_settings_as_keywords(owner: str, keywords: dict[str, Any]) -> None:
+    """One line for a run setting given as its own keyword (``device="cuda"``): it belongs in
+    ``settings``, and a keyword of that name would otherwise reach Avalanche's constructor."""
+    given = [f.name for f in fields(RunSettings) if f.name in keywords]
+    if given:
+        example = ", ".join(f"{name}=..." for name in given)
+        raise TypeError(
+            f"{owner}: give {', '.join(given)} in settings=RunSettings({example}) (strategies.settings)"
+        )
 
 
 def take_settings(strategy: Any, backbone: Any, config: Any, settings: RunSettings | None) -> None:

@@ -1,0 +1,57 @@
+"""A strategy's run settings (``strategies.settings``): one object, resolved before the strategy
+sees it; a strategy built directly gets the CPU in its config's precision there; a setting given
+as its own keyword is refused in one line, not passed on to Avalanche."""
+
+import pytest
+import torch
+
+from benchmarks.core.errors import UserError
+from strategies.finetune import Finetune
+from strategies.settings import RunSettings
+
+
+@pytest.fixture(scope="module")
+def backbone():
+    from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
+
+    torch.manual_seed(0)
+    return create_clip(BackboneSpec(TINY_MODEL, "synthetic"))
+
+
+CLASSES = [f"class {k}" for k in range(4)]
+
+
+def test_auto_resolves_with_the_configs_amp_and_the_device():
+    amp, no_amp = Finetune.Config(amp=True), Finetune.Config(amp=False)
+    assert RunSettings.resolved(amp).precision == "fp32"  # the CPU
+    assert RunSettings.resolved(amp, device="cuda").precision == "fp16"
+    assert RunSettings.resolved(no_amp, device="cuda").precision == "fp32"
+    assert RunSettings.resolved(amp, precision="bf16", device="cuda").precision == "bf16"
+
+
+def test_an_unresolved_precision_is_refused_in_one_line():
+    with pytest.raises(UserError, match=r"RunSettings\(precision='auto'\).*RunSettings.resolved"):
+        RunSettings(precision="auto")
+
+
+def test_a_strategy_built_directly_runs_on_the_cpu_in_fp32_with_its_settings_kept(backbone):
+    strategy = Finetune(backbone=backbone, class_names=CLASSES, config=Finetune.Config())
+    assert strategy.device == torch.device("cpu")
+    assert (strategy.precision, strategy.train_batches) == ("fp32", None)
+    assert strategy.settings == RunSettings.resolved(Finetune.Config())
+    assert strategy.seed == torch.initial_seed()
+
+    given = RunSettings(show_progress=False, seed=7, train_batches=3, augment_on="pil")
+    strategy = Finetune(backbone=backbone, class_names=CLASSES, config=Finetune.Config(), settings=given)
+    assert strategy.settings is given
+    assert (strategy.seed, strategy.train_batches, strategy.augment_on) == (7, 3, "pil")
+    assert strategy.show_progress is False
+
+
+def test_a_setting_given_as_its_own_keyword_is_refused_in_one_line(backbone):
+    with pytest.raises(TypeError) as err:
+        Finetune(backbone=backbone, class_names=CLASSES, config=Finetune.Config(), device="cpu")
+    assert str(err.value) == "Finetune: give device in settings=RunSettings(device=...) (strategies.settings)"
+    # the others no constructor takes: Avalanche's own check names them first
+    with pytest.raises(TypeError, match="unexpected keyword argument: seed"):
+        Finetune(backbone=backbone, class_names=CLASSES, config=Finetune.Config(), seed=1)
