@@ -31,6 +31,7 @@ SHARED_MODULES = frozenset(
         "plugins",
         "prompting",
         "registry",
+        "settings",
         "training",
     }
 )
