@@ -56,10 +56,14 @@ class ResolvedRun:
     # where the stream's training pixels are augmented, after the strategy's choice: pil for one whose
     # loaders do not finish pending pixels (the suite's setting is spec.augment_on, which is recorded)
     augment_on: AugmentOn
-    limits: RunLimits  # spec.limits: none for a real run
     option_sources: dict[str, str]  # config field -> the suite table it came from (not hashed)
     plugins: dict | None  # the suite's Avalanche plugins (strategies.plugins), checked; None: none
     fake_data: bool  # computed on benchmarks.tools.fake_data's files (never a real result)
+
+    @property
+    def limits(self) -> RunLimits:
+        """The run's limits (``spec.limits``): none for a real run."""
+        return self.spec.limits
 
     @property
     def config(self) -> dict:
@@ -101,7 +105,7 @@ def resolve(spec: RunSpec, data_root: str) -> ResolvedRun:
     strategy's defaults; ``config.option_sources`` records where each field's value came from
     (not hashed: it names a cause, not a value). Precision "auto" resolves with the strategy's
     ``amp`` (fp32 for a method that is fp32 officially); ``augment_on`` is the suite's for a strategy
-    whose loaders finish pending pixels, else pil; the run's limits cap the recipe."""
+    whose loaders finish pending pixels, else pil; the run's limits (``spec.limits``) cap the recipe."""
     strategy_cls = get_strategy(spec.strategy)
     options = dict(spec.strategy_options)
     plugins = _plugins(spec, strategy_cls, options.pop(PLUGINS, None))
@@ -129,7 +133,6 @@ def resolve(spec: RunSpec, data_root: str) -> ResolvedRun:
         strategy_cfg=strategy_cfg,
         precision=precision,
         augment_on=augment_on,
-        limits=spec.limits,
         option_sources=sources,
         plugins=plugins or None,
         fake_data=is_fake_data_root(data_root) and spec.dataset != "synthetic",
