@@ -110,7 +110,7 @@ def execute(
                     spec,
                     store,
                     data_root,
-                    resolved.strategy_cfg,
+                    resolved,
                     cfg_hash,
                     force=force,
                     show_progress=show_progress,
@@ -119,7 +119,7 @@ def execute(
                     live=live,
                     threads=threads,
                 )
-                result, status = _compute(context, resolved)
+                result, status = _compute(context)
     except (KeyboardInterrupt, SystemExit):  # stopped, not failed (SLURM's requeue exits this way)
         lock.release()
         raise
@@ -146,14 +146,14 @@ def _check_save_model(spec: RunSpec, resolved: ResolvedRun) -> None:
         )
 
 
-def _compute(context: RunContext, resolved: ResolvedRun) -> tuple[dict, str]:
+def _compute(context: RunContext) -> tuple[dict, str]:
     """Build the run (``build_run``) with the live log's plugin where it can take one, then learn,
     evaluate and store it (``benchmarks.runner.learning``)."""
-    log_plugin = training_log(context, resolved.strategy_cls)
+    log_plugin = training_log(context, context.resolved.strategy_cls)
     built = build_run(
         context.spec,
         context.data_root,
-        resolved=resolved,
+        resolved=context.resolved,
         show_progress=context.show_progress,
         plugins=[log_plugin] if log_plugin is not None else (),
     )

@@ -22,6 +22,7 @@ from benchmarks.core.environment import Threads, environment, peak_memory, reset
 from benchmarks.core.errors import UserError
 from benchmarks.core.metrics import predicted_classes, stage_metrics, summarize
 from benchmarks.data.streams import CILStream
+from benchmarks.runner.building import ResolvedRun
 from benchmarks.runner.live_log import LiveLog, TrainingLog
 from benchmarks.runner.results import (
     SCHEMA_VERSION,
@@ -34,7 +35,6 @@ from benchmarks.runner.results import (
 )
 from benchmarks.runner.suites import RunSpec
 from benchmarks.runner.zero_shot import zero_shot_accuracy
-from strategies.config import StrategyConfig
 from strategies.contract import Strategy, evaluate, optional
 
 
@@ -45,7 +45,7 @@ class RunContext:
     spec: RunSpec
     store: ResultStore
     data_root: str
-    strategy_cfg: StrategyConfig  # the run's resolved strategy config, as the strategy was built with
+    resolved: ResolvedRun  # the run resolved once (benchmarks.runner.building)
     cfg_hash: str
     force: bool = False
     show_progress: bool = True
@@ -93,7 +93,7 @@ def learn_and_store(
             target,
             context.data_root,
             limits=spec.limits,
-            config=context.strategy_cfg,
+            config=context.resolved.strategy_cfg,
             device=spec.device,
             show_progress=context.show_progress,
         )
@@ -139,7 +139,7 @@ def resume(
 def learn_tasks(context: RunContext, stream: CILStream, strategy: Strategy, progress: RunProgress) -> None:
     """Learn the tasks not yet done, test after each, and checkpoint after each."""
     spec, store, live = context.spec, context.store, context.live
-    eval_batch_size = context.strategy_cfg.eval_batch_size
+    eval_batch_size = context.resolved.strategy_cfg.eval_batch_size
     targets = np.asarray(stream.test_targets)
     cost = progress.cost
     steps_before = cost.train_steps or 0  # the training iterations of the tasks before a resume

@@ -48,7 +48,7 @@ from benchmarks.core.precision import PRECISIONS
 from benchmarks.runner.building import build_run, resolve
 from benchmarks.runner.execute import preflight
 from benchmarks.runner.learning import RunContext, learn_tasks
-from benchmarks.runner.results import ResultStore, RunProgress, config_hash
+from benchmarks.runner.results import ResultStore, RunProgress
 from benchmarks.runner.suites import RunSpec, expand, load_suite
 from benchmarks.tools import reference
 from benchmarks.tools.fake_data import fake_targets, make_fake_data
@@ -123,8 +123,8 @@ def measure_run(spec: RunSpec, data_root: str, results_dir: Path, options: Optio
         spec,
         ResultStore(results_dir),
         data_root,
-        resolved.strategy_cfg,
-        config_hash(resolved.config),
+        resolved,
+        resolved.config_hash,
         show_progress=False,
     )
     progress = RunProgress()
