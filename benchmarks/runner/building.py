@@ -128,9 +128,9 @@ def resolve(spec: RunSpec, data_root: str) -> ResolvedRun:
     # tensors (the same pixels: device_augment is bit-identical to PIL).
     augment_on = spec.augment_on if optional(strategy_cls, "finishes_pending_images") else "pil"
     return ResolvedRun(
-        spec=spec,
-        strategy_cls=strategy_cls,
-        strategy_cfg=strategy_cfg,
+        spec,
+        strategy_cls,
+        strategy_cfg,
         precision=precision,
         augment_on=augment_on,
         option_sources=sources,
