@@ -23,9 +23,14 @@ TOLERANCES = {
     "loss": 1e-5,  # CE of logits about 20 and of raw cosines
     "lr": 1e-9,  # CosineAnnealingLR against the closed form; the fixture stores float32
     # a LoRA tensor's change summed over up to 1,024 entries; the classifier's 256-entry rows summed
-    # as they are (entries up to about 1, each with float32 rounding of the class means)
-    "sum": 2e-5,
-    "projection": 2e-5,
+    # as they are (entries up to about 1, each with float32 rounding of the class means). And one
+    # entry whose gradient is below Adam's eps (1e-8) takes a first step lr*g/(|g|+eps), about
+    # g*lr/eps = 1e5*g: it turns the gradient's float32 error (up to 2.8e-10 against float64 in
+    # visual block 2's k_proj LoRA A at task 2's first step, whose entry 528 is 4.1e-10) into up to
+    # 3e-5, times |r| <= 3 in the projection. Measured with torch 2.14.1: 2.2e-5 (sum) and 2.9e-5
+    # (projection), all of it that one entry (its gradient set to 1.79e-10: 8.1e-6 and 5.6e-6).
+    "sum": 1e-4,
+    "projection": 1e-4,
     "norm": 1e-6,
     "entry": 1e-6,  # one entry's change; the classifier's rows are compared as they are (about 1)
     "scores": 1e-6,  # probabilities
