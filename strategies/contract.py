@@ -20,7 +20,6 @@ from typing import Any, NamedTuple, Protocol, runtime_checkable
 
 import torch
 
-from benchmarks.backbone import CLIPBackbone
 from benchmarks.core.errors import UserError
 from strategies.config import StrategyConfig
 from strategies.training.evaluation import cat_on_host
@@ -124,8 +123,8 @@ OPTIONAL: dict[str, OptionalMember] = {
         None,
     ),
     "zero_shot_predictions": OptionalMember(
-        "zero_shot_text(tokens) and zero_shot_predictions(images, text), and the run's backbone kept "
-        "as backbone: zero-shot targets (ZeroShotStrategy)",
+        "zero_shot_text(tokens) and zero_shot_predictions(images, text), with tokens and images "
+        "from the run's backbone: zero-shot targets (ZeroShotStrategy)",
         "a suite with zero_shot_targets refused",
         None,
     ),
@@ -167,9 +166,7 @@ class Strategy(Protocol):
 class ZeroShotStrategy(Strategy, Protocol):
     """A strategy with zero-shot predictors (``OPTIONAL["zero_shot_predictions"]``): all the runner
     reads of it for a zero-shot target (``benchmarks.runner.zero_shot``), which builds the target's
-    prompts, images and loader itself from the run's config."""
-
-    backbone: CLIPBackbone  # the backbone the runner built it with: its tokenizer and image transform
+    prompts, images and loader itself, from the run's config and the backbone it built."""
 
     def zero_shot_text(self, tokens: torch.Tensor) -> Any: ...
 

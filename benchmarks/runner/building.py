@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from functools import lru_cache
 
-from benchmarks.backbone import BackboneSpec, create_clip, recorded_backbone
+from benchmarks.backbone import BackboneSpec, CLIPBackbone, create_clip, recorded_backbone
 from benchmarks.core.environment import seed_everything, set_deterministic
 from benchmarks.core.errors import UserError
 from benchmarks.core.precision import resolve_precision
@@ -223,12 +223,13 @@ def backbone_spec(spec: RunSpec) -> BackboneSpec:
 
 @dataclass(frozen=True)
 class BuiltRun:
-    """A run as the runner builds it (``build_run``): the resolved run, its stream and a fresh
-    strategy on a fresh backbone (``strategy.backbone``)."""
+    """A run as the runner builds it (``build_run``): the resolved run, its stream, a fresh backbone
+    and a fresh strategy built on it."""
 
     resolved: ResolvedRun
     stream: CILStream
     strategy: Strategy  # the contract (strategies.contract) the runner reads
+    backbone: CLIPBackbone  # the one the strategy was built with: zero-shot prompts and images
 
     @property
     def spec(self) -> RunSpec:
@@ -273,4 +274,4 @@ def build_run(
         settings=resolved.settings(show_progress),
         plugins=[*plugins, *build_plugins(resolved.plugins or {})] or None,
     )
-    return BuiltRun(resolved, stream, strategy)
+    return BuiltRun(resolved, stream, strategy, backbone)

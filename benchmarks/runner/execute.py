@@ -157,4 +157,4 @@ def _compute(context: RunContext) -> tuple[dict, str]:
         show_progress=context.show_progress,
         plugins=[log_plugin] if log_plugin is not None else (),
     )
-    return learn_and_store(context, built.config, built.stream, built.strategy, log_plugin)
+    return learn_and_store(context, built, log_plugin)

@@ -22,7 +22,7 @@ from benchmarks.core.environment import Threads, environment, peak_memory, reset
 from benchmarks.core.errors import UserError
 from benchmarks.core.metrics import predicted_classes, stage_metrics, summarize
 from benchmarks.data.streams import CILStream
-from benchmarks.runner.building import ResolvedRun
+from benchmarks.runner.building import BuiltRun, ResolvedRun
 from benchmarks.runner.live_log import LiveLog, TrainingLog
 from benchmarks.runner.results import (
     SCHEMA_VERSION,
@@ -72,17 +72,13 @@ def training_log(context: RunContext, strategy_cls: type) -> TrainingLog | None:
 
 
 def learn_and_store(
-    context: RunContext,
-    config: dict,
-    stream: CILStream,
-    strategy: Strategy,
-    log_plugin: TrainingLog | None = None,
+    context: RunContext, built: BuiltRun, log_plugin: TrainingLog | None = None
 ) -> tuple[dict, str]:
-    """Train and evaluate one built run (``config``: its resolved config, as its result records it),
-    resuming from its checkpoint; store the result. Returns the stored result and what happened.
-    ``log_plugin``: the run's ``training_log``, attached to ``strategy``, whose steps go on after
+    """Train and evaluate one built run (``build_run``), resuming from its checkpoint; store the
+    result with the run's resolved config. Returns the stored result and what happened.
+    ``log_plugin``: the run's ``training_log``, attached to the strategy, whose steps go on after
     those of the tasks before a resume."""
-    spec, store = context.spec, context.store
+    spec, store, stream, strategy = context.spec, context.store, built.stream, built.strategy
     progress, status = resume(spec, store, strategy, context.cfg_hash, context.force)
     if log_plugin is not None:
         log_plugin.first_step = progress.cost.train_steps or 0  # the steps of the tasks before a resume
@@ -90,6 +86,7 @@ def learn_and_store(
     zero_shot = {
         target: zero_shot_accuracy(
             strategy,
+            built.backbone,
             target,
             context.data_root,
             limits=spec.limits,
@@ -99,7 +96,7 @@ def learn_and_store(
         )
         for target in spec.zero_shot_targets
     }
-    result = run_result(context, config, stream, strategy, progress, zero_shot)
+    result = run_result(context, built.config, stream, strategy, progress, zero_shot)
     if context.save_model:  # next to the result: T<n>-seed<s>.model.safetensors + .model.json
         optional(strategy, "save_model")(
             store.result_path(spec.key).with_suffix(".model"),

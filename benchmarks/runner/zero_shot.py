@@ -1,8 +1,9 @@
 """Zero-shot targets (a suite's ``zero_shot_targets``): after the stream, each of the strategy's
 zero-shot predictors scored on another dataset's test split.
 
-The runner builds the target's prompts, images and loader itself, from the run's config, so it
-reads of the strategy only what ``strategies.contract.ZeroShotStrategy`` lists.
+The runner builds the target's prompts, images and loader itself, from the run's config and the
+backbone it built, so it reads of the strategy only what ``strategies.contract.ZeroShotStrategy``
+lists.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from functools import lru_cache
 import torch
 from tqdm.auto import tqdm
 
+from benchmarks.backbone import CLIPBackbone
 from benchmarks.core.errors import UserError
 from benchmarks.data.datasets import TransformedDataset, load_zero_shot_target
 from benchmarks.data.loaders import seeded_loader
@@ -31,6 +33,7 @@ def zero_shot_target(name: str, data_root: str):
 @torch.no_grad()
 def zero_shot_accuracy(
     strategy: Strategy,
+    backbone: CLIPBackbone,
     target: str,
     data_root: str,
     *,
@@ -41,13 +44,14 @@ def zero_shot_accuracy(
 ) -> dict:
     """Accuracy (%) of each of the strategy's zero-shot predictors on a target dataset's test split
     (``limits.zero_shot_images`` of it where set, spread over the classes), with the run's
-    ``config`` (its prompt template, evaluation batch size and workers) on the run's ``device``.
+    ``backbone`` (its tokenizer and image transform), ``config`` (its prompt template, evaluation
+    batch size and workers) and ``device``.
 
     Images are transformed in the loader's workers; the target's text features are computed once.
     """
     if not isinstance(strategy, ZeroShotStrategy):
         raise UserError(
-            f"{type(strategy).__name__} is not a zero-shot strategy: it needs backbone, zero_shot_text and "
+            f"{type(strategy).__name__} is not a zero-shot strategy: it needs zero_shot_text and "
             "zero_shot_predictions (strategies.contract.ZeroShotStrategy); drop zero_shot_targets for it"
         )
     data = zero_shot_target(target, data_root)
@@ -55,7 +59,6 @@ def zero_shot_accuracy(
         every_class = {c: 0 for c in range(len(data.class_names))}
         data = data.subset(test=spread_indices(data.test_targets, every_class, limit=limits.zero_shot_images))
     device = torch.device(device)
-    backbone = strategy.backbone
     tokens = backbone.tokenize([config.prompt_template.format(n) for n in data.class_names])
     text = strategy.zero_shot_text(tokens)
     images = TransformedDataset(data.test, eval_transform(backbone.image_size, backbone.mean, backbone.std))

@@ -25,10 +25,11 @@ import torch
 
 
 class FirstSeen:
-    """The contract's required members, a backbone and the two zero-shot methods: nothing else."""
+    """The contract's required members and the two zero-shot methods: nothing else (it keeps no
+    backbone, only the image size it expects)."""
 
     def __init__(self, *, backbone, **runner_arguments):
-        self.backbone = backbone
+        self.image_size = backbone.image_size
         self.seen_classes = []
 
     def learn(self, experience):
@@ -49,7 +50,7 @@ class FirstSeen:
         return len(tokens)  # one prompt a class
 
     def zero_shot_predictions(self, images, text):
-        size = self.backbone.image_size
+        size = self.image_size
         assert images.dtype == torch.float32 and images.shape[1:] == (3, size, size)
         first = torch.zeros(len(images), dtype=torch.long, device=images.device)
         return {"first": first, "last": first + text - 1, "unknown": first.bool()}
@@ -91,25 +92,34 @@ def test_an_outside_zero_shot_strategy_is_scored_through_the_protocol_alone(outs
 
     strategy = importlib.import_module(outside_module).FirstSeen(backbone=tiny_backbone)
     config = StrategyConfig(eval_batch_size=7)  # batches of every size but the last
-    got = zero_shot_accuracy(strategy, "synthetic", "data", limits=RunLimits(), config=config, device="cpu")
+    score = zero_shot_accuracy
+    got = score(strategy, tiny_backbone, "synthetic", "data", limits=RunLimits(), config=config, device="cpu")
     assert got == _expected("synthetic")
-    limited = zero_shot_accuracy(
-        strategy, "synthetic", "data", limits=RunLimits(zero_shot_images=10), config=config, device="cpu"
-    )
+    limits = RunLimits(zero_shot_images=10)
+    limited = score(strategy, tiny_backbone, "synthetic", "data", limits=limits, config=config, device="cpu")
     assert limited == _expected("synthetic", limit=10)
 
 
-def test_a_strategy_without_a_backbone_is_one_line_for_a_zero_shot_target(outside_module, tiny_backbone):
+def test_a_strategy_without_zero_shot_text_is_one_line_for_a_zero_shot_target(outside_module, tiny_backbone):
     import importlib
+    from types import SimpleNamespace
 
-    strategy = importlib.import_module(outside_module).FirstSeen(backbone=tiny_backbone)
-    del strategy.backbone
+    from strategies.contract import REQUIRED
+
+    full = importlib.import_module(outside_module).FirstSeen(backbone=tiny_backbone)
+    strategy = SimpleNamespace(**{name: getattr(full, name) for name in [*REQUIRED, "zero_shot_predictions"]})
     with pytest.raises(UserError) as err:
         zero_shot_accuracy(
-            strategy, "synthetic", "data", limits=RunLimits(), config=StrategyConfig(), device="cpu"
+            strategy,
+            tiny_backbone,
+            "synthetic",
+            "data",
+            limits=RunLimits(),
+            config=StrategyConfig(),
+            device="cpu",
         )
     message = str(err.value)
-    assert "\n" not in message and "it needs backbone, zero_shot_text and zero_shot_predictions" in message
+    assert "\n" not in message and "it needs zero_shot_text and zero_shot_predictions" in message
 
 
 @pytest.mark.slow
