@@ -11,7 +11,7 @@ import dataclasses
 import json
 import re
 from dataclasses import dataclass
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from benchmarks.backbone import BackboneSpec, CLIPBackbone, create_clip, recorded_backbone
 from benchmarks.core.environment import seed_everything, set_deterministic
@@ -82,7 +82,7 @@ class ResolvedRun:
             config["fake_data"] = True  # a result on benchmarks.tools.fake_data's files is never a real one
         return config
 
-    @property
+    @cached_property  # a str: computed once per resolved run, however often the runner asks
     def config_hash(self) -> str:
         return config_hash(self.config)
 
@@ -143,12 +143,12 @@ def _plugins(spec: RunSpec, strategy_cls, value) -> dict | None:
     """The suite's Avalanche plugins for the run (``strategies.plugins``), checked, or None."""
     if value is None:
         return None
-    table = plugin_table(value, spec.strategy, suite_table(spec.option_sources.get(PLUGINS, "defaults")))
+    where = suite_table(spec.option_sources.get(PLUGINS, "defaults"))
+    table = plugin_table(value, spec.strategy, where)
     if table and not optional(strategy_cls, "avalanche_plugins"):
         raise UserError(
             f"{spec.strategy} does not run Avalanche's loop, so the plugins {sorted(table)} cannot attach "
-            f"to it (set in {suite_table(spec.option_sources.get(PLUGINS, 'defaults'))}); "
-            "drop them for this strategy"
+            f"to it (set in {where}); drop them for this strategy"
         )
     if check := optional(strategy_cls, "check_plugins"):  # before any work, not at task 2
         check(build_plugins(table))

@@ -22,10 +22,9 @@ from benchmarks.data.streams import split_classes
 from benchmarks.runner.building import ResolvedRun, backbone_spec, build_run, load_run_data, resolve
 from benchmarks.runner.learning import RunContext, learn_and_store, training_log
 from benchmarks.runner.live_log import LiveLog
-from benchmarks.runner.results import ResultStore, config_hash, safe_label
+from benchmarks.runner.results import ResultStore, safe_label
 from benchmarks.runner.suites import RunSpec
 from benchmarks.runner.zero_shot import zero_shot_target
-from strategies.registry import get_strategy
 
 
 def preflight(
@@ -54,17 +53,17 @@ def preflight(
         if save_models:
             _check_save_model(spec, resolved)
         if store is not None:  # before any run computes, not when the run comes up
-            _refuse_replacing(store, spec, config_hash(resolved.config), force, resolved.config)
+            _refuse_replacing(store, spec, resolved, force)
         data = load_run_data(spec, data_root)
         order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
         split_classes(order, spec.n_tasks, spec.dataset)
+        zero_shot = ("zero_shot_text", "zero_shot_predictions")
+        if spec.zero_shot_targets and not all(hasattr(resolved.strategy_cls, m) for m in zero_shot):
+            raise UserError(
+                f"strategy {spec.strategy} has no zero-shot predictor; drop zero_shot_targets "
+                "from the suite or run a strategy that has one (gr4cil)"
+            )
         for target in spec.zero_shot_targets:
-            strategy_cls = get_strategy(spec.strategy)
-            if not all(hasattr(strategy_cls, m) for m in ("zero_shot_text", "zero_shot_predictions")):
-                raise UserError(
-                    f"strategy {spec.strategy} has no zero-shot predictor; drop zero_shot_targets "
-                    "from the suite or run a strategy that has one (gr4cil)"
-                )
             zero_shot_target(target, data_root)
     for backbone in {backbone_spec(spec) for spec in runs}:
         check_weights(backbone)
@@ -89,8 +88,8 @@ def execute(
     ``log``: the live logs to write (``benchmarks.runner.live_log``), ``project`` naming the W&B
     project; ``threads``: the setting the caller gave ``set_threads``, recorded in the result."""
     resolved = resolve(spec, data_root)
-    cfg_hash = config_hash(resolved.config)
-    _refuse_replacing(store, spec, cfg_hash, force, resolved.config)
+    cfg_hash = resolved.config_hash
+    _refuse_replacing(store, spec, resolved, force)
     if not force and (done := store.finished(spec.key, cfg_hash)) is not None:
         return done, "cached"
     if save_model:
@@ -100,7 +99,7 @@ def execute(
         holder = read_holder(lock.path)
         return None, f"skipped, running elsewhere ({holder.describe() if holder else 'locked'})"
     try:
-        _refuse_replacing(store, spec, cfg_hash, force, resolved.config)  # another process may have stored it
+        _refuse_replacing(store, spec, resolved, force)  # another process may have stored it
         if not force and (done := store.finished(spec.key, cfg_hash)) is not None:
             result, status = done, "cached (finished by another process)"
         else:
@@ -111,7 +110,6 @@ def execute(
                     store,
                     data_root,
                     resolved,
-                    cfg_hash,
                     force=force,
                     show_progress=show_progress,
                     task_lines=task_lines,
@@ -133,9 +131,9 @@ def execute(
     return result, status
 
 
-def _refuse_replacing(store: ResultStore, spec: RunSpec, cfg_hash: str, force: bool, config: dict) -> None:
+def _refuse_replacing(store: ResultStore, spec: RunSpec, resolved: ResolvedRun, force: bool) -> None:
     """One line, and no run, where computing ``spec`` would replace its stored result unsaid."""
-    if (why := store.refusal(spec.key, cfg_hash, force, config)) is not None:
+    if (why := store.refusal(spec.key, resolved.config_hash, force, resolved.config)) is not None:
         raise UserError(why)
 
 

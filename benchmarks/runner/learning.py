@@ -45,8 +45,7 @@ class RunContext:
     spec: RunSpec
     store: ResultStore
     data_root: str
-    resolved: ResolvedRun  # the run resolved once (benchmarks.runner.building)
-    cfg_hash: str
+    resolved: ResolvedRun  # the run resolved once (benchmarks.runner.building): its config and hash
     force: bool = False
     show_progress: bool = True
     task_lines: bool = False
@@ -79,7 +78,7 @@ def learn_and_store(
     ``log_plugin``: the run's ``training_log``, attached to the strategy, whose steps go on after
     those of the tasks before a resume."""
     spec, store, stream, strategy = context.spec, context.store, built.stream, built.strategy
-    progress, status = resume(spec, store, strategy, context.cfg_hash, context.force)
+    progress, status = resume(spec, store, strategy, context.resolved.config_hash, context.force)
     if log_plugin is not None:
         log_plugin.first_step = progress.cost.train_steps or 0  # the steps of the tasks before a resume
     learn_tasks(context, stream, strategy, progress)
@@ -96,11 +95,11 @@ def learn_and_store(
         )
         for target in spec.zero_shot_targets
     }
-    result = run_result(context, built.config, stream, strategy, progress, zero_shot)
+    result = run_result(context, stream, strategy, progress, zero_shot)
     if context.save_model:  # next to the result: T<n>-seed<s>.model.safetensors + .model.json
         optional(strategy, "save_model")(
             store.result_path(spec.key).with_suffix(".model"),
-            extra={"run": str(spec.key), "config_hash": context.cfg_hash},
+            extra={"run": str(spec.key), "config_hash": context.resolved.config_hash},
         )
     targets = np.asarray(stream.test_targets)
     predictions = Predictions(np.stack(progress.predictions), targets, np.arange(len(targets)))
@@ -155,9 +154,8 @@ def learn_tasks(context: RunContext, stream: CILStream, strategy: Strategy, prog
         try:
             strategy.learn(stream.train_stream[task])
         except FloatingPointError as err:  # a diverging loss: a recipe problem, not a crash
-            kept = f"the checkpoint after task {task} is kept" if task else "no task had finished"
             raise UserError(
-                f"{spec.key}: task {task + 1}: {err}; {kept}. Lower the learning rate "
+                f"{spec.key}: task {task + 1}: {err}; {_kept(task)}. Lower the learning rate "
                 "(or use --precision fp32) and rerun"
             ) from None
         train_seconds = time.perf_counter() - start
@@ -171,8 +169,9 @@ def learn_tasks(context: RunContext, stream: CILStream, strategy: Strategy, prog
                 strategy, stream.test_set, eval_batch_size, spec.device, cache_key="test"
             ).numpy()
         except UserError as err:
-            kept = f"the checkpoint after task {task} is kept" if task else "no task had finished"
-            raise UserError(f"{spec.key}: task {task + 1}: {err}; no result is stored, {kept}") from None
+            raise UserError(
+                f"{spec.key}: task {task + 1}: {err}; no result is stored, {_kept(task)}"
+            ) from None
         progress.predictions.append(predicted_classes(scores, strategy.seen_classes))
         metrics = stage_metrics(scores, strategy.seen_classes, targets, stream.task_of_class, task + 1)
         with torch.no_grad():
@@ -185,7 +184,7 @@ def learn_tasks(context: RunContext, stream: CILStream, strategy: Strategy, prog
         if live is not None:
             live.stage(stage.to_json(), cost.train_steps)
         tasks.set_postfix(acc=f"{stage.acc:.1f}")
-        store.save_checkpoint(spec.key, progress, *strategy.checkpoint_state(), context.cfg_hash)
+        store.save_checkpoint(spec.key, progress, *strategy.checkpoint_state(), context.resolved.config_hash)
         if context.task_lines:
             tqdm.write(
                 f"{spec.key}: task {task + 1}/{spec.n_tasks}: acc {stage.acc:.2f} "
@@ -194,16 +193,16 @@ def learn_tasks(context: RunContext, stream: CILStream, strategy: Strategy, prog
             )
 
 
+def _kept(task: int) -> str:
+    """What a run that fails in task ``task + 1`` keeps."""
+    return f"the checkpoint after task {task} is kept" if task else "no task had finished"
+
+
 def run_result(
-    context: RunContext,
-    config: dict,
-    stream: CILStream,
-    strategy: Strategy,
-    progress: RunProgress,
-    zero_shot: dict,
+    context: RunContext, stream: CILStream, strategy: Strategy, progress: RunProgress, zero_shot: dict
 ) -> RunResult:
-    """The finished run's record (``benchmarks.runner.results.RunResult``)."""
-    spec = context.spec
+    """The finished run's record (``benchmarks.runner.results.RunResult``), with its resolved config."""
+    spec, resolved = context.spec, context.resolved
     memory, memory_kind = peak_memory(spec.device)
     stages = progress.stages
     return RunResult(
@@ -213,8 +212,8 @@ def run_result(
         dataset=spec.dataset,
         n_tasks=spec.n_tasks,
         seed=spec.seed,
-        config=config,
-        config_hash=context.cfg_hash,
+        config=resolved.config,
+        config_hash=resolved.config_hash,
         class_order=stream.class_order,
         class_names=stream.class_names,
         tasks=stream.tasks,

@@ -119,14 +119,7 @@ def measure_run(spec: RunSpec, data_root: str, results_dir: Path, options: Optio
     timer = EpochTimer()
     built = build_run(spec, data_root, resolved=resolved, plugins=[timer])
     stream, strategy = built.stream, built.strategy
-    context = RunContext(
-        spec,
-        ResultStore(results_dir),
-        data_root,
-        resolved,
-        resolved.config_hash,
-        show_progress=False,
-    )
+    context = RunContext(spec, ResultStore(results_dir), data_root, resolved, show_progress=False)
     progress = RunProgress()
     start = time.perf_counter()
     learn_tasks(context, stream, strategy, progress)
