@@ -116,6 +116,12 @@ class DatasetUnit:
     #: the data protocol of each source whose published numbers on it a suite can reproduce,
     #: by source (``benchmarks.data.protocols``)
     published: ClassVar[dict[str, DataProtocol]] = {}
+    #: its class count under its default options (None: set by its options); a half-base split
+    #: ``B{m}-Inc{n}`` is checked against it before any file is read
+    n_classes: ClassVar[int | None] = None
+    #: the task split each published source reports on it, by source: ``"B0-Inc20"`` (equal tasks of
+    #: 20), ``"B50-Inc10"`` (a first task of 50 classes, then tasks of 10)
+    published_splits: ClassVar[dict[str, str]] = {}
 
     @property
     def target(self) -> str | None:

@@ -71,6 +71,7 @@ class Cifar100(DatasetUnit):
     title = "CIFAR-100"
     folder = CIFAR100.base_folder  # "cifar-100-python": torchvision's class reads it there
     list_position = 1
+    n_classes = 100
     class_orders = {"dytox": DYTOX_CIFAR100_ORDER}
     published = {
         "continual_clip": DataProtocol(

@@ -42,6 +42,7 @@ class Food101Unit(DatasetUnit):
     title = "Food-101"
     folder = "food-101"  # where torchvision's Food101 reads it
     list_position = 6
+    n_classes = 101
 
     def load(self, data_root: Path | None, include_train: bool = False) -> ClassificationData:
         """Food-101 test split (101 dishes); ``include_train`` adds the train split."""

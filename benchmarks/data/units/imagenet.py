@@ -184,6 +184,7 @@ class ImageNet(DatasetUnit):
 class ImageNet100(ImageNet):
     title = "ImageNet-100"
     list_position = 3
+    n_classes = 100
     published = {
         "continual_clip": DataProtocol(
             "seed1993",
@@ -220,6 +221,7 @@ class ImageNet100(ImageNet):
 class ImageNet1K(ImageNet):
     title = "ImageNet-1K"
     list_position = 4
+    n_classes = 1000
     published = {
         "continual_clip": DataProtocol(
             "seed1993",

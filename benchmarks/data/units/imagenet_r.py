@@ -122,6 +122,7 @@ class ImagenetR(DatasetUnit):
     title = "ImageNet-R"
     folder = "imagenet-r"
     list_position = 2
+    n_classes = 200
     class_orders = {"mg_clip_imagenet_r": MG_CLIP_IMAGENET_R_ORDER}
     published = {
         "mg_clip": DataProtocol(

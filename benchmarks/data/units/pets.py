@@ -33,6 +33,7 @@ class Pets(DatasetUnit):
     folder = "oxford-iiit-pet"
     archives_hold_contents = True  # images.tar.gz and annotations.tar.gz hold its two subfolders
     list_position = 5
+    n_classes = 37
 
     def load(self, data_root: Path | None, include_train: bool = False) -> ClassificationData:
         """Oxford-IIIT Pets test split (37 breeds); ``include_train`` adds the trainval split."""

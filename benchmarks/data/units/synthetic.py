@@ -13,6 +13,7 @@ from benchmarks.data.unit import DatasetUnit, dataset_unit, register_dataset
 class Synthetic(DatasetUnit):
     title = "synthetic"  # the stored smoke reports name it so
     list_position = 7
+    n_classes = 100
 
     def load(
         self,
