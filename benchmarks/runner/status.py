@@ -131,16 +131,11 @@ def _checkpoint(store: ResultStore, key: RunKey, cfg_hash: str | None) -> dict:
 
 
 def _key_from(relative: Path) -> RunKey | None:
-    """The run key of ``<dataset>/<label>/T<n>-seed<s>[.suffix]`` (None for other paths)."""
+    """The run key of ``<dataset>/<label>/<RunKey.stem>[.suffix]`` (None for other paths)."""
     if len(relative.parts) != 3:
         return None
     dataset, label, name = relative.parts
-    stem = name.split(".")[0]
-    try:
-        tasks, seed = stem.removeprefix("T").split("-seed")
-        return RunKey(label, dataset, int(tasks), int(seed))
-    except ValueError:
-        return None
+    return RunKey.from_stem(label, dataset, name.split(".")[0])
 
 
 def known_runs(store: ResultStore) -> list[RunKey]:
@@ -153,7 +148,7 @@ def known_runs(store: ResultStore) -> list[RunKey]:
             keys.add(key)
             if safe_label(label := str(result.get("label"))) == key.label:  # not a file moved by hand
                 labels[(key.dataset, key.label)] = label
-    for path in root.glob("*/*/T*-seed*.json"):  # the files at a result's path that no reader reads
+    for path in root.glob("*/*/*.json"):  # the files at a result's path that no reader reads
         if RESULT_NAME.fullmatch(path.name) and not path.parts[-3].startswith("."):
             keys.add(_key_from(path.relative_to(root)))
     for folder, pattern in (

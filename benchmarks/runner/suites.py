@@ -59,7 +59,7 @@ from benchmarks.core.precision import resolve_precision
 from benchmarks.data.class_orders import DEFAULT_CLASS_ORDER
 from benchmarks.data.device_augment import AugmentOn, check_augment_on
 from benchmarks.data.protocols import DEFAULT_PROTOCOL, ProtocolLayer, check_protocol, protocol_layer
-from benchmarks.runner.results import RunKey, config_hash
+from benchmarks.runner.results import RunKey, config_hash, key_of_config
 
 SUITES_DIR = Path(__file__).parents[1] / "suites"
 FAST_DEV_RUN_BATCHES = 2  # --fast-dev-run's training batches an epoch, unless it names another count
@@ -167,7 +167,7 @@ class RunSpec:
 
     @property
     def key(self) -> RunKey:
-        return RunKey(self.label, self.dataset, self.n_tasks, self.seed)
+        return key_of_config(self.label, self.config)
 
     @property
     def config_hash(self) -> str:
