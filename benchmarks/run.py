@@ -1,10 +1,10 @@
 """Run a suite: ``python -m benchmarks.run --suite smoke``.
 
-Each run (strategy or variant, dataset, task count, seed) trains task after task, evaluates every
-stage from the strategy's scores, checkpoints after every task, and writes one result JSON
-(``benchmarks.runner.execute``). Finished runs with the same resolved config are skipped; killed
-runs resume from their last finished task. The runs execute here, in local worker processes or as
-SLURM jobs (``benchmarks.runner.launcher``); the results table is printed here, once.
+Each run (strategy or variant, dataset, task count or half-base split, seed) trains task after
+task, evaluates every stage from the strategy's scores, checkpoints after every task, and writes
+one result JSON (``benchmarks.runner.execute``). Finished runs with the same resolved config are
+skipped; killed runs resume from their last finished task. The runs execute here, in local worker
+processes or as SLURM jobs (``benchmarks.runner.launcher``); the results table is printed here, once.
 Mistakes in the command line or the environment print one line and exit with 2.
 """
 
@@ -115,6 +115,11 @@ def _csv(kind):
     return parse
 
 
+def _count_or_split(item: str) -> int | str:
+    """A ``--tasks`` entry: a task count, or a split ``B50-Inc10`` (checked by ``expand``)."""
+    return int(item) if item.lstrip("-").isdigit() else item
+
+
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = CommandParser(prog="python -m benchmarks.run", description=__doc__.split("\n")[0])
     parser.add_argument(
@@ -122,7 +127,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--strategies", type=_csv(str), help="comma-separated strategies or variant labels")
     parser.add_argument("--datasets", type=_csv(str), help="comma-separated dataset names")
-    parser.add_argument("--tasks", type=_csv(int), help="comma-separated task counts, e.g. 5,10,20")
+    parser.add_argument(
+        "--tasks",
+        type=_csv(_count_or_split),
+        help="comma-separated task counts or half-base splits, e.g. 5,10,B50-Inc10 (a first task of 50 "
+        "classes, then tasks of 10)",
+    )
     parser.add_argument("--seeds", type=_csv(int), help="comma-separated seeds")
     parser.add_argument("--results-dir", help="where result JSON goes (default: runs/SUITE)")
     parser.add_argument("--data-root", default="data", help="folder holding the datasets (default: ./data)")

@@ -21,7 +21,7 @@ from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.datasets import is_fake_data_root, load_dataset
 from benchmarks.data.device_augment import AugmentOn, stream_transforms
 from benchmarks.data.resized_cache import with_resized_cache
-from benchmarks.data.streams import CILStream, build_stream, split_classes, spread_indices
+from benchmarks.data.streams import CILStream, Tasks, build_stream, split_classes, spread_indices
 from benchmarks.runner.results import config_hash
 from benchmarks.runner.suites import RunLimits, RunSpec, dataset_loader_options
 from strategies.config import StrategyConfig
@@ -197,20 +197,21 @@ def _limited_config(strategy_cfg, limits: RunLimits, sources: dict[str, str]):
     return dataclasses.replace(strategy_cfg, **changes)
 
 
-def _limited_stream(data, class_order: list[int], n_tasks: int, limits: RunLimits, transforms) -> CILStream:
+def _limited_stream(data, class_order: list[int], tasks: Tasks, limits: RunLimits, transforms) -> CILStream:
     """The run's stream under ``limits``: ``train_images_per_class`` training images a class, and
     ``test_images_per_task`` test images a task, spread over its classes (``spread_indices``). The
     benchmark's own test stream keeps every image (Avalanche wants the same classes in train and
     test); the runner scores ``test_set``."""
-    task_of_class = {c: t for t, classes in enumerate(split_classes(class_order, n_tasks)) for c in classes}
+    groups = split_classes(class_order, tasks, data.name)
+    task_of_class = {c: t for t, classes in enumerate(groups) for c in classes}
     if limits.train_images_per_class is not None and data.train_targets is not None:
         data = data.subset(
             train=spread_indices(data.train_targets, task_of_class, per_class=limits.train_images_per_class)
         )
-    stream = build_stream(data, n_tasks, class_order, *transforms)
+    stream = build_stream(data, tasks, class_order, *transforms)
     if limits.test_images_per_task is None:
         return stream
-    test = spread_indices(stream.test_targets, task_of_class, limit=limits.test_images_per_task * n_tasks)
+    test = spread_indices(stream.test_targets, task_of_class, limit=limits.test_images_per_task * len(groups))
     return dataclasses.replace(
         stream, test_set=stream.test_set.subset(test), test_targets=[stream.test_targets[i] for i in test]
     )
@@ -266,7 +267,7 @@ def build_run(
     transforms = stream_transforms(
         backbone.image_size, backbone.mean, backbone.std, strategy_cfg.train_augmentation, resolved.augment_on
     )
-    stream = _limited_stream(data, class_order, spec.n_tasks, resolved.limits, transforms)
+    stream = _limited_stream(data, class_order, spec.tasks, resolved.limits, transforms)
     strategy = resolved.strategy_cls(
         backbone=backbone,
         class_names=stream.class_names,

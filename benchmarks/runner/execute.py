@@ -56,7 +56,7 @@ def preflight(
             _refuse_replacing(store, spec, resolved, force)
         data = load_run_data(spec, data_root)
         order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
-        split_classes(order, spec.n_tasks, spec.dataset)
+        split_classes(order, spec.tasks, spec.dataset)
         zero_shot = ("zero_shot_text", "zero_shot_predictions")
         if spec.zero_shot_targets and not all(hasattr(resolved.strategy_cls, m) for m in zero_shot):
             raise UserError(

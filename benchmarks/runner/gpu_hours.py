@@ -7,7 +7,8 @@ whole epochs and stages of ``build_run``, loaders included. A run's images are c
 resolved config and the dataset's size (``DatasetUnit.image_counts``, known without the files):
 
 - training: ``epochs`` x the dataset's training images (every task trains its own classes' images
-  for the recipe's epochs, so the tasks together see the training set ``epochs`` times);
+  for the recipe's epochs, so the tasks together see the training set ``epochs`` times; the tasks
+  left, their share of the classes: a half-base split's first task is more than a 1/T);
 - evaluation: every stage scores the whole test set (the future classes' images too: the AUROC of
   seen against future), so the stages together score it T times.
 
@@ -23,8 +24,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from benchmarks.core.errors import UserError
+from benchmarks.data.streams import task_sizes
 from benchmarks.data.unit import dataset_unit
-from benchmarks.runner.suites import RunSpec, dataset_loader_options
+from benchmarks.runner.suites import RunSpec, class_count, dataset_loader_options
 
 #: the command that measures the rates, and where it leaves them (``runs/gpu_check/<date>/``)
 MEASURE_COMMAND = "python -m benchmarks.tools.gpu_check"
@@ -147,7 +149,10 @@ def run_images(spec: RunSpec, config: dict, tasks_done: int) -> tuple[float, flo
         return "epochs set at run time for"
     train, test = counts
     tasks = spec.n_tasks
-    train_images = epochs * train * (tasks - tasks_done) / tasks
+    # the tasks left train their own classes' images: a half-base split's first task holds more
+    n_classes = class_count(spec.dataset, spec.dataset_options) if spec.split else None
+    sizes = task_sizes(spec.tasks, n_classes) if n_classes else [1] * tasks
+    train_images = epochs * train * sum(sizes[tasks_done:]) / sum(sizes)
     eval_images = test * (tasks - tasks_done)  # every stage scores every test image
     return train_images, eval_images
 

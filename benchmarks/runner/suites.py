@@ -1,12 +1,12 @@
 """Suites: TOML files that say which runs make up an experiment.
 
-A suite lists datasets, task counts, seeds and strategies (or named variants of a strategy) and
-the options of each. ``expand`` turns it into fully resolved, plain-data ``RunSpec`` objects; the
-runner executes those. Format (see ``benchmarks/suites/smoke.toml``)::
+A suite lists datasets, task counts or half-base splits, seeds and strategies (or named variants of
+a strategy) and the options of each. ``expand`` turns it into fully resolved, plain-data
+``RunSpec`` objects; the runner executes those. Format (see ``benchmarks/suites/smoke.toml``)::
 
     description = "..."
     datasets    = ["cifar100"]
-    tasks       = [10]
+    tasks       = [10, "B50-Inc10"]  # 10 equal tasks; a first task of 50 classes, then tasks of 10
     seeds       = [0, 1, 2]
     strategies  = ["continual_clip", "finetune", "gr4cil"]   # names or variant labels
     class_order = "seed1993"          # or a fixed list: "dytox", "mg_clip_imagenet_r"
@@ -59,6 +59,7 @@ from benchmarks.core.precision import resolve_precision
 from benchmarks.data.class_orders import DEFAULT_CLASS_ORDER
 from benchmarks.data.device_augment import AugmentOn, check_augment_on
 from benchmarks.data.protocols import DEFAULT_PROTOCOL, ProtocolLayer, check_protocol, protocol_layer
+from benchmarks.data.streams import Tasks, equal_split, parse_split, split_name, split_sizes
 from benchmarks.runner.results import RunKey, config_hash, key_of_config
 
 SUITES_DIR = Path(__file__).parents[1] / "suites"
@@ -170,6 +171,16 @@ class RunSpec:
         return key_of_config(self.label, self.config)
 
     @property
+    def split(self) -> str:
+        """``""`` for equal tasks, else the half-base split (``"B50-Inc10"``) its config records."""
+        return self.config.get("split", "")
+
+    @property
+    def tasks(self) -> Tasks:
+        """What its stream is split by (``benchmarks.data.streams.split_classes``)."""
+        return self.split or self.n_tasks
+
+    @property
     def config_hash(self) -> str:
         return config_hash(self.config)
 
@@ -245,18 +256,21 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
             raise UserError(f"suite {path} has no {key}; add e.g. {key} = {example}")
         values = suite[key]
         kind = str if key in ("datasets", "strategies") else int
+        kinds = (int, str) if key == "tasks" else (kind,)
         if (
             not isinstance(values, list)
             or not values
-            or not all(isinstance(v, kind) and not isinstance(v, bool) for v in values)
+            or not all(isinstance(v, kinds) and not isinstance(v, bool) for v in values)
         ):
+            what = "task counts or splits" if key == "tasks" else "names" if kind is str else "whole numbers"
             raise UserError(
-                f"suite {path}: {key} must be a non-empty list of "
-                f"{'names' if kind is str else 'whole numbers'}, e.g. {key} = {example}; got {values!r}"
+                f"suite {path}: {key} must be a non-empty list of {what}, e.g. {key} = {example}; "
+                f"got {values!r}"
             )
     check_protocol(suite.get("protocol", DEFAULT_PROTOCOL))
-    if any(n < 1 for n in suite["tasks"]) or any(s < 0 for s in suite["seeds"]):
-        raise UserError(f"suite {path}: task counts must be >= 1 and seeds >= 0")
+    check_tasks(suite["tasks"], f"suite {path}: ")
+    if any(s < 0 for s in suite["seeds"]):
+        raise UserError(f"suite {path}: seeds must be >= 0")
     scale = suite.get("epoch_scale", 1.0)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 1:
         raise UserError(
@@ -280,6 +294,50 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
                     f"suite {path} has [{table}.{name}], but there is no {kind} {name!r}; "
                     f"valid: {', '.join(sorted(names))}"
                 )
+
+
+def check_tasks(tasks: list[int | str], where: str = "") -> None:
+    """Task counts >= 1 and splits of the form ``B{m}-Inc{n}``, before any dataset is known."""
+    if any(isinstance(n, int) and n < 1 for n in tasks):
+        raise UserError(f"{where}task counts must be >= 1; got {tasks}")
+    for split in tasks:
+        if isinstance(split, str) and not _is_split(split):
+            raise UserError(
+                f"{where}tasks must be whole numbers or splits B<m>-Inc<n> (n >= 1), "
+                f'e.g. [10, "B50-Inc10"]; got {split!r}'
+            )
+
+
+def _is_split(text: str) -> bool:
+    try:
+        parse_split(text)
+    except UserError:
+        return False
+    return True
+
+
+def class_count(dataset: str, dataset_options: dict[str, Any]) -> int | None:
+    """The dataset's class count under its options (its ``n_classes`` option, else its unit's); None
+    where only its files can tell."""
+    from benchmarks.data.unit import dataset_unit
+
+    count = dataset_options.get("n_classes", dataset_unit(dataset).n_classes)
+    return count if isinstance(count, int) and not isinstance(count, bool) else None
+
+
+def resolve_tasks(tasks: int | str, dataset: str, dataset_options: dict[str, Any]) -> tuple[str, int]:
+    """(split, task count) of one ``tasks`` entry on ``dataset``: ``("", N)`` for N equal tasks, and
+    for a split that gives equal tasks (``B0-Inc10`` on 100 classes is 10 tasks: one run, one file);
+    ``("B50-Inc10", 6)`` for a half-base one, checked against the dataset's class count."""
+    if isinstance(tasks, int):
+        return "", tasks
+    n_classes = class_count(dataset, dataset_options)
+    if n_classes is None:
+        raise UserError(
+            f"{dataset} does not declare its class count, which split {tasks} needs; give a task count"
+        )
+    sizes = split_sizes(tasks, n_classes, dataset)
+    return ("" if equal_split(sizes) else split_name(*parse_split(tasks))), len(sizes)
 
 
 #: strategy options a ``[dataset.NAME]`` table may set for every strategy run on that dataset
@@ -363,7 +421,7 @@ def expand(
     *,
     strategies: list[str] | None = None,
     datasets: list[str] | None = None,
-    tasks: list[int] | None = None,
+    tasks: list[int | str] | None = None,
     seeds: list[int] | None = None,
     device: str | None = None,
     class_order: str | None = None,
@@ -406,8 +464,9 @@ def expand(
                 f"--{flag} is empty; name at least one (e.g. --{flag} {suite[flag][0]}), or leave the "
                 f"option out for all the suite's {flag}"
             )
-    if any(n < 1 for n in tasks or ()) or any(s < 0 for s in seeds or ()):
-        raise UserError("--tasks must be >= 1 and --seeds >= 0")
+    check_tasks(tasks or [], "--tasks: ")
+    if any(s < 0 for s in seeds or ()):
+        raise UserError("--seeds must be >= 0")
     for dataset in datasets or suite["datasets"]:
         for label in strategies or suite["strategies"]:
             strategy = variants.get(label, {}).get("strategy", label)
@@ -424,7 +483,10 @@ def expand(
                 for k, v in options.items()
                 if not (k in DATASET_LEVEL_OPTIONS and sources[k].startswith("dataset."))
             }
-            for n_tasks in tasks or suite["tasks"]:
+            splits = {
+                resolve_tasks(entry, dataset, dataset_options): None for entry in tasks or suite["tasks"]
+            }
+            for split, n_tasks in splits:  # B0-Inc10 and 10 are one run
                 for seed in seeds or suite["seeds"]:
                     config = {
                         "strategy": strategy,
@@ -432,6 +494,7 @@ def expand(
                         "dataset": dataset,
                         "dataset_options": dataset_options,
                         "n_tasks": n_tasks,
+                        **({"split": split} if split else {}),  # absent for equal tasks: hashes unchanged
                         "seed": seed,
                         "class_order": order,
                         "backbone": backbone,

@@ -111,7 +111,7 @@ def test_a_result_of_another_schema_is_skipped_with_a_line_naming_it(tmp_path, c
 @pytest.mark.parametrize(
     "change, expected",
     [
-        (("tasks = [3]", 'tasks = ["3"]'), "tasks must be a non-empty list of whole numbers"),
+        (("tasks = [3]", 'tasks = ["3"]'), "tasks must be whole numbers or splits B<m>-Inc<n>"),
         (("tasks = [3]", "tasks = [0]"), "task counts must be >= 1"),
         (
             ('strategies = ["finetune"]', 'strategies = "finetune"'),
