@@ -21,8 +21,11 @@ orthogonal earlier rows; trained ones are not, so a new slice keeps a component 
 (``gram_schmidt = "exact"``: orthogonal to their span, to rounding). The train loader drops the last
 partial batch (``drop_last``).
 
-The number of tasks is read off the stream: all classes / the first task's classes (the suite's
-tasks are equal splits).
+The number of tasks is the stream's (``stream_task_sizes``), read at the first task and kept with
+the checkpoint: pt = components // tasks whatever the tasks' sizes, so a half-base split
+(B50-Inc10: 6 tasks) gives each task, its base included, one slice of 100 // 6 = 16 components, as
+the official code sizes its slices by the number of tasks of its split (docs/decisions.md). A
+model saved before the count was kept falls back to all classes / the first task's classes.
 
 RECIPE (CIFAR-100 10 tasks):
 
@@ -48,6 +51,7 @@ from torch import nn
 
 from benchmarks.core.errors import UserError
 from benchmarks.data.loaders import derive_seed
+from strategies.contract import stream_task_sizes
 from strategies.prompting import PromptConfig, PromptStrategy
 from strategies.registry import register
 
@@ -127,7 +131,7 @@ class CodaComponents(nn.Module):
 @register("coda_prompt")
 class CodaPrompt(PromptStrategy):
     Config = CodaConfig
-    checkpoint_attributes = ("head", "components")
+    checkpoint_attributes = ("head", "components", "stream_tasks")
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -148,9 +152,10 @@ class CodaPrompt(PromptStrategy):
             self.backbone.embed_dim,
         ).to(self.device)
         self.slice = (0, 0)  # [s, f) of the task in training
+        self.stream_tasks: int | None = None  # the stream's number of tasks, read at the first task
 
     def components_per_task(self, first_task_classes: int) -> int:
-        n_tasks = len(self.class_names) // first_task_classes
+        n_tasks = self.stream_tasks or len(self.class_names) // first_task_classes
         per_task = self.cfg.components // n_tasks
         if per_task < 1:
             raise UserError(
@@ -166,6 +171,9 @@ class CodaPrompt(PromptStrategy):
 
     def setup_task(self, task: int, classes: list[int]) -> None:
         super().setup_task(task, classes)
+        if task == 0 or self.stream_tasks is None:
+            sizes = stream_task_sizes(getattr(self, "experience", None))
+            self.stream_tasks = len(sizes) if sizes else None
         per_task = self.per_task or self.components_per_task(len(classes))  # the first task sets the split
         start, stop = task * per_task, (task + 1) * per_task
         self.slice = (start, stop)

@@ -272,6 +272,17 @@ def plugins_survive_resume(plugins) -> bool:
     )
 
 
+def stream_task_sizes(experience) -> list[int] | None:
+    """The class count of every task of the stream ``experience`` comes from, first to last (its
+    ``origin_stream``; each experience's ``classes_in_order``): equal tasks, or a half-base split's
+    base then its increments. None where the experience does not carry its stream. A structure
+    sized per task reads the sizes here, not all classes / the first task's."""
+    stream = getattr(experience, "origin_stream", None)
+    if stream is None:
+        return None
+    return [len(getattr(e, "classes_in_order", None) or e.classes_in_this_experience) for e in stream]
+
+
 def optional(strategy: Any, name: str) -> Any:
     """An ``OPTIONAL`` member of ``strategy`` or its class (attribute or zero-argument property), or
     the contract's default for it (``OPTIONAL[name].default``)."""

@@ -51,6 +51,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from benchmarks.core.errors import UserError
 from benchmarks.data.loaders import first_batches
+from benchmarks.data.streams import equal_split
+from strategies.contract import stream_task_sizes
 from strategies.frameworks.common import (
     CLIPClassifier,
     FrameworkAdapter,
@@ -312,7 +314,7 @@ class UpstreamAdapter(MammothAdapter):
         given = {**_recipe(self.cfg), **self.cfg.args}
         return "args " + ", ".join(f"{k}={v!r}" for k, v in given.items())
 
-    def _build(self, n_tasks: int, per_task: int) -> None:
+    def _build(self, n_tasks: int, per_task: int | list[int]) -> None:
         """The model on the run's net and dataset object (the stream's shape is known at task 1)."""
         self.data = TaskData(n_tasks, per_task, len(self.class_names), self.args, self.backbone.image_size)
         with self._upstream("building the model"):
@@ -325,12 +327,15 @@ class UpstreamAdapter(MammothAdapter):
         classes = task_classes(experience, len(self.class_names), self.seen_classes, self.name)
         task = len(self.task_sizes)
         stream = getattr(experience, "origin_stream", None)
-        if self.model is None:
-            self._build(len(stream) if stream is not None else task + 1, len(classes))
-        if len(classes) != self.data.N_CLASSES_PER_TASK:
+        if self.model is None:  # Mammoth's N_CLASSES_PER_TASK: an int, or each task's size (half-base)
+            sizes = stream_task_sizes(experience) or [len(classes)]
+            per_task = sizes[0] if equal_split(sizes) else sizes
+            self._build(len(sizes) if stream is not None else task + 1, per_task)
+        expected = self.data.task_size(task)
+        if len(classes) != expected:
             raise UserError(
-                f"{self.name}: task {task + 1} has {len(classes)} classes, task 1 had "
-                f"{self.data.N_CLASSES_PER_TASK}; a Mammoth model needs tasks of one size"
+                f"{self.name}: task {task + 1} has {len(classes)} classes where the stream's shape at "
+                f"task 1 gave {expected}; a Mammoth model keeps the task sizes it was built with"
             )
         self._place_classes(stream, classes)
         position = {c: k for k, c in enumerate(self.seen_classes + classes)}

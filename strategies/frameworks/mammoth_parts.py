@@ -142,7 +142,9 @@ class TaskData:
     NAME = "clip-cil-bench"
     SETTING = "class-il"
 
-    def __init__(self, n_tasks: int, classes_per_task: int, n_classes: int, args, image_size: int) -> None:
+    def __init__(
+        self, n_tasks: int, classes_per_task: int | list[int], n_classes: int, args, image_size: int
+    ) -> None:
         self.N_TASKS, self.N_CLASSES_PER_TASK, self.N_CLASSES = n_tasks, classes_per_task, n_classes
         self.SIZE = (image_size, image_size)
         self.args = args
@@ -151,8 +153,19 @@ class TaskData:
         self.test_loaders: list = []
 
     def get_offsets(self, task: int | None = None) -> tuple[int, int]:
+        """Task ``task``'s class positions [start, end): of equal tasks (``N_CLASSES_PER_TASK`` an
+        int) or of each task's size (a list, a half-base split), as Mammoth's ``ContinualDataset``
+        reads either (aimagelab/mammoth ``datasets/utils/continual_dataset.py``, ``get_offsets``)."""
         task = self.c_task if task is None else task
-        return task * self.N_CLASSES_PER_TASK, (task + 1) * self.N_CLASSES_PER_TASK
+        per_task = self.N_CLASSES_PER_TASK
+        if isinstance(per_task, int):
+            return task * per_task, (task + 1) * per_task
+        return sum(per_task[:task]), sum(per_task[: task + 1])
+
+    def task_size(self, task: int) -> int | None:
+        """The size the model was built for task ``task`` to have (None past the stream it knew)."""
+        per_task = self.N_CLASSES_PER_TASK
+        return per_task if isinstance(per_task, int) else (per_task[task] if task < len(per_task) else None)
 
     def get_normalization_transform(self):
         return nn.Identity()

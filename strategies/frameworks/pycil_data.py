@@ -12,6 +12,7 @@ import torch
 from torch.utils.data import Dataset
 
 from benchmarks.core.errors import UserError
+from strategies.contract import stream_task_sizes
 
 # The learner's own test loader never sees the test set: it gets this many training images of each
 # class asked for, under the eval transform (its accuracy there is its own log, not a result).
@@ -47,6 +48,7 @@ class DataManager:
         self.class_order: list[int] = []  # position -> class id
         self.class_names: list[str] = []  # position -> name; the learner's args share this list
         self.task_sizes: list[int] = []
+        self.stream_sizes: list[int] | None = None  # every task's size, where the stream is known
         self.nb_tasks = 0
         self.experience = None
         self.seen: dict[int, Any] = {}  # task -> experience, in this process
@@ -68,13 +70,17 @@ class DataManager:
         self.class_order.extend(classes)
         self.class_names.extend(self.all_class_names[c] for c in classes)
         self.task_sizes.append(len(classes))
-        stream = getattr(experience, "origin_stream", None)
-        self.nb_tasks = len(stream) if stream is not None else len(self.task_sizes)
+        self.stream_sizes = stream_task_sizes(experience)
+        self.nb_tasks = len(self.stream_sizes) if self.stream_sizes is not None else len(self.task_sizes)
         self._views: dict[tuple[int, str], Dataset] = {}
         self._targets: dict[int, np.ndarray] = {}
 
     def get_task_size(self, task: int) -> int:
-        # tasks are equal in this suite, so a later task has the current one's size
+        """The size of task ``task``, a later one's too, as the family's ``_increments[task]`` (a
+        half-base split's base, then its increments); without the stream, a later task has the
+        current one's size."""
+        if self.stream_sizes is not None and task < len(self.stream_sizes):
+            return self.stream_sizes[task]
         return self.task_sizes[task] if task < len(self.task_sizes) else self.task_sizes[-1]
 
     def get_total_classnum(self) -> int:
