@@ -40,7 +40,9 @@ from analysis.paper_inputs import (
     dataset_name,
     ordered_datasets,
     row_label,
+    split_of,
 )
+from benchmarks.data.streams import tasks_label
 from benchmarks.runner.results import RunKey, RunResult, safe_label
 
 FIGSIZES = {
@@ -103,7 +105,8 @@ def _gap_run(inputs: ReportInputs) -> RunResult:
 
 
 def _run_title(run: RunResult) -> str:
-    return f"{run.label}, {dataset_name(run.dataset)}, T={run.n_tasks}, seed {run.seed}"
+    tasks = tasks_label(run.n_tasks, split_of(run))
+    return f"{run.label}, {dataset_name(run.dataset)}, {tasks}, seed {run.seed}"
 
 
 def fig2_gap_training(inputs: ReportInputs, out_dir: Path) -> list[Path]:
@@ -222,7 +225,7 @@ def cost_frame(inputs: ReportInputs) -> tuple[str, pd.DataFrame]:
     """Fig. 6's data: the 10-task dataset that most labels ran (the paper's datasets first on ties)
     and one row per run on it: docs/decisions.md D9 row label, trainable parameters (millions),
     peak memory (bytes) and its kind."""
-    runs = [r for r in inputs.runs if r.n_tasks == 10 and r.cost.trainable_params]
+    runs = [r for r in inputs.runs if r.n_tasks == 10 and not split_of(r) and r.cost.trainable_params]
     if not runs:
         raise MissingInputs("no 10-task run with cost records")
     datasets = ordered_datasets(r.dataset for r in runs)
@@ -320,7 +323,7 @@ def fig_accuracy_curves(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     (``method_styles``); GR4CIL is drawn on top in a heavier line."""
     rows = [
         {
-            "panel": (run.dataset, run.n_tasks),
+            "panel": (run.dataset, run.n_tasks, split_of(run)),  # B50-Inc10 apart from 6 equal tasks
             "series": row_label(run.label),
             "stage": stage.task,
             "value": stage.acc,
@@ -337,7 +340,7 @@ def fig_accuracy_curves(inputs: ReportInputs, out_dir: Path) -> list[Path]:
         fig, _ = _stagepanel_grid(
             frame,
             panels,
-            lambda panel: f"{dataset_name(panel[0])}, {panel[1]} tasks",
+            lambda panel: f"{dataset_name(panel[0])}, {_tasks_title(panel[1], panel[2])}",
             method_styles(sorted(frame["series"].unique())),
             "Accuracy on seen classes (%)",
             highlight=row_label(HIGHLIGHTED_METHOD),
@@ -393,8 +396,13 @@ def _stagepanel_grid(
     return fig, axes
 
 
+def _tasks_title(n_tasks: int, split: str) -> str:
+    return f"{tasks_label(n_tasks, split)} ({n_tasks} tasks)" if split else f"{n_tasks} tasks"
+
+
 def _file_stem(key: RunKey) -> str:
-    return f"{key.dataset}_{safe_label(key.label)}_T{key.n_tasks}_seed{key.seed}"
+    split = f"{key.split}_" if key.split else ""
+    return f"{key.dataset}_{safe_label(key.label)}_{split}T{key.n_tasks}_seed{key.seed}"
 
 
 def fig_acc_matrix(inputs: ReportInputs, out_dir: Path) -> list[Path]:

@@ -16,7 +16,7 @@ import dataclasses
 import functools
 from typing import Callable
 
-from analysis.paper_inputs import ReportInputs
+from analysis.paper_inputs import ReportInputs, split_of
 from benchmarks.runner.results import RunResult
 
 # The switches the paper's ablations vary: a run whose switches equal GR4CIL's defaults is "the
@@ -121,9 +121,11 @@ def matches(run: RunResult, overrides: dict) -> bool:
 
 
 def default_gr4cil_runs(inputs: ReportInputs, n_tasks: int | None = 10) -> list[RunResult]:
-    """GR4CIL runs in the default configuration, one per (dataset, n_tasks, seed)."""
-    runs = [r for r in inputs.runs if matches(r, {}) and (n_tasks is None or r.n_tasks == n_tasks)]
-    return first_per(runs, lambda r: (r.dataset, r.n_tasks, r.seed))
+    """GR4CIL runs in the default configuration, one per (dataset, n_tasks, split, seed); with
+    ``n_tasks``, of that many equal tasks."""
+    wanted = [r for r in inputs.runs if n_tasks is None or (r.n_tasks == n_tasks and not split_of(r))]
+    runs = [r for r in wanted if matches(r, {})]
+    return first_per(runs, lambda r: (r.dataset, r.n_tasks, split_of(r), r.seed))
 
 
 def first_per(items: list, ident: Callable) -> list:

@@ -105,6 +105,12 @@ def load_inputs(results_dir: str | Path | Results) -> ReportInputs:
     return ReportInputs(runs, distinct, notes, loaded, paths)
 
 
+def split_of(run: RunResult) -> str:
+    """``""`` for equal tasks, else the run's half-base split (``config.split``): a B50-Inc10 run of
+    6 tasks is never taken for one of 6 equal tasks."""
+    return run.config.get("split", "")
+
+
 # ============================================================================ names
 def ordered_datasets(names, first=PAPER_DATASETS) -> list[str]:
     """The paper's datasets in the paper's order, then any others alphabetically."""

@@ -43,6 +43,7 @@ from analysis.paper_inputs import (
     ReportInputs,
     dataset_name,
     ordered_datasets,
+    split_of,
 )
 from analysis.table_model import ReportTable
 from benchmarks.runner.results import RunResult
@@ -72,7 +73,8 @@ def _table(name, title, records, rows, columns, missing: str, **options) -> Repo
 
 
 def _runs_with(inputs: ReportInputs, n_tasks: int = 10) -> list[RunResult]:
-    return [r for r in inputs.runs if r.n_tasks == n_tasks]
+    """The runs of ``n_tasks`` equal tasks (a half-base split of as many tasks is another protocol)."""
+    return [r for r in inputs.runs if r.n_tasks == n_tasks and not split_of(r)]
 
 
 def _labels(runs: list[RunResult]) -> list[str]:
@@ -120,7 +122,7 @@ def table1_main(inputs: ReportInputs) -> ReportTable:
 
 def table2_seq(inputs: ReportInputs) -> ReportTable:
     """Last accuracy with 5 and 20 tasks."""
-    runs = [r for r in inputs.runs if r.n_tasks in (5, 20)]
+    runs = [r for r in inputs.runs if r.n_tasks in (5, 20) and not split_of(r)]
     if not runs:
         raise MissingInputs("no 5- or 20-task runs")
     records = [(r.label, r.dataset, f"last_acc_T{r.n_tasks}", r.seed, r.summary["last_acc"]) for r in runs]

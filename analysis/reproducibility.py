@@ -28,6 +28,7 @@ from analysis.paper_inputs import (
     PAPER_METHOD_NAMES,
     load_paper_reference,
     row_label,
+    split_of,
 )
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError
@@ -266,7 +267,7 @@ def reproducibility_markdown(results_dir: str | Path, loaded: Results | None = N
             offline += f"; miniature {_avg_last_spread(miniature)}"
         real = []
         for dataset in PAPER_DATASETS:
-            runs = [r for r in results.get((name, dataset), []) if r.n_tasks == 10]
+            runs = [r for r in results.get((name, dataset), []) if r.n_tasks == 10 and not split_of(r)]
             if runs:
                 real.append(
                     f"{DATASET_NAMES[dataset]} {_avg_last(runs)} "
@@ -310,7 +311,10 @@ def _stale_miniature_results(results: dict[tuple[str, str], list[RunResult]]) ->
 
     suite = load_suite("smoke-baselines")
     current = {
-        (spec.strategy, spec.n_tasks): {**spec.config, "backbone": recorded_backbone(spec.config["backbone"])}
+        (spec.strategy, spec.n_tasks, spec.split): {
+            **spec.config,
+            "backbone": recorded_backbone(spec.config["backbone"]),
+        }
         for spec in expand(suite, seeds=suite["seeds"][:1])
     }
     stored = [r for (_, dataset), runs in results.items() if dataset == MINIATURE for r in runs]
@@ -318,7 +322,7 @@ def _stale_miniature_results(results: dict[tuple[str, str], list[RunResult]]) ->
     stale = [
         r
         for r in stored
-        if (expected := current.get((r.strategy, r.n_tasks))) is None
+        if (expected := current.get((r.strategy, r.n_tasks, split_of(r)))) is None
         or any(r.config.get(key) != expected.get(key) for key in compared)
     ]
     changed = [

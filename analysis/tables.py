@@ -2,7 +2,8 @@
 --results-dir DIR``.
 
 Cells are mean ± std over seeds (population std, ddof=0; a single seed shows "(n = 1)"). Rows are
-strategies (or variant labels), columns are datasets (with the task count when several appear),
+strategies (or variant labels), columns are datasets (with the task count when several appear, and
+a half-base split always: "cifar100 (B50 Inc10)"),
 each with Avg, Last, Forgetting and BWT (``benchmarks.core.metrics``; "–" with one task).
 The Markdown goes to stdout; ``table.md``, ``table.csv`` and ``table.tex`` are written next to
 the results.
@@ -19,6 +20,7 @@ import pandas as pd
 from analysis.formatting import latex_table, markdown_table, mean_std_cell, population_std
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
+from benchmarks.data.streams import tasks_label
 from benchmarks.runner.reading import Results, not_a_measurement, read_results, skipped_clause
 from benchmarks.runner.results import RunKey, RunResult
 
@@ -29,6 +31,7 @@ def summary_row(result: RunResult) -> dict:
         "label": result.label,
         "dataset": result.dataset,
         "n_tasks": result.n_tasks,
+        "split": result.config.get("split", ""),  # a half-base run is never grouped with equal tasks
         "seed": result.seed,
         "not_a_measurement": not_a_measurement(result),
         **result.summary,
@@ -51,26 +54,36 @@ def load_runs(
     return pd.DataFrame(rows)
 
 
+#: what a cell gathers the seeds of: a half-base split is its own cell
+GROUP = ("label", "dataset", "n_tasks", "split")
+
+
+def _with_split(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with a ``split`` column ("" for equal tasks) where its rows were made without one."""
+    return runs if "split" in runs else runs.assign(split="")
+
+
 #: the summary entries of the table, by column name
 TABLE_METRICS = {"avg_acc": "Avg", "last_acc": "Last", "forgetting": "Forgetting", "bwt": "BWT"}
 
 
 def aggregate(runs: pd.DataFrame, metrics=tuple(TABLE_METRICS)) -> pd.DataFrame:
-    """Mean and std over seeds per (label, dataset, n_tasks)."""
+    """Mean and std over seeds per (label, dataset, n_tasks, split)."""
     # None (forgetting with one task) as NaN: left out of the mean, the std and the count
     numbers = runs.reindex(columns=list(metrics)).apply(pd.to_numeric).astype(float)
-    keyed = pd.concat([runs[["label", "dataset", "n_tasks"]], numbers], axis=1)
-    grouped = keyed.groupby(["label", "dataset", "n_tasks"], sort=False)[list(metrics)]
+    keyed = pd.concat([_with_split(runs)[list(GROUP)], numbers], axis=1)
+    grouped = keyed.groupby(list(GROUP), sort=False)[list(metrics)]
     return grouped.agg(["mean", population_std, "count"]).rename(columns={"population_std": "std"}, level=1)
 
 
 def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
     """Rows = labels, columns = (dataset, Avg|Last|Forgetting|BWT), cells = 'mean ± std'."""
     stats = aggregate(runs)
-    several_t = runs["n_tasks"].nunique() > 1
+    runs = _with_split(runs)
+    several_t = runs["n_tasks"].nunique() > 1 or runs["split"].astype(bool).any()
     cells = {}
-    for (label, dataset, n_tasks), row in stats.iterrows():
-        column = f"{dataset} (T={n_tasks})" if several_t else dataset
+    for (label, dataset, n_tasks, split), row in stats.iterrows():
+        column = f"{dataset} ({tasks_label(n_tasks, split)})" if several_t else dataset
         for metric, name in TABLE_METRICS.items():
             cells.setdefault(label, {})[(column, name)] = mean_std_cell(
                 row[(metric, "mean")], row[(metric, "std")], n=row[(metric, "count")]
@@ -87,7 +100,7 @@ def to_markdown(table: pd.DataFrame) -> str:
 
 def seeds_note(runs: pd.DataFrame) -> str:
     """The line under the Markdown table that gives n, which a ``mean ± std`` cell does not show."""
-    counts = runs.groupby(["label", "dataset", "n_tasks"]).size()
+    counts = _with_split(runs).groupby(list(GROUP)).size()
     low, high = int(counts.min()), int(counts.max())
     n = (
         f"n = {low} seed{'s' if low > 1 else ''} in every cell"

@@ -74,6 +74,12 @@ def split_name(base: int, increment: int) -> str:
     return f"B{base}-Inc{increment}"
 
 
+def tasks_label(n_tasks: int, split: str = "") -> str:
+    """How tables and figures name a run's tasks: ``T=10`` for equal tasks, ``B50 Inc10`` for a
+    half-base split, as the papers' tables write it (a B50-Inc10 run is never a T=6 one)."""
+    return split.replace("-", " ") if split else f"T={n_tasks}"
+
+
 def split_sizes(split: str, n_classes: int, dataset: str = "dataset") -> list[int]:
     """The task sizes of a half-base split on ``n_classes`` classes, by PyCIL's rule (G-U-N/PyCIL
     ``utils/data_manager.py`` ``DataManager.__init__`` at 87cc411): the first task holds m classes
