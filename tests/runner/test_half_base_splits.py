@@ -86,3 +86,25 @@ def test_the_command_line_takes_counts_and_splits(tmp_path, capsys):
     assert "finetune / synthetic / B50-Inc10 (6 tasks) / seed 0 | to run" in out
     assert run.main(["--suite", suite, "--tasks", "B50-Inc100x", "--dry-run"]) == 2
     assert "tasks must be whole numbers or splits" in capsys.readouterr().err
+
+
+def test_gpu_hours_count_the_classes_of_the_tasks_left():
+    from benchmarks.runner.building import resolve
+    from benchmarks.runner.gpu_hours import run_images
+
+    ten, half = expand(
+        load_suite("main"),
+        strategies=["gr4cil"],
+        datasets=["cifar100"],
+        tasks=[10, "B50-Inc10"],
+        seeds=[0],
+        device="cpu",
+    )
+    epochs = resolve(half, "data").config["strategy_config"]["epochs"]
+    assert epochs == 70
+    # By hand: CIFAR-100's 50,000 training and 10,000 test images; B50-Inc10's tasks hold 50, then
+    # 10 classes each: after the base, half the training set is left; after 3 tasks, 30 classes
+    assert run_images(half, resolve(half, "data").config, 0) == (70 * 50_000, 6 * 10_000)
+    assert run_images(half, resolve(half, "data").config, 1) == (70 * 50_000 * 50 / 100, 5 * 10_000)
+    assert run_images(half, resolve(half, "data").config, 3) == (70 * 50_000 * 30 / 100, 3 * 10_000)
+    assert run_images(ten, resolve(ten, "data").config, 3) == (70 * 50_000 * 7 / 10, 7 * 10_000)
