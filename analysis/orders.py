@@ -1,5 +1,6 @@
 """The class order as a variance axis (issue 59): what pairs two runs (``Unit``: class order and
-seed), each order's row of a comparison, and the figure of how much the order moves each method.
+seed), and each order's row of a comparison (``analysis.order_figure`` draws how much the order
+moves each method).
 
 A suite may list several class orders (``benchmarks.runner.suites``); each result keeps its order's
 name in ``config.class_order`` and, where it is not its protocol's default, in its key
