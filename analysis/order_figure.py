@@ -26,10 +26,14 @@ def order_name(run: RunResult) -> str:
     return str(run.config.get("class_order") or run.key.order or "default")
 
 
-def order_frame(runs: list[RunResult], metric: str = "last_acc") -> pd.DataFrame:
-    """One row per run of a (dataset, task count) that some method ran in several class orders:
-    panel (dataset, n_tasks), method (its row label), order, whether it is the protocol's default,
-    seed and ``metric``. Empty where every method ran one order."""
+#: what the figure shows, one column of panels each: the metric's name and its axis
+METRICS = {"avg_acc": ("Avg", "Avg accuracy (%)"), "last_acc": ("Last", "Last accuracy (%)")}
+
+
+def order_frame(runs: list[RunResult]) -> pd.DataFrame:
+    """One row per run and metric of ``METRICS``, for each (dataset, task count) that some method
+    ran in several class orders: panel (dataset, n_tasks), method (its row label), order, whether
+    it is the protocol's default, seed, metric and value. Empty where every method ran one order."""
     frame = pd.DataFrame(
         [
             {
@@ -38,81 +42,86 @@ def order_frame(runs: list[RunResult], metric: str = "last_acc") -> pd.DataFrame
                 "order": order_name(run),
                 "default": run.key.order == "",
                 "seed": run.seed,
+                "metric": metric,
                 "value": run.summary.get(metric),
             }
             for run in runs
+            for metric in METRICS
         ],
-        columns=["panel", "method", "order", "default", "seed", "value"],
+        columns=["panel", "method", "order", "default", "seed", "metric", "value"],
     ).dropna(subset=["value"])
     several = frame.groupby(["panel", "method"])["order"].transform("nunique") > 1
     panels = set(frame.loc[several, "panel"])
     return frame[frame["panel"].isin(panels)].reset_index(drop=True)
 
 
-def _spread(values: pd.DataFrame) -> str:
-    """``orders sd 4.1 · seeds sd 1.2``: the standard deviations between orders and between seeds
-    within an order (``order_variance``), for a method's tick label."""
+def spread(values: pd.DataFrame) -> str:
+    """``orders sd 4.1, seeds sd 1.2``: the standard deviations between the orders' means and
+    between seeds within an order (``order_variance``), for a method's tick label."""
     groups = [group["value"].tolist() for _, group in values.groupby("order", sort=False)]
     if len(groups) < 2:
         return "one order"
     split = order_variance(groups)
     seeds = "–" if math.isnan(split.seed_variance) else f"{math.sqrt(split.seed_variance):.1f}"
-    return f"orders sd {math.sqrt(split.order_variance):.1f} · seeds sd {seeds}"
+    return f"orders sd {math.sqrt(split.order_variance):.1f}\nseeds sd {seeds}"
+
+
+def _strip(ax, values: pd.DataFrame, methods: list[str], orders: list[str], palette) -> None:
+    """Each method's values per order, side by side: the seeds as points, the order's mean a bar."""
+    step = 0.7 / len(orders)
+    for i, name in enumerate(orders):
+        offset = (i - (len(orders) - 1) / 2) * step
+        for x, method in enumerate(methods):
+            seeds = values[(values["method"] == method) & (values["order"] == name)]["value"]
+            if seeds.empty:
+                continue
+            ax.scatter(
+                np.full(len(seeds), x + offset),
+                seeds,
+                marker=MARKERS[i % len(MARKERS)],
+                color=palette[i],
+                edgecolors="black",
+                linewidths=0.5,
+                s=30,
+                zorder=3,
+                label=f"order {name}",
+            )
+            ax.hlines(seeds.mean(), x + offset - step / 2, x + offset + step / 2, color=palette[i], lw=2)
+    ticks = [f"{method}\n{spread(values[values['method'] == method])}" for method in methods]
+    ax.set_xticks(range(len(methods)), ticks, fontsize="small")
+    ax.set_xlim(-0.6, len(methods) - 0.4)
+    ax.grid(False, axis="x")  # no line through the points
 
 
 def fig_class_orders(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     """How much the class order moves each method: per dataset and task count that some method ran
-    in several orders, each method's Last accuracy per order (points: seeds; a bar: the order's
-    mean), and under its name the spread between orders and between seeds within one."""
+    in several orders (a row of panels), each method's Avg and Last accuracy (a panel each) per
+    order, the seeds as points and the order's mean as a bar; under its name, the sd between the
+    orders and between seeds within one."""
     frame = order_frame(inputs.every_order)
     if frame.empty:
         raise MissingInputs("no method ran a dataset and task count in more than one class order")
-    order = ordered_datasets({panel[0] for panel in frame["panel"]})
-    panels = sorted(set(frame["panel"]), key=lambda p: (order.index(p[0]), p[1]))
-    # the protocol's default order first, then the others by name: one marker and colour each
+    datasets = ordered_datasets({panel[0] for panel in frame["panel"]})
+    panels = sorted(set(frame["panel"]), key=lambda p: (datasets.index(p[0]), p[1]))
+    # the protocol's default order first, then the others by name: a marker and colour each
     orders = list(dict.fromkeys(frame.sort_values(["default", "order"], ascending=[False, True])["order"]))
     palette = sns.color_palette("colorblind", len(orders))
-    methods_most = max(frame[frame["panel"] == p]["method"].nunique() for p in panels)
-    width = max(MIN_WIDTH, 1.15 * methods_most + 1.5)
+    most = max(frame[frame["panel"] == p]["method"].nunique() for p in panels)
     with figure_style():
-        fig = Figure(figsize=(width, 3.4 * len(panels) + 1.0), layout="constrained")
-        axes = fig.subplots(len(panels), 1, squeeze=False)[:, 0]
-        for ax, panel in zip(axes, panels):
+        fig = Figure(
+            figsize=(max(MIN_WIDTH, 2 * (1.0 * most + 1.0)), 3.6 * len(panels) + 1.1), layout="constrained"
+        )
+        axes = fig.subplots(len(panels), len(METRICS), squeeze=False)
+        for row, panel in zip(axes, panels):
             in_panel = frame[frame["panel"] == panel]
             methods = sorted(in_panel["method"].unique())
-            step, labelled = 0.7 / len(orders), set()
-            for i, name in enumerate(orders):
-                offset = (i - (len(orders) - 1) / 2) * step
-                for x, method in enumerate(methods):
-                    values = in_panel[(in_panel["method"] == method) & (in_panel["order"] == name)]["value"]
-                    if values.empty:
-                        continue
-                    ax.scatter(
-                        np.full(len(values), x + offset),
-                        values,
-                        marker=MARKERS[i % len(MARKERS)],
-                        color=palette[i],
-                        edgecolors="black",
-                        linewidths=0.5,
-                        s=28,
-                        zorder=3,
-                        label=f"order {name}"
-                        if x == 0 or name not in ax.get_legend_handles_labels()[1]
-                        else None,
-                    )
-                    labelled.add((name, ax))
-                    ax.hlines(
-                        values.mean(), x + offset - step / 2, x + offset + step / 2, color=palette[i], lw=2
-                    )
-            ticks = [f"{method}\n{_spread(in_panel[in_panel['method'] == method])}" for method in methods]
-            ax.set_xticks(range(len(methods)), ticks, fontsize="small")
-            ax.set_xlim(-0.6, len(methods) - 0.4)
-            ax.set_ylabel("Last accuracy (%)")
-            ax.set_title(f"{dataset_name(panel[0])}, {panel[1]} tasks")
-        handles, labels = {}, []
-        for ax in axes:
-            for handle, label in zip(*ax.get_legend_handles_labels()):
-                handles.setdefault(label, handle)
+            for ax, (metric, (name, ylabel)) in zip(row, METRICS.items()):
+                _strip(ax, in_panel[in_panel["metric"] == metric], methods, orders, palette)
+                ax.set_ylabel(ylabel)
+                ax.set_title(f"{name}: {dataset_name(panel[0])}, {panel[1]} tasks")
+        handles = {}
+        for ax in axes.ravel():
+            handles.update({label: handle for handle, label in zip(*ax.get_legend_handles_labels())})
         labels = [f"order {name}" for name in orders if f"order {name}" in handles]
         fig.legend(
             [handles[n] for n in labels],
@@ -122,8 +131,8 @@ def fig_class_orders(inputs: ReportInputs, out_dir: Path) -> list[Path]:
             frameon=False,
         )
         fig.suptitle(
-            "How much the class order moves each method\nLast accuracy per class order (points: seeds, "
-            "bar: the order's mean); sd between orders and between seeds within one",
+            "How much the class order moves each method\n(points: seeds, bars: order means; "
+            "sd between orders and between seeds within one)",
             fontsize="medium",
         )
     return save_figure(fig, out_dir, ORDER_FIGURE)

@@ -8,7 +8,10 @@ import pytest
 from scipy.stats import f_oneway
 
 from analysis import compare, pairing, tables
+from analysis.order_figure import order_frame, spread
 from analysis.orders import Unit, units_phrase
+from analysis.paper_inputs import load_inputs
+from analysis.report import build_report
 from analysis.statistics import order_variance
 from benchmarks.runner.results import Predictions, ResultStore, key_of_config
 from tests.analysis.test_compare import PERFECT, TARGETS, _flip
@@ -238,3 +241,34 @@ def test_a_table_splits_a_column_by_order_where_a_method_ran_several_and_never_a
     store_run(alone, "mine", "seed5", 0, PERFECT)  # a single order, even a non-default one: no split
     assert list(tables.accuracy_table(tables.load_runs(alone)).columns.get_level_values(0)) == ["toy"] * 4
     assert "class orders" not in tables.write_tables(alone)
+
+
+def test_the_order_figure_shows_each_methods_orders_and_spread_and_only_where_orders_vary(tmp_path):
+    _two_orders(tmp_path)
+    inputs = load_inputs(tmp_path)
+    assert [run.key.order for run in inputs.runs] == ["", "", "", ""]  # the paper tables: one order
+    assert any("4 result(s) in another class order" in note for note in inputs.notes)
+    frame = order_frame(inputs.every_order)
+    last = frame[(frame["metric"] == "last_acc") & (frame["method"] == "mine")]
+    assert sorted(zip(last["order"], last["seed"], last["value"])) == [
+        ("seed1993", 0, 80.0),
+        ("seed1993", 1, 70.0),
+        ("seed5", 0, 100.0),
+        ("seed5", 1, 90.0),
+    ]
+    # orders 75 and 95: (MS_between 400 - MS_within 50) / 2 = 175; seeds: 50
+    assert spread(last) == f"orders sd {175**0.5:.1f}\nseeds sd {50**0.5:.1f}"
+    items = build_report(tmp_path, tmp_path / "out", only=["fig_class_orders", "fig_accuracy_curves"])
+    (figure,) = [item for item in items if item.name == "fig_class_orders"]
+    png = tmp_path / "out" / "figures" / "fig_class_orders.png"
+    assert figure.paths[0] == png and png.stat().st_size > 0
+    assert "![fig_class_orders](figures/fig_class_orders.png)" in (tmp_path / "out" / "report.md").read_text()
+    one = tmp_path / "one-order"
+    store_run(one, "mine", "seed1993", 0, PERFECT)
+    store_run(one, "gr4cil", "seed1993", 0, PERFECT)
+    assert order_frame(load_inputs(one).every_order).empty
+    items = build_report(one, tmp_path / "out-one", only=["fig_class_orders", "fig_accuracy_curves"])
+    assert [item.name for item in items if item.kind == "figure"] == [
+        "fig_accuracy_curves"
+    ]  # not even a note
+    assert "class_orders" not in (tmp_path / "out-one" / "report.md").read_text()
