@@ -13,7 +13,7 @@ from benchmarks.runner.reading import read_results
 from benchmarks.runner.results import RESULT_NAME, ResultStore, RunKey
 from benchmarks.runner.suites import expand, load_suite
 from benchmarks.tools import kill_rerun
-from tests.helpers import MINI_SUITE, write_suite
+from tests.helpers import MINI_SUITE, tiny_suite, write_suite
 
 TWO_ORDERS = 'class_order = ["seed1993", "seed0"]\n' + MINI_SUITE.replace("seeds = [0]", "seeds = [0, 1]")
 pytestmark = pytest.mark.spread
@@ -166,3 +166,46 @@ def test_status_readers_and_tools_find_every_orders_files(tmp_path):
     assert names == ["T1-seed0-order-seed5.json", "T1-seed0.json"]
     (tmp_path / "synthetic" / "finetune" / "model.json").write_text(json.dumps({}))  # not a result
     assert len(kill_rerun._result_files(tmp_path)) == 2
+
+
+@pytest.mark.slow
+def test_two_orders_run_end_to_end_then_compare_tables_and_figure(tmp_path, capsys):
+    """A tiny suite of 2 orders x 2 seeds (Continual-CLIP, and fine-tuning for one epoch) run, then
+    compared, tabled and drawn."""
+    from analysis import compare
+    from analysis.report import build_report
+    from analysis.tables import accuracy_table, load_runs
+
+    text = (
+        'class_order = ["seed1993", "seed0"]\n'
+        + tiny_suite(["continual_clip", "finetune"], tasks=2, seeds=(0, 1))
+        + "[dataset.synthetic]\nn_classes = 10\nn_train_per_class = 6\nn_test_per_class = 4\n"
+        + "[defaults]\nbatch_size = 32\neval_batch_size = 200\nlora_rank = 2\nlora_alpha = 2.0\n"
+        + "[strategy.finetune]\nepochs = 1\n"
+    )
+    suite, results = write_suite(tmp_path / "suite.toml", text), tmp_path / "results"
+    assert run.main(["--suite", suite, "--results-dir", str(results), "--quiet"]) == 0
+    names = sorted(p.name for p in (results / "synthetic" / "finetune").glob("*.json"))
+    assert names == [
+        "T2-seed0-order-seed0.json",
+        "T2-seed0.json",
+        "T2-seed1-order-seed0.json",
+        "T2-seed1.json",
+    ]
+    stored = {(r.config["class_order"], r.seed): r for r in (f.result for f in read_results(results).runs)}
+    assert len(stored) == 4 and stored["seed0", 1].key.order == "seed0"
+    assert stored["seed0", 0].class_order != stored["seed1993", 0].class_order  # the permutations differ
+    assert status.status_table(ResultStore(results)).endswith("8 finished")
+    capsys.readouterr()
+    argv = ["--results-dir", str(results), "--baseline", "continual_clip", "--draws", "200"]
+    assert compare.main(argv) == 0
+    out = capsys.readouterr().out
+    assert (
+        "(n = 2 orders × 2 seeds)" in out
+        and "seed1993: 0, 1; seed0: 0, 1" in out
+        and "## By class order" in out
+    )
+    columns = set(accuracy_table(load_runs(results)).columns.get_level_values(0))
+    assert columns == {"synthetic (order seed1993)", "synthetic (order seed0)"}
+    items = build_report(results, tmp_path / "report", with_paper=False, only=["fig_class_orders"])
+    assert (tmp_path / "report" / "figures" / "fig_class_orders.png") in items[0].paths
