@@ -27,13 +27,12 @@ class Unit(NamedTuple):
 
 
 def units_phrase(units) -> str:
-    """n, said as orders x seeds: ``2 orders × 3 seeds`` (``2 orders × 1–3 seeds`` where the orders
-    have different seed counts); ``3 seeds`` in one order."""
+    """n, said as orders x seeds: ``2 orders × 3 seeds``, ``1 order × 2 seeds``, and ``2 orders ×
+    1–3 seeds`` where the orders have different seed counts."""
     per_order = [sum(1 for u in units if u.order == order) for order in dict.fromkeys(u.order for u in units)]
-    seeds = f"{min(per_order)}" if min(per_order) == max(per_order) else f"{min(per_order)}–{max(per_order)}"
-    if len(per_order) == 1:
-        return f"{seeds} seed{'s' if seeds != '1' else ''}"
-    return f"{len(per_order)} orders × {seeds} seed{'s' if seeds != '1' else ''}"
+    low, high = min(per_order), max(per_order)
+    seeds = f"{low}–{high} seeds" if low != high else f"{low} seed{'s' if low > 1 else ''}"
+    return f"{len(per_order)} order{'s' if len(per_order) > 1 else ''} × {seeds}"
 
 
 @dataclass

@@ -110,9 +110,9 @@ def load_inputs(results_dir: str | Path | Results) -> ReportInputs:
     )
     if len(one_order) < len(one_protocol):
         notes.append(
-            f"{len(one_protocol) - len(one_order)} result(s) in another class order than their run's "
-            "default left out of the paper tables and figures; fig_class_orders and the comparison "
-            "against GR4CIL read every order"
+            f"{len(one_protocol) - len(one_order)} result(s) in another class order left out of the paper "
+            "tables and figures, which read one order a method, dataset and task count (the protocol's "
+            "default where it ran); fig_class_orders and the comparison against GR4CIL read every order"
         )
     one_protocol = one_order
     distinct = [file.result for file in one_protocol.distinct]

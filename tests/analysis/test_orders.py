@@ -44,7 +44,7 @@ def _stages(predictions: np.ndarray, tasks: list[list[int]]) -> list[dict]:
     return stages
 
 
-def store_run(root, label: str, order: str, seed: int, predictions, permutation=None) -> None:
+def store_run(root, label: str, order: str, seed: int, predictions, permutation=None, dataset="toy") -> None:
     """A finished 2-task result in class order ``order`` (its name; ``permutation``: the stored one,
     by default the order's tasks) with ``[2, 10]`` predictions, stored where the runner puts it."""
     predictions = np.asarray(predictions)
@@ -52,7 +52,7 @@ def store_run(root, label: str, order: str, seed: int, predictions, permutation=
     stages = _stages(predictions, tasks)
     config = {
         "strategy": label,
-        "dataset": "toy",
+        "dataset": dataset,
         "n_tasks": 2,
         "seed": seed,
         "class_order": order,
@@ -65,7 +65,7 @@ def store_run(root, label: str, order: str, seed: int, predictions, permutation=
         "schema_version": 5,
         "strategy": label,
         "label": label,
-        "dataset": "toy",
+        "dataset": dataset,
         "n_tasks": 2,
         "seed": seed,
         "config": config,
@@ -243,6 +243,7 @@ def test_a_table_splits_a_column_by_order_where_a_method_ran_several_and_never_a
     assert "class orders" not in tables.write_tables(alone)
 
 
+@pytest.mark.slow
 def test_the_order_figure_shows_each_methods_orders_and_spread_and_only_where_orders_vary(tmp_path):
     _two_orders(tmp_path)
     inputs = load_inputs(tmp_path)
@@ -272,3 +273,24 @@ def test_the_order_figure_shows_each_methods_orders_and_spread_and_only_where_or
         "fig_accuracy_curves"
     ]  # not even a note
     assert "class_orders" not in (tmp_path / "out-one" / "report.md").read_text()
+
+
+def test_reproducibility_reads_the_default_order_alone(tmp_path):
+    from analysis.reproducibility import reproducibility_markdown
+
+    for (label, order), flips in FLIPS.items():
+        for seed, flip in enumerate(flips):
+            store_run(
+                tmp_path / "smoke-baselines", label, order, seed, _flip(PERFECT, flip), dataset="synthetic"
+            )
+    (row,) = [
+        line for line in reproducibility_markdown(tmp_path).splitlines() if line.startswith("| `gr4cil`")
+    ]
+    # gr4cil in seed1993: Last 60 and 70, Avg (100 + 60) / 2 = 80 and (100 + 70) / 2 = 85; seed5 left out
+    assert "miniature 82.50 ± 2.50 / 65.00 ± 5.00 (n = 2)" in row
+
+
+def test_n_is_said_as_orders_times_seeds():
+    assert units_phrase([Unit("", 0), Unit("", 1), Unit("s5", 0), Unit("s5", 1)]) == "2 orders × 2 seeds"
+    assert units_phrase([Unit("", 0), Unit("s5", 0), Unit("s5", 1), Unit("s7", 2)]) == "3 orders × 1–2 seeds"
+    assert units_phrase([Unit("s5", 3)]) == "1 order × 1 seed"
