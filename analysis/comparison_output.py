@@ -1,4 +1,10 @@
-"""The comparison's tables (Markdown, CSV, LaTeX) and figures (``analysis.compare``)."""
+"""The comparison's tables (Markdown, CSV, LaTeX) and figures (``analysis.compare``).
+
+Where runs span several class orders, n is said as orders x seeds, the paired units are listed by
+order, and the Markdown adds a section "By class order" (each order's difference with its interval,
+and how the differences' variance splits between orders and seeds), also written as
+``<stem>-<metric>-orders.csv``. Comparisons of one order read as they always have.
+"""
 
 from __future__ import annotations
 
@@ -17,34 +23,56 @@ from analysis.formatting import (
     population_std,
     signed_cell,
 )
+from analysis.orders import Unit, units_phrase
 from analysis.pairing import LOWER_IS_BETTER, METHOD, METRICS, TASK_METRICS, Comparison
 from analysis.statistics import CONFIDENCE
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.runner.results import safe_label
 
 
-def _mean_cell(values: dict[int, float]) -> str:
-    """``mean ± std (n = k)``, or ``mean (n = 1)``."""
+def _mean_cell(values: dict[Unit, float], several_orders: bool = False) -> str:
+    """``mean ± std (n = k)``, or ``mean (n = 1)``; over several orders, ``(n = 2 orders × 3
+    seeds)``."""
     numbers = list(values.values())
     if not numbers:
         return MISSING
     cell = mean_std_cell(float(np.mean(numbers)), population_std(numbers), n=len(numbers))
+    if several_orders:
+        return f"{cell.removesuffix(' (n = 1)')} (n = {units_phrase(values)})"
     return cell if len(numbers) == 1 else f"{cell} (n = {len(numbers)})"
+
+
+def _several_orders(comparisons: list[Comparison]) -> bool:
+    return any(c.several_orders for c in comparisons)
+
+
+def paired_by_order(c: Comparison, separator: str = "; ") -> str:
+    """``seed1993: 0, 1; seed0: 0, 1``: the paired seeds of each class order."""
+    orders = dict.fromkeys(u.order for u in c.paired_units)
+    return separator.join(
+        f"{c.order_names.get(o, o)}: {', '.join(str(u.seed) for u in c.paired_units if u.order == o)}"
+        for o in orders
+    )
 
 
 def comparison_frame(comparisons: list[Comparison]) -> pd.DataFrame:
     """One row per comparison, display strings (for Markdown and LaTeX)."""
-    rows = []
+    rows, several = [], _several_orders(comparisons)
     for c in comparisons:
         d = c.difference
+        paired = (
+            {"paired units (order: seeds)": paired_by_order(c) or "none (unpaired)"}
+            if several
+            else {"paired seeds": ", ".join(str(u.seed) for u in c.paired_units) or "none (unpaired)"}
+        )
         rows.append(
             {
                 "method": c.label,
                 "dataset": c.dataset,
                 "tasks": str(c.n_tasks),
-                "mean ± std": _mean_cell(c.values),
-                f"{c.baseline} mean ± std": _mean_cell(c.baseline_values),
-                "paired seeds": ", ".join(map(str, c.paired_seeds)) or "none (unpaired)",
+                "mean ± std": _mean_cell(c.values, several),
+                f"{c.baseline} mean ± std": _mean_cell(c.baseline_values, several),
+                **paired,
                 "difference": signed_cell(c.estimate) if c.estimate is not None else MISSING,
                 "95 % interval": f"[{d.low:+.2f}, {d.high:+.2f}]" if d else MISSING,
                 "verdict": c.verdict,
@@ -73,7 +101,9 @@ def numbers_frame(comparisons: list[Comparison]) -> pd.DataFrame:
                 "baseline_n": len(theirs),
                 "baseline_mean": np.mean(theirs),
                 "baseline_std": population_std(theirs),
-                "paired_seeds": " ".join(map(str, c.paired_seeds)),
+                "paired_seeds": " ".join(
+                    f"{c.order_name(u)}/{u.seed}" if c.several_orders else str(u.seed) for u in c.paired_units
+                ),
                 "difference": c.estimate if c.estimate is not None else math.nan,
                 "low": d.low if d else math.nan,
                 "high": d.high if d else math.nan,
@@ -84,6 +114,93 @@ def numbers_frame(comparisons: list[Comparison]) -> pd.DataFrame:
             }
         )
     return pd.DataFrame(rows)
+
+
+def orders_frame(comparisons: list[Comparison]) -> pd.DataFrame:
+    """One row per class order of each comparison over several (numbers, for CSV): its seeds, the
+    means, the difference with its interval; and the comparison's variance split, on every row."""
+    rows = []
+    for c in comparisons:
+        split = c.order_split
+        for row in c.by_order:
+            d = row.difference
+            rows.append(
+                {
+                    "method": c.label,
+                    "baseline": c.baseline,
+                    "dataset": c.dataset,
+                    "n_tasks": c.n_tasks,
+                    "metric": c.metric,
+                    "order": row.order,
+                    "seeds": " ".join(map(str, row.seeds)),
+                    "mean": row.mean,
+                    "baseline_mean": row.baseline_mean,
+                    "difference": row.estimate,
+                    "low": d.low if d else math.nan,
+                    "high": d.high if d else math.nan,
+                    "order_sd": math.sqrt(split.order_variance),
+                    "seed_sd": math.sqrt(split.seed_variance),
+                    "order_share": split.order_share,
+                    "f_statistic": split.f_statistic,
+                    "p_value": split.p_value,
+                }
+            )
+    return pd.DataFrame(rows)
+
+
+def split_sentence(c: Comparison) -> str:
+    """How the paired differences spread between class orders and seeds, in words."""
+    s = c.order_split
+    if math.isnan(s.seed_variance):
+        return (
+            f"{s.n_orders} orders, one paired seed each: how much is the order's and how much the "
+            "seed's cannot be told apart; run several seeds in each order"
+        )
+    return (
+        f"between orders sd {math.sqrt(s.order_variance):.2f}, between seeds within an order sd "
+        f"{math.sqrt(s.seed_variance):.2f}: {s.order_share:.0%} of the variance lies between the "
+        f"{s.n_orders} orders (one-way ANOVA over {s.n_units} units, F = {s.f_statistic:.2f}, "
+        f"p = {s.p_value:.3g})"
+    ).replace("%", " %")
+
+
+def _orders_markdown(comparisons: list[Comparison]) -> list[str]:
+    """The section "By class order": each order's paired difference, and the variance split."""
+    rows = [
+        {
+            "method": c.label,
+            "dataset": c.dataset,
+            "tasks": str(c.n_tasks),
+            "order": row.order,
+            "paired seeds": ", ".join(map(str, row.seeds)),
+            "mean": f"{row.mean:.2f}",
+            f"{c.baseline} mean": f"{row.baseline_mean:.2f}",
+            "difference": signed_cell(row.estimate),
+            "95 % interval": f"[{row.difference.low:+.2f}, {row.difference.high:+.2f}]"
+            if row.difference
+            else MISSING,
+        }
+        for c in comparisons
+        for row in c.by_order
+    ]
+    if not rows:
+        return []
+    splits = [
+        f"- {c.label} on {c.dataset} / {c.n_tasks} tasks: {split_sentence(c)}."
+        for c in comparisons
+        if c.by_order
+    ]
+    return [
+        "## By class order",
+        "",
+        markdown_table(pd.DataFrame(rows).set_index("method"), index_name="method"),
+        "Each order's difference: mean over its paired seeds, interval over its seeds and test images. "
+        "How the paired differences spread (variance components of a one-way analysis of variance, "
+        "orders as groups):",
+        "",
+        *splits,
+        "",
+    ]
 
 
 def metric_title(metric: str) -> str:
@@ -105,9 +222,10 @@ def render_markdown(comparisons: list[Comparison], problems: list[str] = ()) -> 
         f"# {metric_title(metric)} against {baseline}",
         "",
         markdown_table(comparison_frame(comparisons), index_name="method"),
-        f"Difference: method minus {baseline}, mean over the paired seeds. {direction(metric)} "
-        f"Interval: {METHOD}.",
+        f"Difference: method minus {baseline}, mean over the paired {_units(comparisons)}. "
+        f"{direction(metric)} Interval: {_method(comparisons)}.",
         "",
+        *_orders_markdown(comparisons),
     ]
     notes = [f"{c.label} on {c.dataset} / {c.n_tasks} tasks: {note}" for c in comparisons for note in c.notes]
     if notes or problems:
@@ -115,12 +233,24 @@ def render_markdown(comparisons: list[Comparison], problems: list[str] = ()) -> 
     return "\n".join(lines)
 
 
+def _units(comparisons: list[Comparison]) -> str:
+    return "units (class order, seed)" if _several_orders(comparisons) else "seeds"
+
+
+def _method(comparisons: list[Comparison]) -> str:
+    """How the interval is made; over several orders, the units are (order, seed)."""
+    if not _several_orders(comparisons):
+        return METHOD
+    return METHOD.replace("over seeds", "over units (class order, seed)")
+
+
 def render_latex(comparisons: list[Comparison], name: str) -> str:
     """A booktabs table with a caption that names the baseline, the metric and the method."""
     c = comparisons[0]
     caption = latex_escape(
         f"{metric_title(c.metric)} against {c.baseline}: difference = method minus "
-        f"{c.baseline}, mean over the paired seeds. {direction(c.metric)} Interval: {METHOD}."
+        f"{c.baseline}, mean over the paired {_units(comparisons)}. {direction(c.metric)} "
+        f"Interval: {_method(comparisons)}."
     )
     body = latex_table(comparison_frame(comparisons), index_name="method")
     return (
@@ -223,6 +353,9 @@ def write_comparison(
     atomic_write_text(paths[0], render_markdown(comparisons, problems))
     atomic_write_text(paths[1], numbers_frame(comparisons).to_csv(index=False))
     atomic_write_text(paths[2], render_latex(comparisons, f"{stem}-{metric}"))
+    if _several_orders(comparisons):
+        paths.append(Path(table_dir or out_dir) / f"{stem}-{metric}-orders.csv")
+        atomic_write_text(paths[-1], orders_frame(comparisons).to_csv(index=False))
     for label in dict.fromkeys(c.label for c in comparisons):
         paths += draw_figure(comparisons, label, out_dir)
     return paths

@@ -1,9 +1,13 @@
 """Pairing runs against a baseline, and the statistics of their differences (``analysis.compare``).
 
-Runs are paired by dataset, task count and seed, after a check that they share their protocol
-(``protocol``: what a comparison must hold fixed). Each pair's difference gets a 95 % interval from
-a bootstrap over seeds and test images (``analysis.statistics``), both strategies scored on the
-same resampled images; where predictions are missing, over seeds only.
+Runs are paired by dataset, task count and unit, after a check that they share their protocol
+(``protocol``: what a comparison must hold fixed). A unit is a (class order, seed): a suite may vary
+the class order beside the seed (``benchmarks.runner.suites``), and two runs pair only in the same
+order and seed. Each pair's difference gets a 95 % interval from a bootstrap over units and test
+images (``analysis.statistics``), both strategies scored on the same resampled images; where
+predictions are missing, over units only. Where several orders were run, each order's difference
+gets its own interval over its seeds, and ``order_variance`` splits the differences' variance
+between the orders and the seeds within them (``OrderSplit``).
 """
 
 from __future__ import annotations
@@ -14,14 +18,17 @@ from pathlib import Path
 
 import numpy as np
 
+from analysis.orders import OrderRow, Unit
 from analysis.statistics import (
     CONFIDENCE,
     POWER,
     Interval,
+    OrderSplit,
     bootstrap_seed_means,
     bootstrap_stage_means,
     interval,
     metric_of_stages,
+    order_variance,
     task_accuracies,
 )
 from benchmarks.core.errors import UserError
@@ -91,15 +98,19 @@ def protocol(run: Run) -> dict:
 
 #: what ``--across-protocols`` lets differ: the fields a source's protocol sets
 ACROSS_PROTOCOLS = ("evaluation protocol", "class order", "data", "test set")
+#: what differs from one class order to another: checked within each order only
+WITHIN_ORDER = ("class order", "test set")
 
 
-def protocol_difference(pa: dict, b: Run, across_protocols: bool = False) -> str | None:
+def protocol_difference(
+    pa: dict, b: Run, across_protocols: bool = False, skip: tuple[str, ...] = ()
+) -> str | None:
     """The first field in which run ``b`` differs from protocol ``pa``, or None. A test set is
     compared image by image where both runs stored predictions, else by its counts per task.
-    ``across_protocols``: the fields of ``ACROSS_PROTOCOLS`` may differ."""
+    ``across_protocols``: the fields of ``ACROSS_PROTOCOLS`` may differ; ``skip``: these too."""
     pb = protocol(b)
     for name in pa:
-        if across_protocols and name in ACROSS_PROTOCOLS:
+        if (across_protocols and name in ACROSS_PROTOCOLS) or name in skip:
             continue
         left, right = pa[name], pb[name]
         if name == "test set" and (left[0] is None or right[0] is None):
@@ -128,34 +139,56 @@ class Comparison:
     label: str
     baseline: str
     metric: str
-    values: dict[int, float]  # the strategy's metric per seed
-    baseline_values: dict[int, float]
-    paired_seeds: list[int]
-    estimate: float | None = None  # mean over the paired seeds of (strategy - baseline)
+    values: dict[Unit, float]  # the strategy's metric per (class order, seed)
+    baseline_values: dict[Unit, float]
+    paired_units: list[Unit]
+    estimate: float | None = None  # mean over the paired units of (strategy - baseline)
     difference: Interval | None = None  # the estimate with its interval, where one can be had
     stage_bands: dict[str, np.ndarray] = field(default_factory=dict)  # label -> [3, T] mean, low, high
     notes: list[str] = field(default_factory=list)
+    order_names: dict[str, str] = field(default_factory=dict)  # Unit.order -> the order's name
+    by_order: list[OrderRow] = field(default_factory=list)  # where the paired units span several orders
+    order_split: OrderSplit | None = None  # the paired differences' variance: orders against seeds
+
+    @property
+    def several_orders(self) -> bool:
+        """Whether the runs span more than one class order (then n is orders x seeds)."""
+        return len({unit.order for unit in [*self.values, *self.baseline_values]}) > 1
+
+    def order_name(self, unit: Unit) -> str:
+        return self.order_names.get(unit.order, unit.order)
 
     @property
     def verdict(self) -> str:
-        if not self.paired_seeds:
+        if not self.paired_units:
             return "unpaired"
         if self.difference is None:
             return "no interval"
         return self.difference.verdict_for(self.metric in LOWER_IS_BETTER)
 
 
-def _values(runs: dict[int, Run], metric: str) -> dict[int, float]:
+def _values(runs: dict[Unit, Run], metric: str) -> dict[Unit, float]:
     key = METRICS[metric][0]
-    return {seed: run.result.summary[key] for seed, run in sorted(runs.items())}
+    return {unit: run.result.summary[key] for unit, run in sorted(runs.items())}
+
+
+def _same_test_set(runs: list[Run]) -> bool:
+    """Whether every run scored the same images in the same places: what crossing the image
+    resample with the units needs (in each class order alike)."""
+    first = runs[0]
+    return all(
+        np.array_equal(run.image_ids, first.image_ids) and np.array_equal(run.targets, first.targets)
+        for run in runs
+    )
 
 
 def _stage_band(runs: list[Run], draws: int) -> np.ndarray:
-    """``[3, T]``: mean over seeds of the stage accuracy and its 95 % interval (seeds and images)."""
+    """``[3, T]``: mean over units of the stage accuracy and its 95 % interval (units and images);
+    each run counts the images of the classes its own order has shown."""
     mean = np.mean([run.stage_accuracy for run in runs], axis=0)
-    if all(run.correct is not None for run in runs):
+    if all(run.correct is not None for run in runs) and _same_test_set(runs):
         values = np.stack([run.correct for run in runs]).astype(float)
-        counted = counted_images(runs[0].result, runs[0].targets)
+        counted = np.stack([counted_images(run.result, run.targets) for run in runs])
         replicates = bootstrap_stage_means(values, counted, draws)
     else:
         replicates = bootstrap_stage_means(
@@ -177,19 +210,21 @@ def image_tasks(result: RunResult, targets: np.ndarray) -> np.ndarray:
 
 
 def _paired_image_replicates(pairs: list[tuple[Run, Run]], metric: str, draws: int) -> np.ndarray:
-    """``[draws]`` replicates of the mean paired difference of ``metric``, over seeds and test
-    images, both strategies scored on the same resampled images."""
+    """``[draws]`` replicates of the mean paired difference of ``metric``, over units and test
+    images, both strategies scored on the same resampled images (each pair's tasks: its order's)."""
     first = pairs[0][0]
     if metric not in TASK_METRICS:
         values = np.stack([a.correct.astype(float) - b.correct for a, b in pairs])
-        stage_means = bootstrap_stage_means(values, counted_images(first.result, first.targets), draws)
+        counted = np.stack([counted_images(a.result, a.targets) for a, _ in pairs])
+        stage_means = bootstrap_stage_means(values, counted, draws)
         return metric_of_stages(stage_means, metric)
-    of_matrix, tasks = TASK_METRICS[metric], image_tasks(first.result, first.targets)
+    of_matrix = TASK_METRICS[metric]
+    tasks = [image_tasks(a.result, a.targets) for a, _ in pairs]
 
-    def difference(seed: int, weights: np.ndarray) -> np.ndarray:
-        a, b = pairs[seed]
-        return of_matrix(task_accuracies(a.correct.astype(float), tasks, weights)) - of_matrix(
-            task_accuracies(b.correct.astype(float), tasks, weights)
+    def difference(unit: int, weights: np.ndarray) -> np.ndarray:
+        a, b = pairs[unit]
+        return of_matrix(task_accuracies(a.correct.astype(float), tasks[unit], weights)) - of_matrix(
+            task_accuracies(b.correct.astype(float), tasks[unit], weights)
         )
 
     return bootstrap_seed_means(difference, len(pairs), len(first.targets), draws)
@@ -216,35 +251,96 @@ def _paired_seed_replicates(pairs: list[tuple[Run, Run]], metric: str, draws: in
     )
 
 
+def _check_protocols(
+    dataset: str,
+    n_tasks: int,
+    label: str,
+    baseline: str,
+    runs: dict[Unit, Run],
+    baseline_runs: dict[Unit, Run],
+    across_protocols: bool,
+) -> None:
+    """Refuse (``ProtocolMismatch``) runs that differ in protocol: every field against the
+    baseline's first run, the class order and test set against the first run of the same order."""
+    first = next(iter(baseline_runs))
+    reference = protocol(baseline_runs[first])
+    in_order = {}
+    for group in (baseline_runs, runs):
+        for unit, run in group.items():
+            in_order.setdefault(unit.order, (unit, protocol(run)))
+    for who, group in ((baseline, baseline_runs), (label, runs)):
+        for unit, run in group.items():
+            other, by_order = in_order[unit.order]
+            for against, fields, skip in ((first, reference, WITHIN_ORDER), (other, by_order, ())):
+                if (field_name := protocol_difference(fields, run, across_protocols, skip)) is not None:
+                    hint = " (or pass --across-protocols)" if field_name in ACROSS_PROTOCOLS else ""
+                    owner = baseline if fields is reference or against in baseline_runs else label
+                    raise ProtocolMismatch(
+                        f"{label} and {baseline} differ in {field_name} on {dataset} / {n_tasks} tasks "
+                        f"({who}, seed {unit}, against {owner}, seed {against}); "
+                        f"a comparison needs the same protocol: rerun one of them under the other's{hint}"
+                    )
+
+
+def _difference_interval(
+    estimate: float,
+    pairs: list[tuple[Run, Run]],
+    metric: str,
+    draws: int,
+    across_protocols: bool,
+    notes: list[str],
+    units: str = "seeds",
+) -> Interval | None:
+    """The paired difference's interval: over ``units`` (the pairs) and test images where every
+    run stored predictions of one test set, else over ``units`` alone; None for one pair without
+    predictions. What was resampled, where not both, goes to ``notes``."""
+    one = units.removesuffix("s") if units == "seeds" else "unit"
+    with_images = all(a.correct is not None and b.correct is not None for a, b in pairs)
+    same_images = with_images and _same_test_set([run for pair in pairs for run in pair])
+    if across_protocols:
+        notes.append(f"across protocols: {units} resampled, test images not")
+    if not across_protocols and same_images:
+        replicates = _paired_image_replicates(pairs, metric, draws)
+        if len(pairs) == 1:
+            notes.append(f"one paired {one}: the interval covers the test images, not the {units}")
+    elif len(pairs) > 1:
+        replicates = _paired_seed_replicates(pairs, metric, draws)
+        if not across_protocols:
+            why = (
+                "the class orders scored other test images (a run's limits)"
+                if with_images
+                else "some runs have no predictions (schema version 1, or a sidecar missing)"
+            )
+            notes.append(f"{units} resampled, test images not: {why}")
+    else:
+        notes.append(f"no interval: one paired {one} and no stored predictions")
+        return None
+    return interval(estimate, replicates)
+
+
 def compare_pair(
     dataset: str,
     n_tasks: int,
     label: str,
     baseline: str,
-    runs: dict[int, Run],
-    baseline_runs: dict[int, Run],
+    runs: dict[Unit, Run],
+    baseline_runs: dict[Unit, Run],
     metric: str,
     draws: int = DRAWS,
     baseline_band: np.ndarray | None = None,
     across_protocols: bool = False,
 ) -> Comparison:
-    """Compare ``label`` with ``baseline`` on one dataset and task count (``runs``: seed -> Run).
+    """Compare ``label`` with ``baseline`` on one dataset and task count (``runs``: unit -> Run).
     ``baseline_band``: the baseline's ``_stage_band``, where the caller already has it.
 
-    Raises ``ProtocolMismatch`` when any two of the runs differ in protocol. ``across_protocols``
-    lets their evaluation protocols differ (``ACROSS_PROTOCOLS``); the test images then need not be
-    the same, so only the seeds are resampled.
+    Raises ``ProtocolMismatch`` when any two of the runs differ in protocol (in class order and
+    test set: two of one order). ``across_protocols`` lets their evaluation protocols differ
+    (``ACROSS_PROTOCOLS``); the test images then need not be the same, so only the units are
+    resampled. Where the paired units span several class orders, each order also gets its own
+    difference and interval (``Comparison.by_order``) and the differences' variance is split
+    between orders and seeds (``Comparison.order_split``).
     """
-    reference = protocol(next(iter(baseline_runs.values())))
-    for who, group in ((baseline, baseline_runs), (label, runs)):
-        for seed, run in group.items():
-            if (field_name := protocol_difference(reference, run, across_protocols)) is not None:
-                hint = " (or pass --across-protocols)" if field_name in ACROSS_PROTOCOLS else ""
-                raise ProtocolMismatch(
-                    f"{label} and {baseline} differ in {field_name} on {dataset} / {n_tasks} tasks "
-                    f"({who}, seed {seed}, against {baseline}, seed {next(iter(baseline_runs))}); "
-                    f"a comparison needs the same protocol: rerun one of them under the other's{hint}"
-                )
+    _check_protocols(dataset, n_tasks, label, baseline, runs, baseline_runs, across_protocols)
     paired = sorted(set(runs) & set(baseline_runs))
     comparison = Comparison(
         dataset,
@@ -255,6 +351,11 @@ def compare_pair(
         _values(runs, metric),
         _values(baseline_runs, metric),
         paired,
+        order_names={
+            unit.order: str(run.result.config.get("class_order") or unit.order or "default")
+            for group in (baseline_runs, runs)
+            for unit, run in group.items()
+        },
     )
     comparison.stage_bands[label] = _stage_band(list(runs.values()), draws)
     comparison.stage_bands[baseline] = (
@@ -262,38 +363,50 @@ def compare_pair(
     )
     if not paired:
         return comparison
-    estimate = float(np.mean([comparison.values[s] - comparison.baseline_values[s] for s in paired]))
-    comparison.estimate = estimate
-    pairs = [(runs[s], baseline_runs[s]) for s in paired]
-    if across_protocols:
-        comparison.notes.append("across protocols: seeds resampled, test images not")
-    if not across_protocols and all(a.correct is not None and b.correct is not None for a, b in pairs):
-        replicates = _paired_image_replicates(pairs, metric, draws)
-        if len(paired) == 1:
-            comparison.notes.append("one paired seed: the interval covers the test images, not the seeds")
-    elif len(paired) > 1:
-        replicates = _paired_seed_replicates(pairs, metric, draws)
-        if not across_protocols:
-            comparison.notes.append(
-                "seeds resampled, test images not: some runs have no predictions "
-                "(schema version 1, or a sidecar missing)"
+    differences = {u: comparison.values[u] - comparison.baseline_values[u] for u in paired}
+    comparison.estimate = float(np.mean(list(differences.values())))
+    orders = list(dict.fromkeys(u.order for u in paired))
+    units = "units (order, seed)" if len(orders) > 1 else "seeds"
+    pairs = [(runs[u], baseline_runs[u]) for u in paired]
+    comparison.difference = _difference_interval(
+        comparison.estimate, pairs, metric, draws, across_protocols, comparison.notes, units
+    )
+    if len(orders) > 1:
+        for order in orders:
+            mine = [u for u in paired if u.order == order]
+            estimate = float(np.mean([differences[u] for u in mine]))
+            comparison.by_order.append(
+                OrderRow(
+                    comparison.order_names[order],
+                    [u.seed for u in mine],
+                    float(np.mean([comparison.values[u] for u in mine])),
+                    float(np.mean([comparison.baseline_values[u] for u in mine])),
+                    estimate,
+                    _difference_interval(
+                        estimate,
+                        [(runs[u], baseline_runs[u]) for u in mine],
+                        metric,
+                        draws,
+                        across_protocols,
+                        [],
+                    ),
+                )
             )
-    else:
-        comparison.notes.append("no interval: one paired seed and no stored predictions")
-        return comparison
-    comparison.difference = interval(estimate, replicates)
+        comparison.order_split = order_variance(
+            [[differences[u] for u in paired if u.order == o] for o in orders]
+        )
     return comparison
 
 
 def load_runs(
     results_dir: str | Path | list[str | Path] | Results, problems: list[str]
-) -> dict[tuple[str, int, str], dict[int, Run]]:
-    """(dataset, n_tasks, label) -> seed -> Run, for every stored result under ``results_dir`` (a
-    folder, a list of folders, or what ``read_results`` read): one result per run key, by
-    ``Results``' rule, whose notes go to ``problems``."""
+) -> dict[tuple[str, int, str], dict[Unit, Run]]:
+    """(dataset, n_tasks, label) -> ``Unit`` (class order, seed) -> Run, for every stored result
+    under ``results_dir`` (a folder, a list of folders, or what ``read_results`` read): one result
+    per run key, by ``Results``' rule, whose notes go to ``problems``."""
     results = read_results(results_dir)
     problems += results.notes
-    runs: dict[tuple[str, int, str], dict[int, Run]] = defaultdict(dict)
+    runs: dict[tuple[str, int, str], dict[Unit, Run]] = defaultdict(dict)
     for file in results.runs:
         run = Run(file.result)
         predictions = file.load_predictions(problems)
@@ -304,11 +417,11 @@ def load_runs(
                 predictions.image_ids,
             )
         key = file.key
-        runs[key.dataset, key.n_tasks, key.label][key.seed] = run
+        runs[key.dataset, key.n_tasks, key.label][Unit(key.order, key.seed)] = run
     return runs
 
 
-def _undefined(metric: str, groups: list[dict[int, Run]]) -> bool:
+def _undefined(metric: str, groups: list[dict[Unit, Run]]) -> bool:
     """Whether some run lacks ``metric`` (None in its summary)."""
     key = METRICS[metric][0]
     return any(run.result.summary.get(key) is None for group in groups for run in group.values())
@@ -321,7 +434,7 @@ def compare_all(
     metric: str = "last",
     draws: int = DRAWS,
     problems: list[str] | None = None,
-    runs: dict[tuple[str, int, str], dict[int, Run]] | None = None,
+    runs: dict[tuple[str, int, str], dict[Unit, Run]] | None = None,
     across_protocols: bool = False,
 ) -> list[Comparison]:
     """Every (dataset, task count, strategy) against ``baseline``, where both have runs.
@@ -388,14 +501,18 @@ def compare_all(
 
 
 def unpaired_refusal(comparisons: list[Comparison]) -> str | None:
-    """The one-line refusal for the first comparison whose runs share no seed, or None."""
+    """The one-line refusal for the first comparison whose runs share no (class order and) seed,
+    or None."""
     for c in comparisons:
-        if not c.paired_seeds:
+        if not c.paired_units:
+            what, flags = (
+                ("order and seed", "--class-order and --seeds") if c.several_orders else ("seed", "--seeds")
+            )
             return (
-                f"{c.label} and {c.baseline} share no seed on {c.dataset} / {c.n_tasks} tasks "
+                f"{c.label} and {c.baseline} share no {what} on {c.dataset} / {c.n_tasks} tasks "
                 f"({c.label}: {', '.join(map(str, c.values))}; {c.baseline}: "
-                f"{', '.join(map(str, c.baseline_values))}); a paired comparison needs the same seeds: "
-                f"run both with --seeds"
+                f"{', '.join(map(str, c.baseline_values))}); a paired comparison needs the same {what}s: "
+                f"run both with {flags}"
             )
     return None
 

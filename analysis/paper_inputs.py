@@ -61,7 +61,10 @@ class ReportInputs:
 
     ``runs`` has one result per (label, dataset, n_tasks, seed): when several files share a key
     (e.g. a main-protocol run and a zero-shot run with held-out images), the one without
-    ``zero_shot`` is kept, then the first by path. ``all_runs`` keeps every distinct run.
+    ``zero_shot`` is kept, then the first by path. ``all_runs`` keeps every distinct run. Both hold
+    the runs of one class order a method, dataset and task count: the protocol's default where it
+    was run (as the paper's numbers were made), else the first by name;
+    ``every_order`` holds the runs of every order (``analysis.orders.fig_class_orders`` reads it).
     """
 
     runs: list[RunResult]
@@ -69,6 +72,7 @@ class ReportInputs:
     notes: list[str] = field(default_factory=list)
     loaded: Results | None = None  # what was read, for the report's other readers
     paths: dict[RunKey, Path] = field(default_factory=dict)  # the file each of ``runs`` was read from
+    every_order: list[RunResult] = field(default_factory=list)  # ``runs`` and those of other class orders
 
 
 def load_inputs(results_dir: str | Path | Results) -> ReportInputs:
@@ -92,6 +96,25 @@ def load_inputs(results_dir: str | Path | Results) -> ReportInputs:
             "run python -m benchmarks.run first "
             "or point --results-dir at a folder of results"
         )
+    every_order = [file.result for file in one_protocol.runs]
+    # a paper table holds one class order, the paper's where it was run: other orders are read by
+    # the order figure and the comparison against GR4CIL, which pair them over (order, seed)
+    table_order = {}
+    for file in sorted(one_protocol.found, key=lambda file: (file.key.order != "", file.key.order)):
+        key = file.key
+        table_order.setdefault((key.label, key.dataset, key.split, key.n_tasks), key.order)
+    one_order = one_protocol.where(
+        lambda file: (
+            table_order[file.key.label, file.key.dataset, file.key.split, file.key.n_tasks] == file.key.order
+        )
+    )
+    if len(one_order) < len(one_protocol):
+        notes.append(
+            f"{len(one_protocol) - len(one_order)} result(s) in another class order left out of the paper "
+            "tables and figures, which read one order a method, dataset and task count (the protocol's "
+            "default where it ran); fig_class_orders and the comparison against GR4CIL read every order"
+        )
+    one_protocol = one_order
     distinct = [file.result for file in one_protocol.distinct]
     caveats = [why for run in distinct if (why := not_a_measurement(run))]
     notes += [
@@ -102,7 +125,7 @@ def load_inputs(results_dir: str | Path | Results) -> ReportInputs:
     notes += one_protocol.duplicate_notes
     runs = [file.result for file in one_protocol.runs]
     paths = {file.key: file.path for file in one_protocol.runs}
-    return ReportInputs(runs, distinct, notes, loaded, paths)
+    return ReportInputs(runs, distinct, notes, loaded, paths, every_order)
 
 
 def split_of(run: RunResult) -> str:

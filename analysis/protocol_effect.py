@@ -21,7 +21,7 @@ import numpy as np
 import pandas as pd
 
 from analysis.formatting import MISSING, latex_table, markdown_table, mean_std_cell, population_std
-from analysis.pairing import DRAWS, METRICS, TASK_METRICS, Run, check_draws, load_runs
+from analysis.pairing import DRAWS, METRICS, TASK_METRICS, Run, Unit, check_draws, load_runs
 from analysis.statistics import bootstrap_stage_means, interval, metric_of_stages
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import (
@@ -38,16 +38,16 @@ TABLE = "protocol_effect"
 
 def _runs_of(
     folder: str | Path, protocol: str, problems: list[str]
-) -> dict[tuple[str, int, str], dict[int, Run]]:
+) -> dict[tuple[str, int, str], dict[Unit, Run]]:
     runs = load_runs(folder, problems)
     if not runs:
         raise UserError(f"no result JSON found under {folder}; run the suite first or point at its results")
     for (dataset, n_tasks, label), seeds in runs.items():
-        for seed, run in seeds.items():
+        for unit, run in seeds.items():
             found = protocol_of(run.result)
             if found != protocol:
                 raise UserError(
-                    f"{folder} holds a {found!r} run ({label} / {dataset} / T={n_tasks} / seed {seed}) where "
+                    f"{folder} holds a {found!r} run ({label} / {dataset} / T={n_tasks} / seed {unit}) where "
                     f"{protocol!r} runs were expected; give each protocol's results folder to its option"
                 )
     return runs

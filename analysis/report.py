@@ -14,10 +14,15 @@ Writes, under the output folder::
                                      as-published minus one-protocol per row (``analysis.protocol_effect``)
     figures/<name>.png, .pdf         one per figure (see ``analysis.figures.FIGURES``)
     figures/acc_matrix/<run>.png, .pdf
+    figures/fig_class_orders.png, .pdf   where some method ran several class orders: how much the
+                                     order moves each method (``analysis.order_figure``)
     report.md                        all tables, links to the figures, and what was skipped
     REPRODUCIBILITY.md               one row per strategy (``analysis.reproducibility``)
 
-A table or figure whose inputs are missing is skipped with a one-line note on stderr. By default
+The paper tables and figures read one class order a method, dataset and task count (the protocol's
+default where it was run, ``analysis.paper_inputs``); the comparison against GR4CIL and
+``fig_class_orders`` read every order. A table or figure whose inputs are missing is skipped with
+a one-line note on stderr. By default
 every table also shows the paper's numbers ("[paper]" rows) and the difference ("Δ" rows). The
 LaTeX needs ``booktabs`` and ``amssymb`` (for ``\\checkmark``).
 """
@@ -30,6 +35,7 @@ from pathlib import Path
 from typing import Callable, Iterable
 
 from analysis import figures
+from analysis.order_figure import ORDER_FIGURE, fig_class_orders, order_frame
 from analysis.paper_inputs import MissingInputs, load_inputs, load_paper_reference
 from analysis.paper_tables import TABLES
 from benchmarks.core.atomic_io import atomic_write_text
@@ -71,7 +77,7 @@ def build_report(
     restricts the report to the named tables and figures; ``as_published_dir`` adds the table of how
     much the protocol moves each row (``results_dir`` then holds the one-protocol runs).
     """
-    names = [*TABLES, AGAINST_GR4CIL, *figures.FIGURES]
+    names = [*TABLES, AGAINST_GR4CIL, *figures.FIGURES, ORDER_FIGURE]
     wanted = set(only) if only is not None else set(names)
     unknown = wanted - set(names)
     if unknown:
@@ -118,6 +124,8 @@ def build_report(
             items.append(ReportItem(name, "figure", draw(inputs, out_dir / "figures")))
         except MissingInputs as reason:
             items.append(ReportItem(name, "figure", skipped=str(reason)))
+    if ORDER_FIGURE in wanted and not order_frame(inputs.every_order).empty:  # only where orders vary
+        items.append(ReportItem(ORDER_FIGURE, "figure", fig_class_orders(inputs, out_dir / "figures")))
     atomic_write_text(out_dir / "report.md", _index(items, markdown, inputs.notes, out_dir))
     from analysis.reproducibility import write_reproducibility
 

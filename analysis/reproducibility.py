@@ -234,10 +234,16 @@ def reproducibility_markdown(results_dir: str | Path, loaded: Results | None = N
 
         def counted(file: ResultFile) -> bool:
             # the miniature column is smoke-baselines' alone, not another suite's run on the same world
-            # (a diagnosis kept in results/smoke-official-steps, say); variants have rows of their own
+            # (a diagnosis kept in results/smoke-official-steps, say); variants have rows of their own;
+            # the paper's numbers were made in its protocol's default class order, never other orders
             result = file.result
             another_suite = other_suites & set(file.path.relative_to(root).parts)
-            return result.label == result.strategy and not (result.dataset == MINIATURE and another_suite)
+            default_order = file.key.order == ""
+            return (
+                result.label == result.strategy
+                and default_order
+                and not (result.dataset == MINIATURE and another_suite)
+            )
 
         read = read_results(root if loaded is None else loaded)
         for file in read.where(counted).runs:  # one result per run: Results' rule

@@ -16,10 +16,15 @@ variance n-fold.) Scoring both strategies on the same image resample keeps the p
 Forgetting and backward transfer are functions of every task's accuracy at every stage, not of
 the stage scores: ``task_accuracies`` recomputes that matrix from each resample of the images, and
 ``bootstrap_seed_means`` averages any per-seed score of a resample over the drawn seeds.
+
+A suite that varies the class order too gives one run per (order, seed): the bootstrap then draws
+those units as it draws seeds (each with its own ``counted``: its order's tasks), and
+``order_variance`` says how much of their spread lies between the orders.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from statistics import NormalDist
 from typing import Callable
@@ -172,6 +177,52 @@ def interval(estimate: float, replicates: np.ndarray) -> Interval:
     defined = np.asarray(replicates)[~np.isnan(replicates)]
     low, high = np.quantile(defined, [alpha / 2, 1 - alpha / 2])
     return Interval(float(estimate), float(low), float(high), float(np.std(defined, ddof=1)))
+
+
+@dataclass(frozen=True)
+class OrderSplit:
+    """How the paired differences of several class orders spread: between the orders' means and
+    between the seeds within an order (one-way analysis of variance, the orders as groups; each
+    variance component by the method of moments, negative estimates set to 0)."""
+
+    n_orders: int
+    n_units: int
+    between_sum_of_squares: float  # sum over orders of n_o (order mean - grand mean)^2
+    within_sum_of_squares: float  # sum over units of (value - its order's mean)^2
+    order_variance: float  # the variance of the orders' true means; NaN without seeds to compare
+    seed_variance: float  # the variance of seeds within an order (the within mean square)
+    f_statistic: float  # between / within mean square; NaN where undefined
+    p_value: float  # of F: no difference between the orders' means
+
+    @property
+    def order_share(self) -> float:
+        """The share of the variance that lies between orders: ``order / (order + seed)``."""
+        total = self.order_variance + self.seed_variance
+        return self.order_variance / total if total > 0 else math.nan
+
+
+def order_variance(groups: list[list[float]]) -> OrderSplit:
+    """Split the variance of values grouped by class order (``groups``: one list per order, of its
+    seeds' values) between the orders and the seeds within them. With one seed per order the two
+    cannot be told apart: the seed variance, F and p are NaN."""
+    from scipy.stats import f as f_distribution
+
+    groups = [np.asarray(g, dtype=float) for g in groups]
+    k, n = len(groups), sum(len(g) for g in groups)
+    grand = np.concatenate(groups).mean()
+    between = float(sum(len(g) * (g.mean() - grand) ** 2 for g in groups))
+    within = float(sum(((g - g.mean()) ** 2).sum() for g in groups))
+    if k < 2 or n <= k:
+        return OrderSplit(k, n, between, within, math.nan, math.nan, math.nan, math.nan)
+    ms_between, ms_within = between / (k - 1), within / (n - k)
+    n0 = (n - sum(len(g) ** 2 for g in groups) / n) / (k - 1)  # the mean group size, unbalanced
+    if ms_within > 0:
+        f_statistic = ms_between / ms_within
+        p_value = float(f_distribution.sf(f_statistic, k - 1, n - k))
+    else:
+        f_statistic, p_value = (math.inf, 0.0) if ms_between > 0 else (math.nan, math.nan)
+    order = max(0.0, (ms_between - ms_within) / n0)
+    return OrderSplit(k, n, between, within, order, ms_within, f_statistic, p_value)
 
 
 def metric_of_stages(stage_values: np.ndarray, metric: str) -> np.ndarray:

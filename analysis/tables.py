@@ -5,6 +5,10 @@ Cells are mean ± std over seeds (population std, ddof=0; a single seed shows "(
 strategies (or variant labels), columns are datasets (with the task count when several appear, and
 a half-base split always: "cifar100 (B50 Inc10)"),
 each with Avg, Last, Forgetting and BWT (``benchmarks.core.metrics``; "–" with one task).
+A table never averages over class orders: where some method ran a dataset and task count in several
+orders (a suite that lists them), that column is split by order, ``cifar100 (order seed0)``, each
+cell over its order's seeds; ``python -m analysis.compare`` pools the (order, seed) units, with
+intervals and the share of the variance between orders.
 The Markdown goes to stdout; ``table.md``, ``table.csv`` and ``table.tex`` are written next to
 the results.
 """
@@ -33,6 +37,8 @@ def summary_row(result: RunResult) -> dict:
         "n_tasks": result.n_tasks,
         "split": result.config.get("split", ""),  # a half-base run is never grouped with equal tasks
         "seed": result.seed,
+        "order": str(result.config.get("class_order") or ""),  # the class order's name
+        "default_order": result.key.order == "",  # its protocol's default: the first of its columns
         "not_a_measurement": not_a_measurement(result),
         **result.summary,
     }
@@ -43,7 +49,7 @@ def load_runs(
     keys: list[RunKey] | None = None,
     notes: list[str] | None = None,
 ) -> pd.DataFrame:
-    """One row per run (label, dataset, n_tasks, seed) with the summary metrics: one result per run
+    """One row per run (label, dataset, n_tasks, seed, order) with the summary metrics: one result per run
     key, by ``Results``' rule. ``notes`` receives what the reader should be told (skipped
     files, keys that several results share); without it, each is a warning."""
     results = read_results(results_dir)
@@ -54,41 +60,59 @@ def load_runs(
     return pd.DataFrame(rows)
 
 
-#: what a cell gathers the seeds of: a half-base split is its own cell
-GROUP = ("label", "dataset", "n_tasks", "split")
-
-
-def _with_split(runs: pd.DataFrame) -> pd.DataFrame:
-    """``runs`` with a ``split`` column ("" for equal tasks) where its rows were made without one."""
-    return runs if "split" in runs else runs.assign(split="")
-
-
 #: the summary entries of the table, by column name
 TABLE_METRICS = {"avg_acc": "Avg", "last_acc": "Last", "forgetting": "Forgetting", "bwt": "BWT"}
 
 
+#: what a cell's seeds share: a half-base split and a class order are cells of their own
+CELL = ["label", "dataset", "n_tasks", "split", "order"]
+
+
+def _with_order(runs: pd.DataFrame) -> pd.DataFrame:
+    """``runs`` with ``split`` and ``order`` columns (frames made without them: equal tasks, one order)."""
+    missing = {column: "" for column in ("split", "order") if column not in runs}
+    return runs.assign(**missing) if missing else runs
+
+
 def aggregate(runs: pd.DataFrame, metrics=tuple(TABLE_METRICS)) -> pd.DataFrame:
-    """Mean and std over seeds per (label, dataset, n_tasks, split)."""
+    """Mean and std over seeds per (label, dataset, n_tasks, split, class order)."""
+    runs = _with_order(runs)
     # None (forgetting with one task) as NaN: left out of the mean, the std and the count
     numbers = runs.reindex(columns=list(metrics)).apply(pd.to_numeric).astype(float)
-    keyed = pd.concat([_with_split(runs)[list(GROUP)], numbers], axis=1)
-    grouped = keyed.groupby(list(GROUP), sort=False)[list(metrics)]
+    keyed = pd.concat([runs[CELL], numbers], axis=1)
+    grouped = keyed.groupby(CELL, sort=False)[list(metrics)]
     return grouped.agg(["mean", population_std, "count"]).rename(columns={"population_std": "std"}, level=1)
 
 
+def split_by_order(runs: pd.DataFrame) -> set[tuple[str, int, str]]:
+    """The (dataset, n_tasks, split) columns that some label ran in more than one class order: split
+    by order."""
+    orders = _with_order(runs).groupby(["label", "dataset", "n_tasks", "split"])["order"].nunique()
+    return {(dataset, n_tasks, split) for (_, dataset, n_tasks, split), n in orders.items() if n > 1}
+
+
 def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
-    """Rows = labels, columns = (dataset, Avg|Last|Forgetting|BWT), cells = 'mean ± std'."""
+    """Rows = labels, columns = (dataset, Avg|Last|Forgetting|BWT), cells = 'mean ± std'; a column
+    that some label ran in several class orders is one column per order (``split_by_order``)."""
     stats = aggregate(runs)
-    runs = _with_split(runs)
+    runs = _with_order(runs)
     several_t = runs["n_tasks"].nunique() > 1 or runs["split"].astype(bool).any()
-    cells = {}
-    for (label, dataset, n_tasks, split), row in stats.iterrows():
-        column = f"{dataset} ({tasks_label(n_tasks, split)})" if several_t else dataset
+    by_order = split_by_order(runs)
+    default = set(runs.query("default_order")["order"]) if "default_order" in runs else set()
+    cells, place = {}, {}
+    for (label, dataset, n_tasks, split, order), row in stats.iterrows():
+        shown = [tasks_label(n_tasks, split)] * several_t
+        shown += [f"order {order}"] * ((dataset, n_tasks, split) in by_order)
+        column = f"{dataset} ({', '.join(shown)})" if shown else dataset
+        # a dataset's columns where it first appears; its orders the default first, then by name
+        first = place.setdefault((dataset, n_tasks, split), (len(place),))[0]
+        place.setdefault(column, (first, order not in default, order))
         for metric, name in TABLE_METRICS.items():
             cells.setdefault(label, {})[(column, name)] = mean_std_cell(
                 row[(metric, "mean")], row[(metric, "std")], n=row[(metric, "count")]
             )
     table = pd.DataFrame.from_dict(cells, orient="index").fillna("–")  # a run that does not exist
+    table = table[sorted(table.columns, key=lambda column: place[column[0]])]  # stable: metrics in order
     table.columns = pd.MultiIndex.from_tuples(table.columns, names=["dataset", "metric"])
     table.index.name = "method"
     return table
@@ -99,17 +123,25 @@ def to_markdown(table: pd.DataFrame) -> str:
 
 
 def seeds_note(runs: pd.DataFrame) -> str:
-    """The line under the Markdown table that gives n, which a ``mean ± std`` cell does not show."""
-    counts = _with_split(runs).groupby(list(GROUP)).size()
+    """The line under the Markdown table that gives n, which a ``mean ± std`` cell does not show;
+    and, where columns are split by class order, that they are."""
+    counts = _with_order(runs).groupby(CELL).size()
     low, high = int(counts.min()), int(counts.max())
     n = (
         f"n = {low} seed{'s' if low > 1 else ''} in every cell"
         if low == high
         else f"n = {low} to {high} seeds a cell"
     )
+    orders = ""
+    if split := split_by_order(runs):
+        columns = ", ".join(f"{dataset} ({tasks_label(n, tasks)})" for dataset, n, tasks in sorted(split))
+        orders = (
+            f" Several class orders were run on {columns}: one column per order, over its seeds; "
+            "python -m analysis.compare pools the (order, seed) units, with intervals."
+        )
     return (
         f"Avg, Last: accuracy (%); Forgetting (lower is better), BWT (backward transfer, negative when "
-        f"later tasks cost earlier ones): points of accuracy. Mean ± population std over seeds; {n}."
+        f"later tasks cost earlier ones): points of accuracy. Mean ± population std over seeds; {n}.{orders}"
     )
 
 

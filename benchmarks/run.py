@@ -158,8 +158,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--weights", help="local CLIP weight file (overrides the suite's pretrained tag)")
     parser.add_argument(
         "--class-order",
+        type=_csv(str),
         help="seed1993 (default), seedN, or a fixed list: dytox (CIFAR-100), mg_clip_imagenet_r "
-        "(ImageNet-R); overrides the suite's and its protocol's",
+        "(ImageNet-R); comma-separated for several (seed1993,seed0: one run per order and seed); "
+        "overrides the suite's and its protocol's",
     )
     parser.add_argument("--force", action="store_true", help="recompute finished runs")
     parser.add_argument(

@@ -132,7 +132,10 @@ class RunResult(JsonRecord):
 
     @property
     def key(self) -> "RunKey":
-        return key_of_config(self.label, self.config)
+        """Its place in the store; the record's own fields first, as a result made by hand may
+        hold a config without them (no class order: the default one)."""
+        own = {"strategy": self.strategy, "dataset": self.dataset, "n_tasks": self.n_tasks, "seed": self.seed}
+        return key_of_config(self.label, {**self.config, **own})
 
 
 #: the keys every stored result has, whatever its version
@@ -291,14 +294,14 @@ def default_class_order(config: dict) -> str:
 def key_of_config(label: str, config: dict) -> RunKey:
     """A run's key from its resolved config: its split and, where it is not its protocol's default
     (``default_class_order``), its class order."""
-    order = config["class_order"]
+    order = config.get("class_order")
     return RunKey(
         label,
         config["dataset"],
         config["n_tasks"],
         config["seed"],
         config.get("split", ""),
-        "" if order == default_class_order(config) else order,
+        "" if order is None or order == default_class_order(config) else order,
     )
 
 

@@ -161,7 +161,7 @@ def known_runs(store: ResultStore) -> list[RunKey]:
             keys.add(_key_from((path.parent if path.name == CHECKPOINT_STATE else path).relative_to(folder)))
     keys.discard(None)
     keys = {replace(k, label=labels.get((k.dataset, k.label), k.label)) for k in keys}
-    return sorted(keys, key=lambda k: (k.dataset, k.label, k.n_tasks, k.seed))
+    return sorted(keys, key=lambda k: (k.dataset, k.label, k.split, k.n_tasks, k.order, k.seed))
 
 
 def status_table(store: ResultStore) -> str:

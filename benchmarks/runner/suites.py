@@ -9,7 +9,8 @@ a strategy) and the options of each. ``expand`` turns it into fully resolved, pl
     tasks       = [10, "B50-Inc10"]  # 10 equal tasks; a first task of 50 classes, then tasks of 10
     seeds       = [0, 1, 2]
     strategies  = ["continual_clip", "finetune", "gr4cil"]   # names or variant labels
-    class_order = "seed1993"          # or a fixed list: "dytox", "mg_clip_imagenet_r"
+    class_order = "seed1993"          # or a fixed list: "dytox", "mg_clip_imagenet_r"; or several
+                                      # orders, ["seed1993", "seed0"]: one run per (order, seed)
     protocol    = "one-protocol"      # or "as-published" (benchmarks/data/protocols.py)
     base        = "main"              # optional: start from that suite, this file's tables on top
     device      = "auto"                                      # auto | cpu | cuda
@@ -42,13 +43,17 @@ general: ``[variants.LABEL]``, then ``[strategy.NAME]``, then the suite's protoc
 options), then ``[defaults]``, then ``[dataset.NAME]`` (only ``train_augmentation`` is both a
 dataset and a strategy option), then ``[common]`` for the fields the strategy's Config does not
 declare itself (``StrategyConfig.recipe_fields``), then the strategy's own default. ``class_order`` may
-be set in any of these tables too, for the runs they cover. ``epoch_scale`` then multiplies each
+be set in any of these tables too, for the runs they cover, as one name or a list of names (the
+class order as a variance axis, beside the seeds: ``expand`` makes one run per (order, seed), and a
+run whose order is not its protocol's default is stored under ``-order-<name>``,
+``benchmarks.runner.results.RunKey``). ``epoch_scale`` then multiplies each
 strategy's per-task ``epochs`` (not the epochs of second stages). Each result's
 ``config.option_sources`` says where each value came from.
 """
 
 from __future__ import annotations
 
+import itertools
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -402,6 +407,21 @@ def _for_dataset(options: dict[str, Any], dataset: str) -> dict[str, Any]:
     return resolved
 
 
+def class_orders(value: Any, where: str) -> list[str]:
+    """The class orders a suite's ``class_order`` (or ``--class-order``) names: one name, or a
+    non-empty list of distinct names; ``where``: the table or flag that set it, for the refusal.
+    Each name is checked where the run resolves it (``benchmarks.data.class_orders``)."""
+    names = [value] if isinstance(value, str) else value
+    example = 'class_order = ["seed1993", "seed0"]'
+    if not isinstance(names, list) or not names or not all(isinstance(n, str) and n for n in names):
+        raise UserError(
+            f"class_order ({where}) must be an order name or a list of them, e.g. {example}; got {value!r}"
+        )
+    if len(set(names)) < len(names):
+        raise UserError(f"class_order ({where}) names an order twice ({', '.join(names)}); name each once")
+    return names
+
+
 def _resolve_device(device: str, check: bool = True) -> str:
     import torch
 
@@ -424,7 +444,7 @@ def expand(
     tasks: list[int | str] | None = None,
     seeds: list[int] | None = None,
     device: str | None = None,
-    class_order: str | None = None,
+    class_order: str | list[str] | None = None,
     weights: str | None = None,
     precision: str | None = None,
     deterministic: bool | None = None,
@@ -434,7 +454,9 @@ def expand(
 ) -> list[RunSpec]:
     """All runs of a suite, with the command line's filters and overrides applied. With
     ``check_device`` False, ``device`` (cpu or cuda) is taken as given: the runs execute elsewhere.
-    ``limits``: each run's (``RunLimits.fast_dev_run`` for ``--fast-dev-run``), recorded in its config."""
+    ``limits``: each run's (``RunLimits.fast_dev_run`` for ``--fast-dev-run``), recorded in its config.
+    ``class_order``: one order name or several (``--class-order seed1993,seed0``): one run per
+    (order, seed), the orders outside the seeds."""
     variants = suite.get("variants", {})
     backbone = {"model": "ViT-B-16-quickgelu", "pretrained": "openai", **suite.get("backbone", {})}
     if weights:
@@ -473,8 +495,12 @@ def expand(
             layer = protocol_layer(protocol or DEFAULT_PROTOCOL, strategy, dataset)
             options, sources = strategy_options(suite, label, dataset, layer)
             # the command line's --class-order wins over every table
-            order = class_order or options.pop("class_order", suite_order)
-            sources.pop("class_order", None)
+            where = sources.pop("class_order", None)
+            orders = class_orders(
+                options.pop("class_order", suite_order), f"[{where}]" if where else "the suite's"
+            )
+            if class_order is not None:
+                orders = class_orders(class_order, "--class-order")
             dataset_options = {**suite.get("dataset", {}).get(dataset, {}), **layer.dataset_options}
             # The hashed config keeps the suite's own tables as written (dataset options stay with the
             # dataset), so a run's identity does not change with how its options were layered.
@@ -487,7 +513,7 @@ def expand(
                 resolve_tasks(entry, dataset, dataset_options): None for entry in tasks or suite["tasks"]
             }
             for split, n_tasks in splits:  # B0-Inc10 and 10 are one run
-                for seed in seeds or suite["seeds"]:
+                for order, seed in itertools.product(orders, seeds or suite["seeds"]):
                     config = {
                         "strategy": strategy,
                         "label": label,

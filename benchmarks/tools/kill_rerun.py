@@ -100,10 +100,18 @@ def _killed(suite: Path, results: Path, after: float) -> tuple[bool, list[int], 
     return True, pids, after
 
 
+def _result_files(results: Path) -> list[Path]:
+    """The finished runs' result files under ``results``, by the store's name for them (any split
+    and class order)."""
+    from benchmarks.runner.results import RESULT_NAME  # torch comes with it: only when needed
+
+    return sorted(path for path in results.rglob("*.json") if RESULT_NAME.fullmatch(path.name))
+
+
 def _finished(results: Path) -> dict[str, dict]:
     """Each result file's content that a rerun must reproduce, by its path under ``results``."""
     out = {}
-    for path in sorted(results.rglob("T*-seed*.json")):
+    for path in _result_files(results):
         record = json.loads(path.read_text(encoding="utf-8"))
         out[str(path.relative_to(results))] = {k: v for k, v in record.items() if k not in RECORDS}
     for path in sorted(results.rglob("*.predictions.safetensors")):
@@ -151,7 +159,7 @@ def trial(suite: Path, folder: Path, draw, wall: float, reference: dict, timeout
     strays = _strays(results)
     resumed = [  # what each rerun found: [k] resumed after task k, [0] started over, [] nothing to resume
         json.loads(path.read_text(encoding="utf-8"))["cost"].get("resumed_from")
-        for path in sorted(results.rglob("T*-seed*.json"))
+        for path in _result_files(results)
     ]
     return {
         "kill_after_seconds": round(after, 1),

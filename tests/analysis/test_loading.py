@@ -7,6 +7,7 @@ import numpy as np
 import pytest
 
 from analysis import pairing, reproducibility, tables
+from analysis.orders import Unit
 from analysis.paper_inputs import load_inputs
 from benchmarks.runner.reading import read_results
 from benchmarks.runner.results import (
@@ -196,7 +197,7 @@ def test_every_reader_reads_every_schema_version(every_version):
     assert [run.cost.peak_memory_kind for run in inputs.runs] == ["cpu_max_rss", None, None]
     runs = pairing.load_runs(every_version, problems := [])
     assert problems == []
-    by_label = {label: seeds[0] for (_, _, label), seeds in runs.items()}
+    by_label = {label: units[Unit("", 0)] for (_, _, label), units in runs.items()}
     assert by_label["v1"].correct is None and by_label["v2"].correct is not None  # no sidecar in version 1
     assert all(run.stage_accuracy.tolist() == [100.0, 75.0] for run in by_label.values())
     assert "| `gr4cil` |" in reproducibility.reproducibility_markdown(every_version)
