@@ -33,8 +33,9 @@ from analysis.statistics import (
 )
 from benchmarks.core.errors import UserError
 from benchmarks.core.metrics import average_forgetting, backward_transfer
+from benchmarks.data.streams import tasks_label
 from benchmarks.runner.reading import Results, not_a_measurement, protocol_of, read_results
-from benchmarks.runner.results import RunResult
+from benchmarks.runner.results import RunKey, RunResult
 
 METRICS = {
     "last": ("last_acc", "Last accuracy"),
@@ -417,8 +418,14 @@ def load_runs(
                 predictions.image_ids,
             )
         key = file.key
-        runs[key.dataset, key.n_tasks, key.label][Unit(key.order, key.seed)] = run
+        runs[paired_dataset(key), key.n_tasks, key.label][Unit(key.order, key.seed)] = run
     return runs
+
+
+def paired_dataset(key: RunKey) -> str:
+    """The dataset as comparisons group and name it: a half-base split is a stream of its own, never
+    paired with as many equal tasks (``cifar100 (B50 Inc10)``)."""
+    return f"{key.dataset} ({tasks_label(key.n_tasks, key.split)})" if key.split else key.dataset
 
 
 def _undefined(metric: str, groups: list[dict[Unit, Run]]) -> bool:

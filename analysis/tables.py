@@ -96,7 +96,7 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
     that some label ran in several class orders is one column per order (``split_by_order``)."""
     stats = aggregate(runs)
     runs = _with_order(runs)
-    several_t = runs["n_tasks"].nunique() > 1 or runs["split"].astype(bool).any()
+    several_t = bool(runs["n_tasks"].nunique() > 1 or runs["split"].astype(bool).any())
     by_order = split_by_order(runs)
     default = set(runs.query("default_order")["order"]) if "default_order" in runs else set()
     cells, place = {}, {}

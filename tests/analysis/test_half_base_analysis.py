@@ -61,3 +61,27 @@ def test_a_half_base_runs_figures_say_its_split():
     key = RunKey("gr4cil", "cifar100", 6, 0, "B50-Inc10")
     assert figures._file_stem(key) == "cifar100_gr4cil_B50-Inc10_T6_seed0"
     assert figures._file_stem(RunKey("gr4cil", "cifar100", 10, 0)) == "cifar100_gr4cil_T10_seed0"
+
+
+def test_comparisons_pair_a_half_base_run_only_with_the_same_split(tmp_path):
+    """A B50-Inc10 run (6 tasks) and a T6 run share a task count but not a stream: ``load_runs``
+    keeps them in two groups, the split's named as the comparison names it."""
+    from analysis.pairing import load_runs
+
+    for stem, split in (("B50-Inc10-T6-seed0", "B50-Inc10"), ("T6-seed0", "")):
+        for label in ("gr4cil", "finetune"):
+            result = _result(label, "cifar100", 0, [70.0, 60.0], 60.0, n_tasks=6)
+            config = {"strategy": label, "dataset": "cifar100", "n_tasks": 6, "seed": 0}
+            result["config"] = {**config, "class_order": "seed1993", **({"split": split} if split else {})}
+            path = tmp_path / "cifar100" / label / f"{stem}.json"
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(json.dumps(result))
+    runs = load_runs(tmp_path, problems := [])
+    assert not problems
+    assert sorted(runs) == [
+        ("cifar100", 6, "finetune"),
+        ("cifar100", 6, "gr4cil"),
+        ("cifar100 (B50 Inc10)", 6, "finetune"),
+        ("cifar100 (B50 Inc10)", 6, "gr4cil"),
+    ]
+    assert all(len(units) == 1 for units in runs.values())
