@@ -13,6 +13,11 @@ For each dataset and task count, and each strategy against the baseline:
   better: "better" means the strategy forgets less);
 - the smallest difference that the seeds and images at hand detect with 80 % power.
 
+Where a suite ran several class orders, the runs pair by (class order, seed) and the interval
+resamples those units and the test images; n reads as orders x seeds, and a section "By class
+order" gives each order's difference with its interval and how the differences' variance splits
+between orders and seeds (``analysis.orders``, ``analysis.statistics.order_variance``).
+
 Forgetting and backward transfer (BWT) are functions of every task's accuracy at every stage: with
 predictions, each image resample recomputes that matrix for both strategies, then their metrics and
 the difference (as Avg recomputes every stage's accuracy). With one task they are undefined, and
