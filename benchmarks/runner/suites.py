@@ -26,7 +26,8 @@ runner executes those. Format (see ``benchmarks/suites/smoke.toml``)::
                             ones included, unless its Config declares its own (its official recipe)
     [defaults]              options for every strategy
     [strategy.NAME]         options for one strategy
-    [variants.LABEL]        strategy = "NAME" plus options: a labelled row (ablations)
+    [variants.LABEL]        strategy = "NAME" plus options: a labelled row (ablations); its own
+                            backbone = {model = "ViT-B-16", pretrained = "laion400m_e32"} over [backbone]
     zero_shot_targets = ["pets", "food101"]   # optional: zero-shot datasets evaluated after the stream
     [launcher]              SLURM options for --launcher slurm
                             (benchmarks.runner.slurm_launcher.SlurmOptions):
@@ -62,6 +63,7 @@ from benchmarks.data.protocols import DEFAULT_PROTOCOL, ProtocolLayer, check_pro
 from benchmarks.runner.results import RunKey, config_hash, key_of_config
 
 SUITES_DIR = Path(__file__).parents[1] / "suites"
+DEFAULT_BACKBONE = {"model": "ViT-B-16-quickgelu", "pretrained": "openai"}  # OpenAI's ViT-B/16
 FAST_DEV_RUN_BATCHES = 2  # --fast-dev-run's training batches an epoch, unless it names another count
 KNOWN_KEYS = {
     "description",
@@ -262,11 +264,7 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
         raise UserError(
             f"suite {path}: epoch_scale must be a number in (0, 1], e.g. epoch_scale = 0.125; got {scale!r}"
         )
-    backbone_keys = set(suite.get("backbone", {})) - {"model", "pretrained"}
-    if backbone_keys:
-        raise UserError(
-            f"suite {path}: [backbone] has unknown key(s) {sorted(backbone_keys)}; valid: model, pretrained"
-        )
+    _check_backbones(suite, path)
     for table, names, kind in (
         ("strategy", available(), "strategy"),
         ("dataset", dataset_names(), "dataset"),
@@ -280,6 +278,43 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
                     f"suite {path} has [{table}.{name}], but there is no {kind} {name!r}; "
                     f"valid: {', '.join(sorted(names))}"
                 )
+
+
+def _check_backbones(suite: dict[str, Any], path: Path) -> None:
+    """The suite's ``[backbone]`` and each variant's own ``backbone``: their keys, and their model
+    and tag against open_clip's registry (offline, before any run looks for a file)."""
+    from benchmarks.backbone import check_names
+
+    tables = {"[backbone]": suite.get("backbone", {})}
+    for label, variant in suite.get("variants", {}).items():
+        if isinstance(variant, dict) and "backbone" in variant:
+            tables[f"[variants.{label}] backbone"] = variant["backbone"]
+    for where, table in tables.items():
+        if not isinstance(table, dict):
+            raise UserError(
+                f"suite {path}: {where} must be a table, "
+                'e.g. {model = "ViT-B-16", pretrained = "laion400m_e32"}'
+            )
+        if unknown := sorted(set(table) - {"model", "pretrained"}):
+            raise UserError(f"suite {path}: {where} has unknown key(s) {unknown}; valid: model, pretrained")
+        backbone = {**run_backbone(suite, None), **table}
+        try:
+            check_names(backbone["model"], backbone["pretrained"])
+        except UserError as err:
+            raise UserError(f"suite {path}: {where}: {err}") from None
+
+
+def run_backbone(suite: dict[str, Any], label: str | None, weights: str | None = None) -> dict[str, Any]:
+    """The backbone of the suite's run ``label`` (None: the suite's own): ``[backbone]`` over the
+    default (OpenAI's ViT-B/16), the variant's ``backbone`` over both, ``weights`` (``--weights``) over
+    every tag; pretrained "none" is None (random init)."""
+    variant = suite.get("variants", {}).get(label, {}) if label is not None else {}
+    backbone = {**DEFAULT_BACKBONE, **suite.get("backbone", {}), **variant.get("backbone", {})}
+    if weights:
+        backbone["pretrained"] = weights
+    if str(backbone["pretrained"]).lower() == "none":
+        backbone["pretrained"] = None
+    return backbone
 
 
 #: strategy options a ``[dataset.NAME]`` table may set for every strategy run on that dataset
@@ -315,7 +350,7 @@ def strategy_options(
         ("defaults", suite.get("defaults", {})),
         (protocol.source, protocol_options),
         (f"strategy.{strategy}", suite.get("strategy", {}).get(strategy, {})),
-        (f"variants.{label}", {k: v for k, v in variant.items() if k != "strategy"}),
+        (f"variants.{label}", {k: v for k, v in variant.items() if k not in ("strategy", "backbone")}),
     ]
     options, sources = {}, {}
     for source, table in layers:
@@ -378,11 +413,6 @@ def expand(
     ``check_device`` False, ``device`` (cpu or cuda) is taken as given: the runs execute elsewhere.
     ``limits``: each run's (``RunLimits.fast_dev_run`` for ``--fast-dev-run``), recorded in its config."""
     variants = suite.get("variants", {})
-    backbone = {"model": "ViT-B-16-quickgelu", "pretrained": "openai", **suite.get("backbone", {})}
-    if weights:
-        backbone["pretrained"] = weights
-    if str(backbone["pretrained"]).lower() == "none":
-        backbone["pretrained"] = None
     resolved_device = _resolve_device(device or suite.get("device", "auto"), check_device)
     # The suite's setting, checked here; "auto" is resolved per run (``building.resolve``), where the
     # strategy's config (its ``amp``) is known.
@@ -411,6 +441,7 @@ def expand(
     for dataset in datasets or suite["datasets"]:
         for label in strategies or suite["strategies"]:
             strategy = variants.get(label, {}).get("strategy", label)
+            backbone = run_backbone(suite, label, weights)  # a variant's own, if it has one
             layer = protocol_layer(protocol or DEFAULT_PROTOCOL, strategy, dataset)
             options, sources = strategy_options(suite, label, dataset, layer)
             # the command line's --class-order wins over every table
