@@ -1,6 +1,8 @@
 """A suite's rows on other weights: ``[variants.LABEL] backbone = {model, pretrained}`` over the
 suite's ``[backbone]``, each such row a label of its own; the ``backbones`` suite built from it."""
 
+import hashlib
+
 import pytest
 
 from benchmarks.core.errors import UserError
@@ -81,3 +83,25 @@ def test_a_rows_random_backbone_is_none(tmp_path):
         ("finetune", OPENAI),
         ("ft-other", {"model": "ViT-L-14", "pretrained": None}),
     ]
+
+
+def test_a_run_records_its_weight_files_sha256_outside_its_hash(tmp_path):
+    from benchmarks.runner.building import resolve
+    from benchmarks.runner.results import config_hash
+    from tests.helpers import MINI_SUITE, write_suite
+
+    suite = load_suite(write_suite(tmp_path / "mini.toml", MINI_SUITE))
+    recorded = []
+    for content in (b"one file", b"another file"):
+        weights = tmp_path / content.decode().replace(" ", "-")
+        weights.write_bytes(content)
+        (spec,) = expand(suite, strategies=["finetune"], weights=str(weights), device="cpu")
+        config = resolve(spec, "data").config
+        assert config["backbone"] == {"model": "tiny-clip-32", "pretrained": str(weights)}
+        recorded.append((config["weights_file"], config_hash({**config, "backbone": None})))
+    (first, first_hash), (second, second_hash) = recorded
+    assert first == {"file": "one-file", "sha256": hashlib.sha256(b"one file").hexdigest()}
+    assert second["sha256"] == hashlib.sha256(b"another file").hexdigest()
+    assert first_hash == second_hash  # the file's digest is recorded, not hashed
+    (synthetic,) = expand(suite, strategies=["finetune"], device="cpu")
+    assert len(resolve(synthetic, "data").config["weights_file"]["sha256"]) == 64  # the shipped file's
