@@ -142,17 +142,16 @@ class Weights:
 
 def suite_weights() -> list[Weights]:
     """The default weights, then every other open_clip tag a suite names (its ``[backbone]`` or a
-    variant's), for ``--list``; a suite that does not load is left out (running it says why)."""
-    from benchmarks.runner.suites import available_suites, load_suite, run_backbone
+    variant's), for ``--list``; a suite that does not read is left out (running it says why)."""
+    from benchmarks.runner.suites import available_suites, suite_backbones
 
     found = {Weights(): None}
     for name in available_suites():
         try:
-            suite = load_suite(name)
+            backbones = suite_backbones(name)
         except UserError:
             continue
-        for label in [None, *suite.get("variants", {})]:
-            backbone = run_backbone(suite, label)
+        for backbone in backbones:
             if (weights := _tag_weights(backbone["model"], backbone["pretrained"])) is not None:
                 found[weights] = None
     return list(found)

@@ -317,6 +317,13 @@ def run_backbone(suite: dict[str, Any], label: str | None, weights: str | None =
     return backbone
 
 
+def suite_backbones(name: str) -> list[dict[str, Any]]:
+    """The backbones suite ``name``'s rows use (its own, then each variant's), read from its file
+    without checking the rest (no strategy is imported): what ``prepare --list`` shows."""
+    suite = _read_suite(SUITES_DIR / f"{name}.toml", seen=())
+    return [run_backbone(suite, label) for label in [None, *suite.get("variants", {})]]
+
+
 #: strategy options a ``[dataset.NAME]`` table may set for every strategy run on that dataset
 DATASET_LEVEL_OPTIONS = ("train_augmentation",)
 
