@@ -5,6 +5,7 @@ model (never downloading weights), replaces every fused ``nn.MultiheadAttention`
 ``SplitAttention`` and wraps it in ``CLIPBackbone``. One module per job:
 
 * ``loading``: names to configs, weight files to models, ``create_clip``;
+* ``tags``: open_clip's registry of pretrained tags, read offline (activation, checksum, file place);
 * ``attention``: the attention surgery;
 * ``text``: prompt preparation and encoding (length buckets, shared prefix, learnable context);
 * ``lora``: named LoRA adapters on k/v of either tower, mixed-adapter batches;
@@ -30,10 +31,13 @@ from benchmarks.backbone.loading import (
     SYNTHETIC_WEIGHTS,
     TINY_MODEL,
     BackboneSpec,
+    check_names,
     check_weights,
     create_clip,
     recorded_backbone,
     weights_digest,
+    weights_file,
+    weights_target_name,
 )
 from benchmarks.backbone.lora import BASE_ADAPTER, Tower
 from benchmarks.backbone.text import (
@@ -62,6 +66,7 @@ __all__ = [
     "SplitAttention",
     "TextContext",
     "Tower",
+    "check_names",
     "check_weights",
     "create_clip",
     "efficient_images_per_forward",
@@ -74,4 +79,6 @@ __all__ = [
     "use_compact_text",
     "recorded_backbone",
     "weights_digest",
+    "weights_file",
+    "weights_target_name",
 ]

@@ -19,11 +19,12 @@ import open_clip
 import torch
 from huggingface_hub import constants as hf_constants
 from huggingface_hub import try_to_load_from_cache
-from open_clip.constants import HF_SAFE_WEIGHTS_NAME, HF_WEIGHTS_NAME
+from open_clip.constants import HF_SAFE_WEIGHTS_NAME
 from open_clip.transformer import VisionTransformer
 
 from benchmarks.backbone.attention import split_attention_
 from benchmarks.backbone.clip import CLIPBackbone
+from benchmarks.backbone.tags import check_tag, hub_files, manual_file
 from benchmarks.core.errors import UserError, WeightsNotFoundError
 
 DEFAULT_MODEL = "ViT-B-16-quickgelu"
@@ -36,6 +37,7 @@ SYNTHETIC_TAG = "synthetic"
 SYNTHETIC_WEIGHTS = Path(__file__).parent.parent / "assets" / "tiny-clip-32-synthetic.safetensors"
 # Extra entries in the state dict of the original OpenAI TorchScript checkpoints.
 _OPENAI_EXTRA_KEYS = ("input_resolution", "context_length", "vocab_size")
+_WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
 
 
 def _register_model_configs() -> None:
@@ -93,21 +95,20 @@ def _cached_checkpoint(cfg: dict[str, Any], cache_dir: str | None) -> tuple[Path
             return Path(cfg["file"]), looked
         looked.append(str(cfg["file"]))
     if cfg.get("hf_hub"):
-        repo_id, filename = os.path.split(cfg["hf_hub"])
-        filename = filename or HF_WEIGHTS_NAME
-        # open_clip prefers a safetensors twin of the listed file; accept either.
-        names = [filename]
-        if filename == HF_WEIGHTS_NAME:
-            names.insert(0, HF_SAFE_WEIGHTS_NAME)
-        elif filename.endswith((".bin", ".pth")):
-            names.insert(0, filename[:-4] + ".safetensors")
+        repo_id, names = hub_files(cfg)  # open_clip prefers a safetensors twin of the listed file; either
         for name in names:
             hit = try_to_load_from_cache(repo_id, name, cache_dir=cache_dir)
             if isinstance(hit, str):
                 return Path(hit), looked
         looked.append(f"HF cache {cache_dir or hf_constants.HF_HUB_CACHE} ({repo_id}: {' or '.join(names)})")
+        if not cfg.get("url"):  # a hub-only file downloaded by hand (tags.manual_file), either name
+            folder = manual_file(cfg, cache_dir).parent
+            for name in names:
+                if (folder / name).is_file():
+                    return folder / name, looked
+            looked.append(str(folder / names[0]))
     if cfg.get("url"):
-        target = Path(cache_dir or "~/.cache/clip").expanduser() / os.path.basename(cfg["url"])
+        target = manual_file(cfg, cache_dir)
         if target.is_file():
             return target, looked
         looked.append(str(target))
@@ -127,33 +128,22 @@ def _resolve_weights(spec: BackboneSpec) -> tuple[Path | None, dict[str, Any]]:
                 f"{SYNTHETIC_WEIGHTS} is missing; recreate it with: python -m benchmarks.miniature.pretrain"
             )
         return SYNTHETIC_WEIGHTS, {}
-    cfg = open_clip.get_pretrained_cfg(spec.model, spec.pretrained)
-    if not cfg:
-        tags = ", ".join(open_clip.list_pretrained_tags_by_model(spec.model)) or "none"
-        raise WeightsNotFoundError(
-            f"pretrained={spec.pretrained!r} for {spec.model} is neither a file nor a known open_clip tag "
-            f"(tags: {tags}); pass a path to a weight file, or None for random init"
-        )
-    # open_clip warns about this only when it resolves the tag itself, which it never does here.
-    model_quick_gelu = bool(open_clip.get_model_config(spec.model).get("quick_gelu", False))
-    if bool(cfg.get("quick_gelu", False)) != model_quick_gelu:
-        warnings.warn(
-            f"{spec.model} uses quick_gelu={model_quick_gelu} but the {spec.pretrained!r} weights were "
-            f"trained with quick_gelu={not model_quick_gelu}; features will be off "
-            "(e.g. use ViT-B-16-quickgelu for openai)",
-            UserWarning,
-            stacklevel=3,
-        )
+    cfg = check_tag(spec.model, spec.pretrained)  # a listed tag, trained with the model's activation
     found, looked = _cached_checkpoint(cfg, spec.cache_dir)
     if found is None:
         example = os.path.basename(cfg.get("url", "")) or HF_SAFE_WEIGHTS_NAME
-        prepared = (spec.model, spec.pretrained) == (DEFAULT_MODEL, "openai")  # what prepare fetches
-        fetch = "fetch them once with python -m benchmarks.prepare weights, or " if prepared else ""
         raise WeightsNotFoundError(
             f"weights {spec.model}/{spec.pretrained} not found locally (looked in: {'; '.join(looked)}); "
-            f"runs never download: {fetch}pass --weights /path/to/{example}"
+            f"runs never download: fetch them once with python -m benchmarks.prepare "
+            f"{weights_target_name(spec.model, spec.pretrained)}, or pass --weights /path/to/{example}"
         )
     return found, cfg
+
+
+def weights_target_name(model: str, tag: str) -> str:
+    """The ``prepare`` target of a model's open_clip weights: ``weights`` for the default ones,
+    ``weights:MODEL/TAG`` for any other."""
+    return "weights" if (model, tag) == (DEFAULT_MODEL, "openai") else f"weights:{model}/{tag}"
 
 
 @contextlib.contextmanager
@@ -167,6 +157,18 @@ def quiet_root_logger():
         yield
     finally:
         logger.setLevel(level)
+
+
+def check_names(model: str, pretrained: str | None) -> None:
+    """Fail in one line on a model name, or an open_clip tag for it, that open_clip's registry does not
+    list (or lists for the other activation), without looking for any file: a suite's check. A path
+    (it has a folder or a weight file's suffix), "none" and the tiny model's synthetic tag are not tags."""
+    _check_model_config(model)
+    path_like = pretrained is not None and ("/" in pretrained or pretrained.endswith(_WEIGHT_SUFFIXES))
+    if pretrained is None or path_like or pretrained.lower() == "none" or Path(pretrained).is_file():
+        return
+    if (model, pretrained) != (TINY_MODEL, SYNTHETIC_TAG):
+        check_tag(model, pretrained)
 
 
 def check_weights(spec: BackboneSpec) -> Path | None:
@@ -188,6 +190,20 @@ def weights_digest(spec: BackboneSpec) -> str | None:
     return _file_digest(str(SYNTHETIC_WEIGHTS), stat.st_size, stat.st_mtime_ns)
 
 
+def weights_file(spec: BackboneSpec) -> dict[str, str] | None:
+    """The weight file a run of ``spec`` loads, as its result records it (name and SHA-256, not
+    hashed: the tag or path in ``backbone`` names the weights); None for a random init or weights
+    that cannot be found (the run stops on them before it records anything)."""
+    try:
+        path = _resolve_weights(spec)[0]
+    except UserError:
+        return None
+    if path is None:
+        return None
+    stat = path.stat()
+    return {"file": path.name, "sha256": _file_sha256(str(path), stat.st_size, stat.st_mtime_ns)}
+
+
 def recorded_backbone(backbone: dict) -> dict:
     """A run config's ``backbone`` entry (``model``, ``pretrained``, ...) as results record it:
     with ``weights_sha256`` where the weights are the shipped synthetic checkpoint."""
@@ -195,10 +211,14 @@ def recorded_backbone(backbone: dict) -> dict:
     return {**backbone, "weights_sha256": digest} if digest else dict(backbone)
 
 
+def _file_digest(path: str, size: int, mtime_ns: int) -> str:
+    return _file_sha256(path, size, mtime_ns)[:16]
+
+
 @functools.lru_cache(maxsize=8)
-def _file_digest(path: str, size: int, mtime_ns: int) -> str:  # size and mtime key the cache
+def _file_sha256(path: str, size: int, mtime_ns: int) -> str:  # size and mtime key the cache
     with open(path, "rb") as handle:
-        return hashlib.file_digest(handle, "sha256").hexdigest()[:16]
+        return hashlib.file_digest(handle, "sha256").hexdigest()
 
 
 def _is_torchscript_archive(path: Path) -> bool:

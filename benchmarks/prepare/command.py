@@ -11,15 +11,18 @@ their checksums and its steps; this command runs them safely:
   torchvision's ImageNet functions into ``imagenet/{train,val}/<wnid>/``, val sorted by the devkit
   (``imagenet100`` and ``imagenet1k`` name it too: both read that folder);
 * ``weights``: the openai ViT-B-16 checkpoint through open_clip's own download (Hugging Face hub);
+  ``weights:MODEL/TAG`` any other weights open_clip's registry lists (``weights:ViT-B-16/laion400m_e32``;
+  ``benchmarks.prepare.weights``);
 * ``all``: every target above (one whose files only the user can get, such as ``imagenet``, only
-  when they are there).
+  when they are there; of the weights, the default only).
 
 What a crash leaves: a download goes to ``NAME.part`` and resumes on a rerun (an HTTP range
 request); its checksum is verified before anything is extracted; an archive is extracted into a
 hidden staging folder, member by member through ``safe_extract`` (nothing lands outside it), and
 renamed into place whole. A rerun skips what is already prepared. ``--list`` shows each target's
-state. ``--mirror`` (or ``CIL_BENCH_MIRROR``) fetches every file by name from a plain HTTP folder
-or a local folder instead of its official host (a cluster's mirror), with the same checksums.
+state (of the weights: the default, and every tag a suite names). ``--mirror`` (or
+``CIL_BENCH_MIRROR``) fetches every file by name from a plain HTTP folder or a local folder instead
+of its official host (a cluster's mirror), with the same checksums.
 
 What it never does: hang on a slow server (``fetch``: ``--min-rate`` over ``--rate-window``),
 run twice at once on one target (``lock``: the second waits, or with ``--no-wait`` stops), or
@@ -40,9 +43,10 @@ from pathlib import Path
 from benchmarks.core.errors import STORAGE_ERRORS, CommandParser, UserError, one_line_user_errors
 from benchmarks.core.heartbeat_lock import read_holder
 from benchmarks.data.unit import DatasetUnit, file_targets, target_of
-from benchmarks.prepare.fetch import Archive, Limits, NetworkError, download, file_checksum, local_mirror
+from benchmarks.prepare.fetch import Archive, Limits, download, local_mirror
 from benchmarks.prepare.lock import describe, lock_path, target_lock
 from benchmarks.prepare.safe_extract import extract
+from benchmarks.prepare.weights import Weights, parse_weights_target, suite_weights
 
 MIRROR_ENV = "CIL_BENCH_MIRROR"
 
@@ -123,6 +127,8 @@ class Target:
     archives: Callable[[], list[Archive]] = field(default=list)
     #: why ``all`` skips it although missing (files only the user can get), or None
     unavailable: Callable[[Context], str | None] = lambda ctx: None
+    #: where its lock lives (None: beside what it installs)
+    lock_folder: Callable[[], Path] | None = None
 
 
 def _download_and_install(
@@ -146,56 +152,17 @@ def _download_and_install(
                 path.unlink(missing_ok=True)
 
 
-# The weights: where the backbone loader looks (benchmarks.backbone.loading), filled by open_clip.
-WEIGHTS_MODEL, WEIGHTS_TAG = "ViT-B-16-quickgelu", "openai"
-
-
-def _weights_cfg() -> dict:
-    import open_clip
-
-    return open_clip.get_pretrained_cfg(WEIGHTS_MODEL, WEIGHTS_TAG)
-
-
-def _weights_archive() -> Archive:
-    url = _weights_cfg()["url"]  # OpenAI's file; its SHA-256 is the URL's last folder
-    return Archive(url, url.rsplit("/", 2)[-2], "sha256")
-
-
-def _weights_file() -> Path:
-    return Path("~/.cache/clip").expanduser() / _weights_archive().filename
-
-
-def _weights_state(ctx: Context) -> str:
-    from benchmarks.backbone import BackboneSpec, check_weights
-
-    try:
-        found = check_weights(BackboneSpec(WEIGHTS_MODEL, WEIGHTS_TAG))
-    except UserError:
-        return "missing"
-    if found == _weights_file():
-        archive = _weights_archive()
-        if file_checksum(found, archive.algorithm) != archive.checksum:
-            return f"corrupt: {found} fails its SHA-256 check"
-    return "present"
-
-
-def _prepare_weights(ctx: Context) -> None:
-    if ctx.mirror:  # a plain folder: OpenAI's file by name, where the loader looks for it
-        _weights_file().unlink(missing_ok=True)  # a corrupt copy
-        download(_weights_archive(), _weights_file(), ctx.mirror, ctx.progress, ctx.limits)
-        return
-    from open_clip.pretrained import download_pretrained
-
-    try:
-        download_pretrained(_weights_cfg())  # the Hugging Face hub, as open_clip itself does
-    except Exception as err:  # the hub client's errors have many types; all mean "not fetched"
-        reason = " ".join(str(err).split())[:200] or type(err).__name__
-        hub = "https://huggingface.co/" + _weights_cfg()["hf_hub"].rstrip("/")
-        raise NetworkError(
-            f"cannot download the {WEIGHTS_MODEL} {WEIGHTS_TAG} weights from {hub} ({reason}); download "
-            f"{_weights_archive().url} yourself and put it at {_weights_file()}, "
-            "or pass --weights FILE to runs"
-        ) from None
+def _weights_target(weights: Weights) -> Target:
+    """A model's weights by open_clip tag (``benchmarks.prepare.weights``), locked in the loader's cache."""
+    return Target(
+        weights.name,
+        weights.help,
+        lambda ctx: weights.file(),
+        weights.state,
+        weights.prepare,
+        lambda: [a for a in [weights.archive()] if a is not None],
+        lock_folder=lambda: Weights().file().parent,
+    )
 
 
 def _dataset_target(unit: DatasetUnit) -> Target:
@@ -211,17 +178,12 @@ def _dataset_target(unit: DatasetUnit) -> Target:
     )
 
 
-def targets() -> dict[str, Target]:
-    """Every dataset target of the registered units, in their listing order, then the weights."""
+def targets(weights: list[Weights] | None = None) -> dict[str, Target]:
+    """Every dataset target of the registered units, in their listing order, then the weights
+    (``weights``; None: the default ones only)."""
     table = {name: _dataset_target(unit) for name, unit in file_targets().items()}
-    table["weights"] = Target(
-        "weights",
-        f"{WEIGHTS_MODEL} {WEIGHTS_TAG} into open_clip's cache",
-        lambda ctx: _weights_file(),
-        _weights_state,
-        _prepare_weights,
-        lambda: [_weights_archive()],
-    )
+    for each in weights or [Weights()]:
+        table[each.name] = _weights_target(each)
     return table
 
 
@@ -230,7 +192,7 @@ def targets() -> dict[str, Target]:
 
 def _list(ctx: Context) -> str:
     lines = ["| target | state | where |", "|---|---|---|"]
-    for target in targets().values():
+    for target in targets(suite_weights()).values():
         state = target.state(ctx)
         for archive in target.archives():
             part = ctx.archives / (archive.filename + ".part")
@@ -265,13 +227,14 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         description=__doc__.split("\n")[0],
         epilog="targets: "
         + "; ".join(f"{t.name}: {t.help}" for t in targets().values())
+        + "; weights:MODEL/TAG: any weights open_clip lists (e.g. weights:ViT-B-16/laion400m_e32)"
         + "; all: every one",
     )
     parser.add_argument(
         "targets",
         nargs="*",
         metavar="TARGET",
-        help=f"{', '.join(names)} or all (or the name of a dataset: the target it reads)",
+        help=f"{', '.join(names)}, weights:MODEL/TAG or all (or the name of a dataset: the target it reads)",
     )
     parser.add_argument("--data-root", default="data", help="where the datasets go (default: ./data)")
     parser.add_argument(
@@ -315,19 +278,27 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
     args = parser.parse_args(argv)
     # a dataset's name means the target of the files it reads (imagenet100: imagenet)
     wanted = names if "all" in args.targets else [target_of(t) or t for t in args.targets]
-    unknown = [t for t in wanted if t not in names]
+    # weights:MODEL/TAG, checked against open_clip's registry (weights:<the default> is weights)
+    tagged = {t: Weights(*pair) for t in wanted if (pair := parse_weights_target(t)) is not None}
+    wanted = [tagged[t].name if t in tagged else t for t in wanted]
+    unknown = [t for t in wanted if t not in names and not t.startswith("weights")]
     if unknown:
-        parser.error(f"unknown target {unknown[0]!r}; valid: {', '.join(names)}, all")
+        parser.error(
+            f"unknown target {unknown[0]!r}; valid: {', '.join(names)}, all "
+            "(and weights:MODEL/TAG, any weights open_clip lists)"
+        )
     if not wanted and not args.list:
         parser.error("name at least one target, or --list")
     args.targets = list(dict.fromkeys(wanted))
+    args.weights = list(dict.fromkeys([Weights(), *tagged.values()]))
     args.all = "all" in args.targets or set(args.targets) == set(names)
     return args
 
 
 def _lock_folder(target: Target, ctx: Context) -> Path:
-    """Where ``target``'s lock lives: beside what it installs (the data root; the weights' cache)."""
-    return target.where(ctx).parent
+    """Where ``target``'s lock lives: beside what it installs (the data root), the weights' in
+    open_clip's cache folder."""
+    return target.lock_folder() if target.lock_folder else target.where(ctx).parent
 
 
 def _prepare_one(target: Target, ctx: Context, args: argparse.Namespace) -> None:
@@ -370,7 +341,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list:
         print(_list(ctx))
         return 0
-    table = targets()
+    table = targets(args.weights)
     try:
         for name in args.targets:
             target = table[name]

@@ -60,6 +60,13 @@ class Limits:
         return min(TIMEOUT_S, self.window) if self.min_rate > 0 else TIMEOUT_S
 
 
+def checksum_matches(found: str, expected: str) -> bool:
+    """Whether digest ``found`` is ``expected``, or begins with it where ``expected`` gives only the
+    first digits (8 or more: open_clip's release files name the first 8 of their SHA-256)."""
+    expected = expected.lower()
+    return found == expected or (len(expected) >= 8 and found.startswith(expected))
+
+
 def file_checksum(path: Path, algorithm: str = "md5", progress: bool = False) -> str:
     digest = hashlib.new(algorithm)
     with (
@@ -120,7 +127,7 @@ def download(
         verified = _fetch(archive, archive.source(mirror), part, destination, progress, limits)
     if not verified:
         found = file_checksum(part, archive.algorithm, progress)
-        if found != archive.checksum.lower():
+        if not checksum_matches(found, archive.checksum):
             part.unlink()  # our own download: nothing of the user's
             origin = f" (copied from {folder / archive.filename}, which is left as it is)" if folder else ""
             raise UserError(
@@ -133,7 +140,7 @@ def download(
 
 def _verify_existing(archive: Archive, path: Path, progress: bool) -> None:
     found = file_checksum(path, archive.algorithm, progress)
-    if found != archive.checksum.lower():
+    if not checksum_matches(found, archive.checksum):
         raise UserError(
             f"{path} fails its {archive.algorithm.upper()} check (expected {archive.checksum}, got "
             f"{found}); it is left where it is: replace it with the official file, or remove it and "
@@ -298,7 +305,7 @@ def _fetch(archive: Archive, url: str, part: Path, destination: Path, progress: 
         transfer = _transfer(archive, url, part, destination, progress, limits)
         if transfer.status == 416 or transfer.sized:
             return False
-        if file_checksum(part, archive.algorithm, progress) == archive.checksum.lower():
+        if checksum_matches(file_checksum(part, archive.algorithm, progress), archive.checksum):
             return True
         # more may come only after bytes came: a first answer, or a range the server honoured
         if transfer.received == 0 or (transfer.status != 206 and attempt > 0):

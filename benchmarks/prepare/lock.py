@@ -30,7 +30,7 @@ class TargetBusyError(UserError):
 
 
 def lock_path(folder: Path, target: str) -> Path:
-    return folder / f".prepare-{target}.lock"
+    return folder / f".prepare-{target.replace(':', '-').replace('/', '-')}.lock"  # weights:MODEL/TAG
 
 
 def target_lock_file(folder: Path, target: str) -> HeartbeatLock:

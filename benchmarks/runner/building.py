@@ -13,7 +13,7 @@ import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
-from benchmarks.backbone import BackboneSpec, CLIPBackbone, create_clip, recorded_backbone
+from benchmarks.backbone import BackboneSpec, CLIPBackbone, create_clip, recorded_backbone, weights_file
 from benchmarks.core.environment import seed_everything, set_deterministic
 from benchmarks.core.errors import UserError
 from benchmarks.core.precision import resolve_precision
@@ -78,6 +78,8 @@ class ResolvedRun:
         }
         if self.plugins:  # absent without plugins, so that other runs' hashes stay as they were
             config[PLUGINS] = self.plugins
+        if (loaded := weights_file(backbone_spec(self.spec))) is not None:
+            config["weights_file"] = loaded  # the file's name and SHA-256: recorded, not hashed
         if self.fake_data:
             config["fake_data"] = True  # a result on benchmarks.tools.fake_data's files is never a real one
         return config

@@ -144,7 +144,8 @@ REQUIRED_KEYS = tuple(f.name for f in fields(RunResult) if required(f))
 
 #: config entries that record, not determine: left out of the hash. ``augment_on``: the device and
 #: PIL paths give the same pixels (tests/data/test_device_augment.py), so either's result serves.
-UNHASHED_CONFIG_KEYS = ("option_sources", "augment_on")
+#: ``weights_file``: the name and SHA-256 of the weight file loaded, which ``backbone`` names already.
+UNHASHED_CONFIG_KEYS = ("option_sources", "augment_on", "weights_file")
 
 
 def config_hash(config: dict) -> str:

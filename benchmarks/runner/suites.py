@@ -27,7 +27,8 @@ a strategy) and the options of each. ``expand`` turns it into fully resolved, pl
                             ones included, unless its Config declares its own (its official recipe)
     [defaults]              options for every strategy
     [strategy.NAME]         options for one strategy
-    [variants.LABEL]        strategy = "NAME" plus options: a labelled row (ablations)
+    [variants.LABEL]        strategy = "NAME" plus options: a labelled row (ablations); its own
+                            backbone = {model = "ViT-B-16", pretrained = "laion400m_e32"} over [backbone]
     zero_shot_targets = ["pets", "food101"]   # optional: zero-shot datasets evaluated after the stream
     [launcher]              SLURM options for --launcher slurm
                             (benchmarks.runner.slurm_launcher.SlurmOptions):
@@ -68,6 +69,7 @@ from benchmarks.data.streams import Tasks, equal_split, parse_split, split_name,
 from benchmarks.runner.results import RunKey, config_hash, key_of_config
 
 SUITES_DIR = Path(__file__).parents[1] / "suites"
+DEFAULT_BACKBONE = {"model": "ViT-B-16-quickgelu", "pretrained": "openai"}  # OpenAI's ViT-B/16
 FAST_DEV_RUN_BATCHES = 2  # --fast-dev-run's training batches an epoch, unless it names another count
 KNOWN_KEYS = {
     "description",
@@ -281,11 +283,7 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
         raise UserError(
             f"suite {path}: epoch_scale must be a number in (0, 1], e.g. epoch_scale = 0.125; got {scale!r}"
         )
-    backbone_keys = set(suite.get("backbone", {})) - {"model", "pretrained"}
-    if backbone_keys:
-        raise UserError(
-            f"suite {path}: [backbone] has unknown key(s) {sorted(backbone_keys)}; valid: model, pretrained"
-        )
+    _check_backbones(suite, path)
     for table, names, kind in (
         ("strategy", available(), "strategy"),
         ("dataset", dataset_names(), "dataset"),
@@ -345,6 +343,50 @@ def resolve_tasks(tasks: int | str, dataset: str, dataset_options: dict[str, Any
     return ("" if equal_split(sizes) else split_name(*parse_split(tasks))), len(sizes)
 
 
+def _check_backbones(suite: dict[str, Any], path: Path) -> None:
+    """The suite's ``[backbone]`` and each variant's own ``backbone``: their keys, and their model
+    and tag against open_clip's registry (offline, before any run looks for a file)."""
+    from benchmarks.backbone import check_names
+
+    tables = {"[backbone]": suite.get("backbone", {})}
+    for label, variant in suite.get("variants", {}).items():
+        if isinstance(variant, dict) and "backbone" in variant:
+            tables[f"[variants.{label}] backbone"] = variant["backbone"]
+    for where, table in tables.items():
+        if not isinstance(table, dict):
+            raise UserError(
+                f"suite {path}: {where} must be a table, "
+                'e.g. {model = "ViT-B-16", pretrained = "laion400m_e32"}'
+            )
+        if unknown := sorted(set(table) - {"model", "pretrained"}):
+            raise UserError(f"suite {path}: {where} has unknown key(s) {unknown}; valid: model, pretrained")
+        backbone = {**run_backbone(suite, None), **table}
+        try:
+            check_names(backbone["model"], backbone["pretrained"])
+        except UserError as err:
+            raise UserError(f"suite {path}: {where}: {err}") from None
+
+
+def run_backbone(suite: dict[str, Any], label: str | None, weights: str | None = None) -> dict[str, Any]:
+    """The backbone of the suite's run ``label`` (None: the suite's own): ``[backbone]`` over the
+    default (OpenAI's ViT-B/16), the variant's ``backbone`` over both, ``weights`` (``--weights``) over
+    every tag; pretrained "none" is None (random init)."""
+    variant = suite.get("variants", {}).get(label, {}) if label is not None else {}
+    backbone = {**DEFAULT_BACKBONE, **suite.get("backbone", {}), **variant.get("backbone", {})}
+    if weights:
+        backbone["pretrained"] = weights
+    if str(backbone["pretrained"]).lower() == "none":
+        backbone["pretrained"] = None
+    return backbone
+
+
+def suite_backbones(name: str) -> list[dict[str, Any]]:
+    """The backbones suite ``name``'s rows use (its own, then each variant's), read from its file
+    without checking the rest (no strategy is imported): what ``prepare --list`` shows."""
+    suite = _read_suite(SUITES_DIR / f"{name}.toml", seen=())
+    return [run_backbone(suite, label) for label in [None, *suite.get("variants", {})]]
+
+
 #: strategy options a ``[dataset.NAME]`` table may set for every strategy run on that dataset
 DATASET_LEVEL_OPTIONS = ("train_augmentation",)
 
@@ -378,7 +420,7 @@ def strategy_options(
         ("defaults", suite.get("defaults", {})),
         (protocol.source, protocol_options),
         (f"strategy.{strategy}", suite.get("strategy", {}).get(strategy, {})),
-        (f"variants.{label}", {k: v for k, v in variant.items() if k != "strategy"}),
+        (f"variants.{label}", {k: v for k, v in variant.items() if k not in ("strategy", "backbone")}),
     ]
     options, sources = {}, {}
     for source, table in layers:
@@ -458,11 +500,6 @@ def expand(
     ``class_order``: one order name or several (``--class-order seed1993,seed0``): one run per
     (order, seed), the orders outside the seeds."""
     variants = suite.get("variants", {})
-    backbone = {"model": "ViT-B-16-quickgelu", "pretrained": "openai", **suite.get("backbone", {})}
-    if weights:
-        backbone["pretrained"] = weights
-    if str(backbone["pretrained"]).lower() == "none":
-        backbone["pretrained"] = None
     resolved_device = _resolve_device(device or suite.get("device", "auto"), check_device)
     # The suite's setting, checked here; "auto" is resolved per run (``building.resolve``), where the
     # strategy's config (its ``amp``) is known.
@@ -492,6 +529,7 @@ def expand(
     for dataset in datasets or suite["datasets"]:
         for label in strategies or suite["strategies"]:
             strategy = variants.get(label, {}).get("strategy", label)
+            backbone = run_backbone(suite, label, weights)  # a variant's own, if it has one
             layer = protocol_layer(protocol or DEFAULT_PROTOCOL, strategy, dataset)
             options, sources = strategy_options(suite, label, dataset, layer)
             # the command line's --class-order wins over every table

@@ -5,6 +5,10 @@ real formats and a random ViT-B-16-quickgelu (``benchmarks.tools.fake_data``, ma
 has none), then every strategy of every real suite on its datasets and task counts, one suite
 after another, each timed. Prints one row per suite: its finished runs, the run command's exit
 code, its wall time. Finished runs are kept, so a rerun after a fix walks only what failed or is left.
+
+``--backbone ViT-L-14`` walks the suites on another open_clip model instead, randomly initialised
+(every strategy at its widths: ViT-L/14's 1024 and 768, 24 blocks; ViT-B/32's patch 32): each suite
+through a copy of it with that ``[backbone]`` (a variant's own backbone keeps its model).
 """
 
 from __future__ import annotations
@@ -20,7 +24,21 @@ from benchmarks.data.datasets import FAKE_DATA_MARKER
 from benchmarks.runner.reading import iter_results
 from benchmarks.tools.fake_data import WEIGHTS_FILE, make_fake_data
 
-REAL_SUITES = ("main", "main-as-published", "seq", "ood", "zeroshot", "ablation", "params")
+REAL_SUITES = ("main", "main-as-published", "seq", "ood", "zeroshot", "ablation", "params", "backbones")
+
+
+def suite_on(suite: str, model: str, folder: Path) -> str:
+    """A suite file that is ``suite`` on a random ``model``: the path of a copy with that
+    ``[backbone]``, written in ``folder``."""
+    from benchmarks.backbone import check_names
+
+    check_names(model, None)  # one line for a name open_clip does not know
+    path = folder / f"{suite}.toml"
+    folder.mkdir(parents=True, exist_ok=True)
+    path.write_text(
+        f'base = "{suite}"\n\n[backbone]\nmodel = "{model}"\npretrained = "none"\n', encoding="utf-8"
+    )
+    return str(path)
 
 
 @one_line_user_errors
@@ -33,6 +51,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--suites", default=",".join(REAL_SUITES), help="comma-separated suites")
     parser.add_argument("--strategies", help="comma-separated subset of each suite's strategies")
     parser.add_argument("--datasets", help="comma-separated subset of each suite's datasets")
+    parser.add_argument("--tasks", help="comma-separated task counts instead of each suite's")
+    parser.add_argument(
+        "--backbone",
+        metavar="MODEL",
+        help="walk on this open_clip model, randomly initialised (e.g. ViT-L-14, ViT-B-32), "
+        "instead of the fake ViT-B/16 weights",
+    )
     args = parser.parse_args(argv)
     root = Path(args.data_root)
     if not (root / FAKE_DATA_MARKER).is_file():
@@ -42,17 +67,21 @@ def main(argv: list[str] | None = None) -> int:
     total, failed = 0.0, 0
     for suite in args.suites.split(","):
         results = Path(args.results_dir) / suite
+        suite_file = (
+            suite_on(suite, args.backbone, Path(args.results_dir) / "suites") if args.backbone else suite
+        )
         argv_suite = [
             "--suite",
-            suite,
+            suite_file,
             "--fast-dev-run",
             "--data-root",
             str(root),
             "--results-dir",
             str(results),
         ]
-        argv_suite += ["--weights", str(root / WEIGHTS_FILE), "--quiet"]
-        for option in ("strategies", "datasets"):
+        argv_suite += [] if args.backbone else ["--weights", str(root / WEIGHTS_FILE)]
+        argv_suite += ["--quiet"]
+        for option in ("strategies", "datasets", "tasks"):
             if getattr(args, option):
                 argv_suite += [f"--{option}", getattr(args, option)]
         start = time.perf_counter()

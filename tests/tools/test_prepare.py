@@ -230,11 +230,11 @@ def test_an_unwritable_data_root_is_one_line_with_exit_2(tmp_path, capsys):
 def test_weights_from_a_mirror_land_where_runs_look(tmp_path, monkeypatch, capsys):
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     blob = b"not really a checkpoint"
-    archive = prepare._weights_archive()
+    archive = prepare.Weights().archive()
     monkeypatch.setattr(
-        prepare,
-        "_weights_archive",
-        lambda: prepare.Archive(archive.url, hashlib.sha256(blob).hexdigest(), "sha256"),
+        prepare.Weights,
+        "archive",
+        lambda self: prepare.Archive(archive.url, hashlib.sha256(blob).hexdigest(), "sha256"),
     )
     server = ArchiveServer({"ViT-B-16.pt": blob})
     try:
