@@ -26,7 +26,8 @@ from pathlib import Path
 from benchmarks.core.errors import UserError
 from benchmarks.data.streams import task_sizes
 from benchmarks.data.unit import dataset_unit
-from benchmarks.runner.suites import RunSpec, class_count, dataset_loader_options
+from benchmarks.runner.suites import RunSpec, dataset_loader_options
+from benchmarks.runner.task_splits import class_count
 
 #: the command that measures the rates, and where it leaves them (``runs/gpu_check/<date>/``)
 MEASURE_COMMAND = "python -m benchmarks.tools.gpu_check"

@@ -7,6 +7,7 @@ a strategy) and the options of each. ``expand`` turns it into fully resolved, pl
     description = "..."
     datasets    = ["cifar100"]
     tasks       = [10, "B50-Inc10"]  # 10 equal tasks; a first task of 50 classes, then tasks of 10
+                                     # or per dataset: {cifar100 = ["B0-Inc10"], cub200 = ["B0-Inc20"]}
     seeds       = [0, 1, 2]
     strategies  = ["continual_clip", "finetune", "gr4cil"]   # names or variant labels
     class_order = "seed1993"          # or a fixed list: "dytox", "mg_clip_imagenet_r"; or several
@@ -65,11 +66,12 @@ from benchmarks.core.precision import resolve_precision
 from benchmarks.data.class_orders import DEFAULT_CLASS_ORDER
 from benchmarks.data.device_augment import AugmentOn, check_augment_on
 from benchmarks.data.protocols import DEFAULT_PROTOCOL, ProtocolLayer, check_protocol, protocol_layer
-from benchmarks.data.streams import Tasks, equal_split, parse_split, split_name, split_sizes
+from benchmarks.data.streams import Tasks
 from benchmarks.runner.results import RunKey, config_hash, key_of_config
+from benchmarks.runner.suite_backbones import check_backbones, run_backbone
+from benchmarks.runner.task_splits import check_suite_tasks, check_tasks, resolve_tasks, suite_tasks
 
 SUITES_DIR = Path(__file__).parents[1] / "suites"
-DEFAULT_BACKBONE = {"model": "ViT-B-16-quickgelu", "pretrained": "openai"}  # OpenAI's ViT-B/16
 FAST_DEV_RUN_BATCHES = 2  # --fast-dev-run's training batches an epoch, unless it names another count
 KNOWN_KEYS = {
     "description",
@@ -262,6 +264,8 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
         if key not in suite:
             raise UserError(f"suite {path} has no {key}; add e.g. {key} = {example}")
         values = suite[key]
+        if key == "tasks" and isinstance(values, dict):  # per dataset: checked entry by entry below
+            continue
         kind = str if key in ("datasets", "strategies") else int
         kinds = (int, str) if key == "tasks" else (kind,)
         if (
@@ -275,7 +279,7 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
                 f"got {values!r}"
             )
     check_protocol(suite.get("protocol", DEFAULT_PROTOCOL))
-    check_tasks(suite["tasks"], f"suite {path}: ")
+    check_suite_tasks(suite["tasks"], suite["datasets"], f"suite {path}: ")
     if any(s < 0 for s in suite["seeds"]):
         raise UserError(f"suite {path}: seeds must be >= 0")
     scale = suite.get("epoch_scale", 1.0)
@@ -283,7 +287,7 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
         raise UserError(
             f"suite {path}: epoch_scale must be a number in (0, 1], e.g. epoch_scale = 0.125; got {scale!r}"
         )
-    _check_backbones(suite, path)
+    check_backbones(suite, path)
     for table, names, kind in (
         ("strategy", available(), "strategy"),
         ("dataset", dataset_names(), "dataset"),
@@ -297,87 +301,6 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
                     f"suite {path} has [{table}.{name}], but there is no {kind} {name!r}; "
                     f"valid: {', '.join(sorted(names))}"
                 )
-
-
-def check_tasks(tasks: list[int | str], where: str = "") -> None:
-    """Task counts >= 1 and splits of the form ``B{m}-Inc{n}``, before any dataset is known."""
-    if any(isinstance(n, int) and n < 1 for n in tasks):
-        raise UserError(f"{where}task counts must be >= 1; got {tasks}")
-    for split in tasks:
-        if isinstance(split, str) and not _is_split(split):
-            raise UserError(
-                f"{where}tasks must be whole numbers or splits B<m>-Inc<n> (n >= 1), "
-                f'e.g. [10, "B50-Inc10"]; got {split!r}'
-            )
-
-
-def _is_split(text: str) -> bool:
-    try:
-        parse_split(text)
-    except UserError:
-        return False
-    return True
-
-
-def class_count(dataset: str, dataset_options: dict[str, Any]) -> int | None:
-    """The dataset's class count under its options (its ``n_classes`` option, else its unit's); None
-    where only its files can tell."""
-    from benchmarks.data.unit import dataset_unit
-
-    count = dataset_options.get("n_classes", dataset_unit(dataset).n_classes)
-    return count if isinstance(count, int) and not isinstance(count, bool) else None
-
-
-def resolve_tasks(tasks: int | str, dataset: str, dataset_options: dict[str, Any]) -> tuple[str, int]:
-    """(split, task count) of one ``tasks`` entry on ``dataset``: ``("", N)`` for N equal tasks, and
-    for a split that gives equal tasks (``B0-Inc10`` on 100 classes is 10 tasks: one run, one file);
-    ``("B50-Inc10", 6)`` for a half-base one, checked against the dataset's class count."""
-    if isinstance(tasks, int):
-        return "", tasks
-    n_classes = class_count(dataset, dataset_options)
-    if n_classes is None:
-        raise UserError(
-            f"{dataset} does not declare its class count, which split {tasks} needs; give a task count"
-        )
-    sizes = split_sizes(tasks, n_classes, dataset)
-    return ("" if equal_split(sizes) else split_name(*parse_split(tasks))), len(sizes)
-
-
-def _check_backbones(suite: dict[str, Any], path: Path) -> None:
-    """The suite's ``[backbone]`` and each variant's own ``backbone``: their keys, and their model
-    and tag against open_clip's registry (offline, before any run looks for a file)."""
-    from benchmarks.backbone import check_names
-
-    tables = {"[backbone]": suite.get("backbone", {})}
-    for label, variant in suite.get("variants", {}).items():
-        if isinstance(variant, dict) and "backbone" in variant:
-            tables[f"[variants.{label}] backbone"] = variant["backbone"]
-    for where, table in tables.items():
-        if not isinstance(table, dict):
-            raise UserError(
-                f"suite {path}: {where} must be a table, "
-                'e.g. {model = "ViT-B-16", pretrained = "laion400m_e32"}'
-            )
-        if unknown := sorted(set(table) - {"model", "pretrained"}):
-            raise UserError(f"suite {path}: {where} has unknown key(s) {unknown}; valid: model, pretrained")
-        backbone = {**run_backbone(suite, None), **table}
-        try:
-            check_names(backbone["model"], backbone["pretrained"])
-        except UserError as err:
-            raise UserError(f"suite {path}: {where}: {err}") from None
-
-
-def run_backbone(suite: dict[str, Any], label: str | None, weights: str | None = None) -> dict[str, Any]:
-    """The backbone of the suite's run ``label`` (None: the suite's own): ``[backbone]`` over the
-    default (OpenAI's ViT-B/16), the variant's ``backbone`` over both, ``weights`` (``--weights``) over
-    every tag; pretrained "none" is None (random init)."""
-    variant = suite.get("variants", {}).get(label, {}) if label is not None else {}
-    backbone = {**DEFAULT_BACKBONE, **suite.get("backbone", {}), **variant.get("backbone", {})}
-    if weights:
-        backbone["pretrained"] = weights
-    if str(backbone["pretrained"]).lower() == "none":
-        backbone["pretrained"] = None
-    return backbone
 
 
 def suite_backbones(name: str) -> list[dict[str, Any]]:
@@ -520,7 +443,7 @@ def expand(
     ):
         if chosen is not None and not chosen:  # an unset shell variable must not mean the whole suite
             raise UserError(
-                f"--{flag} is empty; name at least one (e.g. --{flag} {suite[flag][0]}), or leave the "
+                f"--{flag} is empty; name at least one (e.g. --{flag} {_first(suite[flag])}), or leave the "
                 f"option out for all the suite's {flag}"
             )
     check_tasks(tasks or [], "--tasks: ")
@@ -547,9 +470,8 @@ def expand(
                 for k, v in options.items()
                 if not (k in DATASET_LEVEL_OPTIONS and sources[k].startswith("dataset."))
             }
-            splits = {
-                resolve_tasks(entry, dataset, dataset_options): None for entry in tasks or suite["tasks"]
-            }
+            entries = tasks or suite_tasks(suite["tasks"], dataset)
+            splits = {resolve_tasks(entry, dataset, dataset_options): None for entry in entries}
             for split, n_tasks in splits:  # B0-Inc10 and 10 are one run
                 for order, seed in itertools.product(orders, seeds or suite["seeds"]):
                     config = {
@@ -598,3 +520,8 @@ def expand(
                         )
                     )
     return runs
+
+
+def _first(values: list[Any] | dict[str, list[Any]]) -> Any:
+    """An example entry of a suite list (``tasks`` may be a table of lists, by dataset)."""
+    return next(iter(values.values()))[0] if isinstance(values, dict) else values[0]

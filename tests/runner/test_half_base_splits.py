@@ -6,7 +6,8 @@ import pytest
 
 from benchmarks import run
 from benchmarks.core.errors import UserError
-from benchmarks.runner.suites import expand, load_suite, resolve_tasks
+from benchmarks.runner.suites import expand, load_suite
+from benchmarks.runner.task_splits import resolve_tasks
 from tests.helpers import tiny_suite, write_suite
 
 
@@ -108,3 +109,37 @@ def test_gpu_hours_count_the_classes_of_the_tasks_left():
     assert run_images(half, resolve(half, "data").config, 1) == (70 * 50_000 * 50 / 100, 5 * 10_000)
     assert run_images(half, resolve(half, "data").config, 3) == (70 * 50_000 * 30 / 100, 3 * 10_000)
     assert run_images(ten, resolve(ten, "data").config, 3) == (70 * 50_000 * 7 / 10, 7 * 10_000)
+
+
+def _per_dataset_suite(tmp_path, tasks_table: str) -> str:
+    text = tiny_suite(["finetune"]).replace(
+        'datasets = ["synthetic"]', 'datasets = ["synthetic", "cifar100"]'
+    )
+    return write_suite(tmp_path / "suite.toml", text.replace("tasks = [5]", f"tasks = {tasks_table}"))
+
+
+def test_a_tasks_table_gives_each_dataset_its_own_entries(tmp_path):
+    """The LAMDA suites' form: each dataset at its papers' increment; --tasks still overrides all."""
+    suite = load_suite(
+        _per_dataset_suite(tmp_path, '{synthetic = ["B50-Inc25"], cifar100 = [10, "B0-Inc20"]}')
+    )
+    runs = [(s.dataset, s.split, s.n_tasks) for s in expand(suite)]
+    assert runs == [("synthetic", "B50-Inc25", 3), ("cifar100", "", 10), ("cifar100", "", 5)]
+    assert [(s.dataset, s.n_tasks) for s in expand(suite, tasks=[2])] == [("synthetic", 2), ("cifar100", 2)]
+
+
+@pytest.mark.parametrize(
+    "table, match",
+    [
+        ("{synthetic = [5]}", r"tasks table has no entry for dataset 'cifar100'"),
+        (
+            "{synthetic = [5], cifar100 = [5], cub = [5]}",
+            r"names dataset\(s\) \['cub'\] the suite does not run",
+        ),
+        ("{synthetic = [5], cifar100 = []}", "tasks.cifar100 must be a non-empty list"),
+        ('{synthetic = [5], cifar100 = ["B0-Inc"]}', "tasks.cifar100: tasks must be whole numbers or splits"),
+    ],
+)
+def test_a_bad_tasks_table_is_one_line(tmp_path, table, match):
+    with pytest.raises(UserError, match=match):
+        load_suite(_per_dataset_suite(tmp_path, table))
