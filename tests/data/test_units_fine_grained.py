@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import re
 import shutil
 import socket
 import tarfile
@@ -21,7 +22,7 @@ from benchmarks import run
 from benchmarks.core.errors import DataNotFoundError
 from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.datasets import load_dataset
-from benchmarks.data.unit import Archive, dataset_unit
+from benchmarks.data.unit import Archive, dataset_unit, random_jpeg
 from benchmarks.data.units import cars196 as cars_module
 from benchmarks.data.units._lamda import c3box_names, write_lamda_fake
 from benchmarks.data.units.cars196 import c3box_subset, stanford_cars_classes
@@ -100,6 +101,36 @@ def test_the_lamda_folders_read_as_c3box_reads_them(tmp_path, name, names_key, n
     shutil.rmtree(tmp_path / unit.folder / test_folder / folders[-1])  # a partial copy is refused
     with pytest.raises(DataNotFoundError, match=f"holds {n_classes - 1} class folders"):
         load_dataset(name, tmp_path, layout="lamda")
+
+
+def test_ucf101_midframes_are_split_by_the_official_lists(tmp_path):
+    base = tmp_path / "ucf101"
+    (base / "ucfTrainTestlist").mkdir(parents=True)
+    actions = [name.replace(" ", "") for name in c3box_names("ucf101")] + ["YoYo"]
+    actions[36] = "HandstandPushups"  # classInd.txt's name; its videos are v_HandStandPushups_*
+    (base / "ucfTrainTestlist" / "classInd.txt").write_text(
+        "".join(f"{i} {a}\r\n" for i, a in enumerate(actions, 1))
+    )
+    rng = np.random.RandomState(0)
+    for name, group in (("trainlist01.txt", 8), ("testlist01.txt", 1)):
+        lines = []
+        for i, action in enumerate(actions, start=1):
+            video = "HandStandPushups" if action == "HandstandPushups" else action
+            folder = base / "UCF-101-midframes" / "_".join(re.findall("[A-Z][^A-Z]*", action))
+            folder.mkdir(parents=True, exist_ok=True)
+            random_jpeg(folder / f"v_{video}_g{group:02d}_c01.jpg", rng)
+            lines.append(f"{action}/v_{video}_g{group:02d}_c01.avi" + (f" {i}" if group == 8 else ""))
+        (base / "ucfTrainTestlist" / name).write_text("\r\n".join(lines) + "\r\n")
+    data = load_dataset("ucf101", tmp_path, layout="midframes")
+    assert data.n_classes == 100 and data.class_names == c3box_names("ucf101")
+    assert (len(data.train), len(data.test)) == (100, 100) and not set(_paths(data.train)) & set(
+        _paths(data.test)
+    )
+    assert data.train.samples[36] == (
+        str(base / "UCF-101-midframes/Handstand_Pushups/v_HandStandPushups_g08_c01.jpg"),
+        36,
+    )
+    assert set(data.test_targets) == set(range(100))  # YoYo, the 101st, is not streamed
 
 
 # --- (b) the classes and their orders -------------------------------------------------------------
