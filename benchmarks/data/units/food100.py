@@ -56,8 +56,6 @@ class Food100(DatasetUnit):
             return None  # the LAMDA archive's split is not published
         return FOOD100_CLASSES * TRAIN_PER_DISH, FOOD100_CLASSES * TEST_PER_DISH
 
-    def state(self, ctx):
-        return dataset_unit("food101").state(ctx)
-
     def write_fake(self, root: Path, n_train: int, n_test: int, rng: np.random.RandomState) -> Path:
+        """Food-101's files (``prepare`` and ``fake_data`` make them as the ``food101`` target's)."""
         return dataset_unit("food101").write_fake(root, n_train, n_test, rng)
