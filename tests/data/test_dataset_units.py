@@ -35,9 +35,25 @@ def test_every_dataset_is_a_unit_and_imagenet_is_one_target_for_two_datasets():
         "pets",
         "food101",
         "synthetic",
+        "cub200",
+        "cars196",
+        "aircraft",
+        "food100",
+        "ucf101",
     ]
-    assert list(file_targets()) == ["cifar100", "imagenet_r", "imagenet", "pets", "food101"]
+    assert list(file_targets()) == [
+        "cifar100",
+        "imagenet_r",
+        "imagenet",
+        "pets",
+        "food101",
+        "cub200",
+        "cars196",
+        "aircraft",
+        "ucf101",
+    ]
     assert target_of("imagenet100") == target_of("imagenet1k") == target_of("imagenet") == "imagenet"
+    assert target_of("food100") == "food101"  # Food-101's 100 LAMDA classes, read from its files
     assert target_of("synthetic") is None and target_of("nothing") is None
     assert dataset_unit("imagenet100").folder == dataset_unit("imagenet1k").folder == "imagenet"
 
