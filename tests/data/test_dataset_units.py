@@ -35,8 +35,22 @@ def test_every_dataset_is_a_unit_and_imagenet_is_one_target_for_two_datasets():
         "pets",
         "food101",
         "synthetic",
+        "objectnet",
+        "imagenet_a",
+        "tinyimagenet",
+        "sun397",
     ]
-    assert list(file_targets()) == ["cifar100", "imagenet_r", "imagenet", "pets", "food101"]
+    assert list(file_targets()) == [
+        "cifar100",
+        "imagenet_r",
+        "imagenet",
+        "pets",
+        "food101",
+        "objectnet",
+        "imagenet_a",
+        "tinyimagenet",
+        "sun397",
+    ]
     assert target_of("imagenet100") == target_of("imagenet1k") == target_of("imagenet") == "imagenet"
     assert target_of("synthetic") is None and target_of("nothing") is None
     assert dataset_unit("imagenet100").folder == dataset_unit("imagenet1k").folder == "imagenet"
