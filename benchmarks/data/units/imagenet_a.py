@@ -27,6 +27,7 @@ import numpy as np
 
 from benchmarks.core.errors import DataNotFoundError
 from benchmarks.data.datasets import (
+    ROOT_HINT,
     ClassificationData,
     check_choice,
     folder_data,
@@ -95,7 +96,8 @@ class ImagenetA(DatasetUnit):
             how = (
                 "the APER split comes only from its authors' archive (RevisitingCIL's README): extract "
                 f"it so that {base}/train and {base}/test hold the 200 wnid folders, or set split = "
-                '"stratified" to split the official archive (python -m benchmarks.prepare imagenet_a)'
+                '"stratified" to split the official archive (python -m benchmarks.prepare imagenet_a); '
+                f"{ROOT_HINT}"
             )
             train, test = read_split_folders(base, wnids, self.title, how)
         else:

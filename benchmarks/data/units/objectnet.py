@@ -52,7 +52,7 @@ class ObjectNet(DatasetUnit):
 
     def manual(self, root: Path) -> str:
         return (
-            f"ObjectNet's licence needs a manual download: get the APER authors' archive ({APER_README}) "
+            f"ObjectNet comes only by hand, under its licence: get the APER authors' archive ({APER_README}) "
             f"and extract it so that {root / self.folder}/train and {root / self.folder}/test hold its 200 "
             "class folders"
         )
@@ -77,7 +77,7 @@ class ObjectNet(DatasetUnit):
         return missing_or([(complete, "train/ and test/ do not each hold the 200 class folders")], base)
 
     def unavailable(self, ctx: PrepareContext) -> str | None:
-        return "ObjectNet's licence needs a manual download"
+        return "ObjectNet comes only by hand, under its licence"
 
     def prepare(self, ctx: PrepareContext) -> None:
         raise UserError(f"objectnet cannot be downloaded: {self.manual(ctx.data_root)}")

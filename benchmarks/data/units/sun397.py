@@ -34,6 +34,7 @@ from torchvision.datasets import SUN397
 
 from benchmarks.core.errors import DataNotFoundError
 from benchmarks.data.datasets import (
+    ROOT_HINT,
     ClassificationData,
     FileListDataset,
     check_choice,
@@ -96,7 +97,7 @@ class Sun397(DatasetUnit):
         how = (
             "the LAMDA subset comes only from the C3Box authors' archive (C3Box's README, SUN): extract "
             f"it so that {base}/train and {base}/val hold its 300 class folders, or set split = "
-            '"stratified" to split the official archive (python -m benchmarks.prepare sun397)'
+            f'"stratified" to split the official archive (python -m benchmarks.prepare sun397); {ROOT_HINT}'
         )
         classes = class_folders(base / "train", f"{self.title} train", how)
         if len(classes) != 300:
