@@ -17,10 +17,14 @@ Class names of the LAMDA subset: C3Box's ``utils/labels.json`` ``sun`` list, whi
 ``DataManager`` gives label by label (``assets/sun300_names_c3box.json``); labels are the sorted class
 folders' indices, so its class order ``np.random.seed(1993); np.random.permutation(300)`` is this
 suite's ``seed1993``. The list is sorted and each name is one scene (``abbey`` .. ``ski slope``,
-without SUN397's ``/indoor``-style subclasses); the fake writer names the class folders after it,
-underscores for spaces, as the archive's own folder names are not published. C3Box's experiment
-files set no task split for SUN, so none is declared. The official classes' names are torchvision's,
-cleaned (``apartment_building/outdoor``: "apartment building outdoor").
+without SUN397's ``/indoor``-style subclasses). They are the first 300 distinct scene names of the
+official ``ClassName.txt`` in its order, one name for a scene's subclasses (``balcony`` for
+``/b/balcony/exterior`` and ``/b/balcony/interior``): checked, they span its first 325 classes,
+through ``/s/ski_slope``. Which images of those the archive keeps, and how, is not published. The
+fake writer names the class folders after the list, underscores for spaces, as the archive's own
+folder names are not published either. C3Box's experiment files set no task split for SUN, so none
+is declared. The official classes' names are torchvision's, cleaned (``apartment_building/outdoor``:
+"apartment building outdoor").
 """
 
 from __future__ import annotations
