@@ -40,6 +40,10 @@ def test_every_dataset_is_a_unit_and_imagenet_is_one_target_for_two_datasets():
         "aircraft",
         "food100",
         "ucf101",
+        "objectnet",
+        "imagenet_a",
+        "tinyimagenet",
+        "sun397",
     ]
     assert list(file_targets()) == [
         "cifar100",
@@ -51,6 +55,10 @@ def test_every_dataset_is_a_unit_and_imagenet_is_one_target_for_two_datasets():
         "cars196",
         "aircraft",
         "ucf101",
+        "objectnet",
+        "imagenet_a",
+        "tinyimagenet",
+        "sun397",
     ]
     assert target_of("imagenet100") == target_of("imagenet1k") == target_of("imagenet") == "imagenet"
     assert target_of("food100") == "food101"  # Food-101's 100 LAMDA classes, read from its files

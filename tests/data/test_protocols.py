@@ -54,7 +54,7 @@ def test_a_split_list_in_rapfs_text_format_drops_what_is_not_an_image():
 @pytest.mark.parametrize("name", list(named_orders()))
 def test_every_named_order_is_a_permutation_of_its_datasets_classes(name):
     dataset, order = named_orders()[name]
-    n_classes = {"cifar100": 100, "imagenet_r": 200}[dataset]
+    n_classes = {"cifar100": 100, "imagenet_r": 200, "tinyimagenet": 200}[dataset]
     assert sorted(resolve_class_order(name, n_classes, dataset)) == list(range(n_classes))
     with pytest.raises(UserError, match="does not apply"):
         resolve_class_order(name, 1000, "imagenet1k")

@@ -217,8 +217,11 @@ def test_a_bad_command_line_is_one_line_with_exit_2(argv, capsys):
         prepare.main(argv)
     err = capsys.readouterr().err
     assert stop.value.code == 2 and err.count("\n") == 1 and err.startswith("error: ")
-    valid = "cifar100, imagenet_r, imagenet, pets, food101, cub200, cars196, aircraft, ucf101, weights, all"
-    assert f"valid: {valid}" in err or not argv
+    valid = (
+        "cifar100, imagenet_r, imagenet, pets, food101, cub200, cars196, aircraft, ucf101, "
+        "objectnet, imagenet_a, tinyimagenet, sun397"
+    )
+    assert f"valid: {valid}, weights, all" in err or not argv
 
 
 def test_an_unwritable_data_root_is_one_line_with_exit_2(tmp_path, capsys):
