@@ -134,6 +134,13 @@ class DatasetUnit:
         arguments (a suite's ``[dataset.NAME]`` table), checked by name before it is called."""
         raise NotImplementedError
 
+    def class_count(self, **options: Any) -> int | None:
+        """Its class count under ``options`` (its ``load`` keywords), known without reading a file: a
+        half-base split is checked and sized with it. Default: an ``n_classes`` option, else
+        ``n_classes``."""
+        count = options.get("n_classes", self.n_classes)
+        return count if isinstance(count, int) and not isinstance(count, bool) else None
+
     def image_counts(self, **options: Any) -> tuple[int, int] | None:
         """(training, test) images of the real dataset under ``options`` (its ``load`` keywords;
         others ignored), known without reading a file: ``benchmarks.run --dry-run`` turns them into

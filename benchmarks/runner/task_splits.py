@@ -68,12 +68,11 @@ def _is_split(text: str) -> bool:
 
 
 def class_count(dataset: str, dataset_options: dict[str, Any]) -> int | None:
-    """The dataset's class count under its options (its ``n_classes`` option, else its unit's); None
-    where only its files can tell."""
+    """The dataset's class count under its options (``DatasetUnit.class_count``); None where only its
+    files can tell."""
     from benchmarks.data.unit import dataset_unit
 
-    count = dataset_options.get("n_classes", dataset_unit(dataset).n_classes)
-    return count if isinstance(count, int) and not isinstance(count, bool) else None
+    return dataset_unit(dataset).class_count(**dataset_options)
 
 
 def resolve_tasks(tasks: int | str, dataset: str, dataset_options: dict[str, Any]) -> tuple[str, int]:

@@ -87,6 +87,10 @@ class Cars196(DatasetUnit):
     # with this default of 196 classes no published split applies.
     published_splits: dict[str, str] = {}
 
+    def class_count(self, layout: str = "official", classes: str = "all", **options: Any) -> int:
+        """196, or the LAMDA archive's 100 (``classes = "c3box"`` or ``layout = "lamda"``)."""
+        return 196 if layout == "official" and classes == "all" else 100
+
     def load(
         self, data_root: Path | None, layout: str = "official", classes: str = "all"
     ) -> ClassificationData:

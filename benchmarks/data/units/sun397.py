@@ -85,6 +85,10 @@ class Sun397(DatasetUnit):
     list_position = 16
     n_classes = 300
 
+    def class_count(self, split: str = "lamda", **options: Any) -> int:
+        """The C3Box authors' 300 classes, or the official 397 (``split = "stratified"``)."""
+        return 397 if split == "stratified" else 300
+
     def load(
         self, data_root: Path | None, split: str = "lamda", split_seed: int = 0, train_fraction: float = 0.8
     ) -> ClassificationData:
