@@ -1,15 +1,17 @@
 """The results store: one versioned JSON file per run, written atomically.
 
-Layout under a results directory::
+Layout under a results directory (``<stem>``: ``RunKey.stem``, ``T10-seed0``, ``B50-Inc10-T6-seed0``
+or ``T10-seed0-order-seed5``; ``benchmarks.runner.run_key``)::
 
-    <dataset>/<label>/T<n_tasks>-seed<seed>.json     finished runs (schema below)
-    <dataset>/<label>/T<n_tasks>-seed<seed>.predictions.safetensors   their per-image predictions
-    .checkpoints/<dataset>/<label>/T<n_tasks>-seed<seed>/   state of an unfinished run
-    .locks/<dataset>/<label>/T<n_tasks>-seed<seed>.lock     held while a process computes the run
-    .locks/<dataset>/<label>/T<n_tasks>-seed<seed>.error    why its last attempt failed
+    <dataset>/<label>/<stem>.json                       finished runs (schema below)
+    <dataset>/<label>/<stem>.predictions.safetensors    their per-image predictions
+    .checkpoints/<dataset>/<label>/<stem>/              state of an unfinished run
+    .locks/<dataset>/<label>/<stem>.lock                held while a process computes the run
+    .locks/<dataset>/<label>/<stem>.error               why its last attempt failed
 
 A run is identified by its *label* (the strategy name, or a variant name from the suite), dataset,
-number of tasks and seed. Its folder is ``safe_label(label)``: a ``module:Class`` strategy's folder
+number of tasks (and half-base split), seed and, where it is not its protocol's default, class order.
+Its folder is ``safe_label(label)``: a ``module:Class`` strategy's folder
 has ``_`` for the colon; the JSON keeps the label itself. Its resolved config is hashed; a finished
 file whose hash matches is never recomputed unless the user asks (``--force``).
 
@@ -32,7 +34,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import re
 import shutil
 import warnings
 from dataclasses import dataclass, field, fields, replace
@@ -49,6 +50,12 @@ from benchmarks.core.errors import UserError
 from benchmarks.core.json_record import JsonRecord, optional_field, required
 from benchmarks.core.metrics import average_forgetting, backward_transfer, summarize, task_accuracy_matrix
 
+# the key and file names live in run_key (no torch); imported from here too, as they always were
+from benchmarks.runner.run_key import RESULT_NAME as RESULT_NAME
+from benchmarks.runner.run_key import RUN_STEM as RUN_STEM
+from benchmarks.runner.run_key import RunKey, key_of_config, safe_label
+from benchmarks.runner.run_key import default_class_order as default_class_order
+
 if TYPE_CHECKING:
     from benchmarks.runner.locking import RunLock
 
@@ -57,13 +64,6 @@ SCHEMA_VERSION = 5
 # reading); 1 to 3: no digest (read unchecked)
 READABLE_SCHEMA_VERSIONS = (1, 2, 3, 4, 5)
 DIGEST_SINCE = 4  # the first version whose results carry, and are checked against, a digest
-#: a run's file stem (``RunKey.stem``): ``[B<m>-Inc<n>-]T<tasks>-seed<seed>[-order-<order>]``
-RUN_STEM = re.compile(
-    r"(?:(?P<split>B\d+-Inc\d+)-)?T(?P<tasks>\d+)-seed(?P<seed>-?\d+)(?:-order-(?P<order>\w+))?"
-)
-#: the name of a finished run's result file: any JSON by this name is read as a result, and named
-#: where it is not one (other JSON, such as a saved model's, is not a result and is passed over)
-RESULT_NAME = re.compile(RUN_STEM.pattern + r"\.json")
 PREDICTIONS_SUFFIX = ".predictions.safetensors"
 CHECKPOINT_STATE = "state.json"  # the JSON half of a checkpoint, written after its tensors
 PREDICTIONS_KEY = "runner/predictions"  # the predictions so far, among a checkpoint's tensors
@@ -225,85 +225,6 @@ def unreadable_result(data) -> ResultProblem | None:
         if not agrees:
             return ResultProblem(_summary_disagreement(data), True)
     return None
-
-
-def safe_label(label: str) -> str:
-    """A run label as a file or folder name, the one form every path of a run uses (results,
-    checkpoints, locks, logs, the comparison's files): each character other than a letter, digit,
-    ``.``, ``_`` or ``-`` becomes ``_`` (``my_strategy.strategy:MyStrategy`` ->
-    ``my_strategy.strategy_MyStrategy``), as does a leading ``.`` (a hidden folder is never read).
-    Registered names and variant labels stay as they are."""
-    return re.sub(r"[^A-Za-z0-9._-]|^\.", "_", label) or "_"
-
-
-@dataclass(frozen=True)
-class RunKey:
-    """A run's place in the store. ``split``: ``""`` for equal tasks, else the half-base split
-    (``"B50-Inc10"``: a first task of 50 classes, then tasks of 10); ``order``: ``""`` for the class
-    order the run's protocol gives by default, else the order's name (a suite that varies the order)."""
-
-    label: str
-    dataset: str
-    n_tasks: int
-    seed: int
-    split: str = ""
-    order: str = ""
-
-    @property
-    def stem(self) -> str:
-        """``T10-seed0``; ``B50-Inc10-T6-seed0``; ``T10-seed0-order-seed5``: equal tasks and the
-        default order keep the names results have always had."""
-        split = f"{self.split}-" if self.split else ""
-        order = f"-order-{self.order}" if self.order else ""
-        return f"{split}T{self.n_tasks}-seed{self.seed}{order}"
-
-    @classmethod
-    def from_stem(cls, label: str, dataset: str, stem: str) -> RunKey | None:
-        """The key of a file named by ``stem`` (None for another name)."""
-        match = RUN_STEM.fullmatch(stem)
-        if match is None:
-            return None
-        return cls(
-            label,
-            dataset,
-            int(match["tasks"]),
-            int(match["seed"]),
-            match["split"] or "",
-            match["order"] or "",
-        )
-
-    @property
-    def relpath(self) -> Path:
-        return Path(self.dataset) / safe_label(self.label) / self.stem
-
-    def __str__(self) -> str:
-        split = f"{self.split} ({self.n_tasks} tasks)" if self.split else f"{self.n_tasks} tasks"
-        order = f" / order {self.order}" if self.order else ""
-        return f"{self.label} / {self.dataset} / {split} / seed {self.seed}{order}"
-
-
-def default_class_order(config: dict) -> str:
-    """The class order a run's protocol gives it when its suite names none of its own: the
-    protocol's fixed order for its strategy and dataset, else ``seed1993``."""
-    from benchmarks.data.class_orders import DEFAULT_CLASS_ORDER
-    from benchmarks.data.protocols import DEFAULT_PROTOCOL, protocol_layer
-
-    protocol = config.get("protocol", DEFAULT_PROTOCOL)
-    return protocol_layer(protocol, config["strategy"], config["dataset"]).class_order or DEFAULT_CLASS_ORDER
-
-
-def key_of_config(label: str, config: dict) -> RunKey:
-    """A run's key from its resolved config: its split and, where it is not its protocol's default
-    (``default_class_order``), its class order."""
-    order = config.get("class_order")
-    return RunKey(
-        label,
-        config["dataset"],
-        config["n_tasks"],
-        config["seed"],
-        config.get("split", ""),
-        "" if order is None or order == default_class_order(config) else order,
-    )
 
 
 class ResultStore:

@@ -252,7 +252,7 @@ def read_pipeline(out: Path, log: str) -> list[Row]:
 
 
 def read_fast_dev_run(out: Path, log: str) -> list[Row]:
-    from benchmarks.runner.results import RESULT_NAME  # torch comes with it: only when needed
+    from benchmarks.runner.run_key import RESULT_NAME
 
     finished = [p for p in (out / "fast-dev-run").rglob("*.json") if RESULT_NAME.fullmatch(p.name)]
     return [

@@ -103,7 +103,7 @@ def _killed(suite: Path, results: Path, after: float) -> tuple[bool, list[int], 
 def _result_files(results: Path) -> list[Path]:
     """The finished runs' result files under ``results``, by the store's name for them (any split
     and class order)."""
-    from benchmarks.runner.results import RESULT_NAME  # torch comes with it: only when needed
+    from benchmarks.runner.run_key import RESULT_NAME
 
     return sorted(path for path in results.rglob("*.json") if RESULT_NAME.fullmatch(path.name))
 
