@@ -10,6 +10,9 @@ their checksums and its steps; this command runs them safely:
 * ``imagenet``: the user's ILSVRC2012 archives (a login is needed to download them), parsed by
   torchvision's ImageNet functions into ``imagenet/{train,val}/<wnid>/``, val sorted by the devkit
   (``imagenet100`` and ``imagenet1k`` name it too: both read that folder);
+* the field's datasets (``cub200``, ``aircraft``, ``tinyimagenet``, ``imagenet_a``, ``sun397``: their
+  official archives; ``cars196``: the user's official files; ``objectnet``, ``ucf101`` and the LAMDA
+  family's folders: by hand, said in one line): docs/adding-a-dataset.md, "The datasets";
 * ``weights``: the openai ViT-B-16 checkpoint through open_clip's own download (Hugging Face hub);
   ``weights:MODEL/TAG`` any other weights open_clip's registry lists (``weights:ViT-B-16/laion400m_e32``;
   ``benchmarks.prepare.weights``);
