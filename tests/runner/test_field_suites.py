@@ -13,7 +13,7 @@ LAMDA = {
     "cub200": ("", [20] * 10),
     "imagenet_r": ("", [20] * 10),
     "objectnet": ("", [20] * 10),
-    "cars196": ("", [10] * 10),  # the LAMDA family's 100 classes (classes = "c3box")
+    "cars196": ("", [10] * 10),  # the LAMDA family's 100 classes (layout = "lamda")
     "ucf101": ("", [10] * 10),
     "aircraft": ("", [10] * 10),
     "food100": ("", [10] * 10),
