@@ -24,7 +24,8 @@ from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.datasets import load_dataset
 from benchmarks.data.unit import Archive, dataset_unit, random_jpeg
 from benchmarks.data.units import cars196 as cars_module
-from benchmarks.data.units._lamda import c3box_names, write_lamda_fake
+from benchmarks.data.units._authors_split import write_split_folders
+from benchmarks.data.units._lamda import c3box_names
 from benchmarks.data.units.cars196 import c3box_subset, stanford_cars_classes
 from benchmarks.data.units.cub200 import cub_class_folders
 from benchmarks.data.units.food101 import FOOD101_CLASSES
@@ -93,7 +94,7 @@ def test_no_image_is_in_both_splits_and_every_class_is_in_each(fake, name, optio
 def test_the_lamda_folders_read_as_c3box_reads_them(tmp_path, name, names_key, n_classes, test_folder):
     unit = dataset_unit(name)
     folders = [f"{i:03d}.class" for i in range(n_classes)]
-    write_lamda_fake(tmp_path / unit.folder, folders, 2, 1, np.random.RandomState(0), test_folder)
+    write_split_folders(tmp_path / unit.folder, folders, 2, 1, np.random.RandomState(0), test_folder)
     data = load_dataset(name, tmp_path, layout="lamda")
     assert data.class_names == c3box_names(names_key)[:n_classes]
     assert (len(data.train), len(data.test)) == (2 * n_classes, n_classes)

@@ -17,11 +17,10 @@ import hashlib
 import shutil
 from pathlib import Path
 
-import numpy as np
-
 from benchmarks.core.errors import DataNotFoundError, UserError
 from benchmarks.data.datasets import ClassificationData, check_choice, load_split_folders
-from benchmarks.data.unit import Archive, DatasetUnit, PrepareContext, asset_json, count_dirs, random_jpeg
+from benchmarks.data.unit import Archive, DatasetUnit, PrepareContext, asset_json, count_dirs
+from benchmarks.data.units._authors_split import held_out_folder
 
 C3BOX = "LAMDA-CL/C3Box@1378ab2"
 PROOF = "zhoudw-zdw/PROOF@0bb2052"
@@ -40,18 +39,13 @@ def check_layout(unit: DatasetUnit, layout: str, valid: tuple[str, ...] = LAYOUT
     check_choice(unit.name, "layout", layout, valid)
 
 
-def lamda_test_folder(base: Path) -> str:
-    """``test`` (PROOF, APER, PILOT), or ``val`` where only that is there (C3Box's name for it)."""
-    return "val" if not (base / "test").is_dir() and (base / "val").is_dir() else "test"
-
-
 def load_lamda(
     unit: DatasetUnit, data_root: Path | None, names_key: str, n_classes: int
 ) -> ClassificationData:
     """The ``"lamda"`` layout: ImageFolder ``train/`` and ``test/`` (or ``val/``) under the unit's
     folder, its ``n_classes`` sorted class folders named as C3Box names them."""
     base = Path(data_root or ".").expanduser() / unit.folder
-    test = lamda_test_folder(base)
+    test = held_out_folder(base).name
     manual = (
         f"or extract the LAMDA family's archive of {unit.title} so that {base}/train/ and "
         f"{base}/{test}/ hold its class folders"
@@ -67,19 +61,7 @@ def load_lamda(
 
 
 def lamda_complete(base: Path, n_classes: int) -> bool:
-    return count_dirs(base / "train") == n_classes == count_dirs(base / lamda_test_folder(base))
-
-
-def write_lamda_fake(
-    base: Path, classes: list[str], n_train: int, n_test: int, rng: np.random.RandomState, test: str = "test"
-) -> Path:
-    """``base/{train,<test>}/<class>/*.jpg``: the LAMDA family's ImageFolder layout."""
-    for split, count in (("train", n_train), (test, n_test)):
-        for name in classes:
-            (base / split / name).mkdir(parents=True, exist_ok=True)
-            for i in range(count):
-                random_jpeg(base / split / name / f"{split}_{i}.jpg", rng)
-    return base
+    return count_dirs(base / "train") == n_classes == count_dirs(held_out_folder(base))
 
 
 def md5_of(path: Path) -> str:

@@ -31,13 +31,12 @@ from benchmarks.data.datasets import (
     with_prepare_hint,
 )
 from benchmarks.data.unit import DatasetUnit, PrepareContext, missing_or, register_dataset
+from benchmarks.data.units._authors_split import held_out_folder, write_split_folders
 from benchmarks.data.units._lamda import (
     c3box_names,
     check_layout,
     lamda_complete,
-    lamda_test_folder,
     load_lamda,
-    write_lamda_fake,
 )
 
 UCF_CLASSES = 100
@@ -105,7 +104,7 @@ class Ucf101(DatasetUnit):
         base = ctx.data_root / self.folder
         if all((base / SPLITS / name).is_file() for name in LISTS) and (base / MIDFRAMES).is_dir():
             return "present"
-        test = lamda_test_folder(base)
+        test = held_out_folder(base).name
         why = f"train/ and {test}/ do not each hold {UCF_CLASSES} action folders"
         return missing_or([(lamda_complete(base, UCF_CLASSES), why)], base)
 
@@ -121,4 +120,5 @@ class Ucf101(DatasetUnit):
     def write_fake(self, root: Path, n_train: int, n_test: int, rng: np.random.RandomState) -> Path:
         """``ucf101/{train,test}/<Action_Name>/*.jpg``, the folders sorting as C3Box's labels."""
         folders = [name.replace(" ", "_") for name in c3box_names("ucf101")]
-        return write_lamda_fake(root / self.folder, folders, n_train, n_test, rng)
+        write_split_folders(root / self.folder, folders, n_train, n_test, rng)
+        return root / self.folder
