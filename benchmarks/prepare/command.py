@@ -73,11 +73,24 @@ class Staging:
         shutil.rmtree(self.path, ignore_errors=True)
 
 
+#: the split folders a paper's authors' archive holds (the LAMDA family's ``train/`` and ``test/`` or
+#: ``val/``), which may share a dataset's folder with its official files
+AUTHORS_SPLIT_FOLDERS = ("train", "test", "val")
+
+
 def install(built: Path, final: Path, force: bool = False) -> None:
-    """Move ``built`` to ``final``; an existing ``final`` is replaced only with ``force``."""
+    """Move ``built`` to ``final``; an existing ``final`` is replaced only with ``force``, and never
+    when it holds split folders the built one lacks (an authors' archive the user extracted there,
+    which no download brings back)."""
     if final.exists():
         if not force:
             raise UserError(f"{final} exists but is incomplete or damaged; remove it, or rerun with --force")
+        theirs = [n for n in AUTHORS_SPLIT_FOLDERS if (final / n).is_dir() and not (built / n).is_dir()]
+        if theirs:
+            raise UserError(
+                f"{final} holds {'/, '.join(theirs)}/ folders (an authors' split the official files do not "
+                "bring back); --force will not replace them: move them elsewhere first, or leave the target"
+            )
         trash = final.with_name(f".{final.name}.replaced")
         shutil.rmtree(trash, ignore_errors=True)
         os.replace(final, trash)

@@ -19,6 +19,7 @@ import torchvision.datasets
 from torchvision.datasets import imagenet as tv_imagenet
 
 from benchmarks.backbone import BackboneSpec, check_weights
+from benchmarks.core.errors import UserError
 from benchmarks.data.datasets import imagenet_wnid_names, load_dataset, load_zero_shot_target
 from benchmarks.data.unit import dataset_unit, random_jpeg
 from benchmarks.prepare import command as prepare
@@ -340,3 +341,19 @@ def test_a_runs_missing_weights_error_names_the_prepare_command(tmp_path, monkey
     monkeypatch.setenv("HOME", str(tmp_path))
     with pytest.raises(prepare.UserError, match="python -m benchmarks.prepare weights"):
         check_weights(BackboneSpec("ViT-B-16-quickgelu", "openai", cache_dir=str(tmp_path)))
+
+
+def test_force_never_replaces_an_authors_split_the_official_files_lack(tmp_path):
+    """A folder that holds the LAMDA family's train/ and test/ beside damaged official files (imagenet-a/,
+    SUN397/, cub200/ hold both layouts) keeps them: --force refuses in one line and moves nothing."""
+    final, built = tmp_path / "data" / "imagenet-a", tmp_path / "staging" / "imagenet-a"
+    for folder in (final / "train" / "n01498041", final / "test" / "n01498041", built / "n01498041"):
+        folder.mkdir(parents=True)
+    (final / "train" / "n01498041" / "0.jpg").write_bytes(b"theirs")
+    with pytest.raises(UserError, match=r"holds train/, test/ folders .* --force will not replace them"):
+        prepare.install(built, final, force=True)
+    assert (final / "train" / "n01498041" / "0.jpg").read_bytes() == b"theirs" and built.is_dir()
+    # ImageNet's own files are train/ and val/: a built folder that holds them replaces its old ones
+    (built / "train").mkdir(), (built / "test").mkdir()
+    prepare.install(built, final, force=True)
+    assert not (final / "train" / "n01498041").exists() and (final / "n01498041").is_dir()
