@@ -76,6 +76,9 @@ FIRST = (
     "tests/runner/test_smoke_suite.py",  # 5 minutes where the README command's results are not this commit's
     "tests/runner/test_slurm_real.py",
     "tests/runner/test_real_path_walk.py",
+    "tests/runner/test_wide_backbones.py",  # ViT-L/14 at random: minutes a case
+    "tests/data/test_units_ptm.py",  # each unit's 12 strategies end to end
+    "tests/data/test_units_fine_grained.py",
     "tests/strategies/test_no_silent_no_op.py",
     "tests/runner/test_locking_and_status.py",
 )

@@ -9,7 +9,7 @@ import pytest
 from benchmarks.runner.reading import iter_results
 from benchmarks.tools import walk
 
-pytestmark = pytest.mark.slow
+pytestmark = [pytest.mark.slow, pytest.mark.spread]  # each model on any worker: they share fake_root only
 
 # MOE4CL: experts and routers on every block; CODA-Prompt: prompts in the image blocks by index (the
 # walk runs the other ten there, minutes each on 2 cores); MG-CLIP: LoRA on both towers, patch 32
