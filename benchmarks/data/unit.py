@@ -91,6 +91,8 @@ class PrepareContext(Protocol):
 
     def extract(self, archive: Path, into: Path) -> None: ...
 
+    def checksum(self, path: Path, algorithm: str = "md5") -> str: ...  # a user's file, as prepare checks
+
 
 # --- the base class ------------------------------------------------------------------------------
 

@@ -46,7 +46,7 @@ from pathlib import Path
 from benchmarks.core.errors import STORAGE_ERRORS, CommandParser, UserError, one_line_user_errors
 from benchmarks.core.heartbeat_lock import read_holder
 from benchmarks.data.unit import DatasetUnit, file_targets, target_of
-from benchmarks.prepare.fetch import Archive, Limits, download, local_mirror
+from benchmarks.prepare.fetch import Archive, Limits, download, file_checksum, local_mirror
 from benchmarks.prepare.lock import describe, lock_path, target_lock
 from benchmarks.prepare.safe_extract import extract
 from benchmarks.prepare.weights import Weights, parse_weights_target, suite_weights
@@ -128,6 +128,9 @@ class Context:
 
     def extract(self, archive: Path, into: Path) -> None:
         extract(archive, into)
+
+    def checksum(self, path: Path, algorithm: str = "md5") -> str:
+        return file_checksum(path, algorithm)
 
 
 @dataclass(frozen=True)

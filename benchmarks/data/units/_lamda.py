@@ -13,7 +13,6 @@ split is the archive's own, which no file of those repositories lists.
 
 from __future__ import annotations
 
-import hashlib
 import shutil
 from pathlib import Path
 
@@ -64,14 +63,6 @@ def lamda_complete(base: Path, n_classes: int) -> bool:
     return count_dirs(base / "train") == n_classes == count_dirs(held_out_folder(base))
 
 
-def md5_of(path: Path) -> str:
-    digest = hashlib.md5()
-    with open(path, "rb") as handle:
-        while block := handle.read(1 << 20):
-            digest.update(block)
-    return digest.hexdigest()
-
-
 def missing_user_files(ctx: PrepareContext, files: list[Archive]) -> list[Path]:
     return [ctx.archives / a.filename for a in files if not (ctx.archives / a.filename).is_file()]
 
@@ -91,7 +82,7 @@ def install_user_files(
         )
     for archive in files:
         path = ctx.archives / archive.filename
-        found = md5_of(path)
+        found = ctx.checksum(path, "md5")
         if found != archive.checksum:
             raise UserError(
                 f"{path} fails its MD5 check (expected {archive.checksum}, got {found}); it is left where it "
