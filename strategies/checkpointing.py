@@ -15,9 +15,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from safetensors.torch import load_file
 
-from benchmarks.core.atomic_io import read_json, write_json, write_tensors
+from benchmarks.core.atomic_io import read_json, read_tensors, write_json, write_tensors
 
 StateValue = torch.Tensor | list | dict | torch.nn.Module | int | float | str | bool | None
 #: how ``unpack_state`` rebuilds a value: a name ("tensor", "list", ...), or for a value with parts
@@ -211,7 +210,8 @@ def save_model(strategy, path: str | Path, extra: dict[str, Any] | None = None) 
     taken as a name stem, so ``run.model`` gives ``run.model.safetensors`` and ``run.model.json``.
 
     The tensor keys are documented by ``strategy_state``; they can be read without this
-    suite via ``safetensors.safe_open``. Both files are written atomically.
+    suite via ``safetensors.safe_open`` (a tensor held under several names is saved under the first,
+    and the file's ``shared_tensors`` metadata names the others). Both files are written atomically.
     """
     path = Path(path)
     tensors, meta = strategy.checkpoint_state()
@@ -232,4 +232,4 @@ def load_model(strategy, path: str | Path) -> None:
     """Restore what ``save_model`` wrote (tensors are read with safetensors, never pickle)."""
     path = Path(path)
     meta = read_json(path.with_name(path.name + ".json"))
-    strategy.load_checkpoint_state(load_file(str(path.with_name(path.name + ".safetensors"))), meta["state"])
+    strategy.load_checkpoint_state(read_tensors(path.with_name(path.name + ".safetensors")), meta["state"])

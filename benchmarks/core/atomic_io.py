@@ -104,11 +104,53 @@ def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode())
 
 
+#: the safetensors metadata entry naming the tensors saved once under another name (``write_tensors``)
+SHARED_TENSORS = "shared_tensors"
+
+
 def write_tensors(path: Path, tensors: dict) -> None:
-    """Save torch ``tensors`` as one safetensors file, atomically (``atomic_write_bytes``)."""
+    """Save torch ``tensors`` as one safetensors file, atomically (``atomic_write_bytes``).
+
+    Safetensors refuses tensors that share memory, which a learner's aliases make (PyCIL's
+    ``_network_module_ptr``): each view held under several names is saved once, and the file's
+    metadata names the others (``read_tensors`` gives them back as the same tensor)."""
     from safetensors.torch import save
 
-    atomic_write_bytes(path, save(tensors))
+    unique, shared = saved_once(tensors)
+    atomic_write_bytes(path, save(unique, metadata={SHARED_TENSORS: json.dumps(shared)} if shared else None))
+
+
+def saved_once(tensors: dict) -> tuple[dict, dict[str, str]]:
+    """``tensors`` with every entry that repeats an earlier one's view (the same memory, shape,
+    strides and dtype) left out, and ``{left-out name: kept name}``. A tensor that overlaps an earlier
+    one's memory in another view is copied, so that no two entries share memory."""
+    unique, shared, views, storages = {}, {}, {}, set()
+    for name, tensor in tensors.items():
+        if tensor.numel() == 0:  # no memory to share
+            unique[name] = tensor
+            continue
+        storage = tensor.untyped_storage().data_ptr()
+        view = (storage, tensor.storage_offset(), tuple(tensor.shape), tensor.stride(), tensor.dtype)
+        if view in views:
+            shared[name] = views[view]
+            continue
+        views[view] = name
+        unique[name] = tensor.clone() if storage in storages else tensor
+        storages.add(storage)
+    return unique, shared
+
+
+def read_tensors(path: Path) -> dict:
+    """The tensors ``write_tensors`` saved at ``path``, each saved-once name back as the same tensor."""
+    from safetensors import safe_open
+    from safetensors.torch import load_file
+
+    tensors = load_file(str(path))
+    with safe_open(str(path), "pt") as file:
+        shared = json.loads((file.metadata() or {}).get(SHARED_TENSORS, "{}"))
+    for name, kept in shared.items():
+        tensors[name] = tensors[kept]
+    return tensors
 
 
 def write_json(path: Path, data: Any) -> None:

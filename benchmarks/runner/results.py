@@ -43,9 +43,8 @@ from typing import TYPE_CHECKING, ClassVar, NamedTuple
 import numpy as np
 import torch
 from safetensors import SafetensorError
-from safetensors.torch import load_file
 
-from benchmarks.core.atomic_io import atomic_write_bytes, read_json, write_json, write_tensors
+from benchmarks.core.atomic_io import atomic_write_bytes, read_json, read_tensors, write_json, write_tensors
 from benchmarks.core.errors import UserError
 from benchmarks.core.json_record import JsonRecord, optional_field, required
 from benchmarks.core.metrics import average_forgetting, backward_transfer, summarize, task_accuracy_matrix
@@ -395,7 +394,7 @@ class ResultStore:
             state = json.loads(state_path.read_text())
             if state.get("config_hash") != cfg_hash:
                 return None  # the config changed: start over
-            tensors = load_file(str(directory / state["tensor_file"]))
+            tensors = read_tensors(directory / state["tensor_file"])
             if PREDICTIONS_KEY not in tensors:
                 return None  # written before predictions were stored: start over to have them
             progress = RunProgress(

@@ -15,6 +15,7 @@ from benchmarks.core.atomic_io import (
     atomic_write_bytes,
     atomic_write_text,
     read_json,
+    read_tensors,
     write_json,
     write_tensors,
 )
@@ -230,3 +231,22 @@ def test_a_write_killed_before_its_rename_leaves_a_temp_that_the_next_write_remo
     assert debris.name.startswith(".T10-seed0.json.") and debris.name.endswith(".tmp")
     write_json(path, {"a": 2})
     assert _names(tmp_path) == ["T10-seed0.json"] and read_json(path) == {"a": 2}
+
+
+def test_tensors_that_share_memory_are_saved_once_and_read_back_shared(tmp_path):
+    weight = torch.arange(12.0).reshape(3, 4)
+    tensors = {
+        "network/fc.weight": weight,
+        "learner/alias": weight.view(3, 4),  # the same view through another tensor object
+        "learner/row": weight[1],  # another view of the same memory
+        "learner/own": torch.ones(2),
+        "learner/empty": torch.zeros(0),
+    }
+    path = tmp_path / "task-01.safetensors"
+    write_tensors(path, tensors)  # safetensors alone refuses these
+    on_disk = load_file(str(path))
+    assert "learner/alias" not in on_disk and set(on_disk) == set(tensors) - {"learner/alias"}
+    read = read_tensors(path)
+    assert set(read) == set(tensors)
+    assert all(torch.equal(read[name], value) for name, value in tensors.items())
+    assert read["learner/alias"] is read["network/fc.weight"]
