@@ -244,7 +244,11 @@ class PyCILAdapter(FrameworkAdapter):
             else:
                 tensors[f"network/{key}"] = value.detach().cpu().contiguous()
         saved, unsaved = {}, []
+        known = self._network_objects()
         for attr, value in vars(self.learner).items():
+            if attr != "_network" and (alias := known.get(id(value))) is not None:
+                saved[attr] = {"as": "alias", "of": alias}
+                continue
             kind = self._learner_kind(attr, value)
             if kind is None:
                 continue
@@ -266,6 +270,8 @@ class PyCILAdapter(FrameworkAdapter):
             else:
                 meta_kind, packed = pack_state(value)
             saved[attr] = {"as": kind, "kind": meta_kind}
+            if isinstance(vars(self.learner)[attr], (nn.Module, torch.Tensor)):  # a later one may alias it
+                known[id(vars(self.learner)[attr])] = attr
             tensors.update({f"learner/{attr}{suffix}": t for suffix, t in packed.items()})
         meta["learner"] = {
             "total_classes": self.learner._total_classes,
@@ -276,6 +282,22 @@ class PyCILAdapter(FrameworkAdapter):
         manager = self.data_manager
         meta["data_manager"] = {"task_sizes": manager.task_sizes, "nb_tasks": manager.nb_tasks}
         return tensors, meta
+
+    def _network_objects(self) -> dict[int, str]:
+        """The network and its tensors by id, each with its name for an alias: ``"_network"``,
+        ``"_network/<state_dict key>"``. An attribute that is one of them (PyCIL's
+        ``_network_module_ptr``) is saved as an alias, restored as the same object."""
+        known = {id(self.network): "_network"}
+        for key, tensor in self.network.state_dict(keep_vars=True).items():
+            known.setdefault(id(tensor), f"_network/{key}")
+        return known
+
+    def _aliased(self, name: str) -> Any:
+        """The object an alias saved by ``checkpoint_state`` names, in the restored learner."""
+        owner, _, key = name.partition("/")
+        if owner != "_network":
+            return getattr(self.learner, owner)
+        return self.network.state_dict(keep_vars=True)[key] if key else self.network
 
     def _learner_kind(self, attr: str, value: Any) -> str | None:
         """How a learner attribute is saved: None (the run's, or rebuilt each task), "numpy",
@@ -340,7 +362,9 @@ class PyCILAdapter(FrameworkAdapter):
             pristine_copy = copy.deepcopy(self.network)  # taken before a later attribute changes it
         for attr, how in saved["attributes"].items():
             packed = _packed(tensors, f"learner/{attr}")
-            if how["as"] == "copy":
+            if how["as"] == "alias":  # saved in order, so what it names is restored already
+                value = self._aliased(how["of"])
+            elif how["as"] == "copy":
                 value = copy.deepcopy(pristine_copy)
                 _load_exactly(value, {k.lstrip("/"): t for k, t in packed.items()}, None, self.name)
                 for name, parameter in value.named_parameters():

@@ -212,3 +212,25 @@ def test_a_learner_whose_state_cannot_be_saved_starts_over_and_the_result_says_s
     )
     resumed = killed_and_resumed(monkeypatch, get_strategy(name), suite, tmp_path / "results", task=2)
     assert resumed["cost"]["resumed_from"] == [0] and len(resumed["stages"]) == 3
+
+
+def test_a_learner_keeping_aliases_is_checkpointed_and_restored_with_its_aliases(stream, tmp_path):
+    from strategies.checkpointing import load_model, save_model
+
+    name = "pycil:pycil_learners.aliases:KeepsAliases"
+    options = {"args": {"memory_size": 0, "convnet_type": "tinyconv"}}
+    strategy = built(name, stream, **options)
+    learn(strategy, stream, [0])
+    save_model(strategy, tmp_path / "after-task-1")  # safetensors refused the shared memory before
+    fresh = built(name, stream, **options)
+    load_model(fresh, tmp_path / "after-task-1")
+    learner = fresh.learner
+    assert learner._network_module_ptr is learner._network
+    assert learner._fc_weight is learner._network.fc.weight
+    assert learner._protos_of_old is learner._protos
+    assert torch.equal(learner._fc_values, strategy.learner._fc_values)
+    learn(strategy, stream, [1])
+    learn(fresh, stream, [1])
+    assert fresh.learner._network_module_ptr is fresh.learner._network
+    images = torch.stack([stream.test_set[i][0] for i in range(len(stream.test_set))])
+    assert torch.equal(strategy.scores(images), fresh.scores(images))
