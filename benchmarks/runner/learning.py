@@ -134,7 +134,7 @@ def resume(
 
 def learn_tasks(context: RunContext, stream: CILStream, strategy: Strategy, progress: RunProgress) -> None:
     """Learn the tasks not yet done, test after each, and checkpoint after each."""
-    spec, store, live = context.spec, context.store, context.live
+    spec, live = context.spec, context.live
     eval_batch_size = context.resolved.strategy_cfg.eval_batch_size
     targets = np.asarray(stream.test_targets)
     cost = progress.cost
@@ -184,13 +184,31 @@ def learn_tasks(context: RunContext, stream: CILStream, strategy: Strategy, prog
         if live is not None:
             live.stage(stage.to_json(), cost.train_steps)
         tasks.set_postfix(acc=f"{stage.acc:.1f}")
-        store.save_checkpoint(spec.key, progress, *strategy.checkpoint_state(), context.resolved.config_hash)
+        save_checkpoint(context, strategy, progress, task)
         if context.task_lines:
             tqdm.write(
                 f"{spec.key}: task {task + 1}/{spec.n_tasks}: acc {stage.acc:.2f} "
                 f"(train {train_seconds:.0f} s, test {eval_seconds:.0f} s)",
                 file=sys.stderr,
             )
+
+
+def save_checkpoint(context: RunContext, strategy: Strategy, progress: RunProgress, task: int) -> None:
+    """The run's checkpoint after task ``task + 1``. A state that cannot be written is one line
+    naming the run; a full disk stays an ``OSError``, which the command words itself."""
+    spec = context.spec
+    try:
+        context.store.save_checkpoint(
+            spec.key, progress, *strategy.checkpoint_state(), context.resolved.config_hash
+        )
+    except (UserError, OSError):
+        raise
+    except Exception as err:
+        message = str(err).splitlines()[0] if str(err) else ""
+        raise UserError(
+            f"{spec.key}: task {task + 1}: cannot write its checkpoint ({type(err).__name__}: {message}); "
+            f"no result is stored, {_kept(task)}"
+        ) from err
 
 
 def _kept(task: int) -> str:

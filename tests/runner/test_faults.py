@@ -146,6 +146,23 @@ def test_continual_clip_still_trains_nothing_by_default():
     assert ContinualCLIP.Config.from_dict({}).epochs == 0
 
 
+def test_a_checkpoint_that_cannot_be_written_is_one_line_naming_the_run(tmp_path, capsys, monkeypatch):
+    real_state = Finetune.checkpoint_state
+
+    def unwritable_after_task_2(self):
+        if len(self.task_classes) == 2:
+            raise TypeError("cannot checkpoint a generator holding <generator object>")
+        return real_state(self)
+
+    monkeypatch.setattr(Finetune, "checkpoint_state", unwritable_after_task_2)
+    assert _run(tmp_path, SUITE) == 2
+    line = _one_error_line(capsys)
+    assert line.startswith(
+        "error: finetune / synthetic / 3 tasks / seed 0: task 2: cannot write its checkpoint"
+    )
+    assert "TypeError: cannot checkpoint a generator" in line and "checkpoint after task 1 is kept" in line
+
+
 def test_a_full_disk_is_one_line_and_the_finished_tasks_are_kept(tmp_path, capsys, monkeypatch):
     real_save = results.write_tensors
     calls = {"n": 0}
