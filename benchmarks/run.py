@@ -27,6 +27,7 @@ from benchmarks.runner.launcher import (
     Launcher,
     RunOptions,
     Terminated,
+    nothing_finished,
     prepare_runner_process,
     restore_sigterm,
     stop_on_sigterm,
@@ -428,10 +429,7 @@ def main(argv: list[str] | None = None) -> int:
 
             print(write_tables(results_dir, outcome.finished))
         elif launcher in ("inline", "local"):
-            print(
-                "no run finished here: every run is held by another command; rerun later to collect them",
-                file=sys.stderr,
-            )
+            print(nothing_finished(outcome), file=sys.stderr)
         if outcome.code:
             print(
                 f"error: {len(runs) - len(outcome.finished)} of {len(runs)} run(s) did not finish; see "

@@ -56,6 +56,22 @@ class Outcome:
     code: int
     finished: list[RunKey] = field(default_factory=list)
     show_table: bool = True
+    failed: list[str] = field(default_factory=list)  # a line for each run (or worker) that failed
+    held: list[RunKey] = field(default_factory=list)  # runs another command holds, and computes
+
+
+def nothing_finished(outcome: Outcome) -> str:
+    """The line for a command that finished no run here: the runs that failed, first, or else the
+    runs held by other commands (no error: a rerun collects them)."""
+    held = f"; {len(outcome.held)} held by another command" if outcome.held else ""
+    if outcome.failed:
+        first, more = outcome.failed[0], len(outcome.failed) - 1
+        return f"no run finished here: {more + 1} failed{held}; the first: {first}" + (
+            f" ({more} more above)" if more else ""
+        )
+    if outcome.held:
+        return "no run finished here: every run is held by another command; rerun later to collect them"
+    return "no run finished here; the lines above say why"
 
 
 class Launcher(Protocol):
@@ -182,7 +198,7 @@ class InlineLauncher:
     def launch(self, runs: list[RunSpec], store: ResultStore, options: RunOptions) -> Outcome:
         from benchmarks.runner.execute import execute  # pulls in torch, Avalanche and the strategies
 
-        finished = []
+        finished, held = [], []
         for spec in tqdm(runs, desc=f"suite {options.suite_name}", disable=options.quiet):
             set_threads(options.threads, spec.device)
             with run_log(store, spec.key) if options.run_logs else contextlib.nullcontext():
@@ -203,9 +219,10 @@ class InlineLauncher:
                     status += f"; Avg {summary['avg_acc']:.2f}  Last {summary['last_acc']:.2f}"
                 else:  # another command holds the run: it computes it
                     status = held_elsewhere(store, spec.key)
+                    held.append(spec.key)
                 if options.run_logs:  # the run's own log tells its story too
                     print(f"{spec.key}: {status}", file=sys.stderr)
             tqdm.write(f"{spec.key}: {status}", file=sys.stderr)
             if result is not None:
                 finished.append(spec.key)
-        return Outcome(0, finished)
+        return Outcome(0, finished, held=held)

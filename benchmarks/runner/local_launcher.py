@@ -235,14 +235,25 @@ class LocalLauncher:
         for spec in elsewhere:
             tqdm.write(f"{spec.key}: {held_elsewhere(store, spec.key)}", file=sys.stderr)
         failed = [(i, p.returncode) for i, (p, _) in enumerate(processes) if p.returncode != 0]
+        workers_failed = []
         for index, code in failed:
             log = paths[index]
             lines = [line for line in log.read_text(errors="replace").splitlines() if line.strip()]
-            print(
-                f"worker {index} exited with {code}: {lines[-1] if lines else 'no output'} (log: {log})",
-                file=sys.stderr,
+            workers_failed.append(
+                f"worker {index} exited with {code}: {lines[-1] if lines else 'no output'} (log: {log})"
             )
-        return Outcome(2 if failed or len(finished) + len(elsewhere) < len(runs) else 0, finished)
+            print(workers_failed[-1], file=sys.stderr)
+        runs_failed = [
+            f"{spec.key}: {state.detail} (log: {run_log_path(store, spec.key)})"
+            for spec, state in zip(runs, states, strict=True)
+            if state.state == "failed"
+        ]
+        return Outcome(
+            2 if failed or len(finished) + len(elsewhere) < len(runs) else 0,
+            finished,
+            failed=runs_failed or workers_failed,
+            held=[spec.key for spec in elsewhere],
+        )
 
     @staticmethod
     def _states(runs: list[RunSpec], store: ResultStore, hashes: dict) -> list[RunState]:

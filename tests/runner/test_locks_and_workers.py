@@ -236,3 +236,36 @@ def test_a_rerun_of_the_local_launcher_names_the_live_holder_of_a_run_and_exits_
     assert f"computed by another command ({socket.gethostname()}, pid {os.getpid()}, since" in done.stderr
     assert "of the command (pid 4242) started" in done.stderr
     assert "did not finish" not in done.stderr
+
+
+def test_a_command_that_finished_nothing_says_what_failed_and_what_is_held():
+    from benchmarks.runner.launcher import Outcome, nothing_finished
+
+    other = RunKey("finetune", "synthetic", 3, 1)
+    failed = Outcome(2, failed=[f"{KEY}: training loss became nan (log: x.log)"], held=[other])
+    assert nothing_finished(failed) == (
+        f"no run finished here: 1 failed; 1 held by another command; the first: {KEY}: training loss "
+        "became nan (log: x.log)"
+    )
+    assert "2 failed" in nothing_finished(Outcome(2, failed=["a", "b"])) and "(1 more above)" in (
+        nothing_finished(Outcome(2, failed=["a", "b"]))
+    )
+    assert "every run is held by another command" in nothing_finished(Outcome(0, held=[other]))
+
+
+@pytest.mark.slow
+def test_a_local_command_whose_run_failed_names_the_failure_not_another_command(tmp_path):
+    suite = tmp_path / "suite.toml"
+    suite.write_text(SUITE.replace("epochs = 1", "epochs = 3\nlr = 1e9"))  # the loss diverges
+    done = subprocess.run(
+        runner_command(suite, tmp_path / "results", "--launcher", "local", "--workers", "1"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 2, done.stderr
+    assert "held by another command" not in done.stderr
+    (line,) = [line for line in done.stderr.splitlines() if line.startswith("no run finished here")]
+    assert line.startswith(f"no run finished here: 1 failed; the first: {KEY}: ") and "nan" in line
+    assert f"(log: {tmp_path / 'results' / '.logs'}" in line
