@@ -177,6 +177,15 @@ def held_elsewhere(store: ResultStore, key: RunKey) -> str:
     return f"computed by another command ({holder.describe() if holder else 'lock released meanwhile'})"
 
 
+def how_it_ran(result: dict) -> str:
+    """How a finished run came about, from its result's ``cost.resumed_from``: as the runner's own
+    status says it (``benchmarks.runner.learning.resume``)."""
+    resumed = (result.get("cost") or {}).get("resumed_from") or []
+    if not resumed:
+        return "ran"
+    return "ran again from task 1" if resumed[-1] == 0 else f"resumed after task {resumed[-1]}"
+
+
 def prepare_runner_process() -> None:
     """What every process that executes runs needs first: warnings as one line for the user, and,
     under forkserver (Linux's default from Python 3.14), loader workers that fork from a server

@@ -42,7 +42,14 @@ from tqdm.auto import tqdm
 from benchmarks.core.environment import Threads, auto_threads, check_count_or_auto, idle_cores
 from benchmarks.core.errors import UserError
 from benchmarks.core.heartbeat_lock import COMMAND_ENV, this_command
-from benchmarks.runner.launcher import PARENT_PIPE_ENV, Outcome, RunOptions, held_elsewhere, run_log_path
+from benchmarks.runner.launcher import (
+    PARENT_PIPE_ENV,
+    Outcome,
+    RunOptions,
+    held_elsewhere,
+    how_it_ran,
+    run_log_path,
+)
 from benchmarks.runner.results import ResultStore
 from benchmarks.runner.status import RunState, run_state
 from benchmarks.runner.suites import RunSpec
@@ -213,9 +220,11 @@ class LocalLauncher:
                     if now.state != before.state and now.state in ("finished", "failed"):
                         # a line per run as it ends, as the inline launcher writes (a log gets no bar)
                         log = run_log_path(store, spec.key)
-                        ended = (
-                            others.get(spec.key, "ran") if now.state == "finished" else f"failed (log: {log})"
-                        )
+                        if now.state == "finished":
+                            result = store.finished(spec.key, hashes[spec.key]) or {}
+                            ended = others.get(spec.key) or how_it_ran(result)  # resumed: said so
+                        else:
+                            ended = f"failed (log: {log})"
                         tqdm.write(f"{spec.key}: {ended}; {now.detail}", file=sys.stderr)
                 bar.n = sum(state.state == "finished" for state in states)
                 bar.set_postfix(

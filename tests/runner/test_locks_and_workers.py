@@ -269,3 +269,28 @@ def test_a_local_command_whose_run_failed_names_the_failure_not_another_command(
     (line,) = [line for line in done.stderr.splitlines() if line.startswith("no run finished here")]
     assert line.startswith(f"no run finished here: 1 failed; the first: {KEY}: ") and "nan" in line
     assert f"(log: {tmp_path / 'results' / '.logs'}" in line
+
+
+@pytest.mark.slow
+def test_a_local_worker_that_resumed_a_run_says_so_on_the_console(tmp_path, monkeypatch):
+    from strategies.finetune import Finetune
+
+    real_loss = Finetune.compute_loss
+
+    def nan_in_task_2(self, logits, targets):
+        loss = real_loss(self, logits, targets)
+        return loss * float("nan") if len(self.task_classes) == 1 else loss  # one task learned before
+
+    suite, results = tmp_path / "suite.toml", tmp_path / "results"
+    suite.write_text(SUITE)
+    monkeypatch.setattr(Finetune, "compute_loss", nan_in_task_2)
+    assert run.main(["--suite", str(suite), "--results-dir", str(results), "--quiet"]) == 2  # task 1 kept
+    done = subprocess.run(
+        runner_command(suite, results, "--launcher", "local", "--workers", "1"),
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert done.returncode == 0, done.stderr
+    assert f"{KEY}: resumed after task 1; Avg " in done.stderr
