@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import copy
 import dataclasses
+import difflib
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -130,15 +131,18 @@ class PyCILAdapter(FrameworkAdapter):
         constants_as_run = {k.rpartition(".")[2]: new for k, (_, new) in self.scaled_constants.items()}
         # found once: scoring enters the learner's code once a batch
         self._patches = [(module, constants_as_run), *self._factories(), *self._capped_loaders()]
-        self.args = {
-            "convnet_type": CLIP,
-            "backbone_type": CLIP,
-            **self.cfg.args,
-            "device": [self.device],
-            "seed": self.seed,
-            "backbone": self.backbone,
-            "class_names": self.data_manager.class_names,
-        }
+        self.args = ReadArgs(
+            {
+                "convnet_type": CLIP,
+                "backbone_type": CLIP,
+                **self.cfg.args,
+                "device": [self.device],
+                "seed": self.seed,
+                "backbone": self.backbone,
+                "class_names": self.data_manager.class_names,
+            }
+        )
+        self._args_named: set[str] = set()  # the suite's args keys a warning has named unread
         refuse_plugins(self.name, self.plugins)  # they could never see the learner's loop
         if self.scaled_constants:
             self._say(
@@ -212,6 +216,31 @@ class PyCILAdapter(FrameworkAdapter):
         finally:
             counter.remove()
         self.seen_classes = self.seen_classes + classes
+        self._say_unread_args()
+
+    def _say_unread_args(self) -> None:
+        """One warning line naming the suite's ``args`` keys the learner has not read: after a task,
+        those close to a key it looked up (a misspelling, found early); after the last task, every
+        one still unread. Each key is named once."""
+        manager = self.data_manager
+        last = len(self.seen_classes) == len(self.class_names) or (
+            manager.stream_sizes is not None and len(manager.task_sizes) == manager.nb_tasks
+        )
+        looked_up = sorted(str(k) for k in self.args.looked_up)
+        named = []
+        for key in self.cfg.args:
+            if key in self.args.looked_up or key in self._args_named:
+                continue
+            close = difflib.get_close_matches(key, looked_up, n=1)
+            if close or last:
+                named.append(f"{key!r}" + (f" (did you mean {close[0]!r}?)" if close else ""))
+                self._args_named.add(key)
+        if named:
+            when = "in the whole run" if last else f"in task {len(manager.task_sizes)}"
+            self._say(
+                f"{self.name}: the learner never read args {', '.join(named)} {when}, so they changed "
+                "nothing; check their spelling against the learner's code"
+            )
 
     @torch.no_grad()
     def scores(self, images: torch.Tensor) -> torch.Tensor:
@@ -277,6 +306,9 @@ class PyCILAdapter(FrameworkAdapter):
             "total_classes": self.learner._total_classes,
             "attributes": saved,
             "unsaved": unsaved,
+            # a resumed run knows what the tasks before it read (a key read in task 1 alone)
+            "args_looked_up": sorted(str(k) for k in self.args.looked_up),
+            "args_named_unread": sorted(self._args_named),
         }
         meta["network_untouched"] = untouched
         manager = self.data_manager
@@ -378,6 +410,50 @@ class PyCILAdapter(FrameworkAdapter):
                     value = [v.numpy() for v in value]
             setattr(self.learner, attr, value)
         self.data_manager.restore(self.seen_classes, **meta["data_manager"])
+        self.args.looked_up.update(saved.get("args_looked_up", []))
+        self._args_named.update(saved.get("args_named_unread", []))
+
+
+class ReadArgs(dict):
+    """The learner's ``args``: a dict in every way upstream code can tell (``isinstance``, JSON,
+    ``copy``), which records in ``looked_up`` every key looked up (``[]``, ``get``, ``in``,
+    ``setdefault``, ``pop``), found or not. Copies share the record, so a learner that copies its
+    ``args`` still counts as reading them. A read through ``dict(args)`` or ``**args`` is not seen."""
+
+    def __init__(self, values=(), looked_up: set | None = None) -> None:
+        super().__init__(values)
+        self.looked_up = set() if looked_up is None else looked_up
+
+    def __getitem__(self, key):
+        self.looked_up.add(key)
+        return super().__getitem__(key)
+
+    def __contains__(self, key) -> bool:
+        self.looked_up.add(key)
+        return super().__contains__(key)
+
+    def get(self, key, default=None):
+        self.looked_up.add(key)
+        return super().get(key, default)
+
+    def setdefault(self, key, default=None):
+        self.looked_up.add(key)
+        return super().setdefault(key, default)
+
+    def pop(self, key, *default):
+        self.looked_up.add(key)
+        return super().pop(key, *default)
+
+    def copy(self) -> ReadArgs:
+        return ReadArgs(self, self.looked_up)
+
+    __copy__ = copy
+
+    def __deepcopy__(self, memo) -> ReadArgs:
+        return ReadArgs(copy.deepcopy(dict(self), memo), self.looked_up)
+
+    def __reduce__(self):  # a pickle (a loader worker's copy) is a plain dict: the record stays here
+        return dict, (dict(self),)
 
 
 def _step_counter(adapter: PyCILAdapter):

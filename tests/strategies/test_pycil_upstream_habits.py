@@ -234,3 +234,39 @@ def test_a_learner_keeping_aliases_is_checkpointed_and_restored_with_its_aliases
     assert fresh.learner._network_module_ptr is fresh.learner._network
     images = torch.stack([stream.test_set[i][0] for i in range(len(stream.test_set))])
     assert torch.equal(strategy.scores(images), fresh.scores(images))
+
+
+def test_args_stay_a_dict_for_upstream_code_and_record_every_lookup():
+    import copy
+    import json
+    import pickle
+
+    from strategies.frameworks.pycil import ReadArgs
+
+    args = ReadArgs({"memory_size": 12, "convnet_type": "clip"})
+    assert isinstance(args, dict) and json.dumps(args) == '{"memory_size": 12, "convnet_type": "clip"}'
+    assert args == {"memory_size": 12, "convnet_type": "clip"} and not args.looked_up
+    assert args["memory_size"] == 12 and args.get("init_lr", 0.1) == 0.1 and "fixed_memory" not in args
+    assert args.looked_up == {"memory_size", "init_lr", "fixed_memory"}  # missing keys count too
+    for copied in (copy.copy(args), copy.deepcopy(args), args.copy()):
+        assert type(copied) is ReadArgs and copied == args and copied is not args
+        copied["convnet_type"]  # noqa: B018  a learner reading its own copy
+    assert "convnet_type" in args.looked_up
+    assert pickle.loads(pickle.dumps(args)) == args
+
+
+def test_an_args_key_the_learner_never_reads_is_named_with_the_key_it_looked_up(stream):
+    name = "pycil:pycil_learners.habits:KeepsAGenerator"
+    args = {"memory_size": 0, "convnet_type": "tinyconv", "memroy_size": 20, "lambda_kd": 3.0}
+    strategy = built(name, stream, args=args)
+    with pytest.warns(UserWarning) as said:
+        learn(strategy, stream, [0])
+    (early,) = [str(w.message) for w in said if "never read" in str(w.message)]
+    assert early == (
+        f"{name}: the learner never read args 'memroy_size' (did you mean 'memory_size'?) in task 1, so "
+        "they changed nothing; check their spelling against the learner's code"
+    )
+    with pytest.warns(UserWarning) as said:
+        learn(strategy, stream, [1, 2])
+    (last,) = [str(w.message) for w in said if "never read" in str(w.message)]
+    assert "args 'lambda_kd' in the whole run" in last and "memroy_size" not in last  # each named once
