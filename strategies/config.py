@@ -191,6 +191,13 @@ class StrategyConfig:
         return dataclasses.replace(self, epochs=cap), ["epochs"]
 
     @classmethod
+    def ignored_fields(cls) -> frozenset[str]:
+        """StrategyConfig's fields the strategy's code never reads (an outside learner's recipe is
+        its own): a suite's ``[common]`` and ``[defaults]`` leave them out for it, so its config keeps
+        their defaults. None for the suite's own strategies."""
+        return frozenset()
+
+    @classmethod
     def recipe_fields(cls) -> frozenset[str]:
         """The fields this config declares itself, below ``StrategyConfig``: the strategy's own
         (official) recipe. A suite's ``[common]`` table sets the others, the protocol's common

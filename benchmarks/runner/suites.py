@@ -44,11 +44,12 @@ general: ``[variants.LABEL]``, then ``[strategy.NAME]``, then the suite's protoc
 (``benchmarks.data.protocols``: a prompt template, and under "as-published" a class order and dataset
 options), then ``[defaults]``, then ``[dataset.NAME]`` (only ``train_augmentation`` is both a
 dataset and a strategy option), then ``[common]`` for the fields the strategy's Config does not
-declare itself (``StrategyConfig.recipe_fields``), then the strategy's own default. ``class_order`` may
-be set in any of these tables too, for the runs they cover, as one name or a list of names (the
-class order as a variance axis, beside the seeds: ``expand`` makes one run per (order, seed), and a
-run whose order is not its protocol's default is stored under ``-order-<name>``,
-``benchmarks.runner.results.RunKey``). ``epoch_scale`` then multiplies each
+declare itself (``StrategyConfig.recipe_fields``), then the strategy's own default. ``[common]`` and
+``[defaults]`` skip the fields an outside learner never reads (``StrategyConfig.ignored_fields``).
+``class_order`` may be set in any of these tables too, for the runs they cover, as one name or a
+list of names (the class order as a variance axis, beside the seeds: ``expand`` makes one run per
+(order, seed), and a run whose order is not its protocol's default is stored under
+``-order-<name>``, ``benchmarks.runner.results.RunKey``). ``epoch_scale`` then multiplies each
 strategy's per-task ``epochs`` (not the epochs of second stages). Each result's
 ``config.option_sources`` says where each value came from.
 """
@@ -331,8 +332,10 @@ def strategy_options(
     variant = suite.get("variants", {}).get(label, {})
     strategy = variant.get("strategy", label)
     dataset_table = suite.get("dataset", {}).get(dataset, {})
-    recipe = config_class(get_strategy(strategy)).recipe_fields()
-    common = {k: v for k, v in suite.get("common", {}).items() if k not in recipe}
+    config = config_class(get_strategy(strategy))
+    recipe, ignored = config.recipe_fields(), config.ignored_fields()
+    common = {k: v for k, v in suite.get("common", {}).items() if k not in recipe | ignored}
+    defaults = {k: v for k, v in suite.get("defaults", {}).items() if k not in ignored}
     protocol_options = {
         **protocol.strategy_options,
         **({"class_order": protocol.class_order} if protocol.class_order else {}),
@@ -340,7 +343,7 @@ def strategy_options(
     layers = [
         ("common", common),
         (f"dataset.{dataset}", {k: v for k, v in dataset_table.items() if k in DATASET_LEVEL_OPTIONS}),
-        ("defaults", suite.get("defaults", {})),
+        ("defaults", defaults),
         (protocol.source, protocol_options),
         (f"strategy.{strategy}", suite.get("strategy", {}).get(strategy, {})),
         (f"variants.{label}", {k: v for k, v in variant.items() if k not in ("strategy", "backbone")}),

@@ -52,6 +52,24 @@ from strategies.frameworks.upstream import (
 
 RUN_FACTS = ("device", "seed", "backbone", "class_names")
 CLIP = "clip"
+#: StrategyConfig's training recipe, which a learner of the family never reads (its own is in args
+#: and its module's constants); the runner reads eval_batch_size, train_augmentation, amp (the
+#: backbone's precision) and num_workers (its module's loader workers)
+NOT_READ = (
+    "epochs",
+    "batch_size",
+    "lr",
+    "weight_decay",
+    "lora_rank",
+    "lora_alpha",
+    "optimizer",
+    "momentum",
+    "schedule",
+    "warmup_steps",
+    "warmup_fraction",
+    "min_lr_ratio",
+    "grad_clip",
+)
 
 
 @dataclass
@@ -86,7 +104,12 @@ class PyCILConfig(StrategyConfig):
                 "and --fast-dev-run, not from a strategy table",
                 options=tuple(runners),
             )
+        refuse_unread_recipe(values, strategy or cls.__name__)
         return super().from_dict(values, strategy)
+
+    @classmethod
+    def ignored_fields(cls) -> frozenset[str]:
+        return frozenset(NOT_READ)
 
     def with_epoch_scale(self, scale: float) -> tuple[PyCILConfig, list[str]]:
         changes = scaled_epochs(self.args, scale, None)
@@ -99,6 +122,19 @@ class PyCILConfig(StrategyConfig):
         changes = scaled_epochs(self.args, 1.0, cap)
         args = {**self.args, **{k: new for k, (_, new) in changes.items()}}
         return dataclasses.replace(self, args=args, epoch_cap=cap), ["args"] * bool(changes) + ["epoch_cap"]
+
+
+def refuse_unread_recipe(values: dict[str, Any], strategy: str) -> None:
+    """One line for recipe fields given (other than their defaults) that the learner never reads:
+    they would be hashed into the run's config and change nothing."""
+    defaults = {f.name: f.default for f in dataclasses.fields(StrategyConfig)}
+    given = [k for k in NOT_READ if k in values and values[k] != defaults[k]]
+    if given:
+        raise UserError(
+            f"{', '.join(given)} of {strategy} would change nothing: the learner reads its options from "
+            f"args (args = {{ {given[0]} = ... }} where its code reads that key) and its module's constants",
+            options=tuple(given),
+        )
 
 
 class CLIPImageTower(nn.Module):

@@ -270,3 +270,40 @@ def test_an_args_key_the_learner_never_reads_is_named_with_the_key_it_looked_up(
         learn(strategy, stream, [1, 2])
     (last,) = [str(w.message) for w in said if "never read" in str(w.message)]
     assert "args 'lambda_kd' in the whole run" in last and "memroy_size" not in last  # each named once
+
+
+def test_a_recipe_field_the_learner_never_reads_is_refused_in_one_line():
+    from strategies.registry import get_strategy
+
+    config = get_strategy(ICARL).Config
+    with pytest.raises(UserError) as refused:
+        config.from_dict({"lr": 0.1, "lora_rank": 8, "args": {"memory_size": 12}}, ICARL)
+    message = str(refused.value)
+    assert message.startswith(f"lr, lora_rank of {ICARL} would change nothing: the learner reads its options")
+    assert (
+        "args = { lr = ... }" in message
+        and "\n" not in message
+        and refused.value.options == ("lr", "lora_rank")
+    )
+    # a default, and what the runner reads itself, are no refusal
+    taken = config.from_dict({"lr": 0.005, "eval_batch_size": 100, "num_workers": 2, "args": {}}, ICARL)
+    assert (taken.eval_batch_size, taken.num_workers) == (100, 2)
+
+
+def test_a_suites_common_and_defaults_tables_leave_the_unread_recipe_out():
+    from benchmarks.data.protocols import ProtocolLayer
+    from benchmarks.runner.suites import strategy_options
+
+    suite = {
+        "common": {"lr": 0.01, "train_augmentation": "paper-scaled"},
+        "defaults": {"lora_rank": 8, "eval_batch_size": 500},
+        "strategy": {ICARL: {"args": {"memory_size": 12}}},
+    }
+    options, sources = strategy_options(suite, ICARL, "synthetic", ProtocolLayer())
+    assert options == {
+        "train_augmentation": "paper-scaled",
+        "eval_batch_size": 500,
+        "args": {"memory_size": 12},
+    }
+    finetune, _ = strategy_options(suite, "finetune", "synthetic", ProtocolLayer())
+    assert finetune["lora_rank"] == 8 and finetune["lr"] == 0.01  # the suite's own strategies take them
