@@ -3,7 +3,6 @@
 other attributes name a tensor held elsewhere."""
 
 import numpy as np
-import torch
 import torch.nn.functional as F
 from pycil_nets.inc_net import IncrementalNet
 from torch import optim
