@@ -26,6 +26,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import re
 import sys
 import warnings
 from dataclasses import dataclass, field
@@ -124,6 +125,20 @@ class PyCILConfig(StrategyConfig):
         return dataclasses.replace(self, args=args, epoch_cap=cap), ["args"] * bool(changes) + ["epoch_cap"]
 
 
+def loader_workers(constants: dict[str, Any], workers: int) -> dict[str, tuple[Any, int]]:
+    """The loader-worker constants among a module's ``constants`` (PyCIL's ``num_workers = 8``) that
+    differ from the run's ``workers``: name -> (as written, as run). Eight loader processes an epoch
+    on a two-core machine only compete with the training."""
+    return {
+        name: (value, workers)
+        for name, value in constants.items()
+        if re.search(r"(?:^|_)num_workers$", name)
+        and isinstance(value, int)
+        and not isinstance(value, bool)
+        and value != workers
+    }
+
+
 def refuse_unread_recipe(values: dict[str, Any], strategy: str) -> None:
     """One line for recipe fields given (other than their defaults) that the learner never reads:
     they would be hashed into the run's config and change nothing."""
@@ -164,7 +179,10 @@ class PyCILAdapter(FrameworkAdapter):
             f"{module.__name__}.{k}": change
             for k, change in scaled_epochs(constants, self.cfg.epoch_scale, self.cfg.epoch_cap).items()
         }
-        constants_as_run = {k.rpartition(".")[2]: new for k, (_, new) in self.scaled_constants.items()}
+        workers = loader_workers(constants, self.cfg.num_workers)
+        self.worker_constants = {f"{module.__name__}.{k}": change for k, change in workers.items()}
+        as_run = {**self.scaled_constants, **self.worker_constants}
+        constants_as_run = {k.rpartition(".")[2]: new for k, (_, new) in as_run.items()}
         # found once: scoring enters the learner's code once a batch
         self._patches = [(module, constants_as_run), *self._factories(), *self._capped_loaders()]
         self.args = ReadArgs(
@@ -184,6 +202,11 @@ class PyCILAdapter(FrameworkAdapter):
             self._say(
                 f"{self.name}: epoch constants of its module as run: "
                 + ", ".join(f"{k} {old} -> {new}" for k, (old, new) in self.scaled_constants.items())
+            )
+        if self.worker_constants:
+            self._say(
+                f"{self.name}: loader workers of its module as run (the run's num_workers): "
+                + ", ".join(f"{k} {old} -> {new}" for k, (old, new) in self.worker_constants.items())
             )
         # the backbone's pretrained tensors as built: a checkpoint leaves out those still untouched
         self._pristine = {id(t): (t, t._version) for t in self.backbone.state_dict(keep_vars=True).values()}

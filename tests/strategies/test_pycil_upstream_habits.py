@@ -307,3 +307,21 @@ def test_a_suites_common_and_defaults_tables_leave_the_unread_recipe_out():
     }
     finetune, _ = strategy_options(suite, "finetune", "synthetic", ProtocolLayer())
     assert finetune["lora_rank"] == 8 and finetune["lr"] == 0.01  # the suite's own strategies take them
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_the_modules_loader_workers_follow_the_runs_num_workers_and_are_put_back(stream, workers):
+    import pycil_learners.workers as module
+
+    name = "pycil:pycil_learners.workers:EightWorkers"
+    with pytest.warns(UserWarning) as said:
+        strategy = built(
+            name, stream, num_workers=workers, args={"memory_size": 0, "convnet_type": "tinyconv"}
+        )
+    lines = [str(w.message) for w in said if "loader workers" in str(w.message)]
+    assert lines == [
+        f"{name}: loader workers of its module as run (the run's num_workers): "
+        f"pycil_learners.workers.num_workers 8 -> {workers}"
+    ]
+    learn(strategy, stream, [0, 1])
+    assert strategy.learner.workers_seen == [workers, workers] and module.num_workers == 8  # as written
