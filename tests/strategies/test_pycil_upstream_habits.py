@@ -325,3 +325,47 @@ def test_the_modules_loader_workers_follow_the_runs_num_workers_and_are_put_back
     ]
     learn(strategy, stream, [0, 1])
     assert strategy.learner.workers_seen == [workers, workers] and module.num_workers == 8  # as written
+
+
+@pytest.mark.slow
+def test_a_run_killed_while_its_loader_has_workers_leaves_no_worker_behind(tmp_path):
+    """kill -9 of a run process in an epoch of a learner's loader with workers (persistent ones, the
+    longest-lived kind): torch's workers watch their parent and end within seconds."""
+    import signal
+    import subprocess
+    import time
+
+    import psutil
+
+    script = (
+        "import time, torch\n"
+        "from torch.utils.data import DataLoader, Dataset\n"
+        "from benchmarks.runner.launcher import prepare_runner_process\n"
+        "prepare_runner_process()  # as a run process starts\n"
+        "class Slow(Dataset):\n"
+        "    def __len__(self): return 10_000\n"
+        "    def __getitem__(self, i): time.sleep(0.05); return torch.zeros(1)\n"
+        "batches = iter(DataLoader(Slow(), batch_size=2, num_workers=2, persistent_workers=True))\n"
+        "next(batches)\n"
+        "print(*(w.pid for w in batches._workers), flush=True)\n"
+        "time.sleep(600)\n"
+    )
+    root = Path(__file__).resolve().parents[2]
+    run = subprocess.Popen([sys.executable, "-c", script], cwd=root, stdout=subprocess.PIPE, text=True)
+    try:
+        workers = [psutil.Process(int(pid)) for pid in run.stdout.readline().split()]
+        assert len(workers) == 2 and all(w.is_running() for w in workers)
+    finally:
+        run.send_signal(signal.SIGKILL)
+        run.wait()
+
+    def ended(worker) -> bool:
+        try:
+            return not worker.is_running() or worker.status() == psutil.STATUS_ZOMBIE
+        except psutil.NoSuchProcess:
+            return True
+
+    deadline = time.monotonic() + 30  # torch's workers look at their parent every 5 s
+    while not all(map(ended, workers)) and time.monotonic() < deadline:
+        time.sleep(0.5)
+    assert all(map(ended, workers)), [w.pid for w in workers if not ended(w)]
