@@ -8,10 +8,12 @@ protocol, and ``optional`` for everything else.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 import numpy as np
@@ -97,10 +99,11 @@ def learn_and_store(
     }
     result = run_result(context, stream, strategy, progress, zero_shot)
     if context.save_model:  # next to the result: T<n>-seed<s>.model.safetensors + .model.json
-        optional(strategy, "save_model")(
-            store.result_path(spec.key).with_suffix(".model"),
-            extra={"run": str(spec.key), "config_hash": context.resolved.config_hash},
-        )
+        with writing(spec, "cannot write its model (--save-models)", _kept(spec.n_tasks)):
+            optional(strategy, "save_model")(
+                store.result_path(spec.key).with_suffix(".model"),
+                extra={"run": str(spec.key), "config_hash": context.resolved.config_hash},
+            )
     targets = np.asarray(stream.test_targets)
     predictions = Predictions(np.stack(progress.predictions), targets, np.arange(len(targets)))
     stored = store.save(spec.key, result, predictions)
@@ -194,20 +197,25 @@ def learn_tasks(context: RunContext, stream: CILStream, strategy: Strategy, prog
 
 
 def save_checkpoint(context: RunContext, strategy: Strategy, progress: RunProgress, task: int) -> None:
-    """The run's checkpoint after task ``task + 1``. A state that cannot be written is one line
-    naming the run; a full disk stays an ``OSError``, which the command words itself."""
-    spec = context.spec
-    try:
+    """The run's checkpoint after task ``task + 1`` (``writing``)."""
+    with writing(context.spec, f"task {task + 1}: cannot write its checkpoint", _kept(task)):
         context.store.save_checkpoint(
-            spec.key, progress, *strategy.checkpoint_state(), context.resolved.config_hash
+            context.spec.key, progress, *strategy.checkpoint_state(), context.resolved.config_hash
         )
+
+
+@contextlib.contextmanager
+def writing(spec: RunSpec, failure: str, kept: str) -> Iterator[None]:
+    """A strategy's state written in the block: an exception is one line naming the run, ``failure``
+    and what is ``kept``; a full disk stays an ``OSError``, which the command words itself."""
+    try:
+        yield
     except (UserError, OSError):
         raise
     except Exception as err:
         message = str(err).splitlines()[0] if str(err) else ""
         raise UserError(
-            f"{spec.key}: task {task + 1}: cannot write its checkpoint ({type(err).__name__}: {message}); "
-            f"no result is stored, {_kept(task)}"
+            f"{spec.key}: {failure} ({type(err).__name__}: {message}); no result is stored, {kept}"
         ) from err
 
 

@@ -163,6 +163,19 @@ def test_a_checkpoint_that_cannot_be_written_is_one_line_naming_the_run(tmp_path
     assert "TypeError: cannot checkpoint a generator" in line and "checkpoint after task 1 is kept" in line
 
 
+def test_a_model_that_cannot_be_saved_is_one_line_naming_the_run(tmp_path, capsys, monkeypatch):
+    def unwritable(self, path, extra=None):
+        raise ValueError("tensors share memory")
+
+    monkeypatch.setattr(Finetune, "save_model", unwritable)
+    assert _run(tmp_path, SUITE, "--save-models") == 2
+    line = _one_error_line(capsys)
+    assert line.startswith(
+        "error: finetune / synthetic / 3 tasks / seed 0: cannot write its model (--save-models)"
+    )
+    assert "ValueError: tensors share memory" in line and "checkpoint after task 3 is kept" in line
+
+
 def test_a_full_disk_is_one_line_and_the_finished_tasks_are_kept(tmp_path, capsys, monkeypatch):
     real_save = results.write_tensors
     calls = {"n": 0}
