@@ -180,7 +180,8 @@ def test_a_run_killed_after_a_task_resumes_bit_identically(name, tmp_path, monke
     from strategies.registry import get_strategy
     from tests.helpers import killed_and_resumed, run_one_run_suite, three_task_suite
 
-    text = three_task_suite(name, "batch_size = 8")
+    # NCM reads its batch size from args (a batch_size beside args would change nothing: refused)
+    text = three_task_suite(name, "args = { batch_size = 8 }" if name == NCM else "batch_size = 8")
     suite, _, reference = run_one_run_suite(tmp_path, text)
     resumed = killed_and_resumed(monkeypatch, get_strategy(name), suite, tmp_path / "resumed", task=2)
     assert resumed["stages"] == reference["stages"]
