@@ -31,7 +31,7 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from types import FunctionType
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import torch
@@ -85,6 +85,8 @@ class PyCILConfig(StrategyConfig):
     args: dict[str, Any] = field(default_factory=dict)
     epoch_scale: float = 1.0
     epoch_cap: int | None = None
+    #: none: the learner's batch sizes are its own, which a fast dev run's cap cannot reach
+    training_batch_sizes: ClassVar[tuple[str, ...]] = ()
 
     def __post_init__(self):
         super().__post_init__()

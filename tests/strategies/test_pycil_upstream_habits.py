@@ -290,6 +290,17 @@ def test_a_recipe_field_the_learner_never_reads_is_refused_in_one_line():
     assert (taken.eval_batch_size, taken.num_workers) == (100, 2)
 
 
+def test_a_fast_dev_run_caps_the_learners_epochs_not_a_batch_size_it_never_reads():
+    from benchmarks.runner.building import _limited_config
+    from benchmarks.runner.suites import RunLimits
+    from strategies.frameworks.pycil import PyCILConfig
+
+    sources = {"batch_size": "default", "epoch_cap": "default", "args": "strategy"}
+    capped = _limited_config(PyCILConfig(args={"init_epoch": 20}), RunLimits.fast_dev_run(), sources)
+    assert (capped.batch_size, capped.args["init_epoch"]) == (64, 1)
+    assert sources["batch_size"] == "default"  # the run's line does not claim a cap that changed nothing
+
+
 def test_a_suites_common_and_defaults_tables_leave_the_unread_recipe_out():
     from benchmarks.data.protocols import ProtocolLayer
     from benchmarks.runner.suites import strategy_options
