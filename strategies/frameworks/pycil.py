@@ -77,8 +77,9 @@ NOT_READ = (
 class PyCILConfig(StrategyConfig):
     """A LAMDA-family learner's options. ``args``: the learner's own options, passed through as it
     reads them. Its recipe (epochs, learning rates, batch sizes) is its own, in ``args`` or in its
-    module's constants, so StrategyConfig's recipe fields do not reach it; the runner reads
-    ``eval_batch_size`` and ``train_augmentation``. ``epoch_scale`` and ``epoch_cap`` are the
+    module's constants, so StrategyConfig's training recipe (``NOT_READ``) is refused when given; the
+    runner reads ``eval_batch_size``, ``train_augmentation``, ``amp`` and ``num_workers`` (its
+    module's loader-worker constants). ``epoch_scale`` and ``epoch_cap`` are the
     runner's (the suite's ``epoch_scale``, ``--fast-dev-run``), applied to the epoch options in
     ``args`` here and to the module's epoch constants while the learner runs."""
 
