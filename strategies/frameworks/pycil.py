@@ -188,17 +188,16 @@ class PyCILAdapter(FrameworkAdapter):
         constants_as_run = {k.rpartition(".")[2]: new for k, (_, new) in as_run.items()}
         # found once: scoring enters the learner's code once a batch
         self._patches = [(module, constants_as_run), *self._factories(), *self._capped_loaders()]
-        self.args = ReadArgs(
-            {
-                "convnet_type": CLIP,
-                "backbone_type": CLIP,
-                **self.cfg.args,
-                "device": [self.device],
-                "seed": self.seed,
-                "backbone": self.backbone,
-                "class_names": self.data_manager.class_names,
-            }
-        )
+        self.args = {
+            "convnet_type": CLIP,
+            "backbone_type": CLIP,
+            **self.cfg.args,
+            "device": [self.device],
+            "seed": self.seed,
+            "backbone": self.backbone,
+            "class_names": self.data_manager.class_names,
+        }
+        self.args = ReadArgs(self.args)  # the keys the learner looks up, for _say_unread_args
         self._args_named: set[str] = set()  # the suite's args keys a warning has named unread
         refuse_plugins(self.name, self.plugins)  # they could never see the learner's loop
         if self.scaled_constants:
