@@ -35,7 +35,9 @@ class Learner:
         size = self.args["init_cls"] if self._cur_task == 0 else self.args["increment"]
         self._total_classes = self._known_classes + size
         self.data_manager = data_manager
-        train = data_manager.get_dataset(np.arange(self._known_classes, self._total_classes), "train", "train")
+        train = data_manager.get_dataset(
+            np.arange(self._known_classes, self._total_classes), "train", "train"
+        )
         loader = DataLoader(train, batch_size=4, shuffle=True, num_workers=num_workers)
         self._network.to(self._device)
         for name, param in self._network.named_parameters():
