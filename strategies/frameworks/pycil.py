@@ -23,7 +23,6 @@ the run's ``train_batches`` (``benchmarks.data.loaders.FirstBatches``).
 
 from __future__ import annotations
 
-import contextlib
 import copy
 import dataclasses
 import sys
@@ -169,12 +168,7 @@ class PyCILAdapter(FrameworkAdapter):
         """The learner's code running: the suite's patches on its modules, errors in one line."""
         quiet = None if self.show_progress else self.upstream_modules
         running = running_upstream(self.root, self.name, doing, self._passed, self._patches, quiet)
-        if self.c3box is None:
-            return running
-        stack = contextlib.ExitStack()
-        stack.enter_context(running)
-        stack.enter_context(self.c3box.running())
-        return stack
+        return running if self.c3box is None else self.c3box.running(running)
 
     def _passed(self) -> str:
         shown = {k: v for k, v in self.args.items() if k not in ("backbone", "class_names")}

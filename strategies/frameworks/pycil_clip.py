@@ -148,9 +148,11 @@ class C3BoxShape:
         ]
 
     @contextlib.contextmanager
-    def running(self) -> Iterator[None]:
-        """Its working directory, and its ``.cuda()`` on the run's device where that is no GPU."""
+    def running(self, upstream: contextlib.AbstractContextManager) -> Iterator[None]:
+        """``upstream`` (the adapter's running of its code), in its working directory, with its
+        ``.cuda()`` on the run's device where that is no GPU."""
         with contextlib.ExitStack() as stack:
+            stack.enter_context(upstream)
             stack.enter_context(_working_directory(self.workdir))
             if self.device.type != "cuda":
                 device = self.device
