@@ -58,6 +58,7 @@ def test_each_factory_call_gets_a_trainable_copy_of_the_run_clip(stream):
     assert open_clip.create_model_and_transforms.__module__ == "open_clip.factory"  # put back
 
 
+@pytest.mark.slow
 def test_names_prompts_and_task_sizes_come_from_the_run(stream):
     strategy = built(stream, prompt_template="a photo of the {}.")
     for task in (0, 1):
@@ -94,6 +95,7 @@ def test_a_suite_that_sets_other_task_sizes_is_one_line(stream):
         strategy.learn(stream.train_stream[0])
 
 
+@pytest.mark.slow
 def test_a_fast_dev_run_scores_with_its_own_logits(tmp_path, monkeypatch):
     import c3box_like.learner as module
 
