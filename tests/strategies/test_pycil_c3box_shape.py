@@ -5,6 +5,7 @@ the run's model (never a download), its DataManager holds the run's class names 
 ``args`` the stream's task sizes, its ``.cuda()`` runs on the run's device, and the suite's scores
 are the logits its own ``_eval_cnn`` ranks."""
 
+import os
 from pathlib import Path
 
 import pytest
@@ -76,7 +77,10 @@ def test_the_scores_are_the_logits_its_eval_cnn_ranks(stream, test_images):
     import c3box_like.learner as module
 
     strategy = built(stream)
+    here = os.getcwd()
     strategy.learn(stream.train_stream[0])
+    # its code ran in the run's own working directory, and the suite's is back
+    assert strategy.learner.cwds == [os.path.realpath(strategy.c3box.workdir)] and os.getcwd() == here
     images = test_images[0][:6]
     module.RANKED.clear()
     scores = strategy.scores(images)

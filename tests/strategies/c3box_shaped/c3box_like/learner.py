@@ -1,6 +1,8 @@
 """A C3Box-shaped CLIP learner: tokenizer and both towers, names and templates from the
 DataManager, task sizes from args, .cuda() calls, and a prediction that is top-k indices."""
 
+import os
+
 import numpy as np
 import torch
 import torch.nn.functional as F
@@ -25,12 +27,14 @@ class Learner:
         self.direct = DirectNet()
         self.epochs_run = []
         self.sizes_seen = []
+        self.cwds = []  # where its code ran (C3Box reads ./utils/... and writes into it)
 
     def after_task(self):
         self._known_classes = self._total_classes
 
     def incremental_train(self, data_manager):
         self._cur_task += 1
+        self.cwds.append(os.getcwd())
         self.sizes_seen.append((self.args["init_cls"], self.args["increment"]))
         size = self.args["init_cls"] if self._cur_task == 0 else self.args["increment"]
         self._total_classes = self._known_classes + size
