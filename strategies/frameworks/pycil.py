@@ -43,6 +43,7 @@ from benchmarks.data.loaders import FirstBatches
 from strategies.checkpointing import pack_state, unpack_state
 from strategies.config import StrategyConfig
 from strategies.frameworks.common import FrameworkAdapter, refuse_plugins, task_classes
+from strategies.frameworks.pycil_clip import C3BoxShape, RunCLIP, builds_whole_clip, whole_clip_factories
 from strategies.frameworks.pycil_data import VALIDATION_PER_CLASS, DataManager, ItemImages
 from strategies.frameworks.upstream import (
     modules_under,
@@ -200,6 +201,11 @@ class PyCILAdapter(FrameworkAdapter):
         self.args = ReadArgs(self.args)  # the keys the learner looks up, for _say_unread_args
         self._args_named: set[str] = set()  # the suite's args keys a warning has named unread
         refuse_plugins(self.name, self.plugins)  # they could never see the learner's loop
+        # C3Box's shape: a factory that builds a whole CLIP (strategies.frameworks.pycil_clip)
+        self.c3box = C3BoxShape(self) if whole_clip_factories(self.upstream_modules) else None
+        if self.c3box is not None:
+            self._patches += self.c3box.patches()
+            self.c3box.say_once()
         if self.scaled_constants:
             self._say(
                 f"{self.name}: epoch constants of its module as run: "
@@ -226,7 +232,8 @@ class PyCILAdapter(FrameworkAdapter):
     def _upstream(self, doing: str):
         """The learner's code running: the suite's patches on its modules, errors in one line."""
         quiet = None if self.show_progress else self.upstream_modules
-        return running_upstream(self.root, self.name, doing, self._passed, self._patches, quiet)
+        running = running_upstream(self.root, self.name, doing, self._passed, self._patches, quiet)
+        return running if self.c3box is None else self.c3box.running(running)
 
     def _passed(self) -> str:
         shown = {k: v for k, v in self.args.items() if k not in ("backbone", "class_names")}
@@ -269,6 +276,9 @@ class PyCILAdapter(FrameworkAdapter):
     def learn(self, experience) -> None:
         classes = task_classes(experience, len(self.class_names), self.seen_classes, self.name)
         self.data_manager.begin_task(experience, classes)
+        if self.c3box is not None:
+            sizes = self.data_manager.stream_sizes or self.data_manager.task_sizes
+            self.c3box.task_sizes(self.args, sizes)
         counter = self.network.register_forward_hook(_step_counter(self))
         try:
             with self._upstream(f"learning task {len(self.data_manager.task_sizes)}"):
@@ -306,8 +316,11 @@ class PyCILAdapter(FrameworkAdapter):
     @torch.no_grad()
     def scores(self, images: torch.Tensor) -> torch.Tensor:
         with self._upstream("scoring the test set"):
-            self.network.eval()
-            logits = self.network(images.to(self.device))["logits"]
+            if self.c3box is not None:  # its prediction is its own _eval_cnn: the logits it ranks
+                logits = self.c3box.scores(images)
+            else:
+                self.network.eval()
+                logits = self.network(images.to(self.device))["logits"]
         n_seen = len(self.seen_classes)
         if logits.shape[1] < n_seen:
             raise UserError(
@@ -533,6 +546,8 @@ def _clip_or(factory, key: str):
 
     def build(args, *rest, **options):
         if str(args.get(key, "")).lower() == CLIP:
+            if builds_whole_clip(factory):  # C3Box's: (model, preprocess, tokenizer), a copy each call
+                return RunCLIP(args["backbone"]).triple()
             return CLIPImageTower(args["backbone"])
         return factory(args, *rest, **options)
 

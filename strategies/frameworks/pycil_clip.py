@@ -1,0 +1,272 @@
+"""C3Box's CLIP learners (LAMDA-CL/C3Box) under the ``pycil:`` adapter, unchanged.
+
+C3Box builds its networks on a whole CLIP, not an image tower: its factory ``get_convnet(args)``
+calls ``open_clip.create_model_and_transforms`` and returns ``(model, preprocess, tokenizer)``, and
+its learners read class names and prompt templates from their DataManager and predict through their
+own ``_eval_cnn(loader)``. A checkout whose factory is of that kind (``builds_whole_clip``) runs in
+C3Box's shape (``C3BoxShape``), and the adapter gives it:
+
+- **the model**: each call of the factory (a network calls it twice) gets a trainable copy of the
+  run's open_clip CLIP (``RunCLIP``), its ``out_dim`` the run's embedding width, the run's
+  tokenizer and an eval transform; a network that calls ``open_clip.create_model_and_transforms``
+  itself gets the same, never a download;
+- **its DataManager's names**: ``_class_to_label`` (the seen classes' names by position),
+  ``_data_to_prompt`` (the run's ``prompt_template``), ``dataset_name``, ``concept_order`` and
+  C3Box's own ``get_attributes``/``get_prefix`` (CLG-CBM's concept lists, read from the checkout);
+- **task sizes**: ``init_cls`` and ``increment`` in ``args``, from the stream;
+- **its ``.cuda()`` calls** on the run's device, where that is not a GPU (said once);
+- **a working directory of its own** for each run, with the checkout's ``utils/`` reachable
+  (ENGINE's descriptions, CLG-CBM's concepts are read relative to it; files it writes stay there);
+- **scores**: the logits its ``_eval_cnn`` ranks (captured at its ``torch.topk``) over the seen
+  classes, for each batch the runner scores.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import os
+import shutil
+import sys
+import tempfile
+import weakref
+from collections.abc import Iterator
+from pathlib import Path
+from types import FunctionType, ModuleType
+from typing import Any
+
+import open_clip
+import torch
+from torch import nn
+
+from benchmarks.core.errors import UserError
+
+# What C3Box's DataManager reads from its labels.json and templates.json, here from the run.
+TASK_SIZE_ARGS = ("init_cls", "increment")
+
+
+def builds_whole_clip(factory: FunctionType) -> bool:
+    """Whether ``factory`` builds open_clip's whole CLIP itself (C3Box's ``get_convnet``, which
+    answers ``(model, preprocess, tokenizer)``), as its code names both calls."""
+    names = factory.__code__.co_names
+    return "create_model_and_transforms" in names and "get_tokenizer" in names
+
+
+def whole_clip_factories(modules: list[ModuleType]) -> list[FunctionType]:
+    """The factories named ``get_convnet`` in ``modules`` that build a whole CLIP."""
+    found = []
+    for module in modules:
+        fn = vars(module).get("get_convnet")
+        if isinstance(fn, FunctionType) and fn.__module__ == module.__name__ and builds_whole_clip(fn):
+            found.append(fn)
+    return found
+
+
+class RunCLIP:
+    """The run's CLIP as C3Box's factory gives it: each call a trainable copy of the backbone's
+    open_clip model (``out_dim`` its embedding width), an eval transform and the run's tokenizer."""
+
+    def __init__(self, backbone: nn.Module) -> None:
+        self.backbone = backbone
+
+    def model(self) -> nn.Module:
+        model = copy.deepcopy(self.backbone.model)
+        model.requires_grad_(True)
+        model.out_dim = self.backbone.embed_dim
+        return model
+
+    def preprocess(self):
+        size, mean, std = self.backbone.image_size, self.backbone.mean, self.backbone.std
+        return open_clip.image_transform(size, is_train=False, mean=mean, std=std)
+
+    def triple(self) -> tuple[nn.Module, Any, Any]:
+        return self.model(), self.preprocess(), self.backbone.tokenizer
+
+    def create_model_and_transforms(self, *args: Any, **kwargs: Any) -> tuple[nn.Module, Any, Any]:
+        """open_clip's ``create_model_and_transforms``, whatever it names: the run's model."""
+        preprocess = self.preprocess()
+        return self.model(), preprocess, preprocess
+
+    def get_tokenizer(self, *args: Any, **kwargs: Any):
+        return self.backbone.tokenizer
+
+
+@contextlib.contextmanager
+def _class_attributes(cls: type, values: dict[str, Any]) -> Iterator[None]:
+    """``cls``'s attributes ``values`` for the block; an inherited one is inherited again after."""
+    own = {name: cls.__dict__[name] for name in values if name in cls.__dict__}
+    for name, value in values.items():
+        setattr(cls, name, value)
+    try:
+        yield
+    finally:
+        for name in values:
+            if name in own:
+                setattr(cls, name, own[name])
+            else:
+                delattr(cls, name)
+
+
+@contextlib.contextmanager
+def _working_directory(path: Path) -> Iterator[None]:
+    before = os.getcwd()
+    os.chdir(path)
+    try:
+        yield
+    finally:
+        os.chdir(before)
+
+
+class C3BoxShape:
+    """What a learner in C3Box's shape gets from the adapter ``adapter`` (see the module)."""
+
+    def __init__(self, adapter: Any) -> None:
+        self.adapter = adapter
+        self.clip = RunCLIP(adapter.backbone)
+        self.device = torch.device(adapter.device)
+        self.said_cuda = False
+        # its own working directory: files it writes stay there; the checkout's utils/ is reachable
+        self.workdir = Path(tempfile.mkdtemp(prefix="c3box-run-"))
+        weakref.finalize(self, shutil.rmtree, str(self.workdir), True)
+        utils = adapter.root / "utils"
+        if utils.is_dir():
+            (self.workdir / "utils").symlink_to(utils, target_is_directory=True)
+        self._dress(adapter.data_manager)
+
+    # --- the learner's code running ---
+
+    def patches(self) -> list[tuple[Any, dict[str, Any]]]:
+        """open_clip's builders answer with the run's model while the learner's code runs."""
+        return [
+            (
+                open_clip,
+                {
+                    "create_model_and_transforms": self.clip.create_model_and_transforms,
+                    "get_tokenizer": self.clip.get_tokenizer,
+                },
+            )
+        ]
+
+    @contextlib.contextmanager
+    def running(self, upstream: contextlib.AbstractContextManager) -> Iterator[None]:
+        """``upstream`` (the adapter's running of its code), in its working directory, with its
+        ``.cuda()`` on the run's device where that is no GPU."""
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(upstream)
+            stack.enter_context(_working_directory(self.workdir))
+            if self.device.type != "cuda":
+                device = self.device
+
+                def tensor_cuda(tensor, *args, **kwargs):
+                    return tensor.to(device)
+
+                def module_cuda(module, *args, **kwargs):
+                    return module.to(device)
+
+                stack.enter_context(_class_attributes(torch.Tensor, {"cuda": tensor_cuda}))
+                stack.enter_context(_class_attributes(nn.Module, {"cuda": module_cuda}))
+            yield
+
+    def say_once(self) -> None:
+        if self.device.type != "cuda" and not self.said_cuda:
+            self.said_cuda = True
+            self.adapter._say(
+                f"{self.adapter.name}: C3Box's shape (its get_convnet builds a whole CLIP): each of its "
+                "networks gets a trainable copy of the run's CLIP, its .cuda() calls run on "
+                f"{self.device}, and it runs in a working directory of its own ({self.workdir})"
+            )
+
+    # --- its DataManager ---
+
+    def _dress(self, manager: Any) -> None:
+        """The names C3Box's learners read from their DataManager, from the run."""
+        manager._class_to_label = manager.class_names  # by position; grows in place
+        manager._data_to_prompt = [self.adapter.cfg.prompt_template]
+        manager._name = manager.all_class_names  # by the dataset's class id, as C3Box's _name
+        manager.concept_order = manager.class_order  # position -> the dataset's class id
+        manager.dataset_name = str(self.adapter.args.get("dataset", ""))
+        manager.get_attributes = self._get_attributes
+        manager.get_prefix = self._get_prefix
+
+    def _upstream_manager(self):
+        module = sys.modules.get("utils.data_manager")
+        manager = getattr(module, "DataManager", None)
+        if manager is None:
+            raise UserError(
+                f"{self.adapter.name}: C3Box's utils/data_manager.py is not imported, so its concept "
+                "lists (get_attributes) cannot be read"
+            )
+        return manager
+
+    def _get_attributes(self, attribute: str, indice):
+        """C3Box's own ``get_attributes`` (its concept lists, by the dataset's class ids)."""
+        try:
+            return self._upstream_manager().get_attributes(self.adapter.data_manager, attribute, indice)
+        except (NotImplementedError, FileNotFoundError) as err:
+            missing = getattr(err, "filename", None)
+            raise UserError(
+                f"{self.adapter.name}: C3Box has no concept list for dataset {attribute!r}"
+                + (f" ({missing} is missing from the checkout)" if missing else "")
+                + "; its get_attributes (utils/data_manager.py) knows cifar224, cub200, food101, ucf101, "
+                "cars, imagenetr, aircraft, sun and objectnet"
+            ) from err
+
+    def _get_prefix(self, attribute: Any) -> str:
+        try:
+            return self._upstream_manager().get_prefix(self.adapter.data_manager, attribute)
+        except NotImplementedError as err:
+            raise UserError(
+                f"{self.adapter.name}: C3Box has no concept prefix for dataset "
+                f"{self.adapter.data_manager.dataset_name!r} (get_prefix, utils/data_manager.py)"
+            ) from err
+
+    # --- a task begins ---
+
+    def task_sizes(self, args: dict[str, Any], sizes: list[int]) -> None:
+        """``init_cls`` and ``increment`` in ``args`` (the learner's own dict) from the stream's task
+        sizes; a suite that set them otherwise is refused."""
+        found = {"init_cls": sizes[0], "increment": sizes[1] if len(sizes) > 1 else sizes[0]}
+        for key, value in found.items():
+            given = self.adapter.cfg.args.get(key)
+            if given is not None and given != value:
+                raise UserError(
+                    f"{self.adapter.name}: args {key} = {given}, but the run's tasks have "
+                    f"{', '.join(map(str, sizes))} classes; leave {key} out (the stream gives it)"
+                )
+            args[key] = value
+
+    # --- scores ---
+
+    def scores(self, images: torch.Tensor) -> torch.Tensor:
+        """The logits the learner's own ``_eval_cnn`` ranks for ``images`` (one batch)."""
+        learner = self.adapter.learner
+        ranked: list[torch.Tensor] = []
+        topk = torch.topk
+
+        def watched(input, *args, **kwargs):
+            ranked.append(input.detach())
+            return topk(input, *args, **kwargs)
+
+        batch = (
+            torch.arange(len(images)),
+            images.to(self.device),
+            torch.zeros(len(images), dtype=torch.long),
+        )
+        with _module_attribute(torch, "topk", watched):
+            learner._eval_cnn([batch])
+        if not ranked:
+            raise UserError(
+                f"{self.adapter.name}: its _eval_cnn ranked nothing with torch.topk, so the suite has no "
+                "scores of it"
+            )
+        return ranked[-1]
+
+
+@contextlib.contextmanager
+def _module_attribute(module: ModuleType, name: str, value: Any) -> Iterator[None]:
+    before = getattr(module, name)
+    setattr(module, name, value)
+    try:
+        yield
+    finally:
+        setattr(module, name, before)
