@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import contextlib
 import copy
-import os
 import shutil
 import sys
 import tempfile
@@ -34,6 +33,7 @@ from collections.abc import Iterator
 from pathlib import Path
 from types import FunctionType, ModuleType
 from typing import Any
+from unittest import mock
 
 import open_clip
 import torch
@@ -107,16 +107,6 @@ def _class_attributes(cls: type, values: dict[str, Any]) -> Iterator[None]:
                 delattr(cls, name)
 
 
-@contextlib.contextmanager
-def _working_directory(path: Path) -> Iterator[None]:
-    before = os.getcwd()
-    os.chdir(path)
-    try:
-        yield
-    finally:
-        os.chdir(before)
-
-
 class C3BoxShape:
     """What a learner in C3Box's shape gets from the adapter ``adapter`` (see the module)."""
 
@@ -153,7 +143,7 @@ class C3BoxShape:
         ``.cuda()`` on the run's device where that is no GPU."""
         with contextlib.ExitStack() as stack:
             stack.enter_context(upstream)
-            stack.enter_context(_working_directory(self.workdir))
+            stack.enter_context(contextlib.chdir(self.workdir))
             if self.device.type != "cuda":
                 device = self.device
 
@@ -252,7 +242,7 @@ class C3BoxShape:
             images.to(self.device),
             torch.zeros(len(images), dtype=torch.long),
         )
-        with _module_attribute(torch, "topk", watched):
+        with mock.patch.object(torch, "topk", watched):
             learner._eval_cnn([batch])
         if not ranked:
             raise UserError(
@@ -260,13 +250,3 @@ class C3BoxShape:
                 "scores of it"
             )
         return ranked[-1]
-
-
-@contextlib.contextmanager
-def _module_attribute(module: ModuleType, name: str, value: Any) -> Iterator[None]:
-    before = getattr(module, name)
-    setattr(module, name, value)
-    try:
-        yield
-    finally:
-        setattr(module, name, before)

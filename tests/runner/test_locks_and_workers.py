@@ -121,6 +121,12 @@ def test_sigterm_stops_as_ctrl_c_and_its_echo_is_ignored():
     assert signal.getsignal(signal.SIGTERM) == previous
 
 
+def _one_local_worker(suite: Path, results: Path) -> subprocess.CompletedProcess:
+    """The suite run by a command with one local worker, as a user would start it."""
+    command = runner_command(suite, results, "--launcher", "local", "--workers", "1")
+    return subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600)
+
+
 def _wait(condition, seconds: float, what: str):
     deadline = time.monotonic() + seconds
     while time.monotonic() < deadline:
@@ -225,13 +231,7 @@ def test_a_rerun_of_the_local_launcher_names_the_live_holder_of_a_run_and_exits_
     path.write_text(json.dumps({**holder, "token": "x", "command_pid": 4242, "command_started": 0.0}))
     suite = tmp_path / "suite.toml"
     suite.write_text(SUITE)
-    done = subprocess.run(
-        runner_command(suite, results, "--launcher", "local", "--workers", "1"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = _one_local_worker(suite, results)
     assert done.returncode == 0, done.stderr
     assert f"computed by another command ({socket.gethostname()}, pid {os.getpid()}, since" in done.stderr
     assert "of the command (pid 4242) started" in done.stderr
@@ -285,12 +285,6 @@ def test_a_local_worker_that_resumed_a_run_says_so_on_the_console(tmp_path, monk
     suite.write_text(SUITE)
     monkeypatch.setattr(Finetune, "compute_loss", nan_in_task_2)
     assert run.main(["--suite", str(suite), "--results-dir", str(results), "--quiet"]) == 2  # task 1 kept
-    done = subprocess.run(
-        runner_command(suite, results, "--launcher", "local", "--workers", "1"),
-        cwd=ROOT,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    done = _one_local_worker(suite, results)
     assert done.returncode == 0, done.stderr
     assert f"{KEY}: resumed after task 1; Avg " in done.stderr
