@@ -12,6 +12,8 @@ from torch.utils.data import Dataset
 from benchmarks import run
 from benchmarks.core.metrics import summarize
 from benchmarks.runner import building
+from benchmarks.runner.reading import not_a_measurement
+from benchmarks.runner.results import RunResult
 from tests.helpers import run_one_run_suite, tiny_suite
 
 N_CLASSES, TRAIN, TEST = 15, 8, 4
@@ -81,6 +83,8 @@ def test_a_tuning_run_never_reads_a_test_image(tmp_path, monkeypatch):
     suite = _suite("validation_fraction = 0.25\nevaluate_test = false\n")
     _, _, result = run_one_run_suite(tmp_path, suite)
     assert result["config"]["evaluate_test"] is False
+    # tables, the report and the comparison flag it: its "test" numbers are validation ones
+    assert not_a_measurement(RunResult.from_json(result)) == "a tuning run scored on its validation split"
     for stage in result["stages"]:  # the validation set is scored in the test's place
         assert stage["n_test_per_task"] == stage["validation"]["n_test_per_task"] == [10] * stage["task"]
     with pytest.raises(AssertionError, match="read a test image"):  # the guard itself bites
