@@ -90,8 +90,11 @@ def read_space(path: str, labels: list[str], suite: dict[str, Any]) -> dict[str,
         raise UserError(f"cannot read search space {path}: {err.strerror}") from None
     except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
         raise UserError(f"search space {path} is not valid UTF-8 TOML ({err}); fix the file") from None
-    if unknown := sorted(set(table) - set(labels)):
-        raise UserError(f"search space {path} has table(s) {unknown} for no tuned strategy; tuned: {labels}")
+    known = {*suite["strategies"], *suite.get("variants", {}), *labels}  # one file may serve several tunes
+    if unknown := sorted(set(table) - known):
+        raise UserError(
+            f"search space {path} has table(s) {unknown} for no row of the suite; rows: {sorted(known)}"
+        )
     space = {}
     for label in labels:
         if not table.get(label):
@@ -254,6 +257,7 @@ def tune_strategy(args, suite, label, dimensions, storage, results_dir) -> Any:
                 result, status = execute(spec, store, args.data_root, show_progress=False)
             except UserError as err:  # a value that breaks the run (a diverging loss): a failed trial
                 trial.set_user_attr(TRIAL_ERROR, str(err))
+                print(f"{label}: trial {trial.number} {params} failed: {err}", file=sys.stderr)
                 raise
             if result is None:
                 raise UserError(f"{spec.key}: {status}; rerun when the other process has finished it")
@@ -436,7 +440,8 @@ def main(argv: list[str] | None = None) -> int:
     prepare_runner_process()
     import optuna
 
-    optuna.logging.set_verbosity(optuna.logging.WARNING)  # one line per trial is ours
+    # one line per trial is ours; Optuna's would add a traceback for a trial stopped by a kill
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
     # the heartbeat that fails a killed worker's trials is marked experimental
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     sigterm = stop_on_sigterm()

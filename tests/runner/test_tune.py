@@ -118,7 +118,8 @@ def test_a_killed_tune_resumes_and_never_recomputes_a_finished_trial(tmp_path, m
         ("[finetune]\nepochs = {low = 0.5, high = 3}\n", (), "epochs is a whole number"),
         ("[finetune]\ntrain_augmentation = {low = 1, high = 2}\n", (), "a range needs numbers"),
         ("[finetune]\nlr = {low = 0.1, high = 0.01}\n", (), "needs low < high"),
-        ("[gr4cil]\nlr = {low = 0.1, high = 1.0}\n", (), "for no tuned strategy"),
+        ("[gr4cil]\nlr = {low = 0.1, high = 1.0}\n", (), "has table(s) ['gr4cil'] for no row of the suite"),
+        ("[continual_clip]\nlr = {low = 0.1, high = 1.0}\n", (), "has no [finetune] table"),
         (SPACE, ("--trials", "0"), "a trial budget is a whole number >= 1"),
     ],
 )
