@@ -108,3 +108,17 @@ def test_a_bad_validation_setting_is_one_line(tmp_path, capsys, line, says):
     assert run.main(["--suite", str(suite), "--results-dir", str(tmp_path / "r"), "--quiet"]) == 2
     err = capsys.readouterr().err.strip()
     assert says in err and len(err.splitlines()) == 1
+
+
+@pytest.mark.parametrize("evaluate_test", [True, False])
+def test_a_fast_dev_run_limits_the_validation_split_as_it_limits_the_test_set(tmp_path, evaluate_test):
+    from benchmarks.runner.suites import RunLimits, expand, load_suite
+
+    path = tmp_path / "suite.toml"
+    path.write_text(_suite(f"validation_fraction = 0.25\nevaluate_test = {str(evaluate_test).lower()}\n"))
+    (spec,) = expand(load_suite(str(path)), limits=RunLimits.fast_dev_run())
+    stream = building.build_run(spec, str(tmp_path)).stream
+    assert sum(len(experience.dataset) for experience in stream.train_stream) == N_CLASSES  # one a class
+    assert len(stream.validation_targets) == len(stream.test_targets) == 3  # one a task
+    assert {stream.task_of_class[c] for c in stream.validation_targets} == {0, 1, 2}
+    assert (stream.validation_set is stream.test_set) is not evaluate_test
