@@ -141,3 +141,22 @@ class _no_exit:
 
     def __exit__(self, *exc):
         return False
+
+
+def test_one_command_tunes_several_strategies_each_with_the_same_budget(tmp_path):
+    suite, space, results = _files(
+        tmp_path,
+        SPACE
+        + "[continual_clip]\nprompt_template = {choices = ['a photo of a {}.', 'a bad photo of a {}.']}\n",
+    )
+    argv = _argv(suite, space, results)
+    argv[argv.index("finetune")] = "finetune,continual_clip"
+    argv[argv.index("--trials") + 1] = "1"
+    assert tune.main(argv) == 0
+    storage = f"sqlite:///{results / 'optuna.sqlite3'}"
+    for label in ("finetune", "continual_clip"):
+        study = optuna.load_study(study_name=f"suite-{label}-val_avg", storage=storage)
+        assert [t.state.name for t in study.trials] == ["COMPLETE"]
+    tuned = tomllib.loads((results / "tuned.toml").read_text())
+    assert tuned["strategies"] == ["finetune", "finetune-tuned", "continual_clip", "continual_clip-tuned"]
+    assert {p["trials"] for p in tuned["tuned"].values()} == {1}
