@@ -259,8 +259,10 @@ def tune_strategy(args, suite, label, dimensions, storage, results_dir) -> Any:
                 trial.set_user_attr(TRIAL_ERROR, str(err))
                 print(f"{label}: trial {trial.number} {params} failed: {err}", file=sys.stderr)
                 raise
-            if result is None:
-                raise UserError(f"{spec.key}: {status}; rerun when the other process has finished it")
+            if result is None:  # another worker computes these very values: asked again on a rerun
+                why = f"{spec.key}: {status}; rerun when the other process has finished it"
+                print(f"{label}: trial {trial.number} stopped: {why}", file=sys.stderr)
+                raise UserError(why)
             results.append(result)
         value = objective_value(results, args.objective)
         if not args.quiet:
@@ -274,7 +276,7 @@ def tune_strategy(args, suite, label, dimensions, storage, results_dir) -> Any:
             t for t in study.trials[before:] if t.state.name == "FAIL" and TRIAL_ERROR not in t.user_attrs
         ]
         if failed and counted(study) == done:
-            raise UserError(f"{label}: trial {failed[0].number} failed; see the error above")
+            raise UserError(f"{label}: trial {failed[0].number} did not finish (the line above says why)")
     return study
 
 
