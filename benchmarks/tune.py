@@ -234,14 +234,27 @@ def storage_of(args: argparse.Namespace, results_dir: Path):
         ) from None
 
 
+def _trials_in(storage, name: str) -> int:
+    import optuna
+
+    try:
+        return len(optuna.load_study(study_name=name, storage=storage).trials)
+    except KeyError:  # no such study yet
+        return 0
+
+
 def tune_strategy(args, suite, label, dimensions, storage, results_dir) -> Any:
     import optuna
 
+    name = f"{suite['name']}-{label}-{args.objective}"
+    # A sampler seeded alike in a resumed process would draw the first values of the killed one again:
+    # it is seeded with the seed plus the trials the study already holds (the seed itself when new).
+    earlier = _trials_in(storage, name)
     study = optuna.create_study(
-        study_name=f"{suite['name']}-{label}-{args.objective}",
+        study_name=name,
         storage=storage,
         direction="maximize",
-        sampler=optuna.samplers.TPESampler(seed=args.sampler_seed),
+        sampler=optuna.samplers.TPESampler(seed=args.sampler_seed + earlier),
         load_if_exists=True,
     )
     if again := retry_killed_trials(study):
@@ -322,7 +335,7 @@ def tuned_suite(args, suite: dict, studies: dict[str, Any], space: dict[str, lis
             "objective": args.objective,
             "trials": args.trials,
             "sampler": "TPESampler",
-            "sampler_seed": args.sampler_seed,
+            "sampler_seed": args.sampler_seed,  # plus the trials held, in a resumed process
             "validation_fraction": args.validation_fraction,
             "validation_seed": args.validation_seed,
             "space": {d.name: d.record() for d in space[label]},

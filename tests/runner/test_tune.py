@@ -102,11 +102,15 @@ def test_a_killed_tune_resumes_and_never_recomputes_a_finished_trial(tmp_path, m
     learned = []
     real_learn = finetune.learn
     monkeypatch.setattr(finetune, "learn", lambda self, e: (learned.append(1), real_learn(self, e))[1])
-    assert tune.main(_argv(suite, space, results)) == 0
-    assert len(learned) == 2  # the killed trial's tasks 2 and 3: its task 1 and the first trial are kept
+    argv = _argv(suite, space, results)
+    argv[argv.index("--trials") + 1] = "3"  # and one trial more, sampled in the resumed process
+    assert tune.main(argv) == 0
+    # the killed trial's tasks 2 and 3 (its task 1 and the first trial are kept), then the new trial's 3
+    assert len(learned) == 2 + 3
     trials = _study(results).trials
-    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "COMPLETE"]
+    assert [t.state.name for t in trials] == ["COMPLETE", "FAIL", "COMPLETE", "COMPLETE"]
     assert trials[2].params == killed[1].params  # asked again with the killed trial's values
+    assert trials[3].params != trials[0].params  # a resumed sampler does not draw the first values again
     assert (results / "tuned.toml").is_file()
 
 
