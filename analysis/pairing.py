@@ -93,6 +93,9 @@ def protocol(run: Run) -> dict:
         "precision": config.get("precision"),
         "fast dev run": config.get("fast_dev_run"),  # never compared with real runs
         "fake data": config.get("fake_data", False),
+        # a held-out split trains on fewer images; a tuning run's "test" numbers are validation ones
+        "validation split": config.get("validation"),
+        "test set read": config.get("evaluate_test", True),
         "test set": (test_set, [stage.n_test_per_task for stage in result.stages][-1:]),
     }
 
@@ -500,11 +503,34 @@ def compare_all(
                 )
             )
             baseline_bands[(dataset, n_tasks)] = comparisons[-1].stage_bands[baseline]
+            if note := tuning_note(label, group, baseline, baseline_runs):
+                comparisons[-1].notes.append(note)
     if not comparisons:
         raise UserError(
             f"{', '.join(wanted)} and {baseline} share no dataset and task count under {results_dir}"
         )
     return comparisons
+
+
+def tuned_study(runs: dict[Unit, Run]) -> str | None:
+    """The study a label's options came from (``config.tuned``, written by ``benchmarks.tune``), or None."""
+    tuned = [run.result.config.get("tuned") for run in runs.values()]
+    return next((t.get("study", "a tune") for t in tuned if t), None)
+
+
+def tuning_note(
+    label: str, runs: dict[Unit, Run], baseline: str, baseline_runs: dict[Unit, Run]
+) -> str | None:
+    """What a comparison must say when one side's options were tuned and the other's were not."""
+    ours, theirs = tuned_study(runs), tuned_study(baseline_runs)
+    if (ours is None) == (theirs is None):
+        return None
+    tuned, untuned, study = (label, baseline, ours) if ours else (baseline, label, theirs)
+    return (
+        f"{tuned} is a tuned row (its options chosen on a validation split by benchmarks.tune, study "
+        f"{study}) and {untuned} is not: the difference includes what that tuning bought, which "
+        f"{untuned} was not given"
+    )
 
 
 def unpaired_refusal(comparisons: list[Comparison]) -> str | None:

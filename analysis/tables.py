@@ -40,6 +40,7 @@ def summary_row(result: RunResult) -> dict:
         "order": str(result.config.get("class_order") or ""),  # the class order's name
         "default_order": result.key.order == "",  # its protocol's default: the first of its columns
         "not_a_measurement": not_a_measurement(result),
+        "tuned": bool(result.config.get("tuned")),  # its options came from benchmarks.tune
         **result.summary,
     }
 
@@ -112,10 +113,31 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
                 row[(metric, "mean")], row[(metric, "std")], n=row[(metric, "count")]
             )
     table = pd.DataFrame.from_dict(cells, orient="index").fillna("–")  # a run that does not exist
+    table.index = [f"{label}{TUNED_MARK}" if label in tuned_labels(runs) else label for label in table.index]
     table = table[sorted(table.columns, key=lambda column: place[column[0]])]  # stable: metrics in order
     table.columns = pd.MultiIndex.from_tuples(table.columns, names=["dataset", "metric"])
     table.index.name = "method"
     return table
+
+
+#: how a table marks a row whose options came from a tune (``config.tuned``)
+TUNED_MARK = " (tuned)"
+
+
+def tuned_labels(runs: pd.DataFrame) -> set[str]:
+    """The labels of which some run took its options from ``benchmarks.tune``."""
+    return set(runs.loc[runs["tuned"].astype(bool), "label"]) if "tuned" in runs else set()
+
+
+def tuned_note(runs: pd.DataFrame) -> str:
+    """A line that says what a "(tuned)" row is, where the table has one."""
+    if not (labels := tuned_labels(runs)):
+        return ""
+    return (
+        f"Rows marked{TUNED_MARK} ({', '.join(sorted(labels))}) took their options from python -m "
+        "benchmarks.tune, chosen on a validation split held out of the training images; the test set "
+        "chose nothing. Set against an untuned row, the difference includes what the tuning bought.\n"
+    )
 
 
 def to_markdown(table: pd.DataFrame) -> str:
@@ -173,7 +195,9 @@ def write_tables(results_dir: str | Path, keys: list[RunKey] | None = None) -> s
         )
     table = accuracy_table(runs)
     notes_text = "".join(f"Note: {note}\n" for note in notes)
-    markdown = f"{to_markdown(table)}\n{seeds_note(runs)}\n{check_only_note(runs)}{notes_text}"
+    markdown = (
+        f"{to_markdown(table)}\n{seeds_note(runs)}\n{tuned_note(runs)}{check_only_note(runs)}{notes_text}"
+    )
     atomic_write_text(results_dir / "table.md", markdown)
     atomic_write_text(results_dir / "table.csv", table.to_csv())
     atomic_write_text(results_dir / "table.tex", to_latex(table))

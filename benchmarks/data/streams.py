@@ -16,6 +16,7 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
+import numpy as np
 from avalanche.benchmarks.scenarios.supervised import class_incremental_benchmark
 from avalanche.benchmarks.scenarios.task_aware import with_task_labels
 from avalanche.benchmarks.utils import DataAttribute
@@ -38,6 +39,10 @@ class CILStream:
     class_names: list[str]
     test_set: object  # avalanche TaskAwareSupervisedClassificationDataset, eval transform
     test_targets: list[int]
+    # images held out of the training split (``validation_split``), eval transform; None: no split.
+    # A tuning run's stream has no test split: its ``test_set`` is this very object.
+    validation_set: object | None = None
+    validation_targets: list[int] | None = None
 
     @property
     def train_stream(self):
@@ -134,7 +139,13 @@ def split_classes(class_order: list[int], tasks: Tasks, dataset: str = "dataset"
 
 
 def build_stream(
-    data, tasks: Tasks, class_order: list[int], train_transform: Callable, eval_transform: Callable
+    data,
+    tasks: Tasks,
+    class_order: list[int],
+    train_transform: Callable,
+    eval_transform: Callable,
+    validation: tuple[object, list[int]] | None = None,
+    test_is_validation: bool = False,
 ) -> CILStream:
     """Build an Avalanche class-incremental benchmark from a ``ClassificationData``.
 
@@ -143,23 +154,25 @@ def build_stream(
         tasks: a number of equal tasks, a half-base split ``"B50-Inc10"``, or the task sizes.
         class_order: a permutation of the dataset's class ids.
         train_transform, eval_transform: image transforms for the two Avalanche groups.
+        validation: held-out training images and their targets (``validation_split``), scored
+            beside the test set; with ``test_is_validation`` they also stand in for ``data.test``,
+            which is then never touched (a tuning run).
     """
     n_classes = len(data.class_names)
     if sorted(class_order) != list(range(n_classes)):
         raise UserError(f"class order for {data.name} is not a permutation of its {n_classes} classes")
     tasks = split_classes(class_order, tasks, data.name)
     groups = {"train": (train_transform, None), "eval": (eval_transform, None)}
+    if test_is_validation and validation is None:
+        raise ValueError("a stream without its test split needs a validation split in its place")
+    test_images, test_targets = validation if test_is_validation else (data.test, data.test_targets)
     train, test = (
-        TaskAwareSupervisedClassificationDataset(
-            [images],
-            transform_groups=groups,
-            data_attributes=[
-                DataAttribute(list(targets), "targets"),
-                DataAttribute([0] * len(targets), "targets_task_labels", use_in_getitem=True),
-            ],
-        )
-        for images, targets in ((data.train, data.train_targets), (data.test, data.test_targets))
+        _task_aware(images, targets, groups)
+        for images, targets in ((data.train, data.train_targets), (test_images, test_targets))
     )
+    validation_set = None
+    if validation is not None:
+        validation_set = test if test_is_validation else _task_aware(*validation, groups)
     benchmark = with_task_labels(
         class_incremental_benchmark(
             {"train": train, "test": test},
@@ -175,8 +188,40 @@ def build_stream(
         tasks=tasks,
         class_names=list(data.class_names),
         test_set=test.eval(),
-        test_targets=list(data.test_targets),
+        test_targets=list(test_targets),
+        validation_set=None if validation_set is None else validation_set.eval(),
+        validation_targets=None if validation is None else list(validation[1]),
     )
+
+
+def _task_aware(images, targets: list[int], groups: dict) -> TaskAwareSupervisedClassificationDataset:
+    return TaskAwareSupervisedClassificationDataset(
+        [images],
+        transform_groups=groups,
+        data_attributes=[
+            DataAttribute(list(targets), "targets"),
+            DataAttribute([0] * len(targets), "targets_task_labels", use_in_getitem=True),
+        ],
+    )
+
+
+def validation_split(targets: list[int], fraction: float, seed: int = 0) -> tuple[list[int], list[int]]:
+    """(train, validation) indices of a training split: per class, ``round(fraction * n)`` of its
+    ``n`` images (at least one, and one left to train on, where ``n >= 2``) drawn by
+    ``RandomState([seed, class])``, so each class's draw depends on its own images only. Both lists
+    are in dataset order; a class of one image keeps it for training."""
+    by_class: dict[int, list[int]] = {}
+    for index, cls in enumerate(targets):
+        by_class.setdefault(int(cls), []).append(index)
+    held: list[int] = []
+    for cls, indices in by_class.items():
+        if len(indices) < 2:
+            continue
+        n_held = min(max(int(np.floor(fraction * len(indices) + 0.5)), 1), len(indices) - 1)
+        order = np.random.RandomState([seed, cls]).permutation(len(indices))
+        held += [indices[i] for i in order[:n_held]]
+    held_set = set(held)
+    return [i for i in range(len(targets)) if i not in held_set], sorted(held)
 
 
 def spread_indices(

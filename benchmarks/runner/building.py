@@ -13,6 +13,8 @@ import re
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
+from torch.utils.data import Subset
+
 from benchmarks.backbone import BackboneSpec, CLIPBackbone, create_clip, recorded_backbone, weights_file
 from benchmarks.core.environment import seed_everything, set_deterministic
 from benchmarks.core.errors import UserError
@@ -21,7 +23,14 @@ from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.datasets import is_fake_data_root, load_dataset
 from benchmarks.data.device_augment import AugmentOn, stream_transforms
 from benchmarks.data.resized_cache import with_resized_cache
-from benchmarks.data.streams import CILStream, Tasks, build_stream, split_classes, spread_indices
+from benchmarks.data.streams import (
+    CILStream,
+    Tasks,
+    build_stream,
+    split_classes,
+    spread_indices,
+    validation_split,
+)
 from benchmarks.runner.results import config_hash
 from benchmarks.runner.suites import RunLimits, RunSpec, dataset_loader_options
 from strategies.config import StrategyConfig
@@ -199,23 +208,55 @@ def _limited_config(strategy_cfg, limits: RunLimits, sources: dict[str, str]):
     return dataclasses.replace(strategy_cfg, **changes)
 
 
-def _limited_stream(data, class_order: list[int], tasks: Tasks, limits: RunLimits, transforms) -> CILStream:
+def _limited_stream(
+    data,
+    class_order: list[int],
+    tasks: Tasks,
+    limits: RunLimits,
+    transforms,
+    validation: dict | None = None,
+    evaluate_test: bool = True,
+) -> CILStream:
     """The run's stream under ``limits``: ``train_images_per_class`` training images a class, and
-    ``test_images_per_task`` test images a task, spread over its classes (``spread_indices``). The
-    benchmark's own test stream keeps every image (Avalanche wants the same classes in train and
-    test); the runner scores ``test_set``."""
+    ``test_images_per_task`` test (and validation) images a task, spread over its classes
+    (``spread_indices``). The benchmark's own test stream keeps every image (Avalanche wants the
+    same classes in train and test); the runner scores ``test_set``. ``validation``: the split held
+    out of the training images first (``validation_split``), so that the limits never move it;
+    without ``evaluate_test`` it stands in for the test split, which is never touched."""
     groups = split_classes(class_order, tasks, data.name)
     task_of_class = {c: t for t, classes in enumerate(groups) for c in classes}
+    held = None
+    if validation is not None:
+        if data.train is None or data.train_targets is None:
+            raise UserError(f"{data.name} has no training split to hold a validation split out of")
+        kept, held_out = validation_split(data.train_targets, validation["fraction"], validation["seed"])
+        held = (Subset(data.train, held_out), [data.train_targets[i] for i in held_out])
+        data = data.subset(train=kept)
     if limits.train_images_per_class is not None and data.train_targets is not None:
         data = data.subset(
             train=spread_indices(data.train_targets, task_of_class, per_class=limits.train_images_per_class)
         )
-    stream = build_stream(data, tasks, class_order, *transforms)
+    stream = build_stream(
+        data, tasks, class_order, *transforms, validation=held, test_is_validation=not evaluate_test
+    )
     if limits.test_images_per_task is None:
         return stream
-    test = spread_indices(stream.test_targets, task_of_class, limit=limits.test_images_per_task * len(groups))
-    return dataclasses.replace(
+    limit = limits.test_images_per_task * len(groups)
+    test = spread_indices(stream.test_targets, task_of_class, limit=limit)
+    stream = dataclasses.replace(
         stream, test_set=stream.test_set.subset(test), test_targets=[stream.test_targets[i] for i in test]
+    )
+    if held is None:
+        return stream
+    if not evaluate_test:  # one set, scored once
+        return dataclasses.replace(
+            stream, validation_set=stream.test_set, validation_targets=stream.test_targets
+        )
+    kept = spread_indices(stream.validation_targets, task_of_class, limit=limit)
+    return dataclasses.replace(
+        stream,
+        validation_set=stream.validation_set.subset(kept),
+        validation_targets=[stream.validation_targets[i] for i in kept],
     )
 
 
@@ -269,7 +310,9 @@ def build_run(
     transforms = stream_transforms(
         backbone.image_size, backbone.mean, backbone.std, strategy_cfg.train_augmentation, resolved.augment_on
     )
-    stream = _limited_stream(data, class_order, spec.tasks, resolved.limits, transforms)
+    stream = _limited_stream(
+        data, class_order, spec.tasks, resolved.limits, transforms, spec.validation, spec.evaluate_test
+    )
     strategy = resolved.strategy_cls(
         backbone=backbone,
         class_names=stream.class_names,

@@ -179,7 +179,8 @@ def learn_tasks(context: RunContext, stream: CILStream, strategy: Strategy, prog
         metrics = stage_metrics(scores, strategy.seen_classes, targets, stream.task_of_class, task + 1)
         with torch.no_grad():
             diagnostics = optional(strategy, "stage_diagnostics")(scores, targets, stream.task_of_class)
-        stage = StageResult(task=task + 1, **metrics, diagnostics=diagnostics)
+        validation = _validation_metrics(context, stream, strategy, task, scores, metrics)
+        stage = StageResult(task=task + 1, **metrics, diagnostics=diagnostics, validation=validation)
         eval_seconds = time.perf_counter() - start
         cost.eval_seconds += eval_seconds
         cost.peak_memory_bytes = max(cost.peak_memory_bytes, peak_memory(spec.device)[0])  # across resumes
@@ -219,6 +220,38 @@ def writing(spec: RunSpec, failure: str, kept: str) -> Iterator[None]:
         ) from err
 
 
+def _validation_metrics(
+    context: RunContext, stream: CILStream, strategy: Strategy, task: int, test_scores, test_metrics: dict
+) -> dict | None:
+    """The stage's metrics on the validation split, by the code that gives its test metrics; None
+    without a split. A tuning run's test set is its validation set: scored once."""
+    if stream.validation_set is None:
+        return None
+    if stream.validation_set is stream.test_set:
+        return dict(test_metrics)
+    try:
+        scores = evaluate(
+            strategy,
+            stream.validation_set,
+            context.resolved.strategy_cfg.eval_batch_size,
+            context.spec.device,
+            cache_key="validation",
+        ).numpy()
+    except UserError as err:
+        raise UserError(
+            f"{context.spec.key}: task {task + 1}: {err}; no result is stored, {_kept(task)}"
+        ) from None
+    targets = np.asarray(stream.validation_targets)
+    return stage_metrics(scores, strategy.seen_classes, targets, stream.task_of_class, task + 1)
+
+
+def validation_summary(stages: list[StageResult]) -> dict | None:
+    """``summarize`` of the stages' validation metrics (what a tune's objective reads); None without."""
+    if not stages or any(stage.validation is None for stage in stages):
+        return None
+    return summarize([stage.validation for stage in stages])
+
+
 def _kept(task: int) -> str:
     """What a run that fails in task ``task + 1`` keeps."""
     return f"the checkpoint after task {task} is kept" if task else "no task had finished"
@@ -245,6 +278,7 @@ def run_result(
         tasks=stream.tasks,
         stages=stages,
         summary=summarize([stage.to_json() for stage in stages]),
+        validation_summary=validation_summary(stages),
         diagnostics=_no_grad(optional(strategy, "run_diagnostics")),
         zero_shot=zero_shot or None,
         env=environment(spec.device, context.threads),

@@ -219,4 +219,6 @@ def not_a_measurement(result: RunResult) -> str | None:
         for why, flag in (("a fast dev run", "fast_dev_run"), ("fake data", "fake_data"))
         if result.config.get(flag)
     ]
+    if result.config.get("evaluate_test", True) is False:  # benchmarks.tune's: no test image was read
+        reasons.insert(0, "a tuning run scored on its validation split")
     return " on ".join(reasons) or None

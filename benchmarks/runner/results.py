@@ -80,6 +80,9 @@ class StageResult(JsonRecord):
     auroc: float | None  # % seen-versus-future detection by the maximum softmax; None at stage T
     fpr95: float | None
     diagnostics: dict  # per stage, documented by the strategy
+    #: the same metrics on the validation split held out of the training images (config.validation);
+    #: absent without one
+    validation: dict | None = optional_field()
 
 
 @dataclass
@@ -123,6 +126,8 @@ class RunResult(JsonRecord):
     summary: dict  # avg_acc, last_acc, avg_auroc, last_auroc, forgetting, bwt (the last two from version 3)
     #: ``result_digest`` of the stages and summary as written (from version 4): ties one to the other
     digest: str | None = optional_field()
+    #: ``summarize`` of the stages' validation metrics; absent without a validation split
+    validation_summary: dict | None = optional_field()
     diagnostics: dict | None = optional_field()  # run-level, documented by the strategy
     zero_shot: dict | None = optional_field()  # per zero-shot target: each predictor's accuracy, n_test
     env: dict  # versions, device, git commit, host, start time

@@ -21,6 +21,12 @@ a strategy) and the options of each. ``expand`` turns it into fully resolved, pl
     threads     = "auto"             # torch threads of each run process (--threads); not hashed
     workers     = 1                  # runs at once on this machine (--workers): a number or "auto"
     epoch_scale = 1.0                # every strategy's epochs times this, rounded, at least 1
+    validation_fraction = 0.1        # optional: held out of each class's training images, per class,
+                                     # scored like the test set at every stage (result: validation)
+    validation_seed = 0              # which images are held out (default 0)
+    evaluate_test = false            # tuning only: the test split is never read; the validation set
+                                     # is scored in its place (benchmarks.tune)
+    [tuned.LABEL]                    # written by benchmarks.tune: the row's options came from a tune
 
     [backbone]              model = "ViT-B-16-quickgelu", pretrained = "openai" ("none": random)
     [dataset.NAME]          options of one dataset loader
@@ -98,7 +104,13 @@ KNOWN_KEYS = {
     "protocol",
     "base",
     "common",
+    "validation_fraction",
+    "validation_seed",
+    "evaluate_test",
+    "tuned",
 }
+#: a validation split holds at most half of a class's training images
+MAX_VALIDATION_FRACTION = 0.5
 
 
 @dataclass(frozen=True)
@@ -194,6 +206,16 @@ class RunSpec:
     def config_hash(self) -> str:
         return config_hash(self.config)
 
+    @property
+    def validation(self) -> dict[str, Any] | None:
+        """The validation split held out of its training images (``{"fraction", "seed"}``), or None."""
+        return self.config.get("validation")
+
+    @property
+    def evaluate_test(self) -> bool:
+        """False for a tuning run: its test split is never read."""
+        return self.config.get("evaluate_test", True)
+
 
 def available_suites() -> list[str]:
     return sorted(p.stem for p in SUITES_DIR.glob("*.toml"))
@@ -288,6 +310,7 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
         raise UserError(
             f"suite {path}: epoch_scale must be a number in (0, 1], e.g. epoch_scale = 0.125; got {scale!r}"
         )
+    check_validation(suite, f"suite {path}: ")
     check_backbones(suite, path)
     for table, names, kind in (
         ("strategy", available(), "strategy"),
@@ -302,6 +325,47 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
                     f"suite {path} has [{table}.{name}], but there is no {kind} {name!r}; "
                     f"valid: {', '.join(sorted(names))}"
                 )
+
+
+def check_validation(suite: dict[str, Any], where: str) -> None:
+    """A suite's validation keys: a fraction in (0, 0.5], a whole seed >= 0, and no seed or
+    ``evaluate_test = false`` without a fraction."""
+    fraction = suite.get("validation_fraction")
+    if fraction is not None and (
+        isinstance(fraction, bool)
+        or not isinstance(fraction, (int, float))
+        or not 0 < fraction <= MAX_VALIDATION_FRACTION
+    ):
+        raise UserError(
+            f"{where}validation_fraction must be a number in (0, {MAX_VALIDATION_FRACTION}], "
+            f"e.g. validation_fraction = 0.1; got {fraction!r}"
+        )
+    seed = suite.get("validation_seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int) or seed < 0):
+        raise UserError(f"{where}validation_seed must be a whole number >= 0; got {seed!r}")
+    evaluate_test = suite.get("evaluate_test", True)
+    if not isinstance(evaluate_test, bool):
+        raise UserError(f"{where}evaluate_test must be true or false; got {evaluate_test!r}")
+    for key, unset in (("validation_seed", seed is None), ("evaluate_test = false", evaluate_test)):
+        if fraction is None and not unset:
+            raise UserError(f"{where}{key} needs a validation split; add e.g. validation_fraction = 0.1")
+    tuned = suite.get("tuned", {})
+    if not isinstance(tuned, dict) or not all(isinstance(v, dict) for v in tuned.values()):
+        raise UserError(f"{where}tuned must hold one [tuned.LABEL] table a row; got {tuned!r}")
+
+
+def validation_record(suite: dict[str, Any]) -> dict[str, Any] | None:
+    """The validation split a suite sets, as its runs' configs record it; None without one."""
+    fraction = suite.get("validation_fraction")
+    if fraction is None:
+        return None
+    return {"fraction": float(fraction), "seed": int(suite.get("validation_seed", 0))}
+
+
+def tuned_record(provenance: dict[str, Any]) -> dict[str, Any]:
+    """What a tuned row's config records of its ``[tuned.LABEL]`` table: where its options came
+    from, not the trial table (which stays in the suite file)."""
+    return {k: v for k, v in provenance.items() if k in ("study", "objective", "trials", "strategy")}
 
 
 def suite_backbones(name: str) -> list[dict[str, Any]]:
@@ -436,6 +500,10 @@ def expand(
     suite_order = suite.get("class_order", DEFAULT_CLASS_ORDER)
     protocol = suite.get("protocol")
     targets = tuple(suite.get("zero_shot_targets", ()))
+    check_validation(suite, "the suite: ")  # a suite made in memory (benchmarks.tune) too
+    validation = validation_record(suite)
+    evaluate_test = suite.get("evaluate_test", True)
+    tuned = suite.get("tuned", {})
     epoch_scale = float(suite.get("epoch_scale", 1.0))
     runs = []
     for flag, chosen in (
@@ -500,6 +568,12 @@ def expand(
                         config["epoch_scale"] = epoch_scale
                     if limits is not None and limits.limited:  # absent otherwise, for the same reason
                         config["fast_dev_run"] = limits.record()
+                    if validation is not None:  # absent without a split: hashes stay as they were
+                        config["validation"] = validation
+                    if not evaluate_test:
+                        config["evaluate_test"] = False
+                    if label in tuned:
+                        config["tuned"] = tuned_record(tuned[label])
                     runs.append(
                         RunSpec(
                             label,

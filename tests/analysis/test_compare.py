@@ -45,8 +45,10 @@ def store_run(
     precision: str = "fp32",
     with_sidecar: bool = True,
     class_order=(0, 1, 2, 3),
+    config: dict | None = None,
 ) -> None:
-    """A finished 2-task result with the given ``[2, 10]`` predictions, as the runner stores it."""
+    """A finished 2-task result with the given ``[2, 10]`` predictions, as the runner stores it
+    (``config``: entries added to its config)."""
     predictions = np.asarray(predictions)
     accs = _stage_accuracy(predictions)
     result = {
@@ -63,6 +65,7 @@ def store_run(
             "dataset_options": {},
             "backbone": {"model": "m", "pretrained": "p"},
             "precision": precision,
+            **(config or {}),
         },
         "class_names": ["a", "b", "c", "d"],
         "tasks": TASKS,
@@ -117,6 +120,30 @@ def test_hand_example_sign_and_size(tmp_path, capsys):
     for suffix in ("md", "csv", "tex"):
         assert (tmp_path / "compare" / f"compare-last.{suffix}").exists()
     assert (tmp_path / "compare" / "compare-mine-last.png").stat().st_size > 0
+
+
+def test_a_tuned_row_against_an_untuned_one_is_said_and_tables_mark_it(tmp_path, capsys):
+    from analysis.tables import write_tables
+
+    tuned = {
+        "tuned": {"strategy": "mine", "study": "smoke-mine-val_avg", "objective": "val_avg", "trials": 8}
+    }
+    for seed, wrong in ((0, 2), (1, 3)):
+        store_run(tmp_path, "mine-tuned", seed, _flip(PERFECT, wrong), config=tuned)
+        store_run(tmp_path, "mine", seed, _flip(PERFECT, wrong + 1))
+        store_run(tmp_path, "gr4cil", seed, _flip(PERFECT, 4))
+    assert compare.main(["--results-dir", str(tmp_path), "--draws", "500"]) == 0
+    out = capsys.readouterr().out
+    (said,) = [line for line in out.splitlines() if "tuned row" in line]
+    assert said.startswith("- mine-tuned on toy / 2 tasks: mine-tuned is a tuned row")
+    assert "study smoke-mine-val_avg) and gr4cil is not" in said
+    table = pd.read_csv(tmp_path / "compare" / "compare-last.csv").set_index("method")
+    assert "tuned row" in table.loc["mine-tuned", "notes"]
+    assert "tuned row" not in str(table.loc["mine", "notes"])  # untuned against untuned: nothing to say
+    markdown = write_tables(tmp_path)
+    rows = {line.split("|")[1].strip() for line in markdown.splitlines() if line.startswith("| ")}
+    assert {"gr4cil", "mine", "mine-tuned (tuned)"} <= rows and "mine (tuned)" not in rows
+    assert "Rows marked (tuned) (mine-tuned) took their options from python -m benchmarks.tune" in markdown
 
 
 def test_identical_predictions_give_an_interval_of_exactly_zero(tmp_path):

@@ -20,6 +20,7 @@ LAYERS = {
     "benchmarks.tools": 5,
     "benchmarks.tools.walk": 6,
     "benchmarks.run": 6,
+    "benchmarks.tune": 6,
     "benchmarks.prepare": 6,
     "benchmarks": 0,  # the package's own __init__
 }
