@@ -21,15 +21,8 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES
 from PIL import Image
 from torch.utils.data import Dataset, Subset
-from torchvision.datasets.folder import (
-    IMG_EXTENSIONS,
-    default_loader,
-    find_classes,
-    make_dataset,
-)
 
 from benchmarks.core.errors import DataNotFoundError, UserError
 from benchmarks.data.unit import DatasetUnit, dataset_unit
@@ -39,6 +32,22 @@ ROOT_HINT = "or pass --data-root DIR"
 #: not the official ones, so checksums are not checked there, and the runner marks every result
 #: computed on it (``config.fake_data``)
 FAKE_DATA_MARKER = "FAKE_DATA.json"
+# torchvision and open_clip are imported where they are used: every dataset unit imports this module,
+# and ``prepare`` or ``--help`` must not wait seconds for them.
+
+
+def default_loader(path: str) -> Any:
+    """torchvision's image loader (an RGB PIL image, or accimage where torchvision is set to it)."""
+    from torchvision.datasets.folder import default_loader as torchvision_loader
+
+    return torchvision_loader(path)
+
+
+def image_extensions() -> tuple[str, ...]:
+    """The file endings torchvision's folder datasets read as images (``IMG_EXTENSIONS``)."""
+    from torchvision.datasets.folder import IMG_EXTENSIONS
+
+    return IMG_EXTENSIONS
 
 
 def is_fake_data_root(data_root: str | Path | None) -> bool:
@@ -105,6 +114,8 @@ def imagenet_wnid_names() -> dict[str, str]:
     """Map of the 1000 ImageNet-1K wnids, in their official sorted order, to the CLIP-style class
     names that open_clip ships in that order (``open_clip.zero_shot_metadata.IMAGENET_CLASSNAMES``).
     Only the wnids are kept here, as data (``assets/imagenet_wnids.json``)."""
+    from open_clip.zero_shot_metadata import IMAGENET_CLASSNAMES
+
     asset = resources.files("benchmarks") / "assets" / "imagenet_wnids.json"
     wnids = json.loads(asset.read_text(encoding="utf-8"))
     return dict(zip(wnids, IMAGENET_CLASSNAMES, strict=True))
@@ -142,14 +153,18 @@ def require(path: Path, what: str, how: str, is_dir: bool = False) -> None:
 
 def scan_folder(directory: Path, class_to_idx: dict[str, int], what: str, how: str) -> list[tuple[str, int]]:
     """``make_dataset`` with its multi-line errors turned into one-line ``DataNotFoundError``."""
+    from torchvision.datasets.folder import make_dataset
+
     try:
-        return make_dataset(str(directory), class_to_idx, extensions=IMG_EXTENSIONS)
+        return make_dataset(str(directory), class_to_idx, extensions=image_extensions())
     except FileNotFoundError as error:
         reason = " ".join(str(error).split())
         raise DataNotFoundError(f"{what}: {reason} (looked in {directory}); {how}") from None
 
 
 def class_folders(directory: Path, what: str, how: str) -> list[str]:
+    from torchvision.datasets.folder import find_classes
+
     require(directory, what, how, is_dir=True)
     try:
         return find_classes(str(directory))[0]
@@ -205,7 +220,9 @@ def read_split_list(text: str, source: str) -> dict[str, list[str]]:
         lists = {"train": lines[lines.index("train") + 1 : cut], "test": lines[cut + 1 :]}
     except (KeyError, TypeError):
         raise UserError(f'split file {source} must be JSON {{"train": [paths], "test": [paths]}}') from None
-    images = {part: [p for p in paths if p.lower().endswith(IMG_EXTENSIONS)] for part, paths in lists.items()}
+    images = {
+        part: [p for p in paths if p.lower().endswith(image_extensions())] for part, paths in lists.items()
+    }
     for part, paths in images.items():
         if not paths:  # a run would learn, or be evaluated on, nothing
             dropped = " (none of its entries is an image path)" if lists[part] else ""

@@ -30,7 +30,8 @@ of its official host (a cluster's mirror), with the same checksums.
 What it never does: hang on a slow server (``fetch``: ``--min-rate`` over ``--rate-window``),
 run twice at once on one target (``lock``: the second waits, or with ``--no-wait`` stops), or
 delete a file it did not download (a user's archive that fails its checksum is left where it is).
-Mistakes and a missing network print one line and exit with 2.
+Mistakes and a missing network print one line each (every target is tried, so one run names all
+that is missing) and exit with 2.
 """
 
 from __future__ import annotations
@@ -361,14 +362,19 @@ def main(argv: list[str] | None = None) -> int:
         print(_list(ctx))
         return 0
     table = targets(args.weights)
+    failed = []  # every target is tried: an offline user learns all that is missing at once
     try:
         for name in args.targets:
             target = table[name]
             if target.state(ctx) == "present" and not args.force:  # installed whole: no lock needed
                 print(f"{name}: already prepared at {target.where(ctx)}", file=sys.stderr)
                 continue
-            with target_lock(_lock_folder(target, ctx), name, wait=not args.no_wait):
-                _prepare_one(target, ctx, args)
+            try:
+                with target_lock(_lock_folder(target, ctx), name, wait=not args.no_wait):
+                    _prepare_one(target, ctx, args)
+            except UserError as err:
+                print(f"error: {err}", file=sys.stderr)
+                failed.append(name)
     except KeyboardInterrupt:
         print("interrupted: rerun the same command; a partial download resumes", file=sys.stderr)
         return 130
@@ -379,7 +385,7 @@ def main(argv: list[str] | None = None) -> int:
         raise UserError(
             f"cannot write{where}: {err.strerror}; free space or fix permissions, then rerun"
         ) from None
-    return 0
+    return 2 if failed else 0
 
 
 if __name__ == "__main__":

@@ -7,6 +7,8 @@ from __future__ import annotations
 import hashlib
 import io
 import socket
+import subprocess
+import sys
 import tarfile
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -189,6 +191,53 @@ def test_no_network_names_the_url_and_where_to_put_the_file(official, tmp_path, 
     )
     assert code == 0, err
     assert load_zero_shot_target("pets", root).n_classes == 37
+
+
+def test_offline_every_missing_target_is_named_at_once_one_line_each(official, tmp_path, capsys):
+    """A user offline learns everything that is missing from one command, not one target per try."""
+    with socket.socket() as closed:  # a port nothing listens on
+        closed.bind(("127.0.0.1", 0))
+        port = closed.getsockname()[1]
+    root = tmp_path / "data"
+    argv = ["pets", "food101", "cifar100", "--data-root", str(root), "--quiet"]
+    code, err = run(capsys, *argv, "--mirror", f"http://127.0.0.1:{port}")
+    lines = err.splitlines()
+    assert code == 2 and len(lines) == 3 and all(line.startswith("error: ") for line in lines)
+    for archive in ("images.tar.gz", "food-101.tar.gz", "cifar-100-python.tar.gz"):
+        assert sum(archive in line for line in lines) == 1, (archive, lines)
+    # one that can be prepared still is, beside the missing ones
+    code, err = run(capsys, *argv, "--mirror", official.url)
+    assert code == 0 and err.count("ready at") == 3
+
+
+def test_the_torchvision_archives_the_units_list_are_torchvisions_own():
+    """The units name torchvision's URLs and MD5s as data, so that listing them imports no torchvision;
+    torchvision's classes are the source (a newer torchvision that moves a file fails here)."""
+    tv = torchvision.datasets
+    assert dataset_unit("cifar100").archives() == [prepare.Archive(tv.CIFAR100.url, tv.CIFAR100.tgz_md5)]
+    assert dataset_unit("pets").archives() == [prepare.Archive(*r) for r in tv.OxfordIIITPet._RESOURCES]
+    assert dataset_unit("food101").archives() == [prepare.Archive(tv.Food101._URL, tv.Food101._MD5)]
+    sun = prepare.Archive(tv.SUN397._DATASET_URL, tv.SUN397._DATASET_MD5)
+    assert dataset_unit("sun397").archives() == [sun]
+    assert [a.url for a in dataset_unit("aircraft").archives()] == [tv.FGVCAircraft._URL]
+    assert dataset_unit("cifar100").folder == tv.CIFAR100.base_folder
+
+
+def test_the_command_line_imports_neither_torchvision_nor_open_clip():
+    """``--help`` and a bad target's one line list every unit's files without the seconds that
+    torchvision and open_clip take to import (the weights target imports open_clip when it runs)."""
+    probe = (
+        "import sys\n"
+        "from benchmarks.prepare.command import main\n"
+        "for argv in (['--help'], ['nosuch']):\n"
+        "    try:\n"
+        "        main(argv)\n"
+        "    except SystemExit:\n"
+        "        pass\n"
+        "print(sorted({'torchvision', 'open_clip', 'avalanche'} & set(sys.modules)))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, check=True).stdout
+    assert out.splitlines()[-1] == "[]"
 
 
 def test_list_shows_present_missing_and_corrupt(official, tmp_path, capsys):

@@ -21,7 +21,6 @@ from typing import Any
 
 import numpy as np
 import scipy.io
-from torchvision.datasets import StanfordCars
 
 from benchmarks.data.datasets import (
     ClassificationData,
@@ -97,6 +96,8 @@ class Cars196(DatasetUnit):
         """Stanford Cars: ``layout="official"``, its official split read by torchvision, all 196
         classes or (``classes="c3box"``) the LAMDA archive's 100; ``"lamda"``, the LAMDA family's
         folders (100 classes). Names: the official ones, which C3Box's list repeats."""
+        from torchvision.datasets import StanfordCars
+
         check_layout(self, layout)
         check_choice(self.name, "classes", classes, CLASS_SETS)
         if layout == "lamda":

@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
+import functools
 import pickle
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-from torchvision.datasets import CIFAR100
 
 from benchmarks.core.errors import UserError
 from benchmarks.data.datasets import (
@@ -58,18 +58,42 @@ DYTOX_CIFAR100_ORDER: tuple[int, ...] = (
 )  # fmt: skip
 
 
-class _UncheckedCIFAR100(CIFAR100):
-    """torchvision's CIFAR100 that only checks the files exist (``check_integrity`` skips md5=None)."""
+#: torchvision's ``CIFAR100.url`` and ``tgz_md5`` (0.29; a test holds them equal), as data: the command
+#: line lists every unit's files without importing torchvision
+CIFAR100_ARCHIVE = Archive(
+    "https://www.cs.toronto.edu/~kriz/cifar-100-python.tar.gz", "eb9058c3a382ffc7106e4002c42a8d85"
+)
 
-    train_list = [[name, None] for name, _ in CIFAR100.train_list]
-    test_list = [[name, None] for name, _ in CIFAR100.test_list]
-    meta = {**CIFAR100.meta, "md5": None}
+
+@functools.cache
+def _unchecked_cifar100() -> type:
+    """torchvision's CIFAR100 that only checks the files exist (``check_integrity`` skips md5=None);
+    made on first use, so that importing the unit does not import torchvision."""
+    from torchvision.datasets import CIFAR100
+
+    return type(
+        "_UncheckedCIFAR100",
+        (CIFAR100,),
+        {
+            "__module__": __name__,
+            "train_list": [[name, None] for name, _ in CIFAR100.train_list],
+            "test_list": [[name, None] for name, _ in CIFAR100.test_list],
+            "meta": {**CIFAR100.meta, "md5": None},
+        },
+    )
+
+
+def __getattr__(name: str) -> Any:
+    # pickle finds the class by its module's attribute (DataLoader workers under spawn)
+    if name == "_UncheckedCIFAR100":
+        return _unchecked_cifar100()
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 @register_dataset("cifar100")
 class Cifar100(DatasetUnit):
     title = "CIFAR-100"
-    folder = CIFAR100.base_folder  # "cifar-100-python": torchvision's class reads it there
+    folder = "cifar-100-python"  # torchvision's CIFAR100.base_folder: its class reads it there
     list_position = 1
     n_classes = 100
     class_orders = {"dytox": DYTOX_CIFAR100_ORDER}
@@ -106,7 +130,9 @@ class Cifar100(DatasetUnit):
         )
         for name in ("train", "test", "meta"):
             require(root / self.folder / name, self.title, how)
-        cls = CIFAR100 if verify_checksum and not is_fake_data_root(root) else _UncheckedCIFAR100
+        from torchvision.datasets import CIFAR100
+
+        cls = CIFAR100 if verify_checksum and not is_fake_data_root(root) else _unchecked_cifar100()
         try:
             train = cls(str(root), train=True, download=False)
             test = cls(str(root), train=False, download=False)
@@ -126,9 +152,10 @@ class Cifar100(DatasetUnit):
         )
 
     def archives(self) -> list[Archive]:
-        return [Archive(CIFAR100.url, CIFAR100.tgz_md5)]  # torchvision's URL and MD5
+        return [CIFAR100_ARCHIVE]
 
     def state(self, ctx: PrepareContext) -> str:
+        from torchvision.datasets import CIFAR100
         from torchvision.datasets.utils import check_integrity
 
         base = ctx.data_root / self.folder
