@@ -100,6 +100,9 @@ class StrategyConfig:
     min_epochs: ClassVar[int] = 1
     #: the fields that set a training pass's batch size (a fast dev run caps them, runner.suites.RunLimits)
     training_batch_sizes: ClassVar[tuple[str, ...]] = ("batch_size",)
+    #: the fields that count a task's training passes: its epochs and a second stage's or a probe's
+    #: (a fast dev run caps them all; a suite's ``epoch_scale`` scales ``epochs`` only)
+    training_epochs: ClassVar[tuple[str, ...]] = ("epochs",)
 
     def __post_init__(self):
         for name, hint in _choice_fields(type(self)).items():  # every Literal field, in every subclass
@@ -185,10 +188,14 @@ class StrategyConfig:
         return dataclasses.replace(self, epochs=max(1, round(self.epochs * scale))), ["epochs"]
 
     def with_epoch_cap(self, cap: int) -> tuple["StrategyConfig", list[str]]:
-        """This recipe with at most ``cap`` epochs a task (a fast dev run), and the fields that changed."""
-        if not (isinstance(self.epochs, int) and self.epochs > cap):
-            return self, []
-        return dataclasses.replace(self, epochs=cap), ["epochs"]
+        """This recipe with at most ``cap`` passes in each field of ``training_epochs`` (a fast dev
+        run), and the fields that changed."""
+        changes = {}
+        for name in self.training_epochs:
+            value = getattr(self, name)
+            if isinstance(value, int) and not isinstance(value, bool) and value > cap:
+                changes[name] = cap
+        return dataclasses.replace(self, **changes), list(changes)
 
     @classmethod
     def ignored_fields(cls) -> frozenset[str]:

@@ -32,7 +32,7 @@ Interpretations (also recorded in every result's ``config``):
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 import torch
@@ -170,6 +170,7 @@ class GR4CILConfig(StrategyConfig):
     compensation: Literal["orthogonal", "unconstrained", "off"] = "orthogonal"
     compensation_init: Literal["prototype", "random"] = "prototype"
     compensation_epochs: int = 3
+    training_epochs: ClassVar[tuple[str, ...]] = ("epochs", "compensation_epochs")
     compensation_lr: float = 5e-4
     use_prototype_score: bool = True
     beta: float = 0.2

@@ -114,6 +114,7 @@ class MGCLIPConfig(StrategyConfig):
     visual_lr: float = 5e-4
     visual_batch_size: int = 64
     training_batch_sizes: ClassVar[tuple[str, ...]] = ("batch_size", "visual_batch_size")
+    training_epochs: ClassVar[tuple[str, ...]] = ("epochs", "probe_epochs", "visual_epochs")
     text_weight: float = 1.0
     vision_weight: float = 4.0
     amp: bool = False  # fp32, as the official code

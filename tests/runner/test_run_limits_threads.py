@@ -53,6 +53,31 @@ def test_every_training_batch_size_of_a_config_is_declared(name):
     assert set(config.training_batch_sizes) == sizes - {"eval_batch_size"}
 
 
+@pytest.mark.parametrize("name", available())
+def test_every_count_of_training_passes_of_a_config_is_declared(name):
+    """A fast dev run makes one pass of every training loop a Config counts (``training_epochs``: a
+    second stage's, a probe's), so that it walks each loop without its official number of passes."""
+    config = config_class(get_strategy(name))
+    counts = {f.name for f in dataclasses.fields(config) if f.name == "epochs" or f.name.endswith("_epochs")}
+    assert set(config.training_epochs) == counts
+
+
+def test_a_fast_dev_run_caps_each_declared_count_of_passes_and_the_scale_only_epochs():
+    @dataclasses.dataclass
+    class Config(StrategyConfig):
+        epochs: int = 5
+        head_epochs: int = 3
+        warm_epochs: int = 4  # not declared: stays
+        training_epochs: ClassVar[tuple[str, ...]] = ("epochs", "head_epochs")
+
+    sources = {name: "default" for name in Config().to_dict()}
+    capped = _limited_config(Config(), RunLimits(epochs=1), sources)
+    assert (capped.epochs, capped.head_epochs, capped.warm_epochs) == (1, 1, 4)
+    assert {k for k, v in sources.items() if "capped" in v} == {"epochs", "head_epochs"}
+    scaled, changed = Config().with_epoch_scale(0.5)  # a suite's epoch_scale: the task's epochs only
+    assert (scaled.epochs, scaled.head_epochs, changed) == (2, 3, ["epochs"])
+
+
 def test_limits_cap_the_declared_batch_sizes_and_the_epochs_and_nothing_else():
     @dataclasses.dataclass
     class Config(StrategyConfig):
