@@ -13,7 +13,7 @@ from benchmarks.core.environment import set_deterministic
 from strategies.finetune import Finetune
 from strategies.gr4cil import GR4CIL
 from strategies.settings import RunSettings
-from tests.helpers import MINI_SUITE, kill_in_task, result_of
+from tests.helpers import FP16_SUITE, MINI_SUITE, kill_in_task, result_of, write_suite
 
 needs_cuda = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device")
 CUDA = pytest.param("cuda", marks=needs_cuda)
@@ -65,9 +65,8 @@ def test_stage1_step_never_waits_for_the_device(precision, chunk):
 
 
 @pytest.mark.parametrize("device", DEVICES)
-def test_killed_fp16_run_resumes_bit_identically_with_deterministic_kernels(
-    device, mini_suite, tmp_path, monkeypatch
-):
+def test_killed_fp16_run_resumes_bit_identically_with_deterministic_kernels(device, tmp_path, monkeypatch):
+    mini_suite = write_suite(tmp_path / "fp16.toml", FP16_SUITE)
     args = ("--strategies", "finetune", "--precision", "fp16", "--deterministic")
     try:
         assert _run(mini_suite, tmp_path / "reference", device, *args) == 0

@@ -22,7 +22,7 @@ from benchmarks.runner import learning
 from benchmarks.runner.reading import iter_results
 from benchmarks.runner.results import REQUIRED_KEYS
 from strategies.finetune import Finetune
-from tests.helpers import MINI_SUITE, kill_in_task, result_of, runner_command
+from tests.helpers import FP16_SUITE, MINI_SUITE, kill_in_task, result_of, runner_command, write_suite
 
 STAGE_KEYS = {"task", "acc", "acc_per_task", "n_test_per_task", "routing_acc", "auroc", "fpr95"}
 
@@ -105,9 +105,7 @@ def test_killed_run_resumes_from_last_finished_task_with_identical_metrics(
 
 
 @pytest.mark.slow
-def test_killed_fp16_run_resumes_with_its_loss_scaler_and_identical_metrics(
-    mini_suite, tmp_path, monkeypatch
-):
+def test_killed_fp16_run_resumes_with_its_loss_scaler_and_identical_metrics(tmp_path, monkeypatch):
     # A scaler whose scale doubles after every clean step overflows every few steps: its state at a
     # task boundary decides which later steps are skipped, so a resume must restore it exactly.
     monkeypatch.setattr(
@@ -117,6 +115,7 @@ def test_killed_fp16_run_resumes_with_its_loss_scaler_and_identical_metrics(
             "cpu", init_scale=INITIAL_LOSS_SCALE, growth_interval=1, enabled=precision == "fp16"
         ),
     )
+    mini_suite = write_suite(tmp_path / "fp16.toml", FP16_SUITE)
     args = ("--strategies", "finetune", "--precision", "fp16")
     reference = tmp_path / "reference"
     assert _run(mini_suite, reference, *args) == 0
