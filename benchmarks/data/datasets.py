@@ -220,9 +220,8 @@ def read_split_list(text: str, source: str) -> dict[str, list[str]]:
         lists = {"train": lines[lines.index("train") + 1 : cut], "test": lines[cut + 1 :]}
     except (KeyError, TypeError):
         raise UserError(f'split file {source} must be JSON {{"train": [paths], "test": [paths]}}') from None
-    images = {
-        part: [p for p in paths if p.lower().endswith(image_extensions())] for part, paths in lists.items()
-    }
+    extensions = image_extensions()
+    images = {part: [p for p in paths if p.lower().endswith(extensions)] for part, paths in lists.items()}
     for part, paths in images.items():
         if not paths:  # a run would learn, or be evaluated on, nothing
             dropped = " (none of its entries is an image path)" if lists[part] else ""
