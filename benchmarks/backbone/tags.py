@@ -1,11 +1,12 @@
-"""Pretrained weights by open_clip tag, read from open_clip's own registry, never from the network.
+"""Pretrained weights by open_clip tag, read from open_clip's own registry (``registry``: without
+importing open_clip where it can), never from the network.
 
 ``check_tag`` says in one line what is wrong with a model and tag pair: a tag open_clip does not list
 for the model (the closest ones it does list), or weights trained with the other activation (OpenAI's
 weights, and a few LAION ones, were trained with QuickGELU: open_clip's ``-quickgelu`` model names
 build that; features of the other build are silently off, so the pair is refused). ``url_checksum``
 is the SHA-256 a tag's download URL carries, ``manual_file`` where a file downloaded by hand goes
-(where the loader, ``benchmarks.backbone.loading``, looks for it).
+(where ``benchmarks.backbone.weights`` looks for it).
 """
 
 from __future__ import annotations
@@ -16,9 +17,7 @@ import re
 from pathlib import Path
 from typing import Any
 
-import open_clip
-from open_clip.constants import HF_SAFE_WEIGHTS_NAME, HF_WEIGHTS_NAME
-
+from benchmarks.backbone import registry
 from benchmarks.core.errors import UserError, WeightsNotFoundError
 
 QUICKGELU = "-quickgelu"
@@ -35,20 +34,20 @@ def sibling_model(model: str) -> str | None:
     """The same architecture built with the other activation (``ViT-B-16`` and ``ViT-B-16-quickgelu``),
     where open_clip knows it."""
     other = model.removesuffix(QUICKGELU) if model.endswith(QUICKGELU) else model + QUICKGELU
-    return other if open_clip.get_model_config(other) is not None else None
+    return other if registry.get_model_config(other) is not None else None
 
 
 def check_tag(model: str, tag: str) -> dict[str, Any]:
     """open_clip's config of weights ``tag`` for ``model`` (a name open_clip knows); a one-line error
     for a tag it does not list there, or for weights trained with the activation ``model`` does not use."""
-    cfg = open_clip.get_pretrained_cfg(model, tag)
+    cfg = registry.get_pretrained_cfg(model, tag)
     sibling = sibling_model(model)
     if not cfg:
-        if sibling and open_clip.get_pretrained_cfg(sibling, tag):
+        if sibling and registry.get_pretrained_cfg(sibling, tag):
             raise WeightsNotFoundError(
                 f"open_clip lists pretrained={tag!r} for {sibling}, not for {model}; use model = {sibling!r}"
             )
-        tags = open_clip.list_pretrained_tags_by_model(model)
+        tags = registry.list_pretrained_tags_by_model(model)
         close = difflib.get_close_matches(tag, tags, n=3, cutoff=0.5)
         hint = f"did you mean {', '.join(close)}? " if close else ""
         raise WeightsNotFoundError(
@@ -56,7 +55,7 @@ def check_tag(model: str, tag: str) -> dict[str, Any]:
             f"{', '.join(tags) or 'none'}); pass a path to a weight file, or 'none' for random init"
         )
     trained = bool(cfg.get("quick_gelu", False))
-    builds = bool(open_clip.get_model_config(model).get("quick_gelu", False))
+    builds = bool(registry.get_model_config(model).get("quick_gelu", False))
     if trained != builds:
         use = f"use model = {sibling!r}" if sibling else "choose another tag"
         raise UserError(
@@ -88,11 +87,12 @@ def hub_files(cfg: dict[str, Any]) -> tuple[str, list[str]] | None:
     prefers it); None for a tag that is not on the hub."""
     if not cfg.get("hf_hub"):
         return None
+    weights_name, safetensors_name = registry.hub_weight_names()
     repo, filename = os.path.split(cfg["hf_hub"])  # "org/name/" names the repository's default file
-    filename = filename or HF_WEIGHTS_NAME
+    filename = filename or weights_name
     names = [filename]
-    if filename == HF_WEIGHTS_NAME:
-        names.insert(0, HF_SAFE_WEIGHTS_NAME)
+    if filename == weights_name:
+        names.insert(0, safetensors_name)
     elif filename.endswith((".bin", ".pth")):
         names.insert(0, filename[:-4] + ".safetensors")
     return repo, names

@@ -1,7 +1,7 @@
 """Prepare data and weights: ``python -m benchmarks.prepare cifar100 weights --data-root /data``.
 
 The only command of the suite that downloads. Each target ends in the layout its loader reads or,
-for the weights, in the cache the backbone loader looks in (``benchmarks.backbone.loading``). The
+for the weights, in the cache the backbone loader looks in (``benchmarks.backbone.weights``). The
 dataset targets are the dataset units' (``benchmarks/data/units/``): each unit holds its files,
 their checksums and its steps; this command runs them safely:
 

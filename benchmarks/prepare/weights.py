@@ -1,8 +1,9 @@
 """The weights targets of ``prepare``: ``weights`` (OpenAI's ViT-B/16, every suite's default) and
 ``weights:MODEL/TAG`` (any weights open_clip's registry lists, e.g. ``weights:ViT-B-16/laion400m_e32``),
-each into the cache the backbone loader looks in (``benchmarks.backbone.loading``).
+each into the cache the backbone loader looks in (``benchmarks.backbone.weights``).
 
-A tag is checked against open_clip's registry before anything else (``benchmarks.backbone.tags``:
+A tag is checked against open_clip's registry (read without importing open_clip:
+``benchmarks.backbone.registry``) before anything else (``benchmarks.backbone.tags``:
 a tag it does not list, or weights trained with the other activation, are one line). A file whose
 URL carries its SHA-256 (OpenAI's whole, open_clip's release files its first 8 digits) is verified:
 one that fails is corrupt, and refused. Without the network the command says so in one line at
@@ -17,13 +18,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from benchmarks.backbone import registry
+from benchmarks.backbone.tags import download_url, manual_file, url_checksum
+from benchmarks.backbone.weights import DEFAULT_MODEL, BackboneSpec, check_names, check_weights
 from benchmarks.core.errors import UserError
 from benchmarks.prepare.fetch import Archive, NetworkError, checksum_matches, download, file_checksum
 
 PREFIX = "weights"
-# The backbone's DEFAULT_MODEL and OpenAI's tag (a test checks they agree): named here, since
-# importing the backbone (torch, open_clip) takes seconds that a dataset target need not wait.
-DEFAULT_MODEL, DEFAULT_TAG = "ViT-B-16-quickgelu", "openai"
+DEFAULT_TAG = "openai"
 #: how long the hub's host may take to accept a connection before the command says it is offline
 REACH_TIMEOUT_S = 5.0
 
@@ -38,8 +40,6 @@ def parse_weights_target(name: str) -> tuple[str, str] | None:
     model, _, tag = name[len(PREFIX) + 1 :].rpartition("/")
     if not model or not tag:
         raise UserError(f"{name!r}: name weights as weights:MODEL/TAG, e.g. weights:ViT-B-16/laion400m_e32")
-    from benchmarks.backbone import check_names
-
     check_names(model, tag)
     return model, tag
 
@@ -58,9 +58,7 @@ class Weights:
 
     @property
     def cfg(self) -> dict[str, Any]:
-        import open_clip
-
-        return open_clip.get_pretrained_cfg(self.model, self.tag)
+        return registry.get_pretrained_cfg(self.model, self.tag)
 
     @property
     def help(self) -> str:
@@ -68,20 +66,14 @@ class Weights:
 
     def file(self) -> Path:
         """Where the loader looks for a file downloaded by hand (or from a mirror)."""
-        from benchmarks.backbone.tags import manual_file
-
         return manual_file(self.cfg)
 
     def archive(self) -> Archive | None:
         """The file as a verified download (its URL and the SHA-256 it carries); None without both."""
-        from benchmarks.backbone.tags import url_checksum
-
         checksum = url_checksum(self.cfg)
         return Archive(self.cfg["url"], checksum, "sha256") if checksum else None
 
     def state(self, ctx=None) -> str:
-        from benchmarks.backbone import BackboneSpec, check_weights
-
         try:
             found = check_weights(BackboneSpec(self.model, self.tag))
         except UserError:
@@ -93,8 +85,6 @@ class Weights:
         return "present"
 
     def by_hand(self) -> str:
-        from benchmarks.backbone.tags import download_url
-
         where = f"download {download_url(self.cfg)} yourself and put it at {self.file()}"
         return f"{where}, or pass --weights FILE to runs"
 
@@ -158,8 +148,6 @@ def suite_weights() -> list[Weights]:
 
 
 def _tag_weights(model: str, pretrained: str | None) -> Weights | None:
-    import open_clip
-
-    if pretrained is None or not open_clip.get_pretrained_cfg(model, pretrained):
+    if pretrained is None or not registry.get_pretrained_cfg(model, pretrained):
         return None  # random, a file, the tiny model's synthetic weights
     return Weights(model, pretrained)

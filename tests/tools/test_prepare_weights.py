@@ -107,7 +107,6 @@ def test_a_hub_only_tag_from_a_mirror_is_one_line_naming_where_its_file_goes(hom
 
 
 def test_the_default_weights_by_tag_are_the_weights_target():
-    assert prepare_weights.DEFAULT_MODEL == DEFAULT_MODEL  # named twice, to import no torch for datasets
     args = prepare.parse_args([f"weights:{DEFAULT_MODEL}/openai", "weights"])
     assert args.targets == ["weights"]
 

@@ -155,10 +155,12 @@ class Cifar100(DatasetUnit):
         return [CIFAR100_ARCHIVE]
 
     def state(self, ctx: PrepareContext) -> str:
+        base = ctx.data_root / self.folder
+        if not base.exists():
+            return "missing"  # said without the seconds torchvision takes to import
         from torchvision.datasets import CIFAR100
         from torchvision.datasets.utils import check_integrity
 
-        base = ctx.data_root / self.folder
         files = [*CIFAR100.train_list, *CIFAR100.test_list, [CIFAR100.meta["filename"], CIFAR100.meta["md5"]]]
         return missing_or(
             [(check_integrity(str(base / f), md5), f"{f} fails its MD5 check") for f, md5 in files], base
