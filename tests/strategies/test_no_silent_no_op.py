@@ -1,6 +1,10 @@
 """No silent no-op: on the smoke-baselines recipe, every registered strategy that trains anything
 moves every tensor it trains in task 1, and its training loss falls (by 10 %, or below 1.0).
 
+Training stops at the end of the first epoch where the loss has fallen so (``TrainingRecord``): the
+epochs after it cannot undo what is asserted, and they were most of this module's time (AdapterVLM's
+70 epochs, 200 s on 2 cores).
+
 Parametrised over the registry, so a new strategy file is covered without an edit here."""
 
 import pytest
@@ -31,7 +35,8 @@ KNOWN_MISSES = {
 
 
 class TrainingRecord(SupervisedPlugin):
-    """What the optimiser trains at the start of the task, and the mean loss of every epoch."""
+    """What the optimiser trains at the start of the task, and the mean loss of every epoch until the
+    loss has fallen as asserted; then training stops (in each later phase, after its first epoch)."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -39,6 +44,7 @@ class TrainingRecord(SupervisedPlugin):
         self.tensors: list[torch.Tensor] = []
         self.epoch_losses: list[float] = []
         self._losses: list[float] = []
+        self.shown = False  # the loss has fallen as asserted: the record is complete
 
     def before_training_epoch(self, strategy, *args, **kwargs) -> None:
         if not self.tensors:  # the optimiser of this task exists now (make_optimizer ran)
@@ -50,8 +56,13 @@ class TrainingRecord(SupervisedPlugin):
         self._losses.append(float(strategy.loss.detach()))
 
     def after_training_epoch(self, strategy, *args, **kwargs) -> None:
-        self.epoch_losses.append(sum(self._losses) / len(self._losses))
-        self.last_epoch_steps = list(self._losses)
+        if not self.shown:
+            self.epoch_losses.append(sum(self._losses) / len(self._losses))
+            self.last_epoch_steps = list(self._losses)
+            first, last = self.epoch_losses[0], self.epoch_losses[-1]
+            self.shown = len(self.epoch_losses) > 1 and loss_fell(first, last)
+        if self.shown:
+            strategy.stop_training()
 
     def start_and_end_loss(self) -> tuple[float, float]:
         """Mean loss of the first and the last epoch; with one epoch, of its first and last quarter of
@@ -61,6 +72,10 @@ class TrainingRecord(SupervisedPlugin):
         steps = self.last_epoch_steps
         quarter = max(1, len(steps) // 4)
         return sum(steps[:quarter]) / quarter, sum(steps[-quarter:]) / quarter
+
+
+def loss_fell(first: float, last: float) -> bool:
+    return last <= 0.9 * first or last < 1.0
 
 
 def _trains_something(name: str) -> bool:
@@ -99,6 +114,4 @@ def test_every_trained_tensor_moves_and_the_loss_falls_in_task_1(name, request):
         f"{name}: {len(still)} of {len(record.tensors)} trained tensors never moved: {still[:5]}"
     )
     first, last = record.start_and_end_loss()
-    assert last <= 0.9 * first or last < 1.0, (
-        f"{name}: loss {first:.3f} -> {last:.3f} over {record.epoch_losses}"
-    )
+    assert loss_fell(first, last), f"{name}: loss {first:.3f} -> {last:.3f} over {record.epoch_losses}"
