@@ -43,7 +43,8 @@ def zero_shot_accuracy(
     show_progress: bool = False,
 ) -> dict:
     """Accuracy (%) of each of the strategy's zero-shot predictors on a target dataset's test split
-    (``limits.zero_shot_images`` of it where set, spread over the classes), with the run's
+    (``limits.zero_shot_images`` of it where set, spread over the classes; of its first
+    ``limits.zero_shot_classes`` classes where set, the candidate label set too), with the run's
     ``backbone`` (its tokenizer and image transform), ``config`` (its prompt template, evaluation
     batch size and workers) and ``device``.
 
@@ -55,11 +56,12 @@ def zero_shot_accuracy(
             "zero_shot_predictions (strategies.contract.ZeroShotStrategy); drop zero_shot_targets for it"
         )
     data = zero_shot_target(target, data_root)
-    if limits.zero_shot_images is not None:
-        every_class = {c: 0 for c in range(len(data.class_names))}
-        data = data.subset(test=spread_indices(data.test_targets, every_class, limit=limits.zero_shot_images))
+    class_names = data.class_names[: limits.zero_shot_classes]  # the first ones: labels stay as they are
+    if limits.zero_shot_images is not None or len(class_names) < data.n_classes:
+        kept = {c: 0 for c in range(len(class_names))}
+        data = data.subset(test=spread_indices(data.test_targets, kept, limit=limits.zero_shot_images))
     device = torch.device(device)
-    tokens = backbone.tokenize([config.prompt_template.format(n) for n in data.class_names])
+    tokens = backbone.tokenize([config.prompt_template.format(n) for n in class_names])
     text = strategy.zero_shot_text(tokens)
     images = TransformedDataset(data.test, eval_transform(backbone.image_size, backbone.mean, backbone.std))
     loader = seeded_loader(  # in order: no shuffle, and the eval transform draws nothing

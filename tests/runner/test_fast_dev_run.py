@@ -60,6 +60,7 @@ def test_a_fast_dev_run_caps_epochs_and_training_batch_sizes_and_says_so():
         "train_per_class": 1,
         "test_per_task": 1,
         "zero_shot_images": 10,
+        "zero_shot_classes": 10,
     }
     assert "fast_dev_run" not in real_config and config_hash(fast_config) != config_hash(real_config)
 

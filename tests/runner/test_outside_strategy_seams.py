@@ -98,6 +98,11 @@ def test_an_outside_zero_shot_strategy_is_scored_through_the_protocol_alone(outs
     limits = RunLimits(zero_shot_images=10)
     limited = score(strategy, tiny_backbone, "synthetic", "data", limits=limits, config=config, device="cpu")
     assert limited == _expected("synthetic", limit=10)
+    # the first 4 classes only, candidates and images: 10 images spread over them are 3, 3, 2, 2 (by
+    # hand: a round of every class before a second image of any), and "last" is class 3
+    limits = RunLimits(zero_shot_images=10, zero_shot_classes=4)
+    limited = score(strategy, tiny_backbone, "synthetic", "data", limits=limits, config=config, device="cpu")
+    assert limited == {"first": 30.0, "last": 20.0, "unknown_rate": 0.0, "n_test": 10}
 
 
 def test_a_strategy_without_zero_shot_text_is_one_line_for_a_zero_shot_target(outside_module, tiny_backbone):

@@ -29,6 +29,7 @@ def test_a_real_run_has_no_limits_and_a_fast_dev_run_has_each_one_explicitly():
         train_images_per_class=1,
         test_images_per_task=1,
         zero_shot_images=10,
+        zero_shot_classes=10,
     )
     assert RunLimits.fast_dev_run() == dataclasses.replace(fast, train_batches=2)
     # the names results have always recorded (hashed), one per number
@@ -38,6 +39,7 @@ def test_a_real_run_has_no_limits_and_a_fast_dev_run_has_each_one_explicitly():
         "train_per_class": 1,
         "test_per_task": 1,
         "zero_shot_images": 10,
+        "zero_shot_classes": 10,
     }
     for bad in (0, -1, True):
         with pytest.raises(UserError, match="--fast-dev-run takes a whole number of batches >= 1"):
