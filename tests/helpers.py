@@ -43,11 +43,12 @@ epochs = 2
 #: MINI_SUITE with fewer images in smaller batches, for fp16 runs: fp16 on a CPU is emulated (minutes
 #: where fp32 takes seconds), and what a loss scaler's state decides needs steps, not images
 FP16_SUITE = (
-    MINI_SUITE.replace("n_train_per_class = 10", "n_train_per_class = 3")
+    MINI_SUITE.replace("tasks = [5]", "tasks = [3]")  # a kill in task 3 leaves one to resume
+    .replace("n_train_per_class = 10", "n_classes = 60\nn_train_per_class = 3")  # tasks of 20, as before
     .replace("n_test_per_class = 4", "n_test_per_class = 2")
     .replace("\nbatch_size = 32\n", "\nbatch_size = 20\n")
 )
-assert FP16_SUITE.count("= 3\n") == 1 and "\nbatch_size = 20\n" in FP16_SUITE
+assert FP16_SUITE.count("= 3\n") == 1 and "tasks = [3]" in FP16_SUITE and "\nbatch_size = 20\n" in FP16_SUITE
 
 
 def kill_in_task(monkeypatch, strategy_cls, task: int = 3):
