@@ -27,6 +27,7 @@ from analysis.orders import Unit, units_phrase
 from analysis.pairing import LOWER_IS_BETTER, METHOD, METRICS, TASK_METRICS, Comparison
 from analysis.statistics import CONFIDENCE
 from benchmarks.core.atomic_io import atomic_write_text
+from benchmarks.runner.reading import CANNOT_RANK, ranking_caveat
 from benchmarks.runner.results import safe_label
 
 
@@ -218,9 +219,12 @@ def direction(metric: str) -> str:
 def render_markdown(comparisons: list[Comparison], problems: list[str] = ()) -> str:
     metric = comparisons[0].metric
     baseline = comparisons[0].baseline
+    offline = sorted({c.cannot_rank for c in comparisons if c.cannot_rank})
+    caveat = [f"**Not a ranking**: runs on {' and '.join(offline)}: {CANNOT_RANK}.", ""] if offline else []
     lines = [
         f"# {metric_title(metric)} against {baseline}",
         "",
+        *caveat,
         markdown_table(comparison_frame(comparisons), index_name="method"),
         f"Difference: method minus {baseline}, mean over the paired {_units(comparisons)}. "
         f"{direction(metric)} Interval: {_method(comparisons)}.",
@@ -335,7 +339,9 @@ def draw_figure(comparisons: list[Comparison], label: str, out_dir: Path) -> lis
         # two lines fit the panel
         forest.set_xlabel(f"{METRICS[metric][1]} (pts):\n{shown[label]} − {shown[baseline]}")
         forest.set_title(f"Paired difference, {CONFIDENCE:.0%} interval".replace("%", " %"))
-    return save_figure(fig, out_dir, f"compare-{safe_label(label)}-{metric}")  # named as the run's folder is
+    caveat = ranking_caveat(c.cannot_rank for c in mine)
+    # named as the run's folder is
+    return save_figure(fig, out_dir, f"compare-{safe_label(label)}-{metric}", caveat)
 
 
 def write_comparison(

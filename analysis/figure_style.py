@@ -188,13 +188,37 @@ def figure_style():
         yield
 
 
-def save_figure(fig: Figure, out_dir: Path, name: str) -> list[Path]:
-    """``out_dir/NAME.png`` (at ``DPI``) and ``out_dir/NAME.pdf``; returns both paths."""
+def save_figure(fig: Figure, out_dir: Path, name: str, caveat: str | None = None) -> list[Path]:
+    """``out_dir/NAME.png`` (at ``DPI``) and ``out_dir/NAME.pdf``; returns both paths. A ``caveat``
+    (``benchmarks.runner.reading.figure_caveat``) is one grey line in a strip added above the figure."""
     out_dir.mkdir(parents=True, exist_ok=True)
     paths = [out_dir / f"{name}.png", out_dir / f"{name}.pdf"]
+    if caveat:
+        _add_caveat_strip(fig, caveat)
     fig.savefig(paths[0], dpi=DPI)
     fig.savefig(paths[1])
     return paths
+
+
+CAVEAT_STRIP = 0.3  # inches: one line of small text
+
+
+def _add_caveat_strip(fig: Figure, caveat: str) -> None:
+    """Lay ``fig`` out, then grow it by a strip at its top and write ``caveat`` there: every axes and
+    figure text keeps its place in inches from the bottom, so nothing the layout placed moves."""
+    fig.draw_without_rendering()  # the layout engine places everything
+    fig.set_layout_engine("none")  # and it stays placed
+    height = fig.get_figheight()
+    scale = height / (height + CAVEAT_STRIP)
+    for ax in fig.axes:
+        box = ax.get_position()
+        ax.set_position([box.x0, box.y0 * scale, box.width, box.height * scale])
+    # fig.texts holds the suptitle, supxlabel, supylabel and fig.text's: in fractions of the height
+    for text in fig.texts:
+        text.set_y(text.get_position()[1] * scale)
+    fig.set_figheight(height + CAVEAT_STRIP)  # figure legends keep their place from the bottom edge
+    middle = 1 - CAVEAT_STRIP / 2 / (height + CAVEAT_STRIP)
+    fig.text(0.5, middle, caveat, ha="center", va="center", fontsize="small", color="dimgray")
 
 
 def panel_grid(n: int) -> tuple[Figure, list]:

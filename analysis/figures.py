@@ -43,6 +43,7 @@ from analysis.paper_inputs import (
     split_of,
 )
 from benchmarks.data.streams import tasks_label
+from benchmarks.runner.reading import figure_caveat
 from benchmarks.runner.results import RunKey, RunResult, safe_label
 
 FIGSIZES = {
@@ -132,7 +133,7 @@ def fig2_gap_training(inputs: ReportInputs, out_dir: Path) -> list[Path]:
         ax.set_ylabel("Mean image–text cosine similarity")
         ax.set_title(f"Modality gap during training\n{_run_title(run)}", fontsize="medium")
         fig.legend(loc="outside lower center", ncols=3, frameon=False)  # off the curves
-    return save_figure(fig, out_dir, "fig2_gap_training")
+    return save_figure(fig, out_dir, "fig2_gap_training", caveat=inputs.caveat)
 
 
 def fig3_gap_final(inputs: ReportInputs, out_dir: Path) -> list[Path]:
@@ -154,7 +155,7 @@ def fig3_gap_final(inputs: ReportInputs, out_dir: Path) -> list[Path]:
         ax.set_ylabel("Mean image–text cosine similarity\n(last epoch, all pairs)")
         ax.set_title(f"Final modality gap per task\n{_run_title(run)}", fontsize="medium")
         fig.legend(loc="outside lower center", frameon=False)
-    return save_figure(fig, out_dir, "fig3_gap_final")
+    return save_figure(fig, out_dir, "fig3_gap_final", caveat=inputs.caveat)
 
 
 def _stage_mean(run: RunResult, key: str) -> float | None:
@@ -209,7 +210,7 @@ def fig5_confidence_margin(inputs: ReportInputs, out_dir: Path) -> list[Path]:
             "(margin: stages 2–T); bars: mean over seeds, error bars: std",
             fontsize="medium",
         )
-    return save_figure(fig, out_dir, "fig5_confidence_margin")
+    return save_figure(fig, out_dir, "fig5_confidence_margin", caveat=inputs.caveat)
 
 
 #: what each ``cost.peak_memory_kind`` measures, as the axis of Fig. 6 names it
@@ -279,7 +280,7 @@ def fig6_cost(inputs: ReportInputs, out_dir: Path) -> list[Path]:
         fig.suptitle(
             f"Computational cost on {dataset_name(dataset)}, 10 tasks (mean over seeds)", fontsize="medium"
         )
-    return save_figure(fig, out_dir, "fig6_cost")
+    return save_figure(fig, out_dir, "fig6_cost", caveat=inputs.caveat)
 
 
 def fig7_routing(inputs: ReportInputs, out_dir: Path) -> list[Path]:
@@ -314,7 +315,7 @@ def fig7_routing(inputs: ReportInputs, out_dir: Path) -> list[Path]:
             "Routing accuracy per stage\n(default GR4CIL, 10 tasks; mean over seeds, band = std)",
             fontsize="medium",
         )
-    return save_figure(fig, out_dir, "fig7_routing")
+    return save_figure(fig, out_dir, "fig7_routing", caveat=inputs.caveat)
 
 
 def fig_accuracy_curves(inputs: ReportInputs, out_dir: Path) -> list[Path]:
@@ -346,7 +347,7 @@ def fig_accuracy_curves(inputs: ReportInputs, out_dir: Path) -> list[Path]:
             highlight=row_label(HIGHLIGHTED_METHOD),
         )
         fig.suptitle("Accuracy after each stage (mean over seeds, band = std)", fontsize="medium")
-    return save_figure(fig, out_dir, "fig_accuracy_curves")
+    return save_figure(fig, out_dir, "fig_accuracy_curves", caveat=inputs.caveat)
 
 
 def _stagepanel_grid(
@@ -419,7 +420,10 @@ def fig_acc_matrix(inputs: ReportInputs, out_dir: Path) -> list[Path]:
             matrix[i, : len(values)] = values
         with figure_style():
             paths += save_figure(
-                _heat_map(matrix, _run_title(run)), out_dir / "acc_matrix", _file_stem(run.key)
+                _heat_map(matrix, _run_title(run)),
+                out_dir / "acc_matrix",
+                _file_stem(run.key),
+                caveat=figure_caveat([run]),
             )
     return paths
 

@@ -16,6 +16,7 @@ from matplotlib.figure import Figure
 from analysis.figure_style import MARKERS, MIN_WIDTH, figure_style, save_figure
 from analysis.paper_inputs import MissingInputs, ReportInputs, dataset_name, ordered_datasets, row_label
 from analysis.statistics import order_variance
+from benchmarks.runner.reading import figure_caveat
 from benchmarks.runner.results import RunResult
 
 ORDER_FIGURE = "fig_class_orders"
@@ -135,4 +136,4 @@ def fig_class_orders(inputs: ReportInputs, out_dir: Path) -> list[Path]:
             "sd between orders and between seeds within one)",
             fontsize="medium",
         )
-    return save_figure(fig, out_dir, ORDER_FIGURE)
+    return save_figure(fig, out_dir, ORDER_FIGURE, caveat=figure_caveat(inputs.every_order))

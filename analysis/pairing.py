@@ -34,7 +34,15 @@ from analysis.statistics import (
 from benchmarks.core.errors import UserError
 from benchmarks.core.metrics import average_forgetting, backward_transfer
 from benchmarks.data.streams import tasks_label
-from benchmarks.runner.reading import Results, not_a_measurement, protocol_of, read_results
+from benchmarks.runner.reading import (
+    CANNOT_RANK,
+    Results,
+    cannot_rank,
+    counted,
+    not_a_measurement,
+    protocol_of,
+    read_results,
+)
 from benchmarks.runner.results import RunKey, RunResult
 
 METRICS = {
@@ -153,6 +161,8 @@ class Comparison:
     order_names: dict[str, str] = field(default_factory=dict)  # Unit.order -> the order's name
     by_order: list[OrderRow] = field(default_factory=list)  # where the paired units span several orders
     order_split: OrderSplit | None = None  # the paired differences' variance: orders against seeds
+    #: why the runs cannot rank the two (``benchmarks.runner.reading.cannot_rank``); None: real runs
+    cannot_rank: str | None = None
 
     @property
     def several_orders(self) -> bool:
@@ -168,7 +178,10 @@ class Comparison:
             return "unpaired"
         if self.difference is None:
             return "no interval"
-        return self.difference.verdict_for(self.metric in LOWER_IS_BETTER)
+        verdict = self.difference.verdict_for(self.metric in LOWER_IS_BETTER)
+        if self.cannot_rank and verdict in ("better", "worse"):  # a difference, not a ranking
+            return f"{verdict} on {self.cannot_rank} only: not a ranking"
+        return verdict
 
 
 def _values(runs: dict[Unit, Run], metric: str) -> dict[Unit, float]:
@@ -466,6 +479,10 @@ def compare_all(
             f"{caveats.count(why)} run(s) are {why}: a check of the code path, not a measurement; "
             "never report these intervals"
         )
+    results = [run.result for seeds in runs.values() for run in seeds.values()]
+    problems += [
+        f"{count} run(s) are on {why}: {CANNOT_RANK}" for why, count in counted(map(cannot_rank, results))
+    ]
     labels = sorted({label for _, _, label in runs})
     for name in [baseline, *(strategies or [])]:
         if name not in labels:
@@ -505,6 +522,10 @@ def compare_all(
             baseline_bands[(dataset, n_tasks)] = comparisons[-1].stage_bands[baseline]
             if note := tuning_note(label, group, baseline, baseline_runs):
                 comparisons[-1].notes.append(note)
+            offline = {
+                why for run in [*group.values(), *baseline_runs.values()] if (why := cannot_rank(run.result))
+            }
+            comparisons[-1].cannot_rank = " and ".join(sorted(offline)) or None
     if not comparisons:
         raise UserError(
             f"{', '.join(wanted)} and {baseline} share no dataset and task count under {results_dir}"

@@ -20,7 +20,17 @@ import pandas as pd
 
 from benchmarks.core.errors import UserError
 from benchmarks.data.unit import dataset_units
-from benchmarks.runner.reading import Results, not_a_measurement, protocol_of, read_results, skipped_clause
+from benchmarks.runner.reading import (
+    CANNOT_RANK,
+    Results,
+    cannot_rank,
+    counted,
+    figure_caveat,
+    not_a_measurement,
+    protocol_of,
+    read_results,
+    skipped_clause,
+)
 from benchmarks.runner.results import RunKey, RunResult
 
 REFERENCE_FILE = Path(__file__).resolve().parents[1] / "results" / "reference" / "paper_tables.csv"
@@ -74,6 +84,11 @@ class ReportInputs:
     paths: dict[RunKey, Path] = field(default_factory=dict)  # the file each of ``runs`` was read from
     every_order: list[RunResult] = field(default_factory=list)  # ``runs`` and those of other class orders
 
+    @property
+    def caveat(self) -> str | None:
+        """The line every figure of these runs carries where they cannot rank methods."""
+        return figure_caveat(self.all_runs)
+
 
 def load_inputs(results_dir: str | Path | Results) -> ReportInputs:
     """The finished results under ``results_dir`` (a folder, or what ``read_results`` read from
@@ -121,6 +136,9 @@ def load_inputs(results_dir: str | Path | Results) -> ReportInputs:
         f"{caveats.count(why)} result(s) are {why}: a check of the code path, not a measurement; "
         "never report these tables"
         for why in sorted(set(caveats))
+    ]
+    notes += [
+        f"{count} result(s) are on {why}: {CANNOT_RANK}" for why, count in counted(map(cannot_rank, distinct))
     ]
     notes += one_protocol.duplicate_notes
     runs = [file.result for file in one_protocol.runs]

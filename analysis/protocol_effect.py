@@ -31,7 +31,7 @@ from benchmarks.core.errors import (
     one_line_user_errors,
     output_folder,
 )
-from benchmarks.runner.reading import not_a_measurement, protocol_of
+from benchmarks.runner.reading import CANNOT_RANK, cannot_rank, counted, not_a_measurement, protocol_of
 
 TABLE = "protocol_effect"
 
@@ -64,16 +64,13 @@ def protocol_effect(
     problems: list[str] = []
     one = _runs_of(one_protocol_dir, "one-protocol", problems)
     published = _runs_of(as_published_dir, "as-published", problems)
-    caveats = [
-        why
-        for runs in (one, published)
-        for seeds in runs.values()
-        for run in seeds.values()
-        if (why := not_a_measurement(run.result))
+    results = [run.result for runs in (one, published) for seeds in runs.values() for run in seeds.values()]
+    problems += [
+        f"{count} run(s) are {why}: a check of the code path, not a measurement"
+        for why, count in counted(map(not_a_measurement, results))
     ]
     problems += [
-        f"{caveats.count(why)} run(s) are {why}: a check of the code path, not a measurement"
-        for why in sorted(set(caveats))
+        f"{count} run(s) are on {why}: {CANNOT_RANK}" for why, count in counted(map(cannot_rank, results))
     ]
     rows = []
     for key in sorted(set(one) & set(published)):

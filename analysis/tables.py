@@ -25,7 +25,14 @@ from analysis.formatting import latex_table, markdown_table, mean_std_cell, popu
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.data.streams import tasks_label
-from benchmarks.runner.reading import Results, not_a_measurement, read_results, skipped_clause
+from benchmarks.runner.reading import (
+    CANNOT_RANK,
+    Results,
+    cannot_rank,
+    not_a_measurement,
+    read_results,
+    skipped_clause,
+)
 from benchmarks.runner.results import RunKey, RunResult
 
 
@@ -40,6 +47,7 @@ def summary_row(result: RunResult) -> dict:
         "order": str(result.config.get("class_order") or ""),  # the class order's name
         "default_order": result.key.order == "",  # its protocol's default: the first of its columns
         "not_a_measurement": not_a_measurement(result),
+        "cannot_rank": cannot_rank(result),
         "tuned": bool(result.config.get("tuned")),  # its options came from benchmarks.tune
         **result.summary,
     }
@@ -179,6 +187,15 @@ def check_only_note(runs: pd.DataFrame) -> str:
     )
 
 
+def cannot_rank_note(runs: pd.DataFrame) -> str:
+    """A line that says when runs are on the synthetic world, the tiny CLIP or random weights."""
+    flagged = runs["cannot_rank"].dropna() if "cannot_rank" in runs else pd.Series(dtype=str)
+    if flagged.empty:
+        return ""
+    kinds = " and ".join(sorted(set(flagged)))
+    return f"**Not a ranking**: {len(flagged)} of {len(runs)} runs are on {kinds}: {CANNOT_RANK}.\n"
+
+
 def to_latex(table: pd.DataFrame) -> str:
     """Booktabs LaTeX; names are escaped and ``±`` becomes ``$\\pm$``."""
     return latex_table(table, index_name="method")
@@ -195,9 +212,8 @@ def write_tables(results_dir: str | Path, keys: list[RunKey] | None = None) -> s
         )
     table = accuracy_table(runs)
     notes_text = "".join(f"Note: {note}\n" for note in notes)
-    markdown = (
-        f"{to_markdown(table)}\n{seeds_note(runs)}\n{tuned_note(runs)}{check_only_note(runs)}{notes_text}"
-    )
+    caveats = f"{tuned_note(runs)}{check_only_note(runs)}{cannot_rank_note(runs)}{notes_text}"
+    markdown = f"{to_markdown(table)}\n{seeds_note(runs)}\n{caveats}"
     atomic_write_text(results_dir / "table.md", markdown)
     atomic_write_text(results_dir / "table.csv", table.to_csv())
     atomic_write_text(results_dir / "table.tex", to_latex(table))

@@ -14,13 +14,15 @@ from __future__ import annotations
 import hashlib
 import os
 import warnings
+from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Iterator, Sequence
+from typing import Callable, Iterable, Iterator, Sequence
 
 import numpy as np
 
+from benchmarks.backbone.weights import TINY_MODEL
 from benchmarks.core.atomic_io import read_json
 from benchmarks.data.protocols import DEFAULT_PROTOCOL
 from benchmarks.runner.results import (
@@ -208,6 +210,48 @@ def protocol_of(result: RunResult) -> str:
     """The evaluation protocol the run was made under (``benchmarks.data.protocols``); results
     made before protocols were recorded are the default one's."""
     return result.config.get("protocol", DEFAULT_PROTOCOL)
+
+
+OFFLINE_DATASET = "synthetic"  # the offline world's unit (benchmarks/data/units/synthetic.py)
+#: what every output on such results says in one line (README, "What the smoke table shows")
+CANNOT_RANK = (
+    "it shows that each method runs the protocol end to end; it cannot rank methods, which only the "
+    "real data with pretrained weights can (python -m benchmarks.run --suite main)"
+)
+
+
+def cannot_rank(result: RunResult) -> str | None:
+    """Why a result, however measured, cannot rank methods: it was computed on the synthetic world,
+    with the tiny CLIP, or with a randomly initialised backbone (the offline miniature's numbers say
+    that a method runs and learns, not how it compares with another); None on real data with
+    pretrained weights. Tables, the report and the comparison say so wherever they show one."""
+    backbone = result.config.get("backbone") or {}
+    reasons = []
+    if result.dataset == OFFLINE_DATASET:
+        reasons.append("the synthetic world")
+    if backbone.get("model") == TINY_MODEL:
+        reasons.append("the tiny CLIP")
+    elif "pretrained" in backbone and backbone["pretrained"] is None:  # recorded as a random init
+        reasons.append("a randomly initialised backbone")
+    return " with ".join(reasons) or None
+
+
+def counted(reasons: Iterable[str | None]) -> list[tuple[str, int]]:
+    """Each reason given (``not_a_measurement``'s or ``cannot_rank``'s of some results) and how many
+    results give it, in order of the reasons; None counts for nothing."""
+    found = Counter(why for why in reasons if why)
+    return sorted(found.items())
+
+
+def ranking_caveat(reasons: Iterable[str | None]) -> str | None:
+    """The one line a figure carries where some of its runs cannot rank methods (``reasons``: their
+    ``cannot_rank``); None where none is given."""
+    found = sorted({why for why in reasons if why})
+    return f"On {' and '.join(found)}: not a ranking of methods" if found else None
+
+
+def figure_caveat(results: Sequence[RunResult]) -> str | None:
+    return ranking_caveat(cannot_rank(result) for result in results)
 
 
 def not_a_measurement(result: RunResult) -> str | None:

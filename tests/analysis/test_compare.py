@@ -168,6 +168,39 @@ def test_a_consistent_gain_is_better_and_a_loss_worse(tmp_path):
     )
 
 
+@pytest.mark.parametrize(
+    "backbone, said",
+    [
+        ({"model": "tiny-clip-32", "pretrained": "synthetic"}, "the tiny CLIP"),
+        ({"model": "ViT-B-16-quickgelu", "pretrained": None}, "a randomly initialised backbone"),
+    ],
+)
+def test_offline_a_gain_is_said_not_to_rank_in_every_output(tmp_path, capsys, backbone, said):
+    """The same numbers as above, on the tiny CLIP or random weights: the verdicts name where they
+    were made, and the table, the warnings and the figure each say in one line that they rank nothing."""
+    for seed in range(4):
+        for label, predictions in (
+            ("mine", PERFECT),
+            ("gr4cil", _flip(PERFECT, 6)),
+            ("worse", _flip(PERFECT, 10)),
+        ):
+            store_run(tmp_path, label, seed, predictions, config={"backbone": backbone})
+    results = {c.label: c for c in pairing.compare_all(tmp_path, draws=300)}
+    assert results["mine"].verdict == f"better on {said} only: not a ranking"
+    assert results["worse"].verdict == f"worse on {said} only: not a ranking"
+    assert results["mine"].difference.estimate == pytest.approx(60.0)  # the numbers are unchanged
+    assert compare.main(["--results-dir", str(tmp_path), "--draws", "300"]) == 0
+    out, err = capsys.readouterr()
+    caveat = (
+        "it shows that each method runs the protocol end to end; it cannot rank methods, which only the "
+        "real data with pretrained weights can (python -m benchmarks.run --suite main)"
+    )
+    assert out.splitlines()[2] == f"**Not a ranking**: runs on {said}: {caveat}."
+    assert f"warning: 12 run(s) are on {said}: {caveat}\n" in err
+    figure = tmp_path / "compare" / "compare-mine-last.png"
+    assert figure.stat().st_size > 0
+
+
 def test_avg_metric_is_the_mean_of_the_stage_differences(tmp_path):
     store_run(tmp_path, "mine", 0, PERFECT)
     store_run(tmp_path, "gr4cil", 0, _flip(PERFECT, 2))  # stage 1 equal, stage 2: 100 against 80

@@ -2,10 +2,11 @@
 registry never takes a registered method's, and GR4CIL is drawn on top in a heavier line."""
 
 import matplotlib
+import numpy as np
 import pytest
 
 from analysis import figure_style, figures
-from analysis.figure_style import METHOD_STYLES, method_styles
+from analysis.figure_style import METHOD_STYLES, method_styles, save_figure
 from analysis.paper_inputs import PAPER_METHOD_NAMES, ReportInputs, row_label
 from strategies.registry import available
 from tests.analysis.records import run_result, stage_result
@@ -57,7 +58,8 @@ def drawn(monkeypatch):
     """The Figure a figure function draws, instead of the files it would write."""
     figs = []
 
-    def keep(fig, out_dir, name):
+    def keep(fig, out_dir, name, caveat=None):
+        fig.caveat = caveat  # what the real save_figure would write under it
         figs.append(fig)
         return []
 
@@ -89,6 +91,37 @@ def test_gr4cil_is_drawn_on_top_in_a_heavier_line(drawn, tmp_path):
     assert [text.get_text() for text in legend.get_texts()] == [
         figure_style.short_label(name) for name in sorted(row_label(label) for label in labels)
     ]
+
+
+def test_a_figure_of_the_synthetic_world_says_below_it_that_it_ranks_nothing(drawn, tmp_path):
+    real = _runs(["gr4cil", "mine"])
+    offline = [
+        run_result(
+            r.label,
+            "synthetic",
+            r.n_tasks,
+            r.seed,
+            stages=r.stages,
+            config={"backbone": {"model": "tiny-clip-32"}},
+        )
+        for r in real
+    ]
+    figures.fig_accuracy_curves(ReportInputs(real, real), tmp_path)
+    figures.fig_accuracy_curves(ReportInputs(offline, offline), tmp_path)
+    assert [fig.caveat for fig in drawn] == [
+        None,
+        "On the synthetic world with the tiny CLIP: not a ranking of methods",
+    ]
+    # the line is drawn in grey above everything else, in a strip the figure grows by
+    height = drawn[1].get_figheight()
+    (png, _) = save_figure(drawn[1], tmp_path, "curves", caveat=drawn[1].caveat)  # the real one
+    assert [t.get_text() for t in drawn[1].texts][-1] == drawn[1].caveat
+    assert drawn[1].get_figheight() == pytest.approx(height + figure_style.CAVEAT_STRIP)
+    image = matplotlib.image.imread(png)[..., :3]
+    inked = np.flatnonzero((image < 0.9).any(axis=(1, 2)))  # rows with anything drawn
+    top = image[inked[0] : inked[0] + 5]  # the top of the highest line of ink
+    assert inked[0] > 0 and (top < 0.9).any()  # a margin over it: not cut off
+    assert top[(top < 0.9).any(axis=-1)].min() > 0.3  # dim grey (0.41): the caveat, not the black title
 
 
 LONG_LABELS = ["avalanche:LwF", "pycil:my_pkg.mod:NCM", "my_strategy.strategy:MyStrategy"]

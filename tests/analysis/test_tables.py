@@ -110,3 +110,33 @@ def test_one_task_runs_show_no_forgetting(tmp_path):
 def test_cli_on_an_empty_folder_is_a_one_line_error(tmp_path, capsys):
     assert tables_main(["--results-dir", str(tmp_path)]) == 2
     assert capsys.readouterr().err.count("\n") == 1
+
+
+@pytest.mark.parametrize(
+    "dataset, backbone, said",
+    [
+        (
+            "synthetic",
+            {"model": "tiny-clip-32", "pretrained": "synthetic"},
+            "the synthetic world with the tiny CLIP",
+        ),
+        ("cifar100", {"model": "ViT-B-16-quickgelu", "pretrained": None}, "a randomly initialised backbone"),
+        ("cifar100", {"model": "ViT-B-16-quickgelu", "pretrained": "openai"}, None),
+    ],
+)
+def test_a_table_of_offline_runs_says_in_one_line_that_it_ranks_nothing(tmp_path, dataset, backbone, said):
+    for label, seed in (("gr4cil", 0), ("mine", 0), ("mine", 1)):
+        result = _result(label, dataset, seed, [90.0, 80.0], 70.0)
+        result["config"] = {"backbone": backbone}
+        path = tmp_path / dataset / label / f"T10-seed{seed}.json"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(result))
+    lines = [line for line in write_tables(tmp_path).splitlines() if line.startswith("**Not a ranking**")]
+    if said is None:
+        assert lines == []
+    else:
+        assert lines == [
+            f"**Not a ranking**: 3 of 3 runs are on {said}: it shows that each method runs the protocol "
+            "end to end; it cannot rank methods, which only the real data with pretrained weights can "
+            "(python -m benchmarks.run --suite main)."
+        ]

@@ -153,3 +153,10 @@ def test_report_builds_from_the_smoke_run(smoke_results, tmp_path):
             path.stat().st_size > 1000 for path in items[name].paths if path.suffix in (".png", ".pdf")
         )
     assert items["table2_seq"].skipped  # smoke has no 5- or 20-task runs: a one-line reason, not a crash
+    # the synthetic world and the tiny CLIP: the report says in one line that it ranks nothing
+    report = (tmp_path / "report" / "report.md").read_text().splitlines()
+    assert (
+        report[2] == "**On the synthetic world with the tiny CLIP: not a ranking of methods** (Notes, below)."
+    )
+    (line,) = [x for x in report if "cannot rank" in x]
+    assert f"{len(runs)} result(s) are on the synthetic world with the tiny CLIP" in line
