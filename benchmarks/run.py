@@ -18,9 +18,17 @@ from benchmarks.core.environment import check_threads, set_deterministic, usable
 from benchmarks.core.errors import STORAGE_ERRORS, CommandParser, UserError, one_line_user_errors
 from benchmarks.core.precision import PRECISIONS
 from benchmarks.data.device_augment import AUGMENT_ON
-from benchmarks.runner.building import resolve, settings_from_the_suite
+from benchmarks.prepare.command import readiness
+from benchmarks.runner.building import backbone_spec, resolve, settings_from_the_suite
 from benchmarks.runner.execute import preflight
-from benchmarks.runner.gpu_hours import MEASURE_COMMAND, Rates, find_rates, gpu_hours_line, read_rates
+from benchmarks.runner.gpu_hours import (
+    MEASURE_COMMAND,
+    Rates,
+    find_rates,
+    gpu_hours_line,
+    read_rates,
+    reference_rates,
+)
 from benchmarks.runner.launcher import (
     LAUNCHERS,
     InlineLauncher,
@@ -47,12 +55,13 @@ def dry_run_table(
     runs: list[RunSpec], store: ResultStore, data_root: str, gpu_rates: Rates | None | bool = False
 ) -> str:
     """One row per run of the suite: its state in ``store`` and an estimate of what is left to
-    compute, from the ``cost`` of finished runs of the same strategy and dataset (mean train +
-    evaluation seconds a task, times the tasks left). Runs without such a finished run make the
-    total a lower bound, or leave no estimate at all. With ``gpu_rates`` (a GPU check's measured
-    rates, or None where none was found; False: a CPU suite, no line) a last line gives the
-    GPU-hours the runs left take at those rates (``benchmarks.runner.gpu_hours``): a plan made
-    before any run has finished, which the table's own estimate cannot be."""
+    compute; then what the runs read (data, weights), present or missing with the ``prepare``
+    command that brings it (``benchmarks.prepare.command.readiness``). The estimate comes from the
+    ``cost`` of finished runs of the same strategy and dataset (mean train + evaluation seconds a
+    task, times the tasks left); runs without one make the total a lower bound, or leave none. With
+    ``gpu_rates`` (a GPU check's measured rates, the stored reference rates, or None: how to measure
+    them; False: a CPU suite, no line) a last line gives the GPU-hours the runs left take at those
+    rates (``benchmarks.runner.gpu_hours``): a plan made before any run has finished."""
     per_task: dict[tuple[str, str], list[float]] = {}
     for _, result in iter_results(store.root, skipped=[]):
         cost = result.get("cost") or {}
@@ -89,7 +98,10 @@ def dry_run_table(
     else:
         left = f"; estimated {_duration(total)} left"
     gpu = [] if gpu_rates is False else [gpu_hours_line(pending, gpu_rates)]
-    return "\n".join([*lines, "", f"{len(runs)} run(s){left}", *gpu])
+    datasets = [name for spec in runs for name in (spec.dataset, *spec.zero_shot_targets)]
+    needs = readiness(datasets, [backbone_spec(spec) for spec in runs], data_root)
+    needs = ["", "What the runs read:", *(f"- {line}" for line in needs)] if needs else []
+    return "\n".join([*lines, *needs, "", f"{len(runs)} run(s){left}", *gpu])
 
 
 def suite_title(suite: dict) -> str:
@@ -335,16 +347,16 @@ def _launcher(
     return InlineLauncher()
 
 
-def _gpu_rates(args: argparse.Namespace, suite: dict, results_dir: Path) -> Rates | None | bool:
+def _gpu_rates(args: argparse.Namespace, suite: dict, results_dir: Path) -> Rates | bool:
     """The GPU rates for a dry run's GPU-hours line: those of ``--rates`` or the newest GPU check,
-    None where none was run; False (no line) for a fast dev run, or a suite run on the CPU without
-    ``--rates`` (the smoke suites: GPU-hours mean nothing there)."""
+    else the stored reference rates (named as such); False (no line) for a fast dev run, or a suite
+    run on the CPU without ``--rates`` (the smoke suites: GPU-hours mean nothing there)."""
     if args.fast_dev_run is not None:
         return False
     if args.rates is None and (args.device or suite.get("device", "auto")) == "cpu":
         return False
     path = find_rates(args.rates, results_dir)
-    return read_rates(path) if path is not None else None
+    return read_rates(path) if path is not None else reference_rates()
 
 
 @one_line_user_errors

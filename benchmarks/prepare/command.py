@@ -40,10 +40,12 @@ import argparse
 import os
 import shutil
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.backbone import registry
+from benchmarks.backbone.weights import BackboneSpec
 from benchmarks.core.errors import STORAGE_ERRORS, CommandParser, UserError, one_line_user_errors
 from benchmarks.core.heartbeat_lock import read_holder
 from benchmarks.data.unit import DatasetUnit, file_targets, target_of
@@ -205,6 +207,40 @@ def targets(weights: list[Weights] | None = None) -> dict[str, Target]:
     for each in weights or [Weights()]:
         table[each.name] = _weights_target(each)
     return table
+
+
+def readiness(datasets: Iterable[str], backbones: Iterable[BackboneSpec], data_root: str) -> list[str]:
+    """A line for each file target the ``datasets`` read and each of the ``backbones``' weights:
+    present, or missing (or corrupt) with the command that brings it; ``--dry-run``'s lines. The
+    synthetic world, random weights and the tiny CLIP's shipped ones need nothing."""
+    ctx = Context(Path(data_root).expanduser(), Path(data_root).expanduser() / "archives")
+    lines = []
+    for name in dict.fromkeys(t for dataset in datasets if (t := target_of(dataset)) is not None):
+        target = _dataset_target(file_targets()[name])
+        lines.append(
+            _ready_line(
+                f"data {name}", target.state(ctx), target.where(ctx), f"{name} --data-root {data_root}"
+            )
+        )
+    for backbone in dict.fromkeys(backbones):
+        if (
+            backbone.pretrained is None
+            or registry.get_pretrained_cfg(backbone.model, backbone.pretrained) == {}
+        ):
+            continue  # random, a file of the user's (checked by the run), or the tiny CLIP's own
+        weights = Weights(backbone.model, backbone.pretrained)
+        lines.append(
+            _ready_line(
+                f"weights {weights.model}/{weights.tag}", weights.state(), weights.file(), weights.name
+            )
+        )
+    return lines
+
+
+def _ready_line(what: str, state: str, where: Path, prepare_args: str) -> str:
+    if state == "present":
+        return f"{what}: present ({where})"
+    return f"{what}: {state}; python -m benchmarks.prepare {prepare_args}"
 
 
 # --- the command ------------------------------------------------------------------------------------

@@ -19,6 +19,7 @@ cost of the main loop at the measured pace, a plan, not a bill. Only the tasks a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -31,6 +32,8 @@ from benchmarks.runner.task_splits import class_count
 
 #: the command that measures the rates, and where it leaves them (``runs/gpu_check/<date>/``)
 MEASURE_COMMAND = "python -m benchmarks.tools.gpu_check"
+#: rates measured once on an H100 (card, precision, commit inside), for a dry run before any check
+REFERENCE_RATES = Path(__file__).parents[1] / "assets" / "gpu_reference_rates.json"
 GPU_CHECK_FOLDER = "gpu_check"
 RATES_FILE = "pipeline.json"
 SPEED_FILE = "speed.json"  # the speed phase's table, beside it: scales the rates of the others
@@ -46,6 +49,7 @@ class Rates:
     eval: dict[str, float]
     model: str | None = None  # the backbone they were measured with, where the file says
     scaled: frozenset[str] = frozenset()
+    reference: str | None = None  # for the stored reference rates: the card, precision, workers, commit
 
 
 @dataclass
@@ -103,6 +107,17 @@ def read_rates(path: Path) -> Rates:
     }
     model = data.get("model") if isinstance(data, dict) and isinstance(data.get("model"), str) else None
     return scaled_rates(Rates(path, train, evaluation, model), path.parent / SPEED_FILE)
+
+
+def reference_rates() -> Rates:
+    """The stored reference rates (``REFERENCE_RATES``), named by card, precision, workers and commit."""
+    rates = read_rates(REFERENCE_RATES)
+    data = json.loads(REFERENCE_RATES.read_text(encoding="utf-8"))
+    where = (
+        f"the reference rates of an {data['card']} ({data['precision']}, {data['num_workers']} loader "
+        f"workers, commit {data['commit']}; {REFERENCE_RATES.name}), not of your card"
+    )
+    return dataclasses.replace(rates, reference=where)
 
 
 def scaled_rates(rates: Rates, speed_file: Path) -> Rates:
@@ -195,7 +210,7 @@ def gpu_hours_line(pending: list[tuple[RunSpec, dict, int]], rates: Rates | None
     total = estimate(pending, rates)
     hours = (total.train_seconds + total.eval_seconds) / 3600
     line = (
-        f"GPU-hours expected at the rates of {rates.path}: {hours:,.1f} "
+        f"GPU-hours expected at {rates.reference or f'the rates of {rates.path}'}: {hours:,.1f} "
         f"(training {total.train_seconds / 3600:,.1f}, evaluation {total.eval_seconds / 3600:,.1f}) "
         f"for {total.runs} of {len(pending)} run(s) left, one GPU a run, second stages not counted"
     )
@@ -204,4 +219,6 @@ def gpu_hours_line(pending: list[tuple[RunSpec, dict, int]], rates: Rates | None
     if total.without:
         reasons = "; ".join(f"{why} {', '.join(sorted(where))}" for why, where in total.without.items())
         line += f"; {len(pending) - total.runs} run(s) without an estimate ({reasons})"
+    if rates.reference:
+        line += f"; for your card's own: {MEASURE_COMMAND}"
     return line

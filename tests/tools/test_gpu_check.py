@@ -226,13 +226,55 @@ def test_the_dry_run_turns_measured_rates_into_gpu_hours(tmp_path, capsys, monke
     )
 
 
-def test_without_rates_the_dry_run_says_how_to_measure_them(tmp_path, capsys, monkeypatch):
+def test_without_a_check_the_dry_run_uses_the_stored_reference_rates_and_says_whose(
+    tmp_path, capsys, monkeypatch
+):
     monkeypatch.chdir(tmp_path)
     _dry_run(tmp_path)
     line = capsys.readouterr().out.strip().rsplit("\n", 1)[1]
-    assert line.startswith("no GPU rates measured: run python -m benchmarks.tools.gpu_check on the GPU")
+    # By hand, at the H100's rates (finetune 585, GR4CIL 426 images/s training, both 900 evaluating):
+    # 70 epochs of 74,000 training images each, 10 stages of 16,000 test images each, per strategy
+    train = 70 * 74_000 / 426 + 70 * 74_000 / 585  # 12,159.6 + 8,854.7 s
+    evaluation = 2 * 10 * 16_000 / 900  # 355.6 s
+    assert (
+        f"{(train + evaluation) / 3600:.1f} (training {train / 3600:.1f}, evaluation {evaluation / 3600:.1f})"
+        == ("5.9 (training 5.8, evaluation 0.1)")
+    )
+    assert line == (
+        "GPU-hours expected at the reference rates of an NVIDIA H100 (fp16, 8 loader workers, commit "
+        "0f299aa; gpu_reference_rates.json), not of your card: 5.9 (training 5.8, evaluation 0.1) for 4 "
+        "of 4 run(s) left, one GPU a run, second stages not counted; for your card's own: "
+        "python -m benchmarks.tools.gpu_check"
+    )
     assert run.main(["--suite", "main", "--dry-run", "--rates", str(tmp_path / "nothing.json")]) == 2
     assert "--rates" in capsys.readouterr().err
+
+
+@pytest.mark.slow  # the fake data in the real layouts
+def test_the_dry_run_names_what_the_runs_read_and_the_command_that_brings_it(
+    tmp_path, capsys, monkeypatch, fake_root
+):
+    from huggingface_hub import constants as hub
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))  # an empty open_clip cache
+    monkeypatch.setattr(hub, "HF_HUB_CACHE", str(tmp_path / "hub"))
+    _dry_run(tmp_path)
+    out = capsys.readouterr().out
+    assert (
+        "What the runs read:\n"
+        "- data cifar100: missing; python -m benchmarks.prepare cifar100 --data-root data\n"
+        "- data imagenet_r: missing; python -m benchmarks.prepare imagenet_r --data-root data\n"
+        "- weights ViT-B-16-quickgelu/openai: missing; python -m benchmarks.prepare weights\n"
+    ) in out
+    _dry_run(tmp_path, "--data-root", str(fake_root))  # fake data in the real layouts
+    out = capsys.readouterr().out
+    assert f"- data imagenet_r: present ({fake_root / 'imagenet-r'})\n" in out
+    # CIFAR-100's pickles are checked against the official MD5s, which fake ones fail
+    assert (
+        "- data cifar100: corrupt: train fails its MD5 check; python -m benchmarks.prepare cifar100 "
+        f"--data-root {fake_root}\n"
+    ) in out
 
 
 def test_strategies_the_pipeline_did_not_run_get_its_rates_scaled_by_the_speed_table(
