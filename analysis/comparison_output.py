@@ -232,6 +232,7 @@ def render_markdown(comparisons: list[Comparison], problems: list[str] = ()) -> 
         *_orders_markdown(comparisons),
     ]
     notes = [f"{c.label} on {c.dataset} / {c.n_tasks} tasks: {note}" for c in comparisons for note in c.notes]
+    problems = [line for line in problems if not (caveat and line.endswith(CANNOT_RANK))]  # said above
     if notes or problems:
         lines += ["Notes:", "", *(f"- {line}" for line in [*notes, *problems]), ""]
     return "\n".join(lines)

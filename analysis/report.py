@@ -148,9 +148,10 @@ def _against_gr4cil(results_dir: str | Path, loaded: Results, out_dir: Path) -> 
     from analysis import pairing
     from analysis.comparison_output import render_markdown, write_comparison
 
-    paths, texts, problems = [], [], []
-    runs = pairing.load_runs(loaded, problems)  # the results the tables read, for every metric
+    paths, texts, read_problems = [], [], []
+    runs = pairing.load_runs(loaded, read_problems)  # the results the tables read, for every metric
     for metric in pairing.METRICS:
+        problems = list(read_problems)  # each table's own notes: none repeated from another metric's
         try:
             comparisons = pairing.compare_all(
                 results_dir, "gr4cil", metric=metric, problems=problems, runs=runs
