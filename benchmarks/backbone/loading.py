@@ -15,7 +15,7 @@ from open_clip.transformer import VisionTransformer
 
 from benchmarks.backbone.attention import split_attention_
 from benchmarks.backbone.clip import CLIPBackbone
-from benchmarks.backbone.registry import MODEL_CONFIG_DIR
+from benchmarks.backbone.registry import live_open_clip
 from benchmarks.backbone.weights import (
     DEFAULT_MODEL,
     SYNTHETIC_TAG,
@@ -53,13 +53,7 @@ __all__ = [  # the names of ``weights`` are the loader's too
 _OPENAI_EXTRA_KEYS = ("input_resolution", "context_length", "vocab_size")
 
 
-def _register_model_configs() -> None:
-    """Make the configs shipped in ``model_configs/`` (the tiny model) known to open_clip."""
-    if TINY_MODEL not in open_clip.list_models():
-        open_clip.add_model_config(MODEL_CONFIG_DIR)
-
-
-_register_model_configs()
+live_open_clip()  # the configs shipped in ``model_configs/`` (the tiny model) known to open_clip
 
 
 @contextlib.contextmanager

@@ -26,7 +26,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-#: the suite's own model configs (the tiny CLIP), added to open_clip's by ``loading``
+#: the suite's own model configs (the tiny CLIP), added to open_clip's by ``live_open_clip``
 MODEL_CONFIG_DIR = Path(__file__).parent.parent / "model_configs"
 STORED_TAGS = Path(__file__).parent.parent / "assets" / "open_clip_pretrained.json"
 DISTRIBUTION = "open_clip_torch"
@@ -71,15 +71,18 @@ def hub_weight_names() -> tuple[str, str]:
     return names["weights"], names["safetensors"]
 
 
+def live_open_clip():
+    """open_clip, imported, with the suite's model configs (the tiny CLIP) added once."""
+    import open_clip
+
+    if not any(Path(p) == MODEL_CONFIG_DIR for p in open_clip.factory._MODEL_CONFIG_PATHS):
+        open_clip.add_model_config(MODEL_CONFIG_DIR)
+    return open_clip
+
+
 def _live():
     """open_clip itself where it is imported, or where the stored tags are of another version."""
-    if "open_clip" in sys.modules or _stored() is None:
-        import open_clip
-
-        if not any(Path(p) == MODEL_CONFIG_DIR for p in open_clip.factory._MODEL_CONFIG_PATHS):
-            open_clip.add_model_config(MODEL_CONFIG_DIR)
-        return open_clip
-    return None
+    return live_open_clip() if "open_clip" in sys.modules or _stored() is None else None
 
 
 @functools.cache

@@ -44,7 +44,6 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from benchmarks.backbone import registry
 from benchmarks.backbone.weights import BackboneSpec
 from benchmarks.core.errors import STORAGE_ERRORS, CommandParser, UserError, one_line_user_errors
 from benchmarks.core.heartbeat_lock import read_holder
@@ -52,7 +51,7 @@ from benchmarks.data.unit import DatasetUnit, file_targets, target_of
 from benchmarks.prepare.fetch import Archive, Limits, download, file_checksum, local_mirror
 from benchmarks.prepare.lock import describe, lock_path, target_lock
 from benchmarks.prepare.safe_extract import extract
-from benchmarks.prepare.weights import Weights, parse_weights_target, suite_weights
+from benchmarks.prepare.weights import Weights, parse_weights_target, suite_weights, tag_weights
 
 MIRROR_ENV = "CIL_BENCH_MIRROR"
 
@@ -223,12 +222,8 @@ def readiness(datasets: Iterable[str], backbones: Iterable[BackboneSpec], data_r
             )
         )
     for backbone in dict.fromkeys(backbones):
-        if (
-            backbone.pretrained is None
-            or registry.get_pretrained_cfg(backbone.model, backbone.pretrained) == {}
-        ):
+        if (weights := tag_weights(backbone.model, backbone.pretrained)) is None:
             continue  # random, a file of the user's (checked by the run), or the tiny CLIP's own
-        weights = Weights(backbone.model, backbone.pretrained)
         lines.append(
             _ready_line(
                 f"weights {weights.model}/{weights.tag}", weights.state(), weights.file(), weights.name

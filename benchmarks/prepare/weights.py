@@ -142,12 +142,13 @@ def suite_weights() -> list[Weights]:
         except UserError:
             continue
         for backbone in backbones:
-            if (weights := _tag_weights(backbone["model"], backbone["pretrained"])) is not None:
+            if (weights := tag_weights(backbone["model"], backbone["pretrained"])) is not None:
                 found[weights] = None
     return list(found)
 
 
-def _tag_weights(model: str, pretrained: str | None) -> Weights | None:
+def tag_weights(model: str, pretrained: str | None) -> Weights | None:
+    """The ``prepare`` target of a model's weights where they are an open_clip tag; else None."""
     if pretrained is None or not registry.get_pretrained_cfg(model, pretrained):
         return None  # random, a file, the tiny model's synthetic weights
     return Weights(model, pretrained)
