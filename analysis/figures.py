@@ -42,7 +42,7 @@ from analysis.paper_inputs import (
     row_label,
     split_of,
 )
-from benchmarks.data.streams import tasks_label
+from benchmarks.data.splits import tasks_label
 from benchmarks.runner.reading import figure_caveat
 from benchmarks.runner.results import RunKey, RunResult, safe_label
 

@@ -33,7 +33,7 @@ from analysis.statistics import (
 )
 from benchmarks.core.errors import UserError
 from benchmarks.core.metrics import average_forgetting, backward_transfer
-from benchmarks.data.streams import tasks_label
+from benchmarks.data.splits import tasks_label
 from benchmarks.runner.reading import (
     CANNOT_RANK,
     Results,

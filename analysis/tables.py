@@ -24,7 +24,7 @@ import pandas as pd
 from analysis.formatting import latex_table, markdown_table, mean_std_cell, population_std
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
-from benchmarks.data.streams import tasks_label
+from benchmarks.data.splits import tasks_label
 from benchmarks.runner.reading import (
     CANNOT_RANK,
     Results,

@@ -118,12 +118,12 @@ train_augmentation = "{augmentation}"
 def strategy_from_suite(suite, **options):
     """A fresh strategy as the runner builds it for the first run of ``suite`` (tiny CLIP, shipped
     weights), with config fields ``options`` changed; also the run's spec and its data."""
-    from benchmarks import run
     from benchmarks.backbone import BackboneSpec, create_clip
     from benchmarks.runner import building
+    from benchmarks.runner.suites import expand, load_suite
 
-    spec = run.expand(run.load_suite(str(suite)))[0]
-    resolved = run.resolve(spec, "data")
+    spec = expand(load_suite(str(suite)))[0]
+    resolved = building.resolve(spec, "data")
     strategy_cls, config = resolved.strategy_cls, resolved.strategy_cfg
     for key, value in options.items():
         setattr(config, key, value)

@@ -7,7 +7,6 @@ same way for every strategy. All functions are pure: arrays in, numbers out.
 from __future__ import annotations
 
 import numpy as np
-from sklearn.metrics import roc_auc_score, roc_curve
 
 
 def softmax(scores: np.ndarray) -> np.ndarray:
@@ -50,6 +49,8 @@ def ood_metrics(id_scores: np.ndarray, ood_scores: np.ndarray) -> tuple[float, f
 
     ``id_scores`` and ``ood_scores`` are the max-softmax confidences of ID and OOD samples.
     """
+    from sklearn.metrics import roc_auc_score, roc_curve  # 1-2 s to import: only where scored
+
     labels = np.concatenate([np.ones(len(id_scores)), np.zeros(len(ood_scores))])
     scores = np.concatenate([id_scores, ood_scores])
     auroc = roc_auc_score(labels, scores)

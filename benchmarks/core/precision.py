@@ -21,9 +21,9 @@ from collections.abc import Iterator
 
 import torch
 
+from benchmarks.core.choices import PRECISIONS as PRECISIONS
 from benchmarks.core.errors import UserError
 
-PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 AUTOCAST_DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 # The first loss scale of fp16 training. With torch's default, 2**16, and the logits computed under
 # autocast, the first 3-4 steps of every run overflowed at CLIP's logit scale 100 (d loss / d cosine

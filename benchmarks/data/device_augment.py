@@ -29,7 +29,7 @@ from __future__ import annotations
 import math
 import typing
 from collections.abc import Callable, Sequence
-from typing import Literal, NamedTuple
+from typing import NamedTuple
 
 import numpy as np
 import torch
@@ -37,6 +37,8 @@ import torch.nn.functional as F
 from PIL import Image
 from torchvision import transforms as T
 
+from benchmarks.core.choices import AUGMENT_ON as AUGMENT_ON
+from benchmarks.core.choices import AugmentOn as AugmentOn
 from benchmarks.core.errors import UserError
 from benchmarks.data.transforms import (
     CLIP_MEAN,
@@ -202,12 +204,6 @@ def finish_batch(pending: DevicePending, device: torch.device | str) -> torch.Te
     mean_std = pending.mean_std[0].to(torch.float32)  # every sample of a batch shares them
     mean, std = (v.view(1, 3, 1, 1).to(device) for v in (mean_std[:3], mean_std[3:]))
     return pixels.to(torch.float32).div(255).sub_(mean).div_(std)
-
-
-#: where a run's train and eval pixels are computed: "device" (this module, where it covers the
-#: augmentation) or "pil" (torchvision's PIL pipeline, per sample). The two give the same pixels.
-AugmentOn = Literal["device", "pil"]
-AUGMENT_ON: tuple[str, ...] = typing.get_args(AugmentOn)
 
 
 def check_augment_on(value: object) -> AugmentOn:

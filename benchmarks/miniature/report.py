@@ -42,7 +42,7 @@ from benchmarks.core.errors import CommandParser, UserError, one_line_user_error
 from benchmarks.core.subspace import directional_distance, energy_basis, joint_basis, orthonormal_basis
 from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.datasets import ClassificationData, load_dataset
-from benchmarks.data.streams import split_classes
+from benchmarks.data.splits import split_classes
 from benchmarks.data.synthetic.captions import PRETRAIN_HELD_OUT, ZERO_SHOT_PROMPT
 from benchmarks.data.synthetic.world import default_class_ids
 from benchmarks.data.transforms import eval_transform

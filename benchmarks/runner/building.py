@@ -23,14 +23,8 @@ from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.datasets import is_fake_data_root, load_dataset
 from benchmarks.data.device_augment import AugmentOn, stream_transforms
 from benchmarks.data.resized_cache import with_resized_cache
-from benchmarks.data.streams import (
-    CILStream,
-    Tasks,
-    build_stream,
-    split_classes,
-    spread_indices,
-    validation_split,
-)
+from benchmarks.data.splits import Tasks, split_classes
+from benchmarks.data.streams import CILStream, build_stream, spread_indices, validation_split
 from benchmarks.runner.results import config_hash
 from benchmarks.runner.suites import RunLimits, RunSpec, dataset_loader_options
 from strategies.config import StrategyConfig

@@ -18,7 +18,7 @@ from benchmarks.core.environment import Threads
 from benchmarks.core.errors import UserError
 from benchmarks.core.heartbeat_lock import read_holder
 from benchmarks.data.class_orders import resolve_class_order
-from benchmarks.data.streams import split_classes
+from benchmarks.data.splits import split_classes
 from benchmarks.runner.building import ResolvedRun, backbone_spec, build_run, load_run_data, resolve
 from benchmarks.runner.learning import RunContext, learn_and_store, training_log
 from benchmarks.runner.live_log import LiveLog

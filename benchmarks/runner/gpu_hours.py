@@ -24,17 +24,16 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from benchmarks.core.choices import GPU_CHECK_COMMAND
 from benchmarks.core.errors import UserError
-from benchmarks.data.streams import task_sizes
+from benchmarks.data.splits import task_sizes
 from benchmarks.data.unit import dataset_unit
 from benchmarks.runner.suites import RunSpec, dataset_loader_options
 from benchmarks.runner.task_splits import class_count
 
-#: the command that measures the rates, and where it leaves them (``runs/gpu_check/<date>/``)
-MEASURE_COMMAND = "python -m benchmarks.tools.gpu_check"
 #: rates measured once on an H100 (card, precision, commit inside), for a dry run before any check
 REFERENCE_RATES = Path(__file__).parents[1] / "assets" / "gpu_reference_rates.json"
-GPU_CHECK_FOLDER = "gpu_check"
+GPU_CHECK_FOLDER = "gpu_check"  # where GPU_CHECK_COMMAND leaves its rates: runs/gpu_check/<date>/
 RATES_FILE = "pipeline.json"
 SPEED_FILE = "speed.json"  # the speed phase's table, beside it: scales the rates of the others
 
@@ -70,7 +69,7 @@ def find_rates(given: str | None, results_dir: Path) -> Path | None:
     if given is not None:
         if not Path(given).is_file():
             raise UserError(
-                f"--rates {given} is not a file; give a {RATES_FILE} written by {MEASURE_COMMAND}"
+                f"--rates {given} is not a file; give a {RATES_FILE} written by {GPU_CHECK_COMMAND}"
             )
         return Path(given)
     folders = dict.fromkeys([results_dir.parent / GPU_CHECK_FOLDER, Path("runs") / GPU_CHECK_FOLDER])
@@ -85,11 +84,11 @@ def read_rates(path: Path) -> Rates:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
         raise UserError(
-            f"cannot read the GPU rates {path}: {err}; rerun {MEASURE_COMMAND} or give --rates"
+            f"cannot read the GPU rates {path}: {err}; rerun {GPU_CHECK_COMMAND} or give --rates"
         ) from None
     rows = data.get("rows") if isinstance(data, dict) else data
     if not isinstance(rows, list) or not all(isinstance(row, dict) for row in rows):
-        raise UserError(f"{path} holds no rows of rates; rerun {MEASURE_COMMAND} or give another --rates")
+        raise UserError(f"{path} holds no rows of rates; rerun {GPU_CHECK_COMMAND} or give another --rates")
 
     def positive(row: dict, key: str) -> bool:
         value = row.get(key)
@@ -204,7 +203,7 @@ def gpu_hours_line(pending: list[tuple[RunSpec, dict, int]], rates: Rates | None
     or, with no rates, how to measure them."""
     if rates is None:
         return (
-            f"no GPU rates measured: run {MEASURE_COMMAND} on the GPU (it writes "
+            f"no GPU rates measured: run {GPU_CHECK_COMMAND} on the GPU (it writes "
             f"runs/{GPU_CHECK_FOLDER}/DATE/{RATES_FILE}), or give --rates FILE, to see the GPU-hours expected"
         )
     total = estimate(pending, rates)
@@ -220,5 +219,5 @@ def gpu_hours_line(pending: list[tuple[RunSpec, dict, int]], rates: Rates | None
         reasons = "; ".join(f"{why} {', '.join(sorted(where))}" for why, where in total.without.items())
         line += f"; {len(pending) - total.runs} run(s) without an estimate ({reasons})"
     if rates.reference:
-        line += f"; for your card's own: {MEASURE_COMMAND}"
+        line += f"; for your card's own: {GPU_CHECK_COMMAND}"
     return line

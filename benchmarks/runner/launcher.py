@@ -24,13 +24,12 @@ from typing import Protocol
 
 from tqdm.auto import tqdm
 
+from benchmarks.core.choices import LAUNCHERS as LAUNCHERS
 from benchmarks.core.environment import Threads, set_threads
 from benchmarks.core.errors import UserError
 from benchmarks.core.heartbeat_lock import read_holder, this_command
 from benchmarks.runner.results import ResultStore, RunKey
 from benchmarks.runner.suites import RunSpec
-
-LAUNCHERS = ("inline", "local", "slurm")
 
 
 @dataclass(frozen=True)

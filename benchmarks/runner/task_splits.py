@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from benchmarks.core.errors import UserError
-from benchmarks.data.streams import equal_split, parse_split, split_name, split_sizes
+from benchmarks.data.splits import equal_split, parse_split, split_name, split_sizes
 
 TaskEntries = list[int | str]
 

@@ -51,7 +51,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from benchmarks.core.errors import UserError
 from benchmarks.data.loaders import first_batches
-from benchmarks.data.streams import equal_split
+from benchmarks.data.splits import equal_split
 from strategies.contract import stream_task_sizes
 from strategies.frameworks.common import (
     CLIPClassifier,

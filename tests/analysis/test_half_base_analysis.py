@@ -9,7 +9,7 @@ from analysis import figures
 from analysis.paper_inputs import MissingInputs, ReportInputs, split_of
 from analysis.paper_tables import _runs_with, table2_seq
 from analysis.tables import write_tables
-from benchmarks.data.streams import tasks_label
+from benchmarks.data.splits import tasks_label
 from benchmarks.runner.results import RunKey
 from tests.analysis.records import run_result, stage_result
 from tests.analysis.test_tables import _result

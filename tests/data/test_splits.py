@@ -4,7 +4,8 @@ import pytest
 
 from benchmarks.core.errors import UserError
 from benchmarks.data.class_orders import seeded_order
-from benchmarks.data.streams import build_stream, parse_split, split_classes, split_sizes, task_sizes
+from benchmarks.data.splits import parse_split, split_classes, split_sizes, task_sizes
+from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
 
 

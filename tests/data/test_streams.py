@@ -5,7 +5,7 @@ import torch
 
 from benchmarks.core.errors import UserError
 from benchmarks.data.class_orders import seeded_order
-from benchmarks.data.streams import split_classes
+from benchmarks.data.splits import split_classes
 from tests.helpers import seeded_order_stream
 
 

@@ -54,7 +54,7 @@ def test_each_dataset_runs_at_its_papers_split_with_every_strategy(name, expecte
 
 
 def test_the_tasks_sizes_follow_pycils_rule_on_each_class_count():
-    from benchmarks.data.streams import split_sizes
+    from benchmarks.data.splits import split_sizes
 
     for table in (LAMDA_HALF, PTM):
         for dataset, (split, sizes) in table.items():

@@ -3,7 +3,7 @@ and which launcher the command picks from them (``benchmarks.run``)."""
 
 import pytest
 
-from benchmarks import run
+from benchmarks import run, run_suite
 from benchmarks.core.errors import UserError
 from benchmarks.runner import local_launcher
 from benchmarks.runner.local_launcher import auto_workers, check_workers, worker_threads
@@ -77,7 +77,7 @@ def _args(*argv):
 )
 def test_the_launcher_follows_the_command_then_the_suites_workers(argv, workers, expected):
     args = _args(*argv)
-    assert run._launcher_for_runs(run._named_launcher(args), workers, args.force) == expected
+    assert run_suite._launcher_for_runs(run_suite._named_launcher(args), workers, args.force) == expected
 
 
 def test_a_bad_workers_value_in_a_suite_is_one_line_and_runs_nothing(tmp_path, capsys):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks import run
+from benchmarks import run, run_suite
 from benchmarks.core.heartbeat_lock import read_holder
 from benchmarks.runner import status
 from benchmarks.runner.locking import RunLock
@@ -190,7 +190,7 @@ def test_an_outside_strategys_run_lives_under_its_safe_label_and_resumes(tmp_pat
     assert run.main(argv) == 0
     err = capsys.readouterr().err
     assert "run(s) ->" not in err  # --quiet: no start line (tests/runner/test_command_input.py)
-    assert run.suite_title(run.load_suite(str(suite))) == f"suite 'suite' ({suite})"
+    assert run_suite.suite_title(run_suite.load_suite(str(suite))) == f"suite 'suite' ({suite})"
     assert f"{key}: resumed after task 1" in err
     (path, result), *others = list(iter_results(store.root))
     assert not others and path == store.root / "synthetic" / folder / "T3-seed0.json"
@@ -204,10 +204,10 @@ def test_an_outside_strategys_run_lives_under_its_safe_label_and_resumes(tmp_pat
 
 
 def test_a_shipped_suite_is_named_without_its_path(tmp_path):
-    assert run.suite_title(run.load_suite("smoke")) == "suite 'smoke'"
+    assert run_suite.suite_title(run_suite.load_suite("smoke")) == "suite 'smoke'"
     path = tmp_path / "suite.toml"
     path.write_text(SUITE)
-    assert run.suite_title(run.load_suite(str(path))) == f"suite 'suite' ({path})"
+    assert run_suite.suite_title(run_suite.load_suite(str(path))) == f"suite 'suite' ({path})"
 
 
 def test_status_of_an_empty_or_missing_folder_is_one_line(tmp_path, capsys):

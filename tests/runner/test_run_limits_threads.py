@@ -7,7 +7,7 @@ from typing import ClassVar
 import numpy as np
 import pytest
 
-from benchmarks import run
+from benchmarks import run, run_suite
 from benchmarks.core.environment import auto_threads, check_threads, usable_cores
 from benchmarks.core.errors import UserError
 from benchmarks.runner.building import _limited_config, build_run, resolve
@@ -134,7 +134,7 @@ def test_threads_take_a_number_or_auto_and_refuse_anything_else_in_one_line():
 
 @pytest.mark.slow  # a suite run (README: the fast tier's rule)
 def test_threads_are_recorded_in_the_env_and_not_hashed(mini_suite, tmp_path, capsys, monkeypatch):
-    monkeypatch.setattr(run, "usable_cores", lambda: 2)  # --threads 2 is refused on one core
+    monkeypatch.setattr(run_suite, "usable_cores", lambda: 2)  # --threads 2 is refused on one core
     argv = [
         "--suite",
         mini_suite,

@@ -15,10 +15,11 @@ from safetensors.torch import save_file
 import strategies.training.mixed_precision as mixed_precision
 from benchmarks import run
 from benchmarks.core.environment import set_deterministic
+from benchmarks.core.errors import UserError
 from benchmarks.core.precision import INITIAL_LOSS_SCALE
 from benchmarks.data.datasets import load_dataset
 from benchmarks.data.transforms import eval_transform
-from benchmarks.runner import learning
+from benchmarks.runner import building, learning
 from benchmarks.runner.reading import iter_results
 from benchmarks.runner.results import REQUIRED_KEYS
 from strategies.finetune import Finetune
@@ -253,18 +254,19 @@ def test_train_augmentation_is_the_strategys_unless_the_suite_sets_it(mini_suite
 
     suite = load_suite(mini_suite)
     chosen = {
-        spec.strategy: run.resolve(spec, "data").strategy_cfg.train_augmentation for spec in expand(suite)
+        spec.strategy: building.resolve(spec, "data").strategy_cfg.train_augmentation
+        for spec in expand(suite)
     }
     assert chosen == {"continual_clip": "none", "finetune": "paper"}  # each strategy's own default
 
     suite["dataset"]["synthetic"]["train_augmentation"] = "paper-scaled"
     for spec in expand(suite):
-        run_resolved = run.resolve(spec, "data")
+        run_resolved = building.resolve(spec, "data")
         config, resolved = run_resolved.strategy_cfg, run_resolved.config
         assert config.train_augmentation == "paper-scaled"
         assert resolved["strategy_config"]["train_augmentation"] == "paper-scaled"  # the result records it
 
     suite = load_suite(mini_suite)
     suite.setdefault("strategy", {})["finetune"] = {"train_augmentation": "heavy"}
-    with pytest.raises(run.UserError, match="train_augmentation='heavy'"):
-        run.resolve(expand(suite, strategies=["finetune"])[0], "data")
+    with pytest.raises(UserError, match="train_augmentation='heavy'"):
+        building.resolve(expand(suite, strategies=["finetune"])[0], "data")

@@ -8,10 +8,10 @@ import pytest
 import torch
 from safetensors import safe_open
 
-from benchmarks import run
 from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.core.errors import UserError
 from benchmarks.runner import building
+from benchmarks.runner.suites import expand, load_suite
 from strategies.gr4cil import GR4CIL
 from strategies.settings import RunSettings
 from tests.helpers import killed_and_resumed, run_one_run_suite
@@ -120,7 +120,7 @@ def test_saved_model_keys_are_documented_and_loading_restores_the_scores(gr4cil_
     assert [len(task["class_ids"]) for task in kinds["tasks"]["items"]] == [5, 5, 5, 5]
     assert len(kinds["anchor_ids"]["value"]) == 20
 
-    spec = run.expand(run.load_suite(str(suite)))[0]
+    spec = expand(load_suite(str(suite)))[0]
     data = building.load_run_data(spec, "data")
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec("tiny-clip-32", None))

@@ -11,7 +11,6 @@ import pytest
 import torch
 from avalanche.core import SupervisedPlugin
 
-from benchmarks import run
 from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.streams import build_stream
@@ -87,7 +86,7 @@ def test_every_trained_tensor_moves_and_the_loss_falls_in_task_1(name, request):
     if name in KNOWN_MISSES:
         request.applymarker(pytest.mark.xfail(strict=True, reason=KNOWN_MISSES[name]))
     (spec,) = expand(load_suite("smoke-baselines"), strategies=[name], seeds=[0], device="cpu")
-    resolved = run.resolve(spec, "data")
+    resolved = building.resolve(spec, "data")
     strategy_cls, config = resolved.strategy_cls, resolved.strategy_cfg
     data = building.load_run_data(spec, "data")
     torch.manual_seed(0)

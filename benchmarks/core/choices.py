@@ -1,0 +1,26 @@
+"""The fixed choices the command line offers, importing nothing heavy.
+
+``python -m benchmarks.run --help`` and a refused option answer from these names alone, without
+torch, Avalanche or open_clip (seconds on a loaded machine); the modules that act on a choice
+import it from here, so each list is written once.
+"""
+
+from __future__ import annotations
+
+import typing
+from typing import Literal
+
+#: a run's numeric precision (``benchmarks.core.precision``)
+PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
+
+#: where a run's train and eval pixels are computed: "device" (``benchmarks.data.device_augment``,
+#: where it covers the augmentation) or "pil" (torchvision's PIL pipeline, per sample); the two
+#: give the same pixels
+AugmentOn = Literal["device", "pil"]
+AUGMENT_ON: tuple[str, ...] = typing.get_args(AugmentOn)
+
+#: where a suite's runs execute (``benchmarks.runner.launcher``)
+LAUNCHERS = ("inline", "local", "slurm")
+
+#: the command whose rates turn a dry run's runs into GPU-hours (``benchmarks.runner.gpu_hours``)
+GPU_CHECK_COMMAND = "python -m benchmarks.tools.gpu_check"

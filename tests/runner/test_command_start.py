@@ -1,0 +1,61 @@
+"""Commands start without what they do not need: ``benchmarks.run --help`` and a refused option
+answer from the parser alone, and the analysis commands never load Avalanche or open_clip. Checked
+by the modules a fresh process imports (``python -X importtime``), not by a clock."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).parents[2]
+
+HEAVY = {"torch", "torchvision", "avalanche", "open_clip", "numpy", "sklearn", "pandas"}
+
+
+def imported(*argv: str) -> tuple[subprocess.CompletedProcess, set[str]]:
+    """The finished command and the top-level packages it imported."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", *argv],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=300,
+    )
+    names = {
+        line.split("|")[2].strip().split(".")[0]
+        for line in done.stderr.splitlines()
+        if line.startswith("import time:") and "cumulative" not in line
+    }
+    return done, names
+
+
+def test_run_help_imports_nothing_heavy():
+    done, names = imported("benchmarks.run", "--help")
+    assert done.returncode == 0
+    assert "--fast-dev-run" in done.stdout and "python -m benchmarks.tools.gpu_check" in done.stdout
+    assert names & HEAVY == set()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--precision", "fp64"], "argument --precision: invalid choice: 'fp64'"),
+        (["--launcher", "k8s"], "argument --launcher: invalid choice: 'k8s'"),
+        (["--seeds", "1,x"], "argument --seeds: expected a comma-separated list"),
+        (["--fast-dev-run", "two"], "argument --fast-dev-run: invalid int value"),
+    ],
+)
+def test_a_refused_option_is_one_line_before_torch(argv, message):
+    done, names = imported("benchmarks.run", *argv)
+    assert done.returncode == 2
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+    assert len(errors) == 1 and message in errors[0], errors
+    assert names & HEAVY == set()
+
+
+@pytest.mark.parametrize("command", ["analysis.tables", "analysis.compare", "benchmarks.runner.status"])
+def test_reading_results_never_loads_avalanche_or_open_clip(command):
+    done, names = imported(command, "--help")
+    assert done.returncode == 0
+    assert names & {"avalanche", "open_clip", "sklearn"} == set()
