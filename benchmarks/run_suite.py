@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+import time
 from pathlib import Path
 
 from benchmarks.core.environment import check_threads, set_deterministic, usable_cores
@@ -35,10 +36,17 @@ from benchmarks.runner.launcher import (
     watch_launcher,
 )
 from benchmarks.runner.live_log import parse_loggers
-from benchmarks.runner.local_launcher import LocalLauncher, auto_workers, check_gpus, check_workers
+from benchmarks.runner.local_launcher import (
+    LocalLauncher,
+    auto_workers,
+    check_gpus,
+    check_workers,
+    sampled_idle_cores,
+)
 from benchmarks.runner.reading import iter_results
 from benchmarks.runner.results import ResultStore
 from benchmarks.runner.status import run_state, slurm_view
+from benchmarks.runner.suite_progress import duration, why_workers
 from benchmarks.runner.suites import SUITES_DIR, RunLimits, RunSpec, expand, load_suite
 
 
@@ -76,7 +84,7 @@ def dry_run_table(
                 seconds = left * sum(samples) / len(samples)
                 total += seconds
                 estimated += 1
-                estimate = _duration(seconds)
+                estimate = duration(seconds)
             else:
                 unknown += 1
                 estimate = "no finished run of this strategy and dataset yet"
@@ -85,9 +93,9 @@ def dry_run_table(
     if unknown and not estimated:  # a sum of no estimates is no estimate, not 0 s
         left = f", {unknown} left to run; no estimate yet (no finished run of these strategies and datasets)"
     elif unknown:  # the runs without an estimate add to it
-        left = f"; at least {_duration(total)} left, plus {unknown} run(s) without an estimate"
+        left = f"; at least {duration(total)} left, plus {unknown} run(s) without an estimate"
     else:
-        left = f"; estimated {_duration(total)} left"
+        left = f"; estimated {duration(total)} left"
     gpu = [] if gpu_rates is False else [gpu_hours_line(pending, gpu_rates)]
     datasets = [name for spec in runs for name in (spec.dataset, *spec.zero_shot_targets)]
     needs = readiness(datasets, [backbone_spec(spec) for spec in runs], data_root)
@@ -100,13 +108,6 @@ def suite_title(suite: dict) -> str:
     that a file named suite.toml does not read "suite suite"."""
     shipped = Path(suite["path"]).parent == SUITES_DIR
     return f"suite {suite['name']!r}" + ("" if shipped else f" ({suite['path']})")
-
-
-def _duration(seconds: float) -> str:
-    if seconds < 60:
-        return f"{seconds:.0f} s"
-    minutes = round(seconds / 60)
-    return f"{minutes // 60} h {minutes % 60:02d} min" if minutes >= 60 else f"{minutes} min"
 
 
 def _threads(value: object, args: argparse.Namespace):
@@ -193,9 +194,21 @@ def _gpu_rates(args: argparse.Namespace, suite: dict, results_dir: Path) -> Rate
     return read_rates(path) if path is not None else reference_rates()
 
 
+def _why_at_once(
+    launcher: str, named: str | None, count: int, workers: object, device: str, idle: int | None, runs: int
+) -> str:
+    """The start line's reason for running one at a time or side by side; none for SLURM."""
+    if launcher == "slurm":
+        return ""
+    if launcher == "inline" and named is None and count > 1:  # --force: the local launcher refuses it
+        return "; one run at a time (--force recomputes here, never in shared workers)"
+    return "; " + why_workers(count if launcher == "local" else 1, workers, named, device, idle, runs)
+
+
 def run_suite(args: argparse.Namespace, argv: list[str] | None = None) -> int:
     """Run the suite that ``args`` (``benchmarks.run.parse_args``) names; ``argv``: the command's
     arguments, handed to local workers (None: this process's). The exit status."""
+    started = time.monotonic()
     prepare_runner_process()
     sigterm = stop_on_sigterm()  # SIGTERM stops as Ctrl-C does: locks released, workers ended
     watch_launcher()  # a local launcher's worker: end with the launcher, however it ends
@@ -242,14 +255,6 @@ def run_suite(args: argparse.Namespace, argv: list[str] | None = None) -> int:
             print(dry_run_table(runs, store, args.data_root, _gpu_rates(args, suite, results_dir)))
             return 0
         preflight(runs, args.data_root, store=store, force=args.force, save_models=args.save_models)
-        if not args.quiet:
-            print(f"{suite_title(suite)}: {len(runs)} run(s) -> {results_dir}", file=sys.stderr)
-        for label, dataset in dict.fromkeys((s.label, s.dataset) for s in runs if ":" in s.strategy):
-            spec = next(s for s in runs if (s.label, s.dataset) == (label, dataset))
-            # an outside strategy: say what the suite's protocol gave it (docs/adding-a-strategy.md)
-            print(
-                settings_from_the_suite(label, dataset, resolve(spec, args.data_root).config), file=sys.stderr
-            )
         bars = not args.quiet and sys.stderr.isatty()  # a log file gets one line per task instead
         options = RunOptions(
             data_root=args.data_root,
@@ -263,8 +268,23 @@ def run_suite(args: argparse.Namespace, argv: list[str] | None = None) -> int:
             log=loggers,
         )
         # how many runs at once, once: "auto" samples the idle cores (the count moves no number)
-        count = auto_workers(workers, runs[0].device, len(runs)) if named in (None, "local") else 1
+        run_device = runs[0].device
+        sharing = named in (None, "local")
+        idle = sampled_idle_cores(workers, run_device) if sharing else None
+        count = auto_workers(workers, run_device, len(runs), idle) if sharing else 1
         launcher = _launcher_for_runs(named, count, args.force)
+        if not args.quiet:
+            print(
+                f"{suite_title(suite)}: {len(runs)} run(s) -> {results_dir}"
+                + _why_at_once(launcher, named, count, workers, run_device, idle, len(runs)),
+                file=sys.stderr,
+            )
+        for label, dataset in dict.fromkeys((s.label, s.dataset) for s in runs if ":" in s.strategy):
+            spec = next(s for s in runs if (s.label, s.dataset) == (label, dataset))
+            # an outside strategy: say what the suite's protocol gave it (docs/adding-a-strategy.md)
+            print(
+                settings_from_the_suite(label, dataset, resolve(spec, args.data_root).config), file=sys.stderr
+            )
         outcome = _launcher(launcher, args, argv, count, slurm_options, suite["name"]).launch(
             runs, store, options
         )
@@ -276,6 +296,12 @@ def run_suite(args: argparse.Namespace, argv: list[str] | None = None) -> int:
             print(write_tables(results_dir, outcome.finished))
         elif launcher in ("inline", "local"):
             print(nothing_finished(outcome), file=sys.stderr)
+        if not args.quiet:
+            print(
+                f"{suite_title(suite)}: {len(outcome.finished)} of {len(runs)} run(s) finished in "
+                f"{duration(time.monotonic() - started)}",
+                file=sys.stderr,
+            )
         if outcome.code:
             print(
                 f"error: {len(runs) - len(outcome.finished)} of {len(runs)} run(s) did not finish; see "

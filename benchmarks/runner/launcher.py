@@ -29,6 +29,7 @@ from benchmarks.core.environment import Threads, set_threads
 from benchmarks.core.errors import UserError
 from benchmarks.core.heartbeat_lock import read_holder, this_command
 from benchmarks.runner.results import ResultStore, RunKey
+from benchmarks.runner.suite_progress import SuiteProgress
 from benchmarks.runner.suites import RunSpec
 
 
@@ -207,8 +208,10 @@ class InlineLauncher:
         from benchmarks.runner.execute import execute  # pulls in torch, Avalanche and the strategies
 
         finished, held = [], []
+        progress = SuiteProgress(runs)
         for spec in tqdm(runs, desc=f"suite {options.suite_name}", disable=options.quiet):
             set_threads(options.threads, spec.device)
+            began = time.monotonic()
             with run_log(store, spec.key) if options.run_logs else contextlib.nullcontext():
                 result, status = execute(
                     spec,
@@ -230,7 +233,9 @@ class InlineLauncher:
                     held.append(spec.key)
                 if options.run_logs:  # the run's own log tells its story too
                     print(f"{spec.key}: {status}", file=sys.stderr)
-            tqdm.write(f"{spec.key}: {status}", file=sys.stderr)
+            computed = result is not None and not status.startswith("cached")
+            where = progress.ended(spec, time.monotonic() - began if computed else None)
+            tqdm.write(f"{spec.key}: {status} ({where})", file=sys.stderr)
             if result is not None:
                 finished.append(spec.key)
         return Outcome(0, finished, held=held)

@@ -52,6 +52,7 @@ from benchmarks.runner.launcher import (
 )
 from benchmarks.runner.results import ResultStore
 from benchmarks.runner.status import RunState, run_state
+from benchmarks.runner.suite_progress import SuiteProgress
 from benchmarks.runner.suites import RunSpec
 
 POLL_SECONDS = 2.0
@@ -113,12 +114,20 @@ def check_workers(value: object) -> Workers:
     return check_count_or_auto(value, "workers")
 
 
-def auto_workers(workers: Workers, device: str, runs: int) -> int:
+def sampled_idle_cores(workers: Workers, device: str) -> int | None:
+    """The idle cores now, where "auto" workers on the CPU count them; else None (not sampled)."""
+    return idle_cores() if workers == "auto" and device == "cpu" else None
+
+
+def auto_workers(workers: Workers, device: str, runs: int, idle: int | None = None) -> int:
     """How many workers to start for ``runs`` runs: as asked, or for "auto" one per idle core on
     the CPU (each run on one thread: ``auto_threads``) and one on CUDA; never more than ``runs``, at
     least one. Idle, not usable: beside another busy process, more workers than the cores left
-    free only share them (docs/running.md measures it)."""
-    wanted = workers if workers != "auto" else (idle_cores() if device == "cpu" else 1)
+    free only share them (docs/running.md measures it). ``idle``: the idle cores, where the caller
+    has sampled them already (to say so); else they are sampled here."""
+    if idle is None:
+        idle = sampled_idle_cores(workers, device)
+    wanted = workers if workers != "auto" else (idle if device == "cpu" else 1)
     return max(1, min(wanted, runs))
 
 
@@ -144,13 +153,16 @@ class LocalLauncher:
 
         hashes = {spec.key: resolve(spec, options.data_root).config_hash for spec in runs}
         states = self._states(runs, store, hashes)
+        to_compute = sum(state.state != "finished" for state in states)
+        workers = max(1, min(self.workers, to_compute))
+        progress = SuiteProgress(runs, workers)
         for spec, state in zip(runs, states, strict=True):
             if state.state == "finished":
-                tqdm.write(f"{spec.key}: cached; {state.detail}", file=sys.stderr)
-        to_compute = sum(state.state != "finished" for state in states)
+                tqdm.write(
+                    f"{spec.key}: cached; {state.detail} ({progress.ended(spec, None)})", file=sys.stderr
+                )
         if not to_compute:  # nothing for a worker to do: no process started
             return Outcome(0, [spec.key for spec in runs])
-        workers = min(self.workers, to_compute)
         logs = store.root / ".logs"
         logs.mkdir(parents=True, exist_ok=True)
         command_pid, started = this_command()
@@ -191,7 +203,7 @@ class LocalLauncher:
                     preexec_fn=_die_with(os.getpid()),
                 )
                 processes.append((worker, log))
-            return self._watch(runs, store, options, hashes, states, processes, paths, workers)
+            return self._watch(runs, store, options, hashes, states, processes, paths, progress)
         except KeyboardInterrupt:  # Ctrl-C or SIGTERM (``launcher.Terminated``): the workers end first
             _stop(processes)
             raise
@@ -201,10 +213,12 @@ class LocalLauncher:
             for _, log in processes:
                 log.close()
 
-    def _watch(self, runs, store, options, hashes, states, processes, paths, workers) -> Outcome:
+    def _watch(self, runs, store, options, hashes, states, processes, paths, progress) -> Outcome:
         """Show progress until every worker has ended; the outcome, with the runs held by another
         command named (not an error) and the workers that failed named with their log's last line."""
-        bar = tqdm(total=len(runs), desc=f"{workers} local workers", disable=options.quiet, unit="run")
+        bar = tqdm(
+            total=len(runs), desc=f"{progress.workers} local workers", disable=options.quiet, unit="run"
+        )
         others: dict = {}  # run -> the line naming the other command last seen holding it
         try:
             while True:
@@ -220,12 +234,17 @@ class LocalLauncher:
                     if now.state != before.state and now.state in ("finished", "failed"):
                         # a line per run as it ends, as the inline launcher writes (a log gets no bar)
                         log = run_log_path(store, spec.key)
+                        seconds = None  # a run computed by another command, or failed, teaches no time
                         if now.state == "finished":
                             result = store.finished(spec.key, hashes[spec.key]) or {}
                             ended = others.get(spec.key) or how_it_ran(result)  # resumed: said so
+                            cost = result.get("cost") or {}
+                            if spec.key not in others and "train_seconds" in cost:
+                                seconds = cost["train_seconds"] + cost.get("eval_seconds", 0.0)
                         else:
                             ended = f"failed (log: {log})"
-                        tqdm.write(f"{spec.key}: {ended}; {now.detail}", file=sys.stderr)
+                        where = progress.ended(spec, seconds)
+                        tqdm.write(f"{spec.key}: {ended}; {now.detail} ({where})", file=sys.stderr)
                 bar.n = sum(state.state == "finished" for state in states)
                 bar.set_postfix(
                     running=sum(state.state == "running" for state in states),

@@ -13,6 +13,7 @@ import tomllib
 from pathlib import Path
 
 import pytest
+from packaging.requirements import Requirement
 
 ROOT = Path(__file__).resolve().parents[2]
 DOCUMENTS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
@@ -97,6 +98,19 @@ def test_a_documented_command_matches_the_code(where, command, monkeypatch):
         assert words[1] in ("check", "format"), command
     elif tool == "pip":
         extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+        if words[2] != "-e":  # PyTorch's own builds first, pinned inside the project's range
+            assert words[1] == "install" and words[4] == "--index-url", command
+            assert re.fullmatch(r"https://download\.pytorch\.org/whl/(cpu|cu\d+)", words[5]), command
+            ranges = {
+                Requirement(r).name: Requirement(r).specifier
+                for r in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]
+            }
+            pins = [Requirement(word) for word in words[2:4]]
+            assert [pin.name for pin in pins] == ["torch", "torchvision"], command
+            for pin in pins:
+                (version,) = (spec.version for spec in pin.specifier)
+                assert ranges[pin.name].contains(version), f"{command}: {pin} is outside the project's range"
+            return
         assert words[1:3] == ["install", "-e"] and words[3] in (".", *(f".[{e}]" for e in extras)), command
     elif tool == "git":  # an outside framework's checkout: its repository, then a pinned commit
         assert (
