@@ -1,7 +1,12 @@
 """Write every paper table and figure from a folder of result JSON.
 
 ``python -m analysis.report --results-dir DIR --out DIR [--no-paper] [--only NAME,...]
-[--as-published DIR]``.
+[--as-published DIR] [--by-suite]``.
+
+One folder of results is one suite's (``runs/SUITE``): results of two suites for the same run are
+refused, never chosen between (``benchmarks.runner.reading.read_results``), and fast-dev-run results
+beside real ones are left out with a note. ``--by-suite`` reads each folder under ``--results-dir``
+as a suite of its own and writes its report under ``OUT/SUITE/``.
 
 Writes, under the output folder::
 
@@ -40,7 +45,7 @@ from analysis.paper_inputs import MissingInputs, load_inputs, load_paper_referen
 from analysis.paper_tables import TABLES
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors, output_folder
-from benchmarks.runner.reading import Results
+from benchmarks.runner.reading import Results, iter_results
 
 
 @dataclass
@@ -219,20 +224,55 @@ def main(argv: list[str] | None = None) -> int:
         metavar="DIR",
         help="main-as-published's results: adds the table of how much the protocol moves each row",
     )
+    parser.add_argument(
+        "--by-suite",
+        action="store_true",
+        help="one report per suite: each folder directly under --results-dir that holds results "
+        "(runs/SUITE, results/SUITE) gets its own, under OUT/SUITE/",
+    )
     args = parser.parse_args(argv)
     out = output_folder(args.out, "--out")  # before any table is built, not after
-    items = build_report(
-        args.results_dir,
-        out,
-        with_paper=not args.no_paper,
-        log=lambda line: print(line, file=sys.stderr),
-        only=args.only.split(",") if args.only else None,
-        as_published_dir=args.as_published,
-    )
-    for item in items:
-        print(item, file=sys.stdout if item.written else sys.stderr)
-    print(f"report: {out / 'report.md'}")
+    if args.by_suite and args.as_published:
+        raise UserError(
+            "--as-published compares two folders; give it one suite's --results-dir, not --by-suite"
+        )
+    if args.by_suite:
+        jobs = [(folder, out / folder.name) for folder in suite_folders(args.results_dir)]
+    else:
+        jobs = [(Path(args.results_dir), out)]
+    for results_dir, report_dir in jobs:
+        if args.by_suite:
+            print(f"suite {results_dir.name}: {results_dir}", file=sys.stderr)
+        items = build_report(
+            results_dir,
+            report_dir,
+            with_paper=not args.no_paper,
+            log=lambda line: print(line, file=sys.stderr),
+            only=args.only.split(",") if args.only else None,
+            as_published_dir=args.as_published,
+        )
+        for item in items:
+            print(item, file=sys.stdout if item.written else sys.stderr)
+        print(f"report: {report_dir / 'report.md'}")
     return 0
+
+
+def suite_folders(results_dir: str | Path) -> list[Path]:
+    """The folders directly under ``results_dir`` that hold results, one per suite by the runner's
+    layout (``runs/SUITE``); a fast dev run's folder (``SUITE-fast-dev-run``) is one of its own."""
+    root = Path(results_dir)
+    if not root.is_dir():
+        raise UserError(
+            f"results folder {root} does not exist; give the folder that holds runs/SUITE folders"
+        )
+    found = [
+        folder
+        for folder in sorted(root.iterdir())
+        if folder.is_dir() and not folder.name.startswith(".") and next(iter_results(folder, []), None)
+    ]
+    if not found:
+        raise UserError(f"no folder under {root} holds results; --by-suite reads {root}/SUITE/ folders")
+    return found
 
 
 if __name__ == "__main__":

@@ -83,6 +83,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     )
     parser.add_argument("--force", action="store_true", help="recompute finished runs")
     parser.add_argument(
+        "--reuse-from",
+        type=_csv(str),
+        metavar="DIRS",
+        help="comma-separated results folders (a shared store, another suite's) whose finished result of a "
+        "run's exact config is copied, not recomputed; the folders of the suite's base suites "
+        "(runs/BASE) are always looked in",
+    )
+    parser.add_argument(
         "--save-models",
         action="store_true",
         help="also save each finished run's learned state (safetensors + JSON) next to its result",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 from benchmarks.core.environment import check_threads, set_deterministic, usable_cores
@@ -47,11 +48,15 @@ from benchmarks.runner.reading import iter_results
 from benchmarks.runner.results import ResultStore
 from benchmarks.runner.status import run_state, slurm_view
 from benchmarks.runner.suite_progress import duration, why_workers
-from benchmarks.runner.suites import SUITES_DIR, RunLimits, RunSpec, expand, load_suite
+from benchmarks.runner.suites import SUITES_DIR, RunLimits, RunSpec, expand, load_suite, suite_bases
 
 
 def dry_run_table(
-    runs: list[RunSpec], store: ResultStore, data_root: str, gpu_rates: Rates | None | bool = False
+    runs: list[RunSpec],
+    store: ResultStore,
+    data_root: str,
+    gpu_rates: Rates | None | bool = False,
+    reuse_from: tuple[str, ...] = (),
 ) -> str:
     """One row per run of the suite: its state in ``store`` and an estimate of what is left to
     compute; then what the runs read (data, weights), present or missing with the ``prepare``
@@ -75,7 +80,14 @@ def dry_run_table(
         resolved = resolve(spec, data_root)
         config = resolved.config
         state = run_state(store, spec.key, resolved.config_hash, slurm)
-        left = 0 if state.state in ("finished", "running") else spec.n_tasks - state.tasks_done
+        source = (
+            None
+            if state.state in ("finished", "running")
+            else _reusable(spec, resolved.config_hash, reuse_from)
+        )
+        if source is not None:  # copied when the suite runs (ResultStore.reuse), never computed
+            state = replace(state, state="to reuse", detail=f"finished in {source}")
+        left = 0 if state.state in ("finished", "running", "to reuse") else spec.n_tasks - state.tasks_done
         estimate = "-"
         if left:
             pending.append((spec, config, state.tasks_done))
@@ -101,6 +113,11 @@ def dry_run_table(
     needs = readiness(datasets, [backbone_spec(spec) for spec in runs], data_root)
     needs = ["", "What the runs read:", *(f"- {line}" for line in needs)] if needs else []
     return "\n".join([*lines, *needs, "", f"{len(runs)} run(s){left}", *gpu])
+
+
+def _reusable(spec: RunSpec, cfg_hash: str, sources: tuple[str, ...]) -> str | None:
+    """The first of ``sources`` that holds a finished result of ``spec`` with ``cfg_hash``."""
+    return next((source for source in sources if ResultStore(source).finished(spec.key, cfg_hash)), None)
 
 
 def suite_title(suite: dict) -> str:
@@ -194,6 +211,18 @@ def _gpu_rates(args: argparse.Namespace, suite: dict, results_dir: Path) -> Rate
     return read_rates(path) if path is not None else reference_rates()
 
 
+def _reuse_sources(given: list[str] | None, suite: dict, suffix: str) -> tuple[str, ...]:
+    """The results folders whose finished runs a run copies instead of computing: ``--reuse-from``
+    (each must exist), then the default folder of each base suite (``runs/BASE``, with a fast dev
+    run's ``suffix``) that exists; absolute, since workers and SLURM jobs may start elsewhere."""
+    for folder in given or []:
+        if not Path(folder).is_dir():
+            raise UserError(f"--reuse-from {folder}: no such folder; give a folder of results")
+    bases = [Path("runs") / (name + suffix) for name in suite_bases(suite)]
+    folders = [*map(Path, given or []), *(path for path in bases if path.is_dir())]
+    return tuple(dict.fromkeys(str(folder.resolve()) for folder in folders))
+
+
 def _why_at_once(
     launcher: str, named: str | None, count: int, workers: object, device: str, idle: int | None, runs: int
 ) -> str:
@@ -251,8 +280,10 @@ def run_suite(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         default_dir = suite["name"] + ("-fast-dev-run" if fast_dev_run else "")  # never beside real results
         results_dir = Path(args.results_dir or Path("runs") / default_dir)
         store = ResultStore(results_dir)
+        reuse_from = _reuse_sources(args.reuse_from, suite, "-fast-dev-run" if fast_dev_run else "")
         if args.dry_run:
-            print(dry_run_table(runs, store, args.data_root, _gpu_rates(args, suite, results_dir)))
+            rates = _gpu_rates(args, suite, results_dir)
+            print(dry_run_table(runs, store, args.data_root, rates, reuse_from))
             return 0
         preflight(runs, args.data_root, store=store, force=args.force, save_models=args.save_models)
         bars = not args.quiet and sys.stderr.isatty()  # a log file gets one line per task instead
@@ -266,6 +297,7 @@ def run_suite(args: argparse.Namespace, argv: list[str] | None = None) -> int:
             run_logs=args.run_logs,
             suite_name=suite["name"],
             log=loggers,
+            reuse_from=reuse_from,
         )
         # how many runs at once, once: "auto" samples the idle cores (the count moves no number)
         run_device = runs[0].device

@@ -22,7 +22,7 @@ from benchmarks.data.splits import split_classes
 from benchmarks.runner.building import ResolvedRun, backbone_spec, build_run, load_run_data, resolve
 from benchmarks.runner.learning import RunContext, learn_and_store, training_log
 from benchmarks.runner.live_log import LiveLog
-from benchmarks.runner.results import ResultStore, safe_label
+from benchmarks.runner.results import ResultStore, reused_status, safe_label
 from benchmarks.runner.suites import RunSpec
 from benchmarks.runner.zero_shot import zero_shot_target
 
@@ -81,12 +81,15 @@ def execute(
     log: tuple[str, ...] = (),
     project: str = "",
     threads: Threads = "auto",
+    reuse_from: tuple[str, ...] = (),
 ) -> tuple[dict | None, str]:
     """Run (or resume, or skip) one run under its lock. Returns its result and what happened; the
     result is None when another process holds the run's lock. ``show_progress``: progress bars;
     ``task_lines``: one line on stderr per finished task instead (a log that is not a terminal);
     ``log``: the live logs to write (``benchmarks.runner.live_log``), ``project`` naming the W&B
-    project; ``threads``: the setting the caller gave ``set_threads``, recorded in the result."""
+    project; ``threads``: the setting the caller gave ``set_threads``, recorded in the result;
+    ``reuse_from``: other results folders whose finished result of this config is copied here
+    instead of computed (``ResultStore.reuse``; not with ``force`` or ``save_model``)."""
     resolved = resolve(spec, data_root)
     cfg_hash = resolved.config_hash
     _refuse_replacing(store, spec, resolved, force)
@@ -102,6 +105,8 @@ def execute(
         _refuse_replacing(store, spec, resolved, force)  # another process may have stored it
         if not force and (done := store.finished(spec.key, cfg_hash)) is not None:
             result, status = done, "cached (finished by another process)"
+        elif not (force or save_model) and (found := store.reuse(spec.key, cfg_hash, reuse_from)):
+            result, status = found[0], reused_status(found[1])
         else:
             live = LiveLog(log, store.root, spec.key, {**resolved.config, "suite": project}) if log else None
             with live or contextlib.nullcontext():

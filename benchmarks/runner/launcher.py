@@ -46,6 +46,7 @@ class RunOptions:
     run_logs: bool = False  # each run's stderr goes to <results-dir>/.logs/<run>.log
     suite_name: str = ""
     log: tuple[str, ...] = ()  # live logs of each run: tensorboard, wandb, csv (benchmarks.runner.live_log)
+    reuse_from: tuple[str, ...] = ()  # other results folders whose finished runs are copied, not recomputed
 
 
 @dataclass(frozen=True)
@@ -224,6 +225,7 @@ class InlineLauncher:
                     log=options.log,
                     project=options.suite_name,
                     threads=options.threads,
+                    reuse_from=options.reuse_from,
                 )
                 if result is not None:
                     summary = result["summary"]
@@ -233,7 +235,7 @@ class InlineLauncher:
                     held.append(spec.key)
                 if options.run_logs:  # the run's own log tells its story too
                     print(f"{spec.key}: {status}", file=sys.stderr)
-            computed = result is not None and not status.startswith("cached")
+            computed = result is not None and not status.startswith(("cached", "reused"))
             where = progress.ended(spec, time.monotonic() - began if computed else None)
             tqdm.write(f"{spec.key}: {status} ({where})", file=sys.stderr)
             if result is not None:

@@ -50,7 +50,7 @@ from benchmarks.runner.launcher import (
     how_it_ran,
     run_log_path,
 )
-from benchmarks.runner.results import ResultStore
+from benchmarks.runner.results import ResultStore, reuse_under_lock, reused_status
 from benchmarks.runner.status import RunState, run_state
 from benchmarks.runner.suite_progress import SuiteProgress
 from benchmarks.runner.suites import RunSpec
@@ -153,6 +153,13 @@ class LocalLauncher:
 
         hashes = {spec.key: resolve(spec, options.data_root).config_hash for spec in runs}
         states = self._states(runs, store, hashes)
+        if options.reuse_from and not (options.force or options.save_models):
+            for spec, state in zip(runs, states, strict=True):
+                if state.state not in ("finished", "running") and (
+                    found := reuse_under_lock(store, spec.key, hashes[spec.key], options.reuse_from)
+                ):
+                    tqdm.write(f"{spec.key}: {reused_status(found[1])}", file=sys.stderr)
+            states = self._states(runs, store, hashes)
         to_compute = sum(state.state != "finished" for state in states)
         workers = max(1, min(self.workers, to_compute))
         progress = SuiteProgress(runs, workers)

@@ -24,12 +24,14 @@ import numpy as np
 
 from benchmarks.backbone.weights import TINY_MODEL
 from benchmarks.core.atomic_io import read_json
+from benchmarks.core.errors import UserError
 from benchmarks.data.protocols import DEFAULT_PROTOCOL
 from benchmarks.runner.results import (
     RESULT_NAME,
     Predictions,
     RunKey,
     RunResult,
+    changed_entries,
     unreadable_result,
     with_complete_summary,
 )
@@ -159,6 +161,17 @@ class Results:
         return [group[0] for group in self._groups.values()]
 
     @property
+    def ambiguous(self) -> list[list[ResultFile]]:
+        """The run keys whose results of different configs the rule cannot choose between (both
+        with zero-shot targets, or both without): only their paths would decide. Two suites'
+        results under one folder, or a run recomputed under another config beside the old one."""
+        return [
+            group
+            for group in self._groups.values()
+            if len(group) > 1 and (group[0].result.zero_shot is None) == (group[1].result.zero_shot is None)
+        ]
+
+    @property
     def duplicate_notes(self) -> list[str]:
         """One line per run key that results of several configs share, naming the file used."""
         return [
@@ -194,7 +207,25 @@ def read_results(source: str | Path | Sequence[str | Path] | Results) -> Results
                 incomplete.append(
                     f"skipped {path}: not a complete result ({err}); rerun that run or complete the file"
                 )
-    return Results(tuple(found), (*skipped, *incomplete))
+    fast = [file for file in found if file.result.config.get("fast_dev_run")]
+    if fast and len(fast) < len(found):  # a fast dev run checks code paths: never a real run's number
+        found = [file for file in found if not file.result.config.get("fast_dev_run")]
+        incomplete.append(
+            f"left out {len(fast)} fast-dev-run result(s) (the first: {fast[0].path}): a fast dev run "
+            "checks the code paths and never enters the tables of real runs; read its folder alone"
+        )
+    results = Results(tuple(found), (*skipped, *incomplete))
+    if results.ambiguous:
+        first, second, *_ = results.ambiguous[0]
+        changed = ", ".join(changed_entries(first.result.config, second.result.config)) or "its config"
+        where = ", ".join(map(str, folders))
+        raise UserError(
+            f"{len(results.ambiguous)} run(s) have results of different configs under {where}, e.g. "
+            f"{first.key}: {first.path} and {second.path} (they differ in {changed}); results of two "
+            "suites are never mixed: read one suite's folder (analysis.report --by-suite reads each in "
+            "turn), or move one away"
+        )
+    return results
 
 
 def skipped_clause(skipped: Sequence[str]) -> str:

@@ -36,6 +36,7 @@ import json
 import math
 import shutil
 import warnings
+from collections.abc import Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
@@ -275,6 +276,33 @@ class ResultStore:
             return None
         return with_complete_summary(result)
 
+    def reuse(self, key: RunKey, cfg_hash: str, sources: Sequence[str | Path]) -> tuple[dict, Path] | None:
+        """A finished result of ``key`` made with config ``cfg_hash`` in another results folder
+        of ``sources`` (a suite's base folder, a shared store), copied here as it is stored: its
+        predictions sidecar first, checked against the SHA-256 the result names, then the JSON.
+        The result and the folder it came from; None where no source holds one (a damaged
+        sidecar does not count: the run is computed instead)."""
+        for source in sources:
+            other = ResultStore(source)
+            if other.root.resolve() == self.root.resolve():
+                continue
+            result = other.finished(key, cfg_hash)
+            if result is None:
+                continue
+            entry = result.get("predictions")
+            try:
+                stored = other.result_path(key).read_bytes()
+                sidecar = (other.result_path(key).parent / entry["file"]).read_bytes() if entry else None
+            except OSError:
+                continue
+            if sidecar is not None and hashlib.sha256(sidecar).hexdigest() != entry["sha256"]:
+                continue
+            if sidecar is not None:
+                atomic_write_bytes(self.result_path(key).parent / entry["file"], sidecar)
+            atomic_write_bytes(self.result_path(key), stored)
+            return result, other.root
+        return None
+
     def refusal(
         self, key: RunKey, cfg_hash: str | None, force: bool = False, config: dict | None = None
     ) -> str | None:
@@ -313,7 +341,7 @@ class ResultStore:
         stored = data.get("config_hash")
         if cfg_hash is None or force or stored == cfg_hash:
             return None
-        changed = _changed_entries(data.get("config") or {}, config) if config is not None else []
+        changed = changed_entries(data.get("config") or {}, config) if config is not None else []
         what = f"; changed: {', '.join(changed)}" if changed else ""
         return (
             f"result file {path} was computed with another config (hash {stored}, this run's {cfg_hash}"
@@ -418,7 +446,7 @@ class ResultStore:
         return progress, tensors, state["strategy"]
 
 
-def _changed_entries(old: dict, new: dict, limit: int = 4) -> list[str]:
+def changed_entries(old: dict, new: dict, limit: int = 4) -> list[str]:
     """The hashed config entries that differ between two resolved configs, one level into dicts
     (``strategy_config.eval_batch_size``); at most ``limit`` named, then how many more."""
     changed = []
@@ -480,6 +508,29 @@ class Predictions:
     def correct(self) -> np.ndarray:
         """``[n_stages, n_images]`` booleans: predicted class == true class."""
         return self.predictions == self.targets[None, :]
+
+
+def reuse_under_lock(
+    store: ResultStore, key: RunKey, cfg_hash: str, sources: tuple[str, ...]
+) -> tuple[dict, Path] | None:
+    """``ResultStore.reuse`` under the run's lock, for a launcher that copies before any worker
+    starts; None also where another process holds the run."""
+    if not sources:
+        return None
+    lock = store.lock(key)
+    if not lock.acquire():
+        return None
+    found = None
+    try:
+        found = store.reuse(key, cfg_hash, sources)
+    finally:
+        lock.release(finished=found is not None)
+    return found
+
+
+def reused_status(source) -> str:
+    """What a run copied from another results folder says (``ResultStore.reuse``)."""
+    return f"reused from {source} (a finished result of the same config; not recomputed)"
 
 
 def predictions_path(result_path: Path) -> Path:

@@ -193,6 +193,16 @@ def load_suite(name_or_path: str) -> dict[str, Any]:
     return suite
 
 
+def suite_bases(suite: dict[str, Any]) -> list[str]:
+    """The suites ``suite`` (as ``load_suite`` read it) starts from, nearest first: its file's
+    ``base``, that suite's ``base``, and so on (``load_suite`` has checked the chain)."""
+    bases, path = [], Path(suite["path"])
+    while name := tomllib.loads(path.read_text(encoding="utf-8")).get("base"):
+        bases.append(name)
+        path = SUITES_DIR / f"{name}.toml"
+    return bases
+
+
 def _read_suite(path: Path, seen: tuple[Path, ...]) -> dict[str, Any]:
     """A suite file with its ``base`` suite merged under it (tables key by key, lists replaced)."""
     try:

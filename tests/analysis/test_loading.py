@@ -6,9 +6,10 @@ import json
 import numpy as np
 import pytest
 
-from analysis import pairing, reproducibility, tables
+from analysis import pairing, report, reproducibility, tables
 from analysis.orders import Unit
 from analysis.paper_inputs import load_inputs
+from benchmarks.core.errors import UserError
 from benchmarks.runner.reading import read_results
 from benchmarks.runner.results import (
     Predictions,
@@ -36,8 +37,9 @@ def _stage(task: int, acc: float) -> StageResult:
     )
 
 
-def _store(root, last_acc: float, zero_shot: dict | None) -> None:
-    """A finished 2-task run of KEY whose last accuracy is ``last_acc``."""
+def _store(root, last_acc: float, zero_shot: dict | None, config: dict | None = None) -> None:
+    """A finished 2-task run of KEY whose last accuracy is ``last_acc``, its config ``config``
+    beside a marker of that accuracy."""
     result = RunResult(
         schema_version=2,
         strategy=KEY.label,
@@ -45,7 +47,7 @@ def _store(root, last_acc: float, zero_shot: dict | None) -> None:
         dataset=KEY.dataset,
         n_tasks=KEY.n_tasks,
         seed=KEY.seed,
-        config={"suite_marker": last_acc},
+        config={"suite_marker": last_acc, **(config or {})},
         config_hash=f"hash{last_acc}",
         class_order=[0, 1, 2, 3],
         class_names=["a", "b", "c", "d"],
@@ -100,6 +102,59 @@ def test_every_reader_counts_one_seed_in_the_mixed_suites_folder(tmp_path):
     inputs = load_inputs(runs)
     assert [run.summary["last_acc"] for run in inputs.runs] == [80.0]
     assert len(inputs.all_runs) == 2  # the zero-shot table still finds the zero-shot run
+
+
+def test_two_suites_results_for_one_run_are_refused_never_chosen_by_path(tmp_path, capsys):
+    runs = tmp_path / "runs"
+    _store(runs / "suite-a", 80.0, None)
+    _store(runs / "suite-b", 70.0, None)
+    with pytest.raises(UserError) as refused:
+        read_results(runs)
+    message = str(refused.value)
+    assert message.startswith(f"1 run(s) have results of different configs under {runs}, e.g. {KEY}: ")
+    assert str(runs / "suite-a") in message and str(runs / "suite-b") in message
+    assert "(they differ in suite_marker)" in message and "--by-suite" in message
+    for command in (tables.main, pairing_main):
+        assert command(["--results-dir", str(runs)]) == 2
+        err = capsys.readouterr().err.splitlines()
+        assert len(err) == 1 and err[0] == f"error: {message}"
+    # each suite's folder alone reads as before
+    assert [f.result.summary["last_acc"] for f in read_results(runs / "suite-b").runs] == [70.0]
+
+
+def pairing_main(argv):
+    from analysis import compare
+
+    return compare.main([*argv, "--baseline", "gr4cil"])
+
+
+def test_the_report_by_suite_reads_each_suite_folder_alone(tmp_path, capsys):
+    runs, out = tmp_path / "runs", tmp_path / "report"
+    _store(runs / "suite-a", 80.0, None)
+    _store(runs / "suite-b", 70.0, None)
+    (runs / "empty").mkdir()
+    assert report.main(["--results-dir", str(runs), "--out", str(out), "--by-suite", "--no-paper"]) == 0
+    said = capsys.readouterr()
+    assert (
+        f"suite suite-a: {runs / 'suite-a'}" in said.err and f"suite suite-b: {runs / 'suite-b'}" in said.err
+    )
+    assert f"report: {out / 'suite-a' / 'report.md'}" in said.out and not (out / "empty").exists()
+    a, b = ((out / name / "report.md").read_text() for name in ("suite-a", "suite-b"))
+    # 2-task runs make no paper table; each report's comparison names the one folder it read
+    assert f"has runs under {runs / 'suite-a'}:" in a and "suite-b" not in a
+    assert f"has runs under {runs / 'suite-b'}:" in b and "suite-a" not in b
+
+
+def test_fast_dev_runs_never_enter_the_tables_of_real_runs(tmp_path):
+    runs = tmp_path / "runs"
+    _store(runs / "smoke", 80.0, None)
+    _store(runs / "smoke-fast-dev-run", 70.0, None, {"fast_dev_run": {"train_batches": 2}})
+    loaded = read_results(runs)
+    assert [f.result.summary["last_acc"] for f in loaded.runs] == [80.0]
+    (note,) = loaded.notes
+    assert note.startswith(f"left out 1 fast-dev-run result(s) (the first: {runs / 'smoke-fast-dev-run'}")
+    alone = read_results(runs / "smoke-fast-dev-run")  # read alone, a fast dev run is what there is
+    assert [f.result.summary["last_acc"] for f in alone.runs] == [70.0] and alone.notes == []
 
 
 # ---------------------------------------------------------------- typed records of every schema version
