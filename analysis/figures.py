@@ -49,8 +49,8 @@ from benchmarks.runner.results import RunKey, RunResult, safe_label
 FIGSIZES = {
     "fig2_gap_training": (4.8, 3.4),
     "fig3_gap_final": (4.8, 3.4),
-    "fig5_confidence_margin": (9.0, 3.6),
-    "fig6_cost": (9.0, 3.8),
+    "fig5_confidence_margin": (9.0, 4.0),
+    "fig6_cost": (12.0, 4.2),
     "acc_matrix": (5.2, 4.4),
 }
 ROUTING_VARIANTS = {
@@ -185,10 +185,14 @@ def fig5_confidence_margin(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     with figure_style():
         fig = Figure(figsize=FIGSIZES["fig5_confidence_margin"], layout="constrained")
         axes = fig.subplots(1, 2)
+        # the paper's words (Sec. 5, Fig. 5): (a) intra-task confidence, (b) inter-task margin
         labels = {
-            "confidence": "GT-class intra-task confidence\n(softmax probability, 0–1)",
-            "margin": "GT-task margin of scores q\n(cosine units)",
+            "confidence": (
+                "Intra-task confidence\n(softmax probability of the true class\namong its task's classes)"
+            ),
+            "margin": "Inter-task margin\n(true task's score minus the highest\nscore of another task)",
         }
+        titles = {"confidence": "(a) Intra-task confidence", "margin": "(b) Inter-task margin"}
         for ax, metric in zip(axes, ("confidence", "margin")):
             stats = (
                 frame[frame["metric"] == metric]
@@ -203,6 +207,7 @@ def fig5_confidence_margin(inputs: ReportInputs, out_dir: Path) -> list[Path]:
                 for v in ("w/o compensation", "w/ compensation")
             }
             _bars(ax, [dataset_name(d) for d in datasets], series, labels[metric])
+            ax.set_title(titles[metric], fontsize="medium")
             ax.set_xlabel("Dataset")
         fig.legend(*axes[0].get_legend_handles_labels(), loc="outside lower center", ncols=2, frameon=False)
         fig.suptitle(
@@ -225,8 +230,11 @@ MEMORY_KINDS = {
 def cost_frame(inputs: ReportInputs) -> tuple[str, pd.DataFrame]:
     """Fig. 6's data: the 10-task dataset that most labels ran (the paper's datasets first on ties)
     and one row per run on it: docs/decisions.md D9 row label, trainable parameters (millions),
-    peak memory (bytes) and its kind."""
-    runs = [r for r in inputs.runs if r.n_tasks == 10 and not split_of(r) and r.cost.trainable_params]
+    peak memory (bytes) and its kind, and the minutes it trained and evaluated."""
+    # every method, a zero-shot one (no trainable parameter) included
+    runs = [
+        r for r in inputs.runs if r.n_tasks == 10 and not split_of(r) and r.cost.trainable_params is not None
+    ]
     if not runs:
         raise MissingInputs("no 10-task run with cost records")
     datasets = ordered_datasets(r.dataset for r in runs)
@@ -240,6 +248,8 @@ def cost_frame(inputs: ReportInputs) -> tuple[str, pd.DataFrame]:
                 "params": r.cost.trainable_params / 1e6,
                 "memory": r.cost.peak_memory_bytes or np.nan,
                 "kind": r.cost.peak_memory_kind or "unknown",
+                "train_minutes": r.cost.train_seconds / 60,
+                "eval_minutes": r.cost.eval_seconds / 60,
             }
             for r in runs
             if r.dataset == dataset
@@ -249,7 +259,8 @@ def cost_frame(inputs: ReportInputs) -> tuple[str, pd.DataFrame]:
 
 
 def fig6_cost(inputs: ReportInputs, out_dir: Path) -> list[Path]:
-    """Trainable parameters and peak memory of every method (``cost_frame``)."""
+    """Trainable parameters, peak memory and time (training, then evaluation, stacked) of every
+    method (``cost_frame``); the times are each run's own machine's."""
     dataset, frame = cost_frame(inputs)
     labels = sorted(frame["label"].unique())
     unit, scale = ("GiB", 2**30) if frame["memory"].max() >= 2**30 else ("MiB", 2**20)
@@ -257,11 +268,11 @@ def fig6_cost(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     kinds = "; ".join(sorted({MEMORY_KINDS.get(kind, kind) for kind in frame["kind"].unique()}))
     with figure_style():
         fig = Figure(figsize=FIGSIZES["fig6_cost"], layout="constrained")
-        axes = fig.subplots(1, 2)
+        axes = fig.subplots(1, 3)
         palette = sns.color_palette("Greys", len(labels) + 1)[1:]
         for ax, column, ylabel in (
             (axes[0], "params", "Trainable parameters (millions)"),
-            (axes[1], "memory", f"Peak memory ({unit})\n" + textwrap.fill(kinds, 45)),
+            (axes[1], "memory", f"Peak memory ({unit})\n" + textwrap.fill(kinds, 40)),
         ):
             stats = frame.groupby("label")[column].agg(mean="mean", std=population_std)
             for i, label in enumerate(labels):
@@ -274,11 +285,20 @@ def fig6_cost(inputs: ReportInputs, out_dir: Path) -> list[Path]:
                     edgecolor="black",
                     hatch=HATCHES[i % len(HATCHES)],
                 )
-            ax.set_xticks(range(len(labels)), labels, rotation=30, ha="right")
-            ax.set_xlabel("Method")
             ax.set_ylabel(ylabel)
+        times = frame.groupby("label")[["train_minutes", "eval_minutes"]].mean()
+        for i, label in enumerate(labels):
+            train, evaluate = times.loc[label, "train_minutes"], times.loc[label, "eval_minutes"]
+            axes[2].bar(i, train, color=palette[i], edgecolor="black", hatch=HATCHES[i % len(HATCHES)])
+            axes[2].bar(i, evaluate, bottom=train, color="white", edgecolor="black")
+        axes[2].set_ylabel("Time per run (minutes)\nshaded: training; white: evaluation")
+        for ax in axes:
+            ax.set_xticks(range(len(labels)), labels, rotation=35, ha="right")
+            ax.set_xlabel("Method")
         fig.suptitle(
-            f"Computational cost on {dataset_name(dataset)}, 10 tasks (mean over seeds)", fontsize="medium"
+            f"Computational cost on {dataset_name(dataset)}, 10 tasks "
+            "(mean over seeds; time on each run's machine)",
+            fontsize="medium",
         )
     return save_figure(fig, out_dir, "fig6_cost", caveat=inputs.caveat)
 
