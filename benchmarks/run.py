@@ -19,6 +19,7 @@ import sys
 from benchmarks.core.choices import AUGMENT_ON, GPU_CHECK_COMMAND, LAUNCHERS, PRECISIONS
 from benchmarks.core.errors import CommandParser, one_line_user_errors
 from benchmarks.runner.limits import FAST_DEV_RUN_BATCHES, RunLimits
+from benchmarks.runner.suite_files import suite_file
 
 FAST = RunLimits.fast_dev_run()  # what --fast-dev-run limits, for its help
 
@@ -191,6 +192,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 @one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)  # --help and a refused option end here, before torch is imported
+    suite_file(args.suite)  # and a misspelt suite
     from benchmarks.run_suite import run_suite  # torch, open_clip and Avalanche: seconds to import
 
     return run_suite(args, argv)

@@ -78,9 +78,10 @@ from benchmarks.runner.limits import FAST_DEV_RUN_BATCHES as FAST_DEV_RUN_BATCHE
 from benchmarks.runner.limits import RunLimits
 from benchmarks.runner.results import RunKey, config_hash, key_of_config
 from benchmarks.runner.suite_backbones import check_backbones, run_backbone
+from benchmarks.runner.suite_files import SUITES_DIR as SUITES_DIR
+from benchmarks.runner.suite_files import available_suites, suite_file
 from benchmarks.runner.task_splits import check_suite_tasks, check_tasks, resolve_tasks, suite_tasks
 
-SUITES_DIR = Path(__file__).parents[1] / "suites"
 KNOWN_KEYS = {
     "description",
     "datasets",
@@ -168,24 +169,9 @@ class RunSpec:
         return self.config.get("evaluate_test", True)
 
 
-def available_suites() -> list[str]:
-    return sorted(p.stem for p in SUITES_DIR.glob("*.toml"))
-
-
 def load_suite(name_or_path: str) -> dict[str, Any]:
     """Read a suite by name (``benchmarks/suites/NAME.toml``) or from a TOML file path."""
-    path = Path(name_or_path)
-    if path.suffix == ".toml" and path.is_dir():
-        raise UserError(
-            f"--suite {name_or_path}: is a folder, not a suite file; give the path of a .toml file"
-        )
-    if not (path.suffix == ".toml" and path.exists()):
-        path = SUITES_DIR / f"{name_or_path}.toml"
-    if not path.is_file():
-        raise UserError(
-            f"unknown suite {name_or_path!r}; available: {', '.join(available_suites())}, "
-            "or give a path to a .toml file"
-        )
+    path = suite_file(name_or_path)
     suite = _read_suite(path, seen=())
     _check_suite(suite, path)
     suite["name"] = path.stem

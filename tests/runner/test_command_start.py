@@ -1,6 +1,7 @@
-"""Commands start without what they do not need: ``benchmarks.run --help`` and a refused option
-answer from the parser alone, and the analysis commands never load Avalanche or open_clip. Checked
-by the modules a fresh process imports (``python -X importtime``), not by a clock."""
+"""Commands start without what they do not need: ``benchmarks.run --help``, a refused option and a
+misspelt suite answer from the parser alone, and the analysis commands never load Avalanche or
+open_clip. Checked by the modules a fresh process imports (``python -X importtime``), not by a
+clock."""
 
 import subprocess
 import sys
@@ -44,6 +45,7 @@ def test_run_help_imports_nothing_heavy():
         (["--launcher", "k8s"], "argument --launcher: invalid choice: 'k8s'"),
         (["--seeds", "1,x"], "argument --seeds: expected a comma-separated list"),
         (["--fast-dev-run", "two"], "argument --fast-dev-run: invalid int value"),
+        (["--suite", "smoek"], "error: unknown suite 'smoek'; available: "),
     ],
 )
 def test_a_refused_option_is_one_line_before_torch(argv, message):
