@@ -17,7 +17,7 @@ import argparse
 import sys
 
 from benchmarks.core.choices import AUGMENT_ON, GPU_CHECK_COMMAND, LAUNCHERS, PRECISIONS
-from benchmarks.core.errors import CommandParser, one_line_user_errors
+from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.runner.limits import FAST_DEV_RUN_BATCHES, RunLimits
 from benchmarks.runner.suite_files import suite_file
 
@@ -186,7 +186,14 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
         help=f"with --dry-run: the pipeline.json of a GPU check ({GPU_CHECK_COMMAND}) to turn into "
         "GPU-hours (default: the newest gpu_check/*/pipeline.json beside the results folder or under ./runs)",
     )
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    for name in ("results_dir", "data_root", "weights", "rates"):  # "$OUT" with OUT unset
+        if getattr(args, name) is not None and not getattr(args, name).strip():
+            raise UserError(
+                f"--{name.replace('_', '-')} is empty; give a path (an empty value never means the "
+                "default, whose results --force would replace)"
+            )
+    return args
 
 
 @one_line_user_errors

@@ -160,9 +160,14 @@ def write_json(path: Path, data: Any) -> None:
 def read_json(path: Path) -> Any:
     """Read a JSON file; a corrupt one is a user error that names the file and the fix."""
     try:
-        return json.loads(Path(path).read_text())
+        return json.loads(Path(path).read_bytes().decode("utf-8"))
     except json.JSONDecodeError as err:
         raise UserError(
             f"corrupt result file {path} ({err.msg} at line {err.lineno}); "
+            "delete it and rerun, or rerun with --force"
+        ) from None
+    except UnicodeDecodeError as err:  # JSON is UTF-8: these bytes are no JSON file of ours
+        raise UserError(
+            f"corrupt result file {path} (not UTF-8 text: byte {err.start}: {err.reason}); "
             "delete it and rerun, or rerun with --force"
         ) from None

@@ -24,3 +24,7 @@ LAUNCHERS = ("inline", "local", "slurm")
 
 #: the command whose rates turn a dry run's runs into GPU-hours (``benchmarks.runner.gpu_hours``)
 GPU_CHECK_COMMAND = "python -m benchmarks.tools.gpu_check"
+
+#: the seeds a run may have: each seeds numpy's ``RandomState([seed, class])`` (below 2**32) and
+#: ``torch.manual_seed`` (``benchmarks.core.environment.seed_everything``)
+MAX_SEED = 2**32 - 1

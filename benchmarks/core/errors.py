@@ -19,8 +19,24 @@ from typing import Callable
 
 #: ``OSError`` numbers that are the machine's problem, which the user fixes, not a bug: a full disk
 #: or quota, a folder one may not write, or a path under (or over) a file
+# errors of the storage, not of the code: no space or quota (ENOSPC, EDQUOT, EFBIG), no right to
+# write (EACCES, EPERM, EROFS), a path that is not what it must be (ENOTDIR, EISDIR, EEXIST, ELOOP,
+# ENAMETOOLONG) and a failing device (EIO)
 STORAGE_ERRORS = frozenset(
-    {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EPERM, errno.EROFS, errno.ENOTDIR, errno.EEXIST}
+    {
+        errno.ENOSPC,
+        errno.EDQUOT,
+        errno.EFBIG,
+        errno.EACCES,
+        errno.EPERM,
+        errno.EROFS,
+        errno.ENOTDIR,
+        errno.EISDIR,
+        errno.EEXIST,
+        errno.ELOOP,
+        errno.ENAMETOOLONG,
+        errno.EIO,
+    }
 )
 
 

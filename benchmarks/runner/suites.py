@@ -68,6 +68,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from benchmarks.core.choices import MAX_SEED
 from benchmarks.core.errors import UserError
 from benchmarks.core.precision import resolve_precision
 from benchmarks.data.class_orders import DEFAULT_CLASS_ORDER
@@ -169,6 +170,13 @@ class RunSpec:
         return self.config.get("evaluate_test", True)
 
 
+def check_seeds(seeds: list[int], where: str) -> None:
+    """Every seed a whole number in [0, MAX_SEED], or one line naming the first that is not."""
+    for seed in seeds:
+        if not 0 <= seed <= MAX_SEED:
+            raise UserError(f"{where} must be whole numbers from 0 to {MAX_SEED} (2**32 - 1), not {seed}")
+
+
 def load_suite(name_or_path: str) -> dict[str, Any]:
     """Read a suite by name (``benchmarks/suites/NAME.toml``) or from a TOML file path."""
     path = suite_file(name_or_path)
@@ -250,8 +258,7 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
             )
     check_protocol(suite.get("protocol", DEFAULT_PROTOCOL))
     check_suite_tasks(suite["tasks"], suite["datasets"], f"suite {path}: ")
-    if any(s < 0 for s in suite["seeds"]):
-        raise UserError(f"suite {path}: seeds must be >= 0")
+    check_seeds(suite["seeds"], f"suite {path}: seeds")
     scale = suite.get("epoch_scale", 1.0)
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not 0 < scale <= 1:
         raise UserError(
@@ -465,8 +472,7 @@ def expand(
                 f"option out for all the suite's {flag}"
             )
     check_tasks(tasks or [], "--tasks: ")
-    if any(s < 0 for s in seeds or ()):
-        raise UserError("--seeds must be >= 0")
+    check_seeds(seeds or [], "--seeds")
     for dataset in datasets or suite["datasets"]:
         for label in strategies or suite["strategies"]:
             strategy = variants.get(label, {}).get("strategy", label)

@@ -140,15 +140,17 @@ def test_json_refuses_nan_and_keeps_the_old_file(tmp_path):
 
 
 @pytest.mark.parametrize(
-    ("text", "reason"),
+    ("blob", "reason"),
     [
-        ('{"a": 1,\n', "Expecting property name enclosed in double quotes at line 2"),
-        ("", "Expecting value at line 1"),
+        (b'{"a": 1,\n', "Expecting property name enclosed in double quotes at line 2"),
+        (b"", "Expecting value at line 1"),
+        (b'\xff\xfe{"a": 1}', "not UTF-8 text: byte 0: invalid start byte"),
+        ('{"label": "caf\u00e9"}'.encode("latin-1"), "not UTF-8 text: byte 14: invalid continuation byte"),
     ],
 )
-def test_a_corrupt_json_file_is_one_line_that_names_it_and_the_fix(tmp_path, text, reason):
+def test_a_corrupt_json_file_is_one_line_that_names_it_and_the_fix(tmp_path, blob, reason):
     path = tmp_path / "r.json"
-    path.write_text(text)
+    path.write_bytes(blob)
     with pytest.raises(UserError) as error:
         read_json(path)
     assert str(error.value) == (

@@ -5,6 +5,7 @@ no usage block, no traceback (``benchmarks.core.errors.CommandParser`` and
 
 import errno
 import importlib
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -157,12 +158,16 @@ def test_in_a_real_process_the_line_is_all_there_is(module, argv, fragment, tmp_
     assert "usage:" not in done.stdout + done.stderr
 
 
-def test_only_a_storage_error_becomes_one_line_any_other_passes_as_it_is():
+@pytest.mark.parametrize(
+    "code", [errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EISDIR, errno.ELOOP, errno.EIO, errno.EROFS]
+)
+def test_only_a_storage_error_becomes_one_line_any_other_passes_as_it_is(code):
+    cause = os.strerror(code)
     with pytest.raises(UserError) as refused:
         with one_line_storage_errors("write the table", "free space"):
-            raise OSError(errno.ENOSPC, "No space left on device", "/data/t.md")
-    assert str(refused.value) == "cannot write the table (/data/t.md): No space left on device; free space"
-    with pytest.raises(OSError) as bug:
+            raise OSError(code, cause, "/data/t.md")
+    assert str(refused.value) == f"cannot write the table (/data/t.md): {cause}; free space"
+    with pytest.raises(OSError) as bug:  # a closed descriptor is the code's mistake, not the disk's
         with one_line_storage_errors("write the table", "free space"):
-            raise OSError(errno.EIO, "Input/output error")
-    assert bug.value.errno == errno.EIO and not isinstance(bug.value, UserError)
+            raise OSError(errno.EBADF, "Bad file descriptor")
+    assert bug.value.errno == errno.EBADF and not isinstance(bug.value, UserError)

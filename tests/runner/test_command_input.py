@@ -84,3 +84,21 @@ def test_quiet_silences_the_start_banner_before_a_one_line_error(tmp_path, capsy
     suite = tmp_path / "suite.toml"
     assert run.main(["--suite", str(suite), "--results-dir", str(tmp_path / "results")]) == 2
     assert "suite 'suite'" in capsys.readouterr().err  # the banner, without --quiet
+
+
+@pytest.mark.parametrize("flag", ["--results-dir", "--data-root", "--weights", "--rates"])
+def test_an_empty_path_is_refused_never_taken_for_the_default(tmp_path, capsys, monkeypatch, flag):
+    monkeypatch.chdir(tmp_path)
+    assert run.main(["--suite", "smoke", flag, "", "--force"]) == 2
+    assert _one_line(capsys).startswith(f"error: {flag} is empty; give a path")
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize("seeds", ["-1", "4294967296", "20000000000000"])
+def test_a_seed_out_of_range_is_one_line_before_any_run(tmp_path, capsys, seeds):
+    assert _main(tmp_path, "--seeds", seeds, "--dry-run") == 2
+    assert f"--seeds must be whole numbers from 0 to 4294967295 (2**32 - 1), not {seeds}" in _one_line(capsys)
+    suite = tmp_path / "big.toml"
+    suite.write_text(SUITE.replace("seeds = [0]", f"seeds = [{seeds}]"))
+    assert run.main(["--suite", str(suite), "--dry-run"]) == 2
+    assert f"seeds must be whole numbers from 0 to 4294967295 (2**32 - 1), not {seeds}" in _one_line(capsys)
