@@ -32,7 +32,7 @@ from analysis.paper_inputs import (
 )
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError
-from benchmarks.runner.reading import ResultFile, Results, read_results
+from benchmarks.runner.reading import Results, iter_results, read_results
 from benchmarks.runner.results import RunResult
 
 # strategy -> (where its recipe comes from, the tests that check it)
@@ -219,6 +219,7 @@ def _paper_numbers(paper, label: str) -> str:
 
 
 MINIATURE_SUITE = "smoke-baselines"  # the suite whose miniature results the file reports
+REAL_SUITE = "main"  # the suite whose results on the paper's datasets fill its real-data cells
 
 
 def reproducibility_markdown(results_dir: str | Path, loaded: Results | None = None) -> str:
@@ -229,25 +230,26 @@ def reproducibility_markdown(results_dir: str | Path, loaded: Results | None = N
 
     results: dict[tuple[str, str], list[RunResult]] = defaultdict(list)
     root = Path(results_dir)
+    skipped_suites: list[str] = []
     if root.is_dir():
-        other_suites = set(available_suites()) - {MINIATURE_SUITE}
-
-        def counted(file: ResultFile) -> bool:
-            # the miniature column is smoke-baselines' alone, not another suite's run on the same world
-            # (a diagnosis kept in results/smoke-official-steps, say); variants have rows of their own;
-            # the paper's numbers were made in its protocol's default class order, never other orders
-            result = file.result
-            another_suite = other_suites & set(file.path.relative_to(root).parts)
-            default_order = file.key.order == ""
-            return (
-                result.label == result.strategy
-                and default_order
-                and not (result.dataset == MINIATURE and another_suite)
-            )
-
-        read = read_results(root if loaded is None else loaded)
-        for file in read.where(counted).runs:  # one result per run: Results' rule
-            results[(file.result.strategy, file.result.dataset)].append(file.result)
+        folders = [p for p in sorted(root.iterdir()) if p.is_dir() and next(iter_results(p, []), None)]
+        if any(folder.name in available_suites() for folder in folders):
+            # a folder of suites' folders (results/): each cell reads the suite it names, only
+            sources = {
+                folder: (MINIATURE,) if folder.name == MINIATURE_SUITE else tuple(PAPER_DATASETS)
+                for folder in folders
+                if folder.name in (MINIATURE_SUITE, REAL_SUITE)
+            }
+            skipped_suites = [folder.name for folder in folders if folder not in sources]
+            reads = [(read_results(folder), datasets) for folder, datasets in sources.items()]
+        else:  # one suite's folder (runs/SUITE): every run of it counts
+            reads = [(read_results(root if loaded is None else loaded), None)]
+        for read, datasets in reads:
+            # variants have rows of their own; the paper's numbers were made in its protocol's
+            # default class order, never other orders
+            for file in read.where(lambda f: f.result.label == f.result.strategy and f.key.order == "").runs:
+                if datasets is None or file.result.dataset in datasets:
+                    results[(file.result.strategy, file.result.dataset)].append(file.result)
     paper = load_paper_reference()
     lines = [
         "# Reproducibility",
@@ -285,6 +287,13 @@ def reproducibility_markdown(results_dir: str | Path, loaded: Results | None = N
             f"{'; '.join(real) or 'not yet run'} |"
         )
     lines += ["", _ranking_line(results, paper), ""]
+    if skipped_suites:
+        lines += [
+            f"Not counted: the results of {', '.join(f'`{name}`' for name in skipped_suites)} under "
+            f"`{root.name}/`: the miniature cells read `{MINIATURE_SUITE}`'s and the real-data cells "
+            f"`{REAL_SUITE}`'s alone.",
+            "",
+        ]
     stale = _stale_miniature_results(results)
     if stale:
         lines += [stale, ""]

@@ -656,6 +656,30 @@ def test_reproducibility_has_one_row_per_strategy_and_fills_real_data_from_resul
     assert f"CIFAR-100 {avg:.2f} / {last:.2f} (2 seeds)" in row and "miniature" in row
 
 
+def test_reproducibility_reads_each_cell_from_the_suite_it_names(tmp_path):
+    """A folder of suites' folders: the miniature cells read smoke-baselines', the real-data cells
+    main's; a synthetic run in any other folder (``mine``, another suite) moves no cell, and is named."""
+    from analysis.reproducibility import reproducibility_markdown
+
+    rng = np.random.default_rng(0)
+    baselines = [_result("finetune", "synthetic", 10, seed, rng) for seed in (0, 1)]
+    for result in baselines:
+        _write(tmp_path / "results", result, "smoke-baselines")
+    real = _result("finetune", "cifar100", 10, 0, rng)
+    _write(tmp_path / "results", real, "main")
+    _write(tmp_path / "results", _result("finetune", "synthetic", 10, 2, rng), "mine")
+    _write(tmp_path / "results", _result("finetune", "cifar100", 10, 1, rng), "smoke-official-steps")
+    text = reproducibility_markdown(tmp_path / "results")
+    (row,) = [line for line in text.splitlines() if line.startswith("| `finetune`")]
+    assert "(n = 2)" in row  # the two smoke-baselines seeds, not the third in mine/
+    summary = real["summary"]
+    assert f"CIFAR-100 {summary['avg_acc']:.2f} / {summary['last_acc']:.2f} (1 seed)" in row
+    assert (
+        "Not counted: the results of `mine`, `smoke-official-steps` under `results/`: the miniature cells "
+        "read `smoke-baselines`'s and the real-data cells `main`'s alone."
+    ) in text
+
+
 def test_reproducibility_flags_miniature_results_of_another_checkpoint_or_recipe(tmp_path):
     from analysis.reproducibility import reproducibility_markdown
     from benchmarks.backbone import BackboneSpec, weights_digest

@@ -110,7 +110,12 @@ def test_tables_report_and_comparison_never_take_a_fast_dev_run_for_a_measuremen
     markdown = tables.write_tables(runs / "mini-fast-dev-run")
     assert "**Not measurements**: 2 of 2 runs are a fast dev run" in markdown
     assert "Not measurements" not in tables.write_tables(runs / "mini")
-    notes = load_inputs(runs).notes
+    # beside a real run, fast dev runs are left out of the report, with a note
+    mixed = load_inputs(runs)
+    assert [run.label for run in mixed.runs] == ["finetune"] and "fast_dev_run" not in mixed.runs[0].config
+    assert any(note.startswith("left out 2 fast-dev-run result(s) (the first: ") for note in mixed.notes)
+    # read alone, they are what there is, marked
+    notes = load_inputs(runs / "mini-fast-dev-run").notes
     assert any(note.startswith("2 result(s) are a fast dev run") for note in notes)
     # a fast dev run and a real run are two protocols: the comparison refuses to pair them
     fast = pairing.Run(RunResult.from_json(result_of(runs / "mini-fast-dev-run", "finetune")))
