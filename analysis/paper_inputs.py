@@ -71,10 +71,10 @@ class ReportInputs:
 
     ``runs`` has one result per (label, dataset, n_tasks, seed): when several files share a key
     (e.g. a main-protocol run and a zero-shot run with held-out images), the one without
-    ``zero_shot`` is kept, then the first by path. ``all_runs`` keeps every distinct run. Both hold
-    the runs of one class order a method, dataset and task count: the protocol's default where it
-    was run (as the paper's numbers were made), else the first by name;
-    ``every_order`` holds the runs of every order (``analysis.orders.fig_class_orders`` reads it).
+    ``zero_shot`` is kept (``read_results`` refuses any other pair). ``all_runs`` keeps every
+    distinct run. Both hold the runs of one class order a method, dataset and task count: the
+    protocol's default where it was run (as the paper's numbers were made), else the first by
+    name; ``every_order`` holds the runs of every order (``analysis.orders.fig_class_orders`` reads it).
     """
 
     runs: list[RunResult]

@@ -128,7 +128,8 @@ class ResultFile:
 class Results:
     """Every readable result under one or more folders, and the one rule that picks a run's result
     where several files share its key (a zero-shot run beside a main one, say): the result without
-    ``zero_shot`` first, then the first by path. Identical copies (same key and config) count once."""
+    ``zero_shot`` first. Identical copies (same key and config) count once; results the rule cannot
+    tell apart are ``ambiguous``, which ``read_results`` refuses."""
 
     found: tuple[ResultFile, ...]  # every readable result, by path
     skipped: tuple[str, ...] = ()  # one line per file left out, naming it and why
@@ -176,7 +177,7 @@ class Results:
         """One line per run key that results of several configs share, naming the file used."""
         return [
             f"{len(group)} results for {group[0].key} with different configs; "
-            f"{group[0].path} is used (a result without zero-shot targets first, then the first by path)"
+            f"{group[0].path} is used (a result without zero-shot targets first)"
             for group in self._groups.values()
             if len(group) > 1
         ]
