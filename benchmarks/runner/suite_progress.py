@@ -3,8 +3,9 @@ has ended, the time so far and an estimate of the time left (``benchmarks.run_su
 the total).
 
 The estimate is what the runs computed so far took: a run left takes the mean of the finished
-runs of its strategy and dataset, else of every run finished, and ``workers`` runs go at once.
-Runs found finished take no time and teach nothing. Nothing here changes a run or its result.
+runs of its strategy and dataset, else of every run finished (then the estimate is a lower bound,
+said "at least"), and ``workers`` runs go at once. Runs found finished take no time and teach
+nothing. Nothing here changes a run or its result.
 """
 
 from __future__ import annotations
@@ -73,9 +74,18 @@ class SuiteProgress:
             self.ended_keys.append(key)
         if seconds is not None:
             self.seconds[key] = seconds
-        left = self.left()
-        estimate = "" if left is None else f", about {duration(left)} left" if left else ""
+        left, guessed = self.left(), self.unseen_kinds()
+        estimate = ""
+        if left:  # a run of a strategy and dataset not yet timed may take any time: a lower bound
+            estimate = f", {'at least' if guessed else 'about'} {duration(left)} left"
         return f"run {len(self.ended_keys)} of {len(self.runs)}, {duration(self.elapsed())} so far{estimate}"
+
+    def unseen_kinds(self) -> bool:
+        """Whether a run left is of a strategy and dataset that no run computed here has timed."""
+        timed = {(s.strategy, s.dataset) for s in self.runs if str(s.key) in self.seconds}
+        return any(
+            (s.strategy, s.dataset) not in timed for s in self.runs if str(s.key) not in self.ended_keys
+        )
 
     def elapsed(self) -> float:
         return time.monotonic() - self.started

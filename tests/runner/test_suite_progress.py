@@ -59,8 +59,9 @@ def test_the_estimate_is_each_runs_kind_mean_else_the_overall_mean(tmp_path, clo
     clock.now += 5
     assert progress.ended(clip0, None) == "run 1 of 4, 5 s so far"  # found finished: no time learnt
     clock.now += 100
-    # finetune took 100 s: finetune1 100 s and clip1 100 s (the overall mean): 200 s left
-    assert progress.ended(finetune0, 100.0) == "run 2 of 4, 2 min so far, about 3 min left"
+    # finetune took 100 s: finetune1 100 s and clip1 100 s (the overall mean, as no continual_clip
+    # run was timed: a lower bound): 200 s left
+    assert progress.ended(finetune0, 100.0) == "run 2 of 4, 2 min so far, at least 3 min left"
     assert progress.left() == 200.0
     progress.seconds[str(clip0.key)] = 20.0  # a continual_clip run of 20 s: its own kind's mean
     assert progress.left() == 100.0 + 20.0
