@@ -424,7 +424,9 @@ class ResultStore:
         if not state_path.exists():
             return None
         try:
-            state = json.loads(state_path.read_text())
+            state = json.loads(state_path.read_bytes().decode("utf-8"))
+            if not isinstance(state, dict):  # "[]", a string: no checkpoint of ours
+                raise ValueError(f"state.json holds a JSON {type(state).__name__}, not an object")
             if state.get("config_hash") != cfg_hash:
                 return None  # the config changed: start over
             tensors = read_tensors(directory / state["tensor_file"])
@@ -435,7 +437,8 @@ class ResultStore:
                 cost=RunCost.from_json(state["cost"]),
                 predictions=list(tensors.pop(PREDICTIONS_KEY).numpy().astype(np.int64)),
             )
-        except (OSError, ValueError, KeyError, SafetensorError) as err:  # JSONDecodeError is a ValueError
+        # JSONDecodeError and UnicodeDecodeError are ValueErrors; TypeError: an entry of the wrong kind
+        except (OSError, ValueError, KeyError, TypeError, SafetensorError) as err:
             warnings.warn(
                 f"{key}: its checkpoint in {directory} is damaged "
                 f"({type(err).__name__}: {str(err).splitlines()[0] if str(err) else 'unreadable'}); "

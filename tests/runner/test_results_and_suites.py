@@ -293,6 +293,12 @@ def test_a_checkpoint_carries_the_progress_and_the_strategys_state(tmp_path):
     (tmp_path / ".checkpoints" / key.relpath / "task-02.safetensors").write_bytes(b"cut short")
     with pytest.warns(UserWarning, match="its checkpoint in .* is damaged"):
         assert store.load_checkpoint(key, "h1") is None
+    # a state.json that is no checkpoint of ours: started over with the same line, never a traceback
+    state = store.checkpoint_dir(key) / "state.json"
+    for blob in (b"[]", b'"h1"', b"\xff\xfe", b'{"config_hash": "h1", "tensor_file": 7}'):
+        state.write_bytes(blob)
+        with pytest.warns(UserWarning, match="its checkpoint in .* is damaged.*starting the run over"):
+            assert store.load_checkpoint(key, "h1") is None
 
 
 def test_where_pixels_are_augmented_is_recorded_and_not_hashed():
