@@ -40,6 +40,7 @@ scaler included).
 
 from __future__ import annotations
 
+import functools
 import math
 import warnings
 from pathlib import Path
@@ -103,6 +104,20 @@ class CLIPStrategy(
     finishes_pending_images: ClassVar[bool] = True
     #: a suite's Avalanche plugins attach to it (``strategies.plugins``)
     avalanche_plugins: ClassVar[bool] = True
+
+    def __init_subclass__(cls, **kwargs):
+        """Avalanche wraps every subclass's ``__init__`` to refuse keywords no ``__init__`` names,
+        with a message that cannot know ``RunSettings``; this wrapper, outermost, first says where a
+        run setting given as a keyword (``seed=0``, ``show_progress=False``) belongs."""
+        super().__init_subclass__(**kwargs)
+        checked = cls.__init__
+
+        @functools.wraps(checked)
+        def __init__(self, *args, **keywords):
+            refuse_settings_as_keywords(cls.__name__, keywords)
+            checked(self, *args, **keywords)
+
+        cls.__init__ = __init__
 
     def __init__(
         self,

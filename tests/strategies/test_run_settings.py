@@ -2,11 +2,14 @@
 sees it; a strategy built directly gets the CPU in its config's precision there; a setting given
 as its own keyword is refused in one line, not passed on to Avalanche."""
 
+import dataclasses
+
 import pytest
 import torch
 
 from benchmarks.core.errors import UserError
 from strategies.finetune import Finetune
+from strategies.gr4cil import GR4CIL
 from strategies.settings import RunSettings
 
 
@@ -48,10 +51,22 @@ def test_a_strategy_built_directly_runs_on_the_cpu_in_fp32_with_its_settings_kep
     assert strategy.show_progress is False
 
 
-def test_a_setting_given_as_its_own_keyword_is_refused_in_one_line(backbone):
+@pytest.mark.parametrize("field", [f.name for f in dataclasses.fields(RunSettings)])
+def test_every_setting_given_as_its_own_keyword_is_refused_naming_run_settings(backbone, field):
+    """Before Avalanche's check of unknown keywords, which cannot know ``RunSettings``."""
     with pytest.raises(TypeError) as err:
-        Finetune(backbone=backbone, class_names=CLASSES, config=Finetune.Config(), device="cpu")
-    assert str(err.value) == "Finetune: give device in settings=RunSettings(device=...) (strategies.settings)"
-    # the others no constructor takes: Avalanche's own check names them first
-    with pytest.raises(TypeError, match="unexpected keyword argument: seed"):
-        Finetune(backbone=backbone, class_names=CLASSES, config=Finetune.Config(), seed=1)
+        Finetune(backbone=backbone, class_names=CLASSES, config=Finetune.Config(), **{field: None})
+    assert str(err.value) == (
+        f"Finetune: give {field} in settings=RunSettings({field}=...) (strategies.settings)"
+    )
+
+
+def test_several_settings_are_named_together_and_a_misspelt_keyword_is_avalanches(backbone):
+    with pytest.raises(TypeError) as err:
+        GR4CIL(backbone=backbone, class_names=CLASSES, config=GR4CIL.Config(), seed=0, show_progress=False)
+    assert str(err.value) == (
+        "GR4CIL: give show_progress, seed in settings=RunSettings(show_progress=..., seed=...) "
+        "(strategies.settings)"
+    )
+    with pytest.raises(TypeError, match="unexpected keyword argument: evaluater"):
+        Finetune(backbone=backbone, class_names=CLASSES, config=Finetune.Config(), evaluater=None)
