@@ -61,10 +61,14 @@ class WeightsNotFoundError(UserError):
 
 def one_line_user_errors(main: Callable[..., int]) -> Callable[..., int]:
     """Wrap a command's ``main``: a ``UserError`` prints ``error: <message>`` on stderr and the
-    command returns 2, with no traceback."""
+    command returns 2, with no traceback. A character the terminal's encoding lacks (a label
+    ``café`` on an ASCII stdout) is printed escaped, never a ``UnicodeEncodeError``."""
 
     @functools.wraps(main)
     def command(*args, **kwargs) -> int:
+        for stream in (sys.stdout, sys.stderr):
+            if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
+                stream.reconfigure(errors="backslashreplace")
         try:
             return main(*args, **kwargs)
         except UserError as err:

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.core.errors import UserError, one_line_storage_errors
+from benchmarks.core.errors import UserError, one_line_storage_errors, one_line_user_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -171,3 +171,20 @@ def test_only_a_storage_error_becomes_one_line_any_other_passes_as_it_is(code):
         with one_line_storage_errors("write the table", "free space"):
             raise OSError(errno.EBADF, "Bad file descriptor")
     assert bug.value.errno == errno.EBADF and not isinstance(bug.value, UserError)
+
+
+def test_a_character_the_terminal_lacks_is_escaped_not_a_traceback(monkeypatch):
+    import io
+
+    raw = io.BytesIO()
+    ascii_out = io.TextIOWrapper(raw, encoding="ascii")  # as PYTHONIOENCODING=ascii, or a C locale
+    monkeypatch.setattr(sys, "stdout", ascii_out)
+
+    @one_line_user_errors
+    def main() -> int:
+        print("| café | 61.39 |")
+        return 0
+
+    assert main() == 0
+    ascii_out.flush()
+    assert raw.getvalue() == b"| caf\\xe9 | 61.39 |\n"
