@@ -45,7 +45,7 @@ from analysis.paper_inputs import MissingInputs, load_inputs, load_paper_referen
 from analysis.paper_tables import TABLES
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors, output_folder
-from benchmarks.runner.reading import Results, iter_results
+from benchmarks.runner.reading import Results, result_folders
 
 
 @dataclass
@@ -265,11 +265,7 @@ def suite_folders(results_dir: str | Path) -> list[Path]:
         raise UserError(
             f"results folder {root} does not exist; give the folder that holds runs/SUITE folders"
         )
-    found = [
-        folder
-        for folder in sorted(root.iterdir())
-        if folder.is_dir() and not folder.name.startswith(".") and next(iter_results(folder, []), None)
-    ]
+    found = result_folders(root)
     if not found:
         raise UserError(f"no folder under {root} holds results; --by-suite reads {root}/SUITE/ folders")
     return found

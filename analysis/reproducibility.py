@@ -32,7 +32,7 @@ from analysis.paper_inputs import (
 )
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError
-from benchmarks.runner.reading import Results, iter_results, read_results
+from benchmarks.runner.reading import Results, read_results, result_folders
 from benchmarks.runner.results import RunResult
 
 # strategy -> (where its recipe comes from, the tests that check it)
@@ -232,7 +232,7 @@ def reproducibility_markdown(results_dir: str | Path, loaded: Results | None = N
     root = Path(results_dir)
     skipped_suites: list[str] = []
     if root.is_dir():
-        folders = [p for p in sorted(root.iterdir()) if p.is_dir() and next(iter_results(p, []), None)]
+        folders = result_folders(root)
         if any(folder.name in available_suites() for folder in folders):
             # a folder of suites' folders (results/): each cell reads the suite it names, only
             sources = {

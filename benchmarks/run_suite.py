@@ -80,13 +80,10 @@ def dry_run_table(
         resolved = resolve(spec, data_root)
         config = resolved.config
         state = run_state(store, spec.key, resolved.config_hash, slurm)
-        source = (
-            None
-            if state.state in ("finished", "running")
-            else _reusable(spec, resolved.config_hash, reuse_from)
-        )
+        elsewhere = store.finished_elsewhere(spec.key, resolved.config_hash, reuse_from)
+        source = None if state.state in ("finished", "running") else next(elsewhere, None)
         if source is not None:  # copied when the suite runs (ResultStore.reuse), never computed
-            state = replace(state, state="to reuse", detail=f"finished in {source}")
+            state = replace(state, state="to reuse", detail=f"finished in {source[0].root}")
         left = 0 if state.state in ("finished", "running", "to reuse") else spec.n_tasks - state.tasks_done
         estimate = "-"
         if left:
@@ -113,11 +110,6 @@ def dry_run_table(
     needs = readiness(datasets, [backbone_spec(spec) for spec in runs], data_root)
     needs = ["", "What the runs read:", *(f"- {line}" for line in needs)] if needs else []
     return "\n".join([*lines, *needs, "", f"{len(runs)} run(s){left}", *gpu])
-
-
-def _reusable(spec: RunSpec, cfg_hash: str, sources: tuple[str, ...]) -> str | None:
-    """The first of ``sources`` that holds a finished result of ``spec`` with ``cfg_hash``."""
-    return next((source for source in sources if ResultStore(source).finished(spec.key, cfg_hash)), None)
 
 
 def suite_title(suite: dict) -> str:
@@ -277,10 +269,10 @@ def run_suite(args: argparse.Namespace, argv: list[str] | None = None) -> int:
         )
         if any(spec.deterministic for spec in runs) and slurm_options is None:
             set_deterministic(True)  # before any CUDA work: cuBLAS reads its workspace setting once
-        default_dir = suite["name"] + ("-fast-dev-run" if fast_dev_run else "")  # never beside real results
-        results_dir = Path(args.results_dir or Path("runs") / default_dir)
+        suffix = "-fast-dev-run" if fast_dev_run else ""  # never beside real results
+        results_dir = Path(args.results_dir or Path("runs") / (suite["name"] + suffix))
         store = ResultStore(results_dir)
-        reuse_from = _reuse_sources(args.reuse_from, suite, "-fast-dev-run" if fast_dev_run else "")
+        reuse_from = _reuse_sources(args.reuse_from, suite, suffix)
         if args.dry_run:
             rates = _gpu_rates(args, suite, results_dir)
             print(dry_run_table(runs, store, args.data_root, rates, reuse_from))

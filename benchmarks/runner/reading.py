@@ -229,6 +229,16 @@ def read_results(source: str | Path | Sequence[str | Path] | Results) -> Results
     return results
 
 
+def result_folders(root: str | Path) -> list[Path]:
+    """The folders directly under ``root`` that hold a result, by name: one per suite in the
+    runner's layout (``runs/SUITE``, ``results/SUITE``); hidden folders are the runner's own."""
+    return [
+        folder
+        for folder in sorted(Path(root).iterdir())
+        if folder.is_dir() and not folder.name.startswith(".") and next(iter_results(folder, []), None)
+    ]
+
+
 def skipped_clause(skipped: Sequence[str]) -> str:
     """`` (skipped <file>: <why>, and N more skipped)`` for the error of a folder with no result to
     read: the file a user made by hand (``[]``, an edited summary) is named, not passed over."""

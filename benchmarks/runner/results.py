@@ -36,7 +36,7 @@ import json
 import math
 import shutil
 import warnings
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, NamedTuple
@@ -276,19 +276,23 @@ class ResultStore:
             return None
         return with_complete_summary(result)
 
-    def reuse(self, key: RunKey, cfg_hash: str, sources: Sequence[str | Path]) -> tuple[dict, Path] | None:
-        """A finished result of ``key`` made with config ``cfg_hash`` in another results folder
-        of ``sources`` (a suite's base folder, a shared store), copied here as it is stored: its
-        predictions sidecar first, checked against the SHA-256 the result names, then the JSON.
-        The result and the folder it came from; None where no source holds one (a damaged
-        sidecar does not count: the run is computed instead)."""
+    def finished_elsewhere(
+        self, key: RunKey, cfg_hash: str, sources: Sequence[str | Path]
+    ) -> Iterator[tuple[ResultStore, dict]]:
+        """Each other results folder of ``sources`` holding a finished result of ``key`` made with
+        config ``cfg_hash``, with that result (``finished``), in the order given."""
         for source in sources:
             other = ResultStore(source)
-            if other.root.resolve() == self.root.resolve():
-                continue
-            result = other.finished(key, cfg_hash)
-            if result is None:
-                continue
+            if other.root.resolve() != self.root.resolve() and (result := other.finished(key, cfg_hash)):
+                yield other, result
+
+    def reuse(self, key: RunKey, cfg_hash: str, sources: Sequence[str | Path]) -> tuple[dict, Path] | None:
+        """The first finished result of ``key`` with config ``cfg_hash`` in another results folder
+        of ``sources`` (a suite's base folder, a shared store; ``finished_elsewhere``), copied here
+        as it is stored: its predictions sidecar first, checked against the SHA-256 the result
+        names, then the JSON. The result and the folder it came from; None where no source holds
+        one (a damaged sidecar does not count: the run is computed instead)."""
+        for other, result in self.finished_elsewhere(key, cfg_hash, sources):
             entry = result.get("predictions")
             try:
                 stored = other.result_path(key).read_bytes()
