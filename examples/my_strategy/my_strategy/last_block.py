@@ -7,12 +7,21 @@ backbone itself, not an adapter beside it.
   nothing against forgetting: a lower bound, as sequential fine-tuning is.
 - The block's weights are saved with every checkpoint (``last_block``) and loaded back on resume.
 
-An example of the interface, not a published method: every value is this file's own choice or
-``StrategyConfig``'s default (AdamW, cosine per iteration, the dataset's augmentation).
+RECIPE (an example, not a published method: every value is this file's own choice; the rest is
+``StrategyConfig``'s default):
+
+| hyper-parameter | value | source |
+|---|---|---|
+| trained | the image tower's last residual block, every task; nothing else | this example |
+| loss | cross-entropy on CLIP's text classifier over the task's classes, CLIP's logit scale | this example |
+| optimiser / lr / wd | AdamW / 1e-5 / 0.1 | this example (lr); StrategyConfig (optimiser, wd) |
+| batch / epochs / schedule | 64 / 5 / cosine per iteration | StrategyConfig (batch, schedule); this example (epochs) |
+| train augmentation | "paper": the dataset's (resolved by the suite) | StrategyConfig |
+| scoring | CLIP's text classifier over every seen class, tuned tower | this example |
 
     PYTHONPATH=examples/my_strategy python -m benchmarks.run --suite smoke \\
         --strategies my_strategy.last_block:LastBlock,gr4cil --seeds 0,1
-"""
+"""  # noqa: E501 (Markdown table rows must stay on one line)
 
 from __future__ import annotations
 
