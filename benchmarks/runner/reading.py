@@ -32,6 +32,7 @@ from benchmarks.runner.results import (
     RunKey,
     RunResult,
     changed_entries,
+    misplacement,
     unreadable_result,
     with_complete_summary,
 )
@@ -52,23 +53,31 @@ def iter_results(root: str | Path, skipped: list[str] | None = None) -> Iterator
         subfolders[:] = [d for d in subfolders if not d.startswith(".")]  # .checkpoints, .locks, .logs
         paths += [Path(folder) / name for name in files if name.endswith(".json")]
     for path in sorted(paths):
+        at_a_result_name = RESULT_NAME.fullmatch(path.name) is not None
+        line = None
         try:
             data = read_json(path)
         except FileNotFoundError:  # removed by another runner meanwhile
             continue
-        looks_like_one = isinstance(data, dict) and "schema_version" in data and "stages" in data
-        if not looks_like_one and RESULT_NAME.fullmatch(path.name) is None:
-            continue  # another JSON file (a saved model's, a tool's), not a result
-        if (problem := unreadable_result(data)) is not None:
-            fix = (
-                "rerun that run with --force, or move the file away"
-                if problem.replaceable
-                else ("rerun that run or convert the file")
-            )
-            line = f"skipped {path}: {problem.why}; {fix}"
+        except UserError as err:  # corrupt: named, and the walk goes on, so one pass names every bad file
+            line = f"skipped {err}" if at_a_result_name else None
+        except OSError as err:
+            line = f"skipped {path}: it cannot be read ({err.strerror}); fix its permissions or move it away"
+        else:
+            looks_like_one = isinstance(data, dict) and "schema_version" in data and "stages" in data
+            if not looks_like_one and not at_a_result_name:
+                continue  # another JSON file (a saved model's, a tool's), not a result
+            if (problem := unreadable_result(data)) is not None:
+                fix = "rerun that run with --force, or move the file away"
+                fix = fix if problem.replaceable else "rerun that run or convert the file"
+                line = f"skipped {path}: {problem.why}; {fix}"
+            elif (why := misplacement(data, path)) is not None:
+                line = f"skipped {path}: {why}; move it to its place under a results folder, or away"
+            else:
+                yield path, with_complete_summary(data)
+                continue
+        if line is not None:
             skipped.append(line) if skipped is not None else warnings.warn(line, stacklevel=2)
-            continue
-        yield path, with_complete_summary(data)
 
 
 @dataclass(frozen=True)

@@ -177,20 +177,80 @@ def _json_kind(value) -> str:
     return "null" if value is None else kinds.get(type(value), type(value).__name__)
 
 
-def _summary_disagreement(data: dict) -> str:
-    """Which summary entry disagrees with the one its stages give, in words; where every entry
-    agrees (the stages themselves were edited), that the digest differs."""
+def _agree(stored, computed) -> bool:
+    numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (stored, computed))
+    return stored == computed or (numbers and math.isclose(stored, computed))
+
+
+def _entry_disagreement(summary, stages, what: str) -> str | None:
+    """The first entry of ``summary`` that disagrees with ``summarize(stages)``, in words; None
+    where each agrees. An entry the stages do not give (forgetting where they hold no per-task
+    accuracies, as in records made by hand; an entry of the file's own) is not checked."""
+    if not isinstance(summary, dict) or not stages:
+        return None
     try:
-        computed = summarize(data["stages"])
-        for name, stored in data["summary"].items():
-            value = computed.get(name, stored)
-            numbers = all(isinstance(v, (int, float)) for v in (stored, value))
-            same = stored == value or (numbers and math.isclose(stored, value))
-            if not same:
-                return f"its summary's {name} {stored!r} disagrees with its stages ({value!r})"
-    except (KeyError, TypeError, ValueError, IndexError, AttributeError):  # stages edited out of shape
-        pass
-    return "its stages or summary changed after the run wrote them (their digest is not the stored one)"
+        with warnings.catch_warnings(), np.errstate(all="ignore"):  # all-NaN slices of a bare record
+            warnings.simplefilter("ignore", RuntimeWarning)
+            computed = summarize(stages)
+    except (KeyError, TypeError, ValueError, IndexError, AttributeError):  # stages out of shape
+        return None
+    for name, stored in summary.items():
+        if computed.get(name) is not None and not _agree(stored, computed[name]):
+            return f"its {what}'s {name} {stored!r} disagrees with its stages ({computed[name]!r})"
+    return None
+
+
+def summary_disagreement(data: dict) -> str | None:
+    """Which entry of a result's ``summary`` (or ``validation_summary``) disagrees with the one its
+    stages give (``summarize``), in words; None where all agree. Checked whatever the schema
+    version: the digest binds a summary only in the files that keep it."""
+    stages = data.get("stages")
+    if (why := _entry_disagreement(data.get("summary"), stages, "summary")) is not None:
+        return why
+    if isinstance(stages, list) and all(isinstance(s, dict) and s.get("validation") for s in stages):
+        validation = [stage["validation"] for stage in stages]
+        return _entry_disagreement(data.get("validation_summary"), validation, "validation summary")
+    return None
+
+
+def config_disagreement(data: dict) -> str | None:
+    """Why a result's ``config`` is not the one its ``config_hash`` names, in words; None where it
+    is (or where the file keeps no hash, as records made by hand may not)."""
+    stored, config = data.get("config_hash"), data.get("config")
+    if stored is None or not isinstance(config, dict):
+        return None
+    try:
+        computed = config_hash(config)
+    except (TypeError, ValueError):  # a value JSON cannot hold canonically
+        computed = None
+    if computed == stored:
+        return None
+    return (
+        f"its config changed after the run wrote it (its config_hash is {stored!r}, its config's "
+        f"{computed!r}), so it cannot tell which config computed it"
+    )
+
+
+def stored_key(data: dict) -> RunKey | None:
+    """The run key a result's own fields give (``RunResult.key``); None where they give none (a
+    record made by hand without a config, say)."""
+    try:
+        own = {name: data[name] for name in ("strategy", "dataset", "n_tasks", "seed")}
+        return key_of_config(data["label"], {**data["config"], **own})
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+def misplacement(data: dict, path: Path) -> str | None:
+    """Why a result at ``path`` holds another run than its place in a results folder names (a label,
+    seed or dataset edited, or the file moved by hand), in words; None where it lies in its place."""
+    key = stored_key(data)
+    if key is None:
+        return None
+    place = key.relpath.with_suffix(".json").parts
+    if tuple(Path(path).parts[-len(place) :]) == place:
+        return None
+    return f"it holds the run {key}, whose place is {Path(*place)}: it was moved or edited by hand"
 
 
 class ResultProblem(NamedTuple):
@@ -204,8 +264,9 @@ class ResultProblem(NamedTuple):
 
 def unreadable_result(data) -> ResultProblem | None:
     """Why ``data``, read from a result's path, is no result that this suite reads; None if it is
-    one. A result of version 4 on with a ``digest`` must match it (one without is read unchecked,
-    as hand-made records are)."""
+    one. A result of version 4 on with a ``digest`` must match it; whatever its version, its summary
+    must agree with its stages (``summary_disagreement``) and its config with its ``config_hash``
+    (``config_disagreement``). Where it lies is checked by ``misplacement``, which needs the path."""
     if not isinstance(data, dict):
         return ResultProblem(f"not a result (a JSON {_json_kind(data)}, not an object)", True)
     missing = [name for name in ("schema_version", "stages") if name not in data]
@@ -228,7 +289,12 @@ def unreadable_result(data) -> ResultProblem | None:
         except (TypeError, ValueError):  # a value JSON cannot hold canonically (NaN by hand)
             agrees = False
         if not agrees:
-            return ResultProblem(_summary_disagreement(data), True)
+            changed = (
+                "its stages or summary changed after the run wrote them (their digest is not the stored one)"
+            )
+            return ResultProblem(summary_disagreement(data) or changed, True)
+    if (why := summary_disagreement(data) or config_disagreement(data)) is not None:
+        return ResultProblem(why, True)
     return None
 
 
@@ -274,6 +340,8 @@ class ResultStore:
         result = read_json(path)
         if unreadable_result(result) is not None or cfg_hash not in (None, result.get("config_hash")):
             return None
+        if stored_key(result) not in (None, key):  # another run's result, moved or edited by hand
+            return None
         return with_complete_summary(result)
 
     def finished_elsewhere(
@@ -315,9 +383,10 @@ class ResultStore:
         ``force`` may replace it. Refused whatever ``force`` says: a result of a schema this suite
         cannot read (a newer suite's), and a result of another label whose folder this run's label
         shares (``mymod:ZeroShot`` and a variant ``mymod_ZeroShot``, across two commands). Refused
-        without ``force``: a file that is no result or fails its digest, a corrupt JSON file, and a
-        result of another config (``cfg_hash`` None: any config is this run's; ``config``, the
-        run's resolved config, names what changed)."""
+        without ``force``: a file that is no result or fails its checks (``unreadable_result``), a
+        corrupt JSON file, another run's result (``misplacement``), and a result of another config
+        (``cfg_hash`` None: any config is this run's; ``config``, the run's resolved config, names
+        what changed)."""
         path = self.result_path(key)
         try:
             data = read_json(path)
@@ -336,7 +405,15 @@ class ResultStore:
                 else ("move it away to recompute the run here, or give another --results-dir")
             )
             return f"result file {path}: {problem.why}; {fix}"
-        if data.get("label") != key.label:
+        label = data.get("label")
+        shares_folder = label != key.label and safe_label(str(label)) == safe_label(key.label)
+        if not shares_folder and (why := misplacement(data, path)) is not None:
+            return (
+                None
+                if force
+                else f"result file {path}: {why}; rerun with --force to replace it, or move it away"
+            )
+        if label != key.label:
             return (
                 f"result file {path} holds the run {data.get('label')!r}, whose folder "
                 f"{safe_label(key.label)!r} the run {key.label!r} shares: one would replace the other; "

@@ -9,7 +9,7 @@ import pytest
 from analysis import compare, pairing
 from analysis.comparison_output import render_markdown
 from analysis.orders import Unit
-from benchmarks.runner.results import Predictions, ResultStore, RunKey, predictions_path
+from benchmarks.runner.results import Predictions, ResultStore, RunKey, config_hash, predictions_path
 
 TASKS = [[0, 1], [2, 3]]  # two tasks of two classes
 TARGETS = np.array([0, 0, 1, 1, 2, 2, 3, 3, 0, 2])  # ten test images
@@ -58,7 +58,6 @@ def store_run(
         "dataset": "toy",
         "n_tasks": 2,
         "seed": seed,
-        "config_hash": f"{label}{seed}",
         "class_order": list(class_order),
         "config": {
             "dataset": "toy",
@@ -86,6 +85,7 @@ def store_run(
         "env": {},
         "cost": {},
     }
+    result["config_hash"] = config_hash(result["config"])
     store = ResultStore(root)
     sidecar = Predictions(predictions, TARGETS, np.arange(len(TARGETS))) if with_sidecar else None
     store.save(RunKey(label, "toy", 2, seed), result, sidecar)

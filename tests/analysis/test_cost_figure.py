@@ -5,7 +5,7 @@ import numpy as np
 
 from analysis import figures
 from analysis.paper_inputs import ReportInputs
-from benchmarks.runner.results import RunCost, RunResult, StageResult
+from benchmarks.runner.results import RunCost, RunResult, StageResult, config_hash
 
 
 def _run(label: str, seed: int, cost: RunCost) -> RunResult:
@@ -30,7 +30,7 @@ def _run(label: str, seed: int, cost: RunCost) -> RunResult:
         n_tasks=10,
         seed=seed,
         config={},
-        config_hash=f"{label}{seed}",
+        config_hash=config_hash({}),
         class_order=list(range(20)),
         class_names=[str(c) for c in range(20)],
         tasks=[[2 * t, 2 * t + 1] for t in range(10)],

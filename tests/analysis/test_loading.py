@@ -18,6 +18,7 @@ from benchmarks.runner.results import (
     RunKey,
     RunResult,
     StageResult,
+    config_hash,
 )
 
 KEY = RunKey("gr4cil", "cifar100", 2, 0)
@@ -47,8 +48,8 @@ def _store(root, last_acc: float, zero_shot: dict | None, config: dict | None = 
         dataset=KEY.dataset,
         n_tasks=KEY.n_tasks,
         seed=KEY.seed,
-        config={"suite_marker": last_acc, **(config or {})},
-        config_hash=f"hash{last_acc}",
+        config=(config := {"suite_marker": last_acc, **(config or {})}),
+        config_hash=config_hash(config),
         class_order=[0, 1, 2, 3],
         class_names=["a", "b", "c", "d"],
         tasks=[[0, 1], [2, 3]],
@@ -186,8 +187,8 @@ def _typed_run(version: int) -> RunResult:
         dataset="cifar100",
         n_tasks=2,
         seed=0,
-        config={"strategy_config": {}, "protocol": "one-protocol"},
-        config_hash=f"v{version}",
+        config=(config := {"strategy_config": {}, "protocol": "one-protocol"}),
+        config_hash=config_hash(config),
         class_order=[0, 1, 2, 3],
         class_names=["a", "b", "c", "d"],
         tasks=[[0, 1], [2, 3]],

@@ -100,11 +100,12 @@ def test_latex_is_booktabs_with_matching_columns(results_dir):
 def test_one_task_runs_show_no_forgetting(tmp_path):
     result = _result("gr4cil", "cifar100", 0, [90.0, 80.0], 70.0, n_tasks=1)
     result["stages"] = result["stages"][:1]
+    result["summary"] |= {"avg_acc": 90.0, "last_acc": 90.0}  # its one stage's, as the runner writes
     path = tmp_path / "cifar100" / "gr4cil" / "T1-seed0.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(result))
     row = write_tables(tmp_path).splitlines()[2]
-    assert [c.strip() for c in row.split("|")[2:-1]] == ["85.00 (n = 1)", "80.00 (n = 1)", "–", "–"]
+    assert [c.strip() for c in row.split("|")[2:-1]] == ["90.00 (n = 1)", "90.00 (n = 1)", "–", "–"]
 
 
 def test_cli_on_an_empty_folder_is_a_one_line_error(tmp_path, capsys):

@@ -93,7 +93,8 @@ def test_a_resumed_run_stores_the_same_predictions(finished, tmp_path, monkeypat
 
 def _copy(finished, tmp_path):
     _, path, result = finished
-    target = tmp_path / path.name
+    target = tmp_path.joinpath(*path.parts[-3:])  # <dataset>/<label>/<stem>.json: its place, as readers check
+    target.parent.mkdir(parents=True)
     target.write_text(path.read_text())
     predictions_path(target).write_bytes(predictions_path(path).read_bytes())
     return target, json.loads(target.read_text())
@@ -128,7 +129,7 @@ def test_a_version_1_result_loads_without_predictions_and_without_a_word(finishe
     assert [r["schema_version"] for _, r in iter_results(tmp_path)] == [1]
     store = ResultStore(tmp_path)
     key = RunKey(result["label"], result["dataset"], result["n_tasks"], result["seed"])
-    (tmp_path / key.relpath.parent).mkdir(parents=True)
+    assert store.result_path(key) == path
     store.result_path(key).write_text(json.dumps(old))
     assert store.finished(key, old["config_hash"]) == old  # never recomputed for want of a sidecar
 
