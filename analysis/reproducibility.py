@@ -13,6 +13,7 @@ file; ``python -m analysis.report`` writes one beside its tables as well.
 
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from collections import defaultdict
@@ -231,6 +232,7 @@ def reproducibility_markdown(results_dir: str | Path, loaded: Results | None = N
     results: dict[tuple[str, str], list[RunResult]] = defaultdict(list)
     root = Path(results_dir)
     skipped_suites: list[str] = []
+    not_counted: dict[str, list[tuple[str, RunResult]]] = {}
     if root.is_dir():
         folders = result_folders(root)
         if any(folder.name in available_suites() for folder in folders):
@@ -241,15 +243,19 @@ def reproducibility_markdown(results_dir: str | Path, loaded: Results | None = N
                 if folder.name in (MINIATURE_SUITE, REAL_SUITE)
             }
             skipped_suites = [folder.name for folder in folders if folder not in sources]
-            reads = [(read_results(folder), datasets) for folder, datasets in sources.items()]
+            reads = [(read_results(folder), datasets, folder.name) for folder, datasets in sources.items()]
         else:  # one suite's folder (runs/SUITE): every run of it counts
-            reads = [(read_results(root if loaded is None else loaded), None)]
-        for read, datasets in reads:
+            reads = [(read_results(root if loaded is None else loaded), None, None)]
+        for read, datasets, suite in reads:
             # variants have rows of their own; the paper's numbers were made in its protocol's
             # default class order, never other orders
             for file in read.where(lambda f: f.result.label == f.result.strategy and f.key.order == "").runs:
-                if datasets is None or file.result.dataset in datasets:
-                    results[(file.result.strategy, file.result.dataset)].append(file.result)
+                if datasets is not None and file.result.dataset not in datasets:
+                    continue
+                if suite is not None and (why := _not_the_suites_run(file.result, suite)) is not None:
+                    not_counted.setdefault(suite, []).append((why, file.result))
+                    continue
+                results[(file.result.strategy, file.result.dataset)].append(file.result)
     paper = load_paper_reference()
     lines = [
         "# Reproducibility",
@@ -294,10 +300,60 @@ def reproducibility_markdown(results_dir: str | Path, loaded: Results | None = N
             f"`{REAL_SUITE}`'s alone.",
             "",
         ]
+    for suite, runs in not_counted.items():
+        lines += [_not_counted_line(root, suite, runs), ""]
     stale = _stale_miniature_results(results)
     if stale:
         lines += [stale, ""]
     return "\n".join(lines)
+
+
+#: the config entries that make a stored result one of its suite's runs as the suite now reads
+SUITE_CONFIG_ENTRIES = ("backbone", "strategy_options", "epoch_scale")
+
+
+@functools.cache
+def _suite_runs(suite: str) -> dict[tuple[str, str, int, str], dict]:
+    """Each run of ``suite`` as it now reads, by (strategy, dataset, tasks, split): the entries of
+    its config (``SUITE_CONFIG_ENTRIES``) that a stored result of it must hold."""
+    from benchmarks.backbone import recorded_backbone
+    from benchmarks.runner.suites import expand, load_suite
+
+    definition = load_suite(suite)
+    return {
+        (spec.strategy, spec.dataset, spec.n_tasks, spec.split): {
+            "backbone": recorded_backbone(spec.config["backbone"]),
+            **{key: spec.config.get(key) for key in SUITE_CONFIG_ENTRIES if key != "backbone"},
+        }
+        for spec in expand(definition, seeds=definition["seeds"][:1])
+    }
+
+
+def _not_the_suites_run(result: RunResult, suite: str) -> str | None:
+    """Why a result under ``suite``'s folder is none of the suite's runs as it now reads (a run it
+    does not hold; another checkpoint or recipe); None where it is one (of any seed)."""
+    expected = _suite_runs(suite).get((result.strategy, result.dataset, result.n_tasks, split_of(result)))
+    if expected is None:
+        return "of a run the suite does not hold"
+    if any(result.config.get(key) != value for key, value in expected.items()):
+        return "computed with another checkpoint or recipe than the suite now gives"
+    return None
+
+
+def _not_counted_line(root: Path, suite: str, runs: list[tuple[str, RunResult]]) -> str:
+    """The line naming the results under a suite's folder that no cell counts, and why."""
+    by_why: dict[str, list[RunResult]] = defaultdict(list)
+    for why, result in runs:
+        by_why[why].append(result)
+    named = {
+        why: sorted({f"`{r.strategy}` {r.dataset} T{r.n_tasks}" for r in rs}) for why, rs in by_why.items()
+    }
+    causes = "; ".join(f"{len(by_why[why])} {why} ({', '.join(runs)})" for why, runs in sorted(named.items()))
+    return (
+        f"Not counted: {len(runs)} result(s) under `{root.name}/{suite}/` that are not `{suite}`'s runs "
+        f"as it now reads: {causes}. `python -m benchmarks.run --suite {suite} --results-dir "
+        f"{root.name}/{suite} --force` recomputes the suite's runs."
+    )
 
 
 #: changes of a method's training that its config cannot show, after which a stored result no
@@ -378,6 +434,7 @@ def main(argv: list[str] | None = None) -> int:
         "--out", default="REPRODUCIBILITY.md", help="the file to write (default: REPRODUCIBILITY.md)"
     )
     args = parser.parse_args(argv)
+    parser.output_file(args.out)
     try:
         print(f"wrote {write_reproducibility(args.results_dir, args.out)}")
     except (UserError, OSError) as err:

@@ -17,6 +17,7 @@ from analysis.gr4cil_settings import gr4cil_defaults
 from analysis.paper_inputs import REFERENCE_FILE, load_inputs, load_paper_reference, row_label
 from analysis.report import build_report
 from analysis.report import main as report_main
+from benchmarks.runner.results import config_hash
 
 DATASETS = ("cifar100", "imagenet_r", "imagenet100", "imagenet1k")
 NAMES = {
@@ -136,6 +137,7 @@ def _result(label, dataset, n_tasks, seed, rng, strategy=None, options=None, zer
             "eval_branch_forwards": 100,
         }
     strategy_config = {"epochs": 2, **(gr4cil_defaults() if gr4cil else {}), **(options or {})}
+    config = {"strategy_config": strategy_config, **({"zero_shot": sorted(zero_shot)} if zero_shot else {})}
     result = {
         "schema_version": 1,
         "strategy": strategy,
@@ -143,8 +145,8 @@ def _result(label, dataset, n_tasks, seed, rng, strategy=None, options=None, zer
         "dataset": dataset,
         "n_tasks": n_tasks,
         "seed": seed,
-        "config": {"strategy_config": strategy_config},
-        "config_hash": f"{label}-{seed}-{zero_shot is not None}",
+        "config": config,
+        "config_hash": config_hash(config),
         "class_order": [],
         "tasks": [],
         "stages": stages,
@@ -164,7 +166,17 @@ def _result(label, dataset, n_tasks, seed, rng, strategy=None, options=None, zer
     return result
 
 
+def _with_accuracies(result: dict, avg: float, last: float) -> dict:
+    """``result`` with stage accuracies whose mean is ``avg`` and last is ``last``, its summary theirs."""
+    n = len(result["stages"])
+    accs = [(avg * n - last) / (n - 1)] * (n - 1) + [last]
+    stages = [{**stage, "acc": acc} for stage, acc in zip(result["stages"], accs)]
+    return {**result, "stages": stages, "summary": {**result["summary"], "avg_acc": avg, "last_acc": last}}
+
+
 def _write(root, result, folder=""):
+    """``result`` where the runner stores it, its config hash that of its config as the runner's is."""
+    result = {**result, "config_hash": config_hash(result["config"])}
     path = Path(
         root, folder, result["dataset"], result["label"], f"T{result['n_tasks']}-seed{result['seed']}.json"
     )
@@ -662,10 +674,12 @@ def test_reproducibility_reads_each_cell_from_the_suite_it_names(tmp_path):
     from analysis.reproducibility import reproducibility_markdown
 
     rng = np.random.default_rng(0)
-    baselines = [_result("finetune", "synthetic", 10, seed, rng) for seed in (0, 1)]
+    baselines = [
+        _as_the_suites(_result("finetune", "synthetic", 10, s, rng), "smoke-baselines") for s in (0, 1)
+    ]
     for result in baselines:
         _write(tmp_path / "results", result, "smoke-baselines")
-    real = _result("finetune", "cifar100", 10, 0, rng)
+    real = _as_the_suites(_result("finetune", "cifar100", 10, 0, rng), "main")
     _write(tmp_path / "results", real, "main")
     _write(tmp_path / "results", _result("finetune", "synthetic", 10, 2, rng), "mine")
     _write(tmp_path / "results", _result("finetune", "cifar100", 10, 1, rng), "smoke-official-steps")
@@ -677,6 +691,51 @@ def test_reproducibility_reads_each_cell_from_the_suite_it_names(tmp_path):
     assert (
         "Not counted: the results of `mine`, `smoke-official-steps` under `results/`: the miniature cells "
         "read `smoke-baselines`'s and the real-data cells `main`'s alone."
+    ) in text
+
+
+def _as_the_suites(result: dict, suite: str) -> dict:
+    """``result`` with the config ``suite`` now gives its run (as the runner records it)."""
+    from benchmarks.backbone import recorded_backbone
+    from benchmarks.runner.suites import expand, load_suite
+
+    (spec,) = [
+        spec
+        for spec in expand(load_suite(suite), strategies=[result["strategy"]], seeds=[result["seed"]])
+        if spec.dataset == result["dataset"] and spec.n_tasks == result["n_tasks"]
+    ]
+    return {**result, "config": {**spec.config, "backbone": recorded_backbone(spec.config["backbone"])}}
+
+
+def test_reproducibility_counts_only_the_runs_of_the_suite_each_cell_names(tmp_path):
+    """Under ``results/smoke-baselines/``: a result of another recipe, or of a run the suite does
+    not hold (5 tasks), moves no cell, and one line names it."""
+    from analysis.reproducibility import reproducibility_markdown
+
+    rng = np.random.default_rng(0)
+    root = tmp_path / "results"
+    kept = [
+        _as_the_suites(_result("gr4cil", "synthetic", 10, seed, rng), "smoke-baselines") for seed in (0, 1)
+    ]
+    for result in kept:
+        _write(root, result, "smoke-baselines")
+    text = reproducibility_markdown(root)
+    assert "Not counted" not in text
+    before = [line for line in text.splitlines() if line.startswith("| `gr4cil`")]
+
+    other_recipe = _result("gr4cil", "synthetic", 10, 2, rng)
+    options = kept[0]["config"]["strategy_options"]
+    other_recipe["config"] = {**kept[0]["config"], "strategy_options": {**options, "epochs": 12}}
+    _write(root, other_recipe, "smoke-baselines")
+    _write(root, {**kept[0], "n_tasks": 5, "config": {**kept[0]["config"], "n_tasks": 5}}, "smoke-baselines")
+    text = reproducibility_markdown(root)
+    assert [line for line in text.splitlines() if line.startswith("| `gr4cil`")] == before  # n = 2, as before
+    assert (
+        "Not counted: 2 result(s) under `results/smoke-baselines/` that are not `smoke-baselines`'s runs "
+        "as it now reads: 1 computed with another checkpoint or recipe than the suite now gives (`gr4cil` "
+        "synthetic T10); 1 of a run the suite does not hold (`gr4cil` synthetic T5). `python -m "
+        "benchmarks.run --suite smoke-baselines --results-dir results/smoke-baselines --force` recomputes "
+        "the suite's runs."
     ) in text
 
 
@@ -717,8 +776,7 @@ def test_reproducibility_miniature_cell_is_mean_and_population_std_as_in_the_tab
 
     rng = np.random.default_rng(0)
     for seed, (avg, last) in enumerate(((73.16, 58.70), (70.87, 56.40), (72.29, 58.40))):
-        result = _result("gr4cil", "synthetic", 10, seed, rng)
-        result["summary"] = {**result["summary"], "avg_acc": avg, "last_acc": last}
+        result = _with_accuracies(_result("gr4cil", "synthetic", 10, seed, rng), avg, last)
         _write(tmp_path, result)
     # By hand: Avg mean 72.106..., squared deviations 1.109 + 1.530 + 0.034 = 2.672, / 3 -> std 0.944;
     # Last mean 57.833..., 0.751 + 2.054 + 0.321 = 3.127, / 3 -> std 1.021.
@@ -734,11 +792,11 @@ def test_reproducibility_takes_the_miniature_column_from_smoke_baselines_not_ano
     from analysis.reproducibility import reproducibility_markdown
 
     rng = np.random.default_rng(0)
-    kept = _result("gr4cil", "synthetic", 10, 0, rng)
-    kept["summary"] = {**kept["summary"], "avg_acc": 70.0, "last_acc": 60.0}
+    kept = _as_the_suites(
+        _with_accuracies(_result("gr4cil", "synthetic", 10, 0, rng), 70.0, 60.0), "smoke-baselines"
+    )
     _write(tmp_path, kept, folder="smoke-baselines")
-    diagnosis = _result("gr4cil", "synthetic", 10, 1, rng)  # another recipe on the same world
-    diagnosis["summary"] = {**diagnosis["summary"], "avg_acc": 10.0, "last_acc": 5.0}
+    diagnosis = _with_accuracies(_result("gr4cil", "synthetic", 10, 1, rng), 10.0, 5.0)  # another recipe
     _write(tmp_path, diagnosis, folder="smoke-official-steps")
     (row,) = [
         line for line in reproducibility_markdown(tmp_path).splitlines() if line.startswith("| `gr4cil`")
