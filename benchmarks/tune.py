@@ -446,7 +446,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--data-root", default="data", help="folder holding the datasets (default: ./data)")
     parser.add_argument("--out", help="the tuned suite file (default: RESULTS_DIR/tuned.toml)")
     parser.add_argument("--quiet", action="store_true", help="no line per trial")
-    return parser.parse_args(argv)
+    args = parser.parse_args(argv)
+    parser.output_file(args.out)  # before the trials, not after them
+    return args
 
 
 @one_line_user_errors

@@ -12,6 +12,7 @@ import argparse
 import contextlib
 import errno
 import functools
+import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
@@ -86,6 +87,13 @@ class CommandParser(argparse.ArgumentParser):
     def error(self, message: str):
         self.exit(2, f"error: {message}; see {self.prog} --help\n")
 
+    def output_file(self, path: str | Path | None, flag: str = "--out") -> Path | None:
+        """``output_file``, checked with the options: its refusal is this parser's one line."""
+        try:
+            return output_file(path, flag)
+        except UserError as err:
+            self.error(str(err))
+
 
 def output_folder(path: str | Path, flag: str) -> Path:
     """``path`` as the folder a command writes into; refused in one line when it, or the folder it
@@ -96,6 +104,34 @@ def output_folder(path: str | Path, flag: str) -> Path:
         where = "" if existing == folder else f" under {existing}, which"
         raise UserError(f"{flag} {folder}{where} is a file, not a folder; give a folder (new or existing)")
     return folder
+
+
+def output_file(path: str | Path | None, flag: str) -> Path | None:
+    """``path`` as the file a command writes at its end; refused in one line, before the command's
+    work, when it is a folder or would be made under a file (it would otherwise fail after the work
+    and lose its output). None stays None (no file asked for)."""
+    if path is None:
+        return None
+    file = Path(path).expanduser()
+    if str(path) == "":
+        raise UserError(f"{flag} is empty; give a file path")
+    if file.is_dir():
+        raise UserError(f"{flag} {file} is a folder; give a file path")
+    existing = next(p for p in file.absolute().parents if p.exists())
+    if not existing.is_dir():
+        raise UserError(f"{flag} {file} lies under {existing}, which is a file; give a path in a folder")
+    return file
+
+
+def positive_number(text: str) -> float:
+    """An ``argparse`` type: a finite number above 0 (seconds, a budget), else the parser's one line."""
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"{text} is not a number above 0")
+    return value
 
 
 @contextlib.contextmanager

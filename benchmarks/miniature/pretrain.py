@@ -66,6 +66,7 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="checkpoint path (.safetensors)")
     parser.add_argument("--log-every", type=int, default=100, help="print the mean loss every K steps")
     args = parser.parse_args(argv)
+    parser.output_file(args.out)  # before the work, not after it
     for name in ("steps", "batch_size", "threads", "log_every"):
         if getattr(args, name) < 1:
             parser.error(f"--{name.replace('_', '-')} must be at least 1")

@@ -38,7 +38,13 @@ import psutil
 from tqdm.auto import tqdm
 
 from benchmarks.core.atomic_io import write_json
-from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
+from benchmarks.core.errors import (
+    CommandParser,
+    UserError,
+    one_line_user_errors,
+    output_file,
+    positive_number,
+)
 
 SUITE = """
 datasets = ["synthetic"]
@@ -69,12 +75,28 @@ def _command(suite: Path, results: Path) -> list[str]:
 
 
 def _run(suite: Path, results: Path, timeout: float) -> float:
-    """Run the suite into ``results`` to the end; its wall seconds. A failure is one line."""
+    """Run the suite into ``results`` to the end; its wall seconds. A failure, or a run past
+    ``timeout`` (stopped with its workers), is one line."""
     start = time.perf_counter()
-    done = subprocess.run(_command(suite, results), capture_output=True, text=True, timeout=timeout)
-    if done.returncode != 0:
-        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
-        raise UserError(f"the suite did not finish (exit {done.returncode}): {last}")
+    process = subprocess.Popen(
+        _command(suite, results),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,  # its own process group: a timeout stops its workers too
+    )
+    try:
+        _, stderr = process.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        os.killpg(process.pid, signal.SIGKILL)
+        process.communicate()
+        raise UserError(
+            f"the suite did not finish within --timeout {timeout:g} s; give a longer --timeout "
+            "(the seconds one run of the suite to its end may take)"
+        ) from None
+    if process.returncode != 0:
+        last = (stderr.strip().splitlines() or ["(no output)"])[-1]
+        raise UserError(f"the suite did not finish (exit {process.returncode}): {last}")
     return time.perf_counter() - start
 
 
@@ -177,7 +199,9 @@ def _main(argv: list[str] | None) -> int:
     parser = CommandParser(prog="python -m benchmarks.tools.kill_rerun", description=__doc__.split("\n")[0])
     parser.add_argument("--kills", type=int, default=10, help="trials: kill -9, then rerun (default 10)")
     parser.add_argument("--seed", type=int, default=0, help="draws the kill moments")
-    parser.add_argument("--timeout", type=float, default=900.0, help="seconds a run to the end may take")
+    parser.add_argument(
+        "--timeout", type=positive_number, default=900.0, help="seconds a run to the end may take"
+    )
     parser.add_argument("--out", help="write the trials as JSON here")
     parser.add_argument(
         "--suite", help="a suite file to run instead of the built-in one (e.g. an outside learner's)"
@@ -185,6 +209,7 @@ def _main(argv: list[str] | None) -> int:
     args = parser.parse_args(argv)
     if args.kills < 1:
         raise UserError(f"--kills must be at least 1, not {args.kills}")
+    out = output_file(args.out, "--out")  # before the trials, not after them
     text = SUITE
     if args.suite:
         try:
@@ -220,8 +245,8 @@ def _main(argv: list[str] | None) -> int:
     killed = [row for row in rows if row["killed"]]
     ok = sum(row["ok"] for row in killed)
     print(f"\n{ok} of {len(killed)} killed runs identical and clean ({len(rows) - len(killed)} not killed)")
-    if args.out:
-        write_json(Path(args.out), {"seed": args.seed, "uninterrupted_seconds": wall, "trials": rows})
+    if out is not None:
+        write_json(out, {"seed": args.seed, "uninterrupted_seconds": wall, "trials": rows})
     return 0 if ok == len(killed) else 1
 
 

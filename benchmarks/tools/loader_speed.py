@@ -141,6 +141,7 @@ def main(argv: list[str] | None = None) -> dict:
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--out", help="write the measurements as JSON here")
     args = parser.parse_args(argv)
+    parser.output_file(args.out)  # before the work, not after it
     counts = [int(w) for w in args.workers.split(",") if w]
     rows = [
         measure(args.model, w, args.epochs, args.batch_size, args.train_per_class, args.device)

@@ -284,6 +284,7 @@ def _command(argv: list[str] | None) -> dict:
     parser.add_argument("--data-root", help="where to write the fake data (default: a temporary folder)")
     parser.add_argument("--out", help="write the measurements as JSON here")
     args = parser.parse_args(argv)
+    parser.output_file(args.out)  # before the work, not after it
     device_type = torch.device(args.device).type
     train_default, test_default = PER_CLASS["cuda" if device_type == "cuda" else "cpu"]
     args.train_per_class = args.train_per_class or train_default

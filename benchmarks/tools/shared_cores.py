@@ -97,6 +97,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=3600.0, help="seconds a cell may run (3600)")
     parser.add_argument("--out", help="also write the cells as JSON here")
     args = parser.parse_args(argv)
+    parser.output_file(args.out)  # before the work, not after it
     threads = [str(check_threads(value)) for value in args.threads.split(",")]
     workers = [str(check_workers(value)) for value in args.workers.split(",")]
     if not set(loads := args.load.split(",")) <= {"idle", "loaded"}:

@@ -359,6 +359,7 @@ def main(argv: list[str] | None = None) -> dict:
     )
     parser.add_argument("--out", help="write the measurements as JSON here")
     args = parser.parse_args(argv)
+    parser.output_file(args.out)  # before the work, not after it
     precision = resolve_precision(args.precision, args.device)
     measure = {
         "evaluation": lambda: evaluation_reuse(

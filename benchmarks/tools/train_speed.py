@@ -467,6 +467,7 @@ def _command(argv: list[str] | None) -> dict:
     parser.add_argument("--eval-repeats", type=int, default=Options.eval_repeats, help="timed evaluations")
     parser.add_argument("--out", help="write the measurements as JSON here")
     args = parser.parse_args(argv)
+    parser.output_file(args.out)  # before the work, not after it
     counts = {f"--{name.replace('_', '-')}": getattr(args, name) for name in _COUNTS}
     counts.update({f"--steps-for {name}": steps for name, steps in args.steps_for.items()})
     if args.threads is not None:

@@ -75,3 +75,43 @@ def test_one_kill_and_rerun_end_to_end(monkeypatch, capsys, tmp_path):
         assert trial["ok"] and out.strip().splitlines()[-1] == (
             "1 of 1 killed runs identical and clean (0 not killed)"
         )
+
+
+@pytest.mark.parametrize("value", ["-5", "0", "nan", "inf", "soon"])
+def test_a_timeout_that_is_no_positive_number_is_one_line(capsys, value):
+    with pytest.raises(SystemExit) as stop:
+        kill_rerun.main(["--timeout", value])
+    assert stop.value.code == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("error: argument --timeout: ") and "--help" in line
+
+
+def test_a_suite_past_its_timeout_is_one_line_and_leaves_no_process(capsys, tmp_path, monkeypatch):
+    """``--timeout 0.5``: the uninterrupted run is stopped, its whole process group with it."""
+    started = []
+    popen = kill_rerun.subprocess.Popen
+
+    def recorded(*args, **kwargs):
+        started.append(process := popen(*args, **kwargs))
+        return process
+
+    monkeypatch.setattr(kill_rerun.subprocess, "Popen", recorded)
+    assert kill_rerun.main(["--kills", "1", "--timeout", "0.5"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line == (
+        "error: the suite did not finish within --timeout 0.5 s; give a longer --timeout (the seconds "
+        "one run of the suite to its end may take)"
+    )
+    (process,) = started
+    assert process.returncode is not None and kill_rerun._alive([process.pid]) == []
+
+
+@pytest.mark.parametrize("where", ["a folder", "under a file"])
+def test_an_out_it_could_not_write_is_refused_before_any_trial(capsys, tmp_path, monkeypatch, where):
+    monkeypatch.setattr(kill_rerun, "_run", lambda *a: pytest.fail("a run started before --out was checked"))
+    (tmp_path / "file").write_text("")
+    out = tmp_path if where == "a folder" else tmp_path / "file" / "trials.json"
+    assert kill_rerun.main(["--kills", "1", "--out", str(out)]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    said = "is a folder" if where == "a folder" else f"lies under {tmp_path / 'file'}, which is a file"
+    assert line.startswith(f"error: --out {out} {said}")
