@@ -20,24 +20,20 @@ from typing import Callable
 
 #: ``OSError`` numbers that are the machine's problem, which the user fixes, not a bug: a full disk
 #: or quota, a folder one may not write, or a path under (or over) a file
-# errors of the storage, not of the code: no space or quota (ENOSPC, EDQUOT, EFBIG), no right to
-# write (EACCES, EPERM, EROFS), a path that is not what it must be (ENOTDIR, EISDIR, EEXIST, ELOOP,
-# ENAMETOOLONG) and a failing device (EIO)
+#: errors of the storage, not of the code, by class: the whole class is one line naming the file
+#: and the cause, never a traceback (errno names a platform lacks are left out)
+STORAGE_ERROR_CLASSES = {
+    "no space": ("ENOSPC", "EDQUOT", "EFBIG"),
+    "no right to write": ("EACCES", "EPERM", "EROFS", "ETXTBSY"),
+    # not ENOENT: a file of the suite's own that is missing is a bug to see whole
+    "a path that is not what it must be": (
+        "ENOTDIR", "EISDIR", "EEXIST", "ELOOP", "ENAMETOOLONG", "ENOTEMPTY", "EXDEV", "EMLINK", "EBUSY",
+    ),
+    "a failing device or network filesystem": ("EIO", "ENXIO", "ENODEV", "ESTALE", "ENOLCK", "EREMOTEIO"),
+    "too many open files": ("EMFILE", "ENFILE"),
+}  # fmt: skip
 STORAGE_ERRORS = frozenset(
-    {
-        errno.ENOSPC,
-        errno.EDQUOT,
-        errno.EFBIG,
-        errno.EACCES,
-        errno.EPERM,
-        errno.EROFS,
-        errno.ENOTDIR,
-        errno.EISDIR,
-        errno.EEXIST,
-        errno.ELOOP,
-        errno.ENAMETOOLONG,
-        errno.EIO,
-    }
+    getattr(errno, name) for names in STORAGE_ERROR_CLASSES.values() for name in names if hasattr(errno, name)
 )
 
 

@@ -12,7 +12,12 @@ from pathlib import Path
 
 import pytest
 
-from benchmarks.core.errors import UserError, one_line_storage_errors, one_line_user_errors
+from benchmarks.core.errors import (
+    STORAGE_ERROR_CLASSES,
+    UserError,
+    one_line_storage_errors,
+    one_line_user_errors,
+)
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -158,10 +163,35 @@ def test_in_a_real_process_the_line_is_all_there_is(module, argv, fragment, tmp_
     assert "usage:" not in done.stdout + done.stderr
 
 
-@pytest.mark.parametrize(
-    "code", [errno.ENOSPC, errno.EDQUOT, errno.EFBIG, errno.EISDIR, errno.ELOOP, errno.EIO, errno.EROFS]
-)
-def test_only_a_storage_error_becomes_one_line_any_other_passes_as_it_is(code):
+#: every errno of every storage class on this platform, named (the class is what the code lists)
+STORAGE_CODES = {
+    name: getattr(errno, name)
+    for names in STORAGE_ERROR_CLASSES.values()
+    for name in names
+    if hasattr(errno, name)
+}
+
+
+def test_the_storage_classes_hold_the_cases_seen_and_no_code_mistake():
+    seen = {
+        "ENOSPC",
+        "EDQUOT",
+        "EFBIG",
+        "EACCES",
+        "EROFS",
+        "EISDIR",
+        "ELOOP",
+        "ENAMETOOLONG",
+        "EIO",
+        "ESTALE",
+    }
+    assert seen <= STORAGE_CODES.keys()
+    assert not {"EBADF", "EFAULT", "EINVAL", "ENOENT", "ESPIPE", "ECONNREFUSED"} & STORAGE_CODES.keys()
+
+
+@pytest.mark.parametrize("name", STORAGE_CODES)
+def test_only_a_storage_error_becomes_one_line_any_other_passes_as_it_is(name):
+    code = STORAGE_CODES[name]
     cause = os.strerror(code)
     with pytest.raises(UserError) as refused:
         with one_line_storage_errors("write the table", "free space"):
