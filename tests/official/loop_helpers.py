@@ -14,12 +14,11 @@ import torch
 import torch.nn.functional as F
 from avalanche.core import SupervisedPlugin
 
-import strategies.base
 from benchmarks.data.streams import build_stream
 from benchmarks.tools.official_goldens.loop import FINGERPRINT, StepRecord
 
 # What each loop test changes in the suite's strategy; the comparison must fail under every one.
-PERTURBATIONS = ("learning rate", "weight-decay group", "loss weight", "scheduler step")
+PERTURBATIONS = ("learning rate", "weight decay", "loss weight", "scheduler step")
 
 
 class _Recorder(SupervisedPlugin):
@@ -167,22 +166,35 @@ def suite_run_fixture(suite_strategy, run):
     return suite_run
 
 
-def perturbation_test(suite_strategy, run, tolerances, lr, schedule, splits_weight_decay, **compare):
-    """The test that the comparison (``loop_differences`` with ``compare``) fails under each of
-    ``PERTURBATIONS`` of ``suite_strategy``: learning rate ``lr``, the scheduler stepping by
-    ``schedule``, ``build_optimizer`` replaced by ``splits_weight_decay`` (another weight-decay
-    group), the loss weighted (``run(fixture, strategy, perturb_loss=True)``: ``weigh_the_loss``
-    where its loop allows)."""
+def perturbation_test(
+    suite_strategy,
+    run,
+    tolerances,
+    lr,
+    schedule,
+    weight_decay,
+    expected=lambda fixture: fixture[0],
+    **compare,
+):
+    """The test that the comparison (``loop_differences`` with ``compare``, against ``expected(fixture)``:
+    the fixture's tensors by default) fails under each of ``PERTURBATIONS`` of ``suite_strategy``:
+    learning rate ``lr``, the scheduler stepping by ``schedule``, the decay value ``weight_decay``
+    in the same parameter groups (a grouping changed as well would be caught by the group count
+    alone), the loss weighted (``run(fixture, strategy, perturb_loss=True)``: ``weigh_the_loss``
+    where its loop allows). It fails on a number, never on the steps' or tensors' names alone."""
 
     @pytest.mark.parametrize("perturbation", PERTURBATIONS)
-    def test_the_comparison_fails_under_a_perturbation(fixture, monkeypatch, perturbation):
-        tensors, _ = fixture
-        changes = {"learning rate": {"lr": lr}, "scheduler step": {"schedule": schedule}}
-        if perturbation == "weight-decay group":
-            monkeypatch.setattr(strategies.base, "build_optimizer", splits_weight_decay)
+    def test_the_comparison_fails_under_a_perturbation(fixture, perturbation):
+        tensors = expected(fixture)
+        changes = {
+            "learning rate": {"lr": lr},
+            "scheduler step": {"schedule": schedule},
+            "weight decay": {"weight_decay": weight_decay},
+        }
         strategy = suite_strategy(**changes.get(perturbation, {}))
         loop = run(fixture, strategy, perturb_loss=perturbation == "loss weight")
-        assert exceeded(loop_differences(loop, tensors, **compare), tolerances)
+        found = exceeded(loop_differences(loop, tensors, **compare), tolerances)
+        assert found and "steps and tensors" not in found, found
 
     return test_the_comparison_fails_under_a_perturbation
 

@@ -2,14 +2,13 @@
 aper_adapter.loop): the strategy trained by ``CLIPStrategy``'s own loop on the fixture's batches,
 compared after every step of the first task's adaptation (loss, learning rate, every adapter tensor,
 the head's weight and sigma) and after every task (the prototypes' scores); and the comparison
-fails when a learning rate, a weight-decay group, a loss weight or the scheduler's step differs."""
+fails when a learning rate, a weight decay, a loss weight or the scheduler's step differs."""
 
 import pytest
 import torch
 
 from benchmarks.tools.official_goldens.aper_loop import TASKS, suite_strategy, trained
 from benchmarks.tools.official_goldens.golden import load_golden
-from strategies.optim import build_optimizer
 from tests.official import loop_helpers as shared
 
 # Same modules, same batches, float32 operations in another order (the official nets around the
@@ -58,16 +57,15 @@ def test_every_step_and_task_equals_the_official_loop(fixture, suite_run):
     assert [len(r.losses) for r in loop.records] == [meta["sizes"]["steps"], 0]  # task 1 adapts only
     diffs = shared.loop_differences(loop, tensors)
     assert not shared.exceeded(diffs, TOLERANCES), diffs
-    assert (strategy.prototypes - tensors["output.prototypes"]).abs().max() <= 1e-6
-
-
-def _splits_weight_decay(params, cfg):
-    """No weight decay on biases and sigma (the official SGD decays every parameter)."""
-    optimizer = build_optimizer([p for p in params if p.ndim >= 2], cfg)
-    optimizer.add_param_group({"params": [p for p in params if p.ndim < 2], "weight_decay": 0.0})
-    return optimizer
+    # Prototypes are class means of float32 features summed in another order on each side: their
+    # error is a few units in the last place of the largest entry (4.84, whose unit is 4.8e-7): 1
+    # unit here (torch 2.14.1, AMD EPYC), 2 on another machine. The bound, 8 x float32's eps x that
+    # entry (4.6e-6), is about 4 times the larger.
+    official = tensors["output.prototypes"]
+    units = 8 * torch.finfo(torch.float32).eps * official.abs().max()
+    assert (strategy.prototypes - official).abs().max() <= units
 
 
 test_the_comparison_fails_under_a_perturbation = shared.perturbation_test(
-    suite_strategy, _run, TOLERANCES, 0.0105, "cosine_iter", _splits_weight_decay
+    suite_strategy, _run, TOLERANCES, 0.0105, "cosine_iter", 5.25e-4
 )

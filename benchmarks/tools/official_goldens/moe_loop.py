@@ -8,7 +8,8 @@ the suite's tiny CLIP with the suite's experts and routers (equal to the officia
 ``moe4cl.block`` and ``moe4cl.gates``), under the official parameter names (``adaptmlp_list``,
 ``router_list``, ``w_noise_list``) so that the official selection of what trains applies. The
 recipe's values (AdamW, lr 1e-3, wd 0, the official hard-coded 30 warm-up steps, CE without label
-smoothing) over 5 batches a task: every step is in the warm-up. The gate noise and the dropout draw
+smoothing) over 40 batches a task, CIFAR-100's (5,000 / 128): 30 steps in the warm-up and 10 of the
+cosine, long enough for a weight decay of 1e-4 to show. The gate noise and the dropout draw
 from the global generator, seeded before each task on both sides, in the same order (image tower,
 then text tower, as the official CLIP's forward).
 """
@@ -30,7 +31,7 @@ from benchmarks.tools.official_goldens.golden import Golden, official_import_pat
 from benchmarks.tools.official_goldens.moe_adapters_repo import OFFICIAL
 
 SEED, TASKS, N_TEST = shared.SEED, shared.TASKS, shared.N_TEST  # the loops' common split
-STEPS = 5  # batches a task; the official loop takes one more iteration (batch 0 again)
+STEPS = 40  # batches a task; the official loop takes one more iteration (batch 0 again)
 BATCH = 4
 # (warm-up, batches a task) of the official schedule recorded over its num_batches + 1 iterations:
 # CIFAR-100 (5,000 / 128), ImageNet-R (2,400 / 128), ImageNet-100 (13,000 / 128), the miniature of
@@ -210,8 +211,8 @@ def loop(checkout: Path) -> Golden:
         tensors=tensors,
         notes=(
             "The global generator is seeded with SEED + t before task t's adaptation (the gate noise "
-            "and dropout draw from it). The official loop runs num_batches + 1 = 6 iterations a task, "
-            "the sixth on batch 0 again (its loader restarts). output.task{t}.step{s}: the CE loss, "
+            "and dropout draw from it). The official loop runs num_batches + 1 = 41 iterations a task, "
+            "the last on batch 0 again (its loader restarts), at lr 0 (past the warm-up). output.task{t}.step{s}: the CE loss, "
             "the lr of the one param group as the step used it (cosine_lr with 30 warm-up steps sets "
             "it before the step), the fingerprint (loop.py) of every expert and router tensor of both "
             "towers after the step (suite names). output.task{t}.scores: the model's logits over the "
