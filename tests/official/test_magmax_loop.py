@@ -72,6 +72,16 @@ test_the_comparison_fails_under_a_perturbation = shared.perturbation_test(
 )
 
 
+@pytest.mark.parametrize("max_norm", [0.99, 1.01])
+def test_a_clipping_norm_one_percent_off_is_caught(fixture, max_norm):
+    """The recipe clips at 1.0. Adam divides out a gradient's scale, so a clipping norm 1 % off moves
+    only the tensors' norms, by about 1.6 times their tolerance (the unperturbed loop's: 0.14): a
+    thin margin by nature, measured rather than assumed."""
+    tensors, _ = fixture
+    diffs = shared.loop_differences(_run(fixture, suite_strategy(grad_clip=max_norm)), tensors, NOISE)
+    assert "norm" in shared.exceeded(diffs, TOLERANCES), diffs
+
+
 def test_the_fixture_starts_from_the_suites_tiny_clip(fixture):
     """The first step's change is small and the fixture's first loss is the suite's own first CE on
     the untouched model: both sides started from the same weights."""
