@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from benchmarks.core.errors import UserError
+from benchmarks.core.errors import UserError, results_folder
 from benchmarks.data.unit import dataset_units
 from benchmarks.runner.reading import (
     CANNOT_RANK,
@@ -93,8 +93,8 @@ class ReportInputs:
 def load_inputs(results_dir: str | Path | Results) -> ReportInputs:
     """The finished results under ``results_dir`` (a folder, or what ``read_results`` read from
     one), one per run key by ``Results``' rule; a ``UserError`` when there are none."""
-    if not isinstance(results_dir, Results) and not Path(results_dir).is_dir():
-        raise UserError(f"results folder {results_dir} does not exist; give the --results-dir of a run")
+    if not isinstance(results_dir, Results):
+        results_folder(results_dir)
     loaded = read_results(results_dir)
     # a paper table holds one protocol: as-published runs are read by the protocol table only
     one_protocol = loaded.where(lambda file: protocol_of(file.result) != "as-published")

@@ -44,7 +44,13 @@ from analysis.order_figure import ORDER_FIGURE, fig_class_orders, order_frame
 from analysis.paper_inputs import MissingInputs, load_inputs, load_paper_reference
 from analysis.paper_tables import TABLES
 from benchmarks.core.atomic_io import atomic_write_text
-from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors, output_folder
+from benchmarks.core.errors import (
+    CommandParser,
+    UserError,
+    one_line_user_errors,
+    output_folder,
+    results_folder,
+)
 from benchmarks.runner.reading import Results, result_folders
 
 
@@ -260,11 +266,7 @@ def main(argv: list[str] | None = None) -> int:
 def suite_folders(results_dir: str | Path) -> list[Path]:
     """The folders directly under ``results_dir`` that hold results, one per suite by the runner's
     layout (``runs/SUITE``); a fast dev run's folder (``SUITE-fast-dev-run``) is one of its own."""
-    root = Path(results_dir)
-    if not root.is_dir():
-        raise UserError(
-            f"results folder {root} does not exist; give the folder that holds runs/SUITE folders"
-        )
+    root = results_folder(results_dir, fix="give the folder that holds runs/SUITE folders")
     found = result_folders(root)
     if not found:
         raise UserError(f"no folder under {root} holds results; --by-suite reads {root}/SUITE/ folders")

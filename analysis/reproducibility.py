@@ -32,7 +32,7 @@ from analysis.paper_inputs import (
     split_of,
 )
 from benchmarks.core.atomic_io import atomic_write_text
-from benchmarks.core.errors import CommandParser, UserError
+from benchmarks.core.errors import CommandParser, UserError, results_folder
 from benchmarks.runner.reading import Results, read_results, result_folders
 from benchmarks.runner.results import RunResult
 
@@ -436,6 +436,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     parser.output_file(args.out)
     try:
+        results_folder(args.results_dir)
         print(f"wrote {write_reproducibility(args.results_dir, args.out)}")
     except (UserError, OSError) as err:
         print(f"error: {err}", file=sys.stderr)

@@ -23,7 +23,7 @@ import pandas as pd
 
 from analysis.formatting import latex_table, markdown_table, mean_std_cell, population_std
 from benchmarks.core.atomic_io import atomic_write_text
-from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
+from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors, results_folder
 from benchmarks.data.splits import tasks_label
 from benchmarks.runner.reading import (
     CANNOT_RANK,
@@ -203,7 +203,7 @@ def to_latex(table: pd.DataFrame) -> str:
 
 def write_tables(results_dir: str | Path, keys: list[RunKey] | None = None) -> str:
     """Write table.md/.csv/.tex into ``results_dir`` and return the Markdown."""
-    results_dir = Path(results_dir)
+    results_dir = results_folder(results_dir)
     runs = load_runs(results_dir, keys, notes := [])
     if runs.empty:
         raise UserError(

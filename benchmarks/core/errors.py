@@ -91,6 +91,19 @@ class CommandParser(argparse.ArgumentParser):
             self.error(str(err))
 
 
+def results_folder(
+    path: str | Path, flag: str = "--results-dir", fix: str = "give the --results-dir of a run"
+) -> Path:
+    """``path`` as a folder of results a command reads; refused in one line when it does not exist
+    or is a file."""
+    folder = Path(path).expanduser()
+    if not folder.exists():
+        raise UserError(f"{flag} {folder} does not exist; {fix}")
+    if not folder.is_dir():
+        raise UserError(f"{flag} {folder} is a file, not a folder; {fix}")
+    return folder
+
+
 def output_folder(path: str | Path, flag: str) -> Path:
     """``path`` as the folder a command writes into; refused in one line when it, or the folder it
     would be made in, is a file (the command would otherwise fail half-way, after its work)."""

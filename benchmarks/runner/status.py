@@ -21,7 +21,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
-from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
+from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors, results_folder
 from benchmarks.core.heartbeat_lock import is_stale, read_holder
 from benchmarks.runner.reading import iter_results
 from benchmarks.runner.results import CHECKPOINT_STATE, RESULT_NAME, ResultStore, RunKey, safe_label
@@ -185,9 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = CommandParser(prog="python -m benchmarks.runner.status", description=__doc__.split("\n")[0])
     parser.add_argument("--results-dir", required=True, help="the results folder of one or more suites")
     args = parser.parse_args(argv)
-    root = Path(args.results_dir)
-    if not root.is_dir():
-        raise UserError(f"results folder {root} does not exist; give the --results-dir of a run")
+    root = results_folder(args.results_dir)
     print(status_table(ResultStore(root)))
     return 0
 

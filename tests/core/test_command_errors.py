@@ -89,6 +89,18 @@ CASES = [
         "unknown table or figure",
     ),
     ("analysis.reproducibility", ["--bogus"], "unrecognized arguments: --bogus"),
+    # a results folder that is missing or a file, for every command that reads one
+    ("analysis.tables", ["--results-dir", "{tmp}/none"], "--results-dir {tmp}/none does not exist"),
+    ("analysis.tables", ["--results-dir", "{file}"], "--results-dir {file} is a file, not a folder"),
+    ("benchmarks.runner.status", ["--results-dir", "{file}"], "--results-dir {file} is a file, not a folder"),
+    ("benchmarks.runner.status", ["--results-dir", "{tmp}/none"], "--results-dir {tmp}/none does not exist"),
+    ("analysis.reproducibility", ["--results-dir", "{tmp}/none", "--out", "{tmp}/R.md"], "does not exist"),
+    ("analysis.report", ["--results-dir", "{file}", "--out", "{tmp}/r"], "--results-dir {file} is a file"),
+    (
+        "analysis.report",
+        ["--results-dir", "{file}", "--out", "{tmp}/r", "--by-suite"],
+        "is a file, not a folder",
+    ),
     ("benchmarks.tools.speed", ["--only", "nothing"], "--only: invalid choice: 'nothing'"),
     ("benchmarks.tools.speed", ["--tasks", "x"], "--tasks: invalid int value: 'x'"),
     ("benchmarks.tools.speed", ["--train", "--steps", "0"], "--steps must be at least 1"),

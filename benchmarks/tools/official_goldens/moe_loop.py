@@ -212,7 +212,8 @@ def loop(checkout: Path) -> Golden:
         notes=(
             "The global generator is seeded with SEED + t before task t's adaptation (the gate noise "
             "and dropout draw from it). The official loop runs num_batches + 1 = 41 iterations a task, "
-            "the last on batch 0 again (its loader restarts), at lr 0 (past the warm-up). output.task{t}.step{s}: the CE loss, "
+            "the last on batch 0 again (its loader restarts), at lr 0 (past the warm-up). "
+            "output.task{t}.step{s}: the CE loss, "
             "the lr of the one param group as the step used it (cosine_lr with 30 warm-up steps sets "
             "it before the step), the fingerprint (loop.py) of every expert and router tensor of both "
             "towers after the step (suite names). output.task{t}.scores: the model's logits over the "
