@@ -157,6 +157,26 @@ def write_json(path: Path, data: Any) -> None:
     atomic_write_text(Path(path), json.dumps(data, indent=1, allow_nan=False) + "\n")
 
 
+def read_json_object(path: Path, **fields: type | tuple[type, ...]) -> dict | None:
+    """A record the suite writes beside its results (a checkpoint's state, a lock's error or queued
+    mark): the JSON object, or None where the file is missing or damaged: unreadable, not UTF-8,
+    not JSON, not an object, or without one of ``fields`` of its type (``tasks_done=int``). The one
+    reader of these records, so every damage reads as "no record", never as a traceback."""
+    try:
+        data = json.loads(Path(path).read_bytes().decode("utf-8"))
+    except (OSError, ValueError):  # missing, a folder, no right to read; not UTF-8 or not JSON
+        return None
+    if not isinstance(data, dict):
+        return None
+    for name, kind in fields.items():
+        kinds, value = kind if isinstance(kind, tuple) else (kind,), data.get(name)
+        if not isinstance(value, kinds) or (
+            isinstance(value, bool) and bool not in kinds
+        ):  # true is no count
+            return None
+    return data
+
+
 def read_json(path: Path) -> Any:
     """Read a JSON file; a corrupt one is a user error that names the file and the fix."""
     try:

@@ -20,6 +20,7 @@ import socket
 import time
 from pathlib import Path
 
+from benchmarks.core.atomic_io import read_json_object
 from benchmarks.core.heartbeat_lock import (
     HEARTBEAT_SECONDS,
     STALE_AFTER_SECONDS,
@@ -53,11 +54,8 @@ class RunLock(HeartbeatLock):
         os.replace(tmp, self.queued_path)
 
     def read_queued(self) -> dict | None:
-        """The queued record ({"job_id", "submitted"}), or None."""
-        try:
-            return json.loads(self.queued_path.read_text())
-        except (FileNotFoundError, ValueError):
-            return None
+        """The queued record ({"job_id", "submitted"}), or None (none, or a damaged one)."""
+        return read_json_object(self.queued_path, job_id=(str, int), submitted=(int, float))
 
     def mark_failed(self, error: str, job: str) -> None:
         """Record that SLURM job ``job`` failed this run without running it (a job that could never

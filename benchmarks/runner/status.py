@@ -14,13 +14,13 @@ for a reason it can never meet says so.
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
+from benchmarks.core.atomic_io import read_json_object
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors, results_folder
 from benchmarks.core.heartbeat_lock import is_stale, read_holder
 from benchmarks.runner.reading import iter_results
@@ -114,19 +114,12 @@ def run_state(
 
 
 def _error(lock) -> dict | None:
-    """The error record of the run's last failed attempt, or None."""
-    try:
-        return json.loads(lock.error_path.read_text())
-    except (FileNotFoundError, ValueError):
-        return None
+    """The error record of the run's last failed attempt, or None (none, or a damaged one)."""
+    return read_json_object(lock.error_path, error=str, when=(int, float))
 
 
 def _checkpoint(store: ResultStore, key: RunKey, cfg_hash: str | None) -> dict:
-    path = store.checkpoint_state_path(key)
-    try:
-        state = json.loads(path.read_text())
-    except (FileNotFoundError, ValueError):
-        return {}
+    state = read_json_object(store.checkpoint_state_path(key), tasks_done=int) or {}
     return state if cfg_hash in (None, state.get("config_hash")) else {}
 
 

@@ -24,6 +24,7 @@ from pathlib import Path
 
 from tqdm.auto import tqdm
 
+from benchmarks.core.atomic_io import read_json_object
 from benchmarks.core.environment import check_threads, usable_cores
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.runner.local_launcher import check_workers
@@ -37,7 +38,9 @@ def _finished_tasks(folder: Path) -> int:
     """Tasks finished under ``folder``: every finished run's, and every checkpoint's."""
     finished = sum(len(result["stages"]) for _, result in iter_results(folder))
     states = (folder / ".checkpoints").rglob(CHECKPOINT_STATE)
-    return finished + sum(json.loads(path.read_text())["tasks_done"] for path in states)
+    return finished + sum(
+        (read_json_object(path, tasks_done=int) or {"tasks_done": 0})["tasks_done"] for path in states
+    )
 
 
 def time_smoke(

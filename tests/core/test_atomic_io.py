@@ -252,3 +252,19 @@ def test_tensors_that_share_memory_are_saved_once_and_read_back_shared(tmp_path)
     assert set(read) == set(tensors)
     assert all(torch.equal(read[name], value) for name, value in tensors.items())
     assert read["learner/alias"] is read["network/fc.weight"]
+
+
+@pytest.mark.parametrize(
+    "content",
+    [b"[]", b'"a record"', b"{", b"\xff\xfe", b'{"tasks_done": "2"}', b'{"tasks_done": true}', b"{}"],
+)
+def test_a_damaged_record_reads_as_none_whatever_its_damage(tmp_path, content):
+    from benchmarks.core.atomic_io import read_json_object
+
+    path = tmp_path / "state.json"
+    path.write_bytes(content)
+    assert read_json_object(path, tasks_done=int) is None
+    assert read_json_object(tmp_path / "missing.json") is None
+    assert read_json_object(tmp_path) is None  # a folder where the record belongs
+    path.write_text('{"tasks_done": 2, "config_hash": "ab"}')
+    assert read_json_object(path, tasks_done=int) == {"tasks_done": 2, "config_hash": "ab"}

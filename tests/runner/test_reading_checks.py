@@ -142,3 +142,20 @@ def test_a_validation_summary_is_checked_against_the_stages_validation_metrics()
     assert summary_disagreement({**data, "summary": {"avg_acc": 71.0}}) == (
         "its summary's avg_acc 71.0 disagrees with its stages (70.0)"
     )
+
+
+def test_damaged_checkpoint_error_and_queued_records_are_read_as_none_by_status(results, capsys):
+    """A checkpoint state, an error record and a queued mark that are no object of their fields:
+    status shows each run, as if the record were absent, without a traceback."""
+    for seed, folder, name, content in (
+        (9, ".checkpoints", "T10-seed9/state.json", "[]"),
+        (8, ".locks", "T10-seed8.error", '"x"'),
+        (7, ".locks", "T10-seed7.queued", '{"job_id": 1, "submitted": "yesterday"}'),
+    ):
+        path = results / folder / "synthetic" / "clap" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(content)
+    assert status.main(["--results-dir", str(results)]) == 0
+    rows = {line.split(" | ")[0]: line for line in capsys.readouterr().out.splitlines() if "clap" in line}
+    for seed in (7, 8, 9):
+        assert "| to run |" in rows[f"| clap / synthetic / 10 tasks / seed {seed}"]
