@@ -227,7 +227,7 @@ def _wrap_hint(cls: type, module: str, attr: str) -> str:
     try:
         from avalanche.training.templates import SupervisedTemplate
     except ImportError:  # pragma: no cover - Avalanche is a dependency
-        SupervisedTemplate = ()  # noqa: N806
+        SupervisedTemplate = ()
     builtin = module in ("avalanche.training", "avalanche.training.supervised")
     if isinstance(SupervisedTemplate, type) and issubclass(cls, SupervisedTemplate):
         name = f"avalanche:{attr}" if builtin else f"avalanche:{module}:{attr}"

@@ -125,7 +125,7 @@ class ResultFile:
                 tensors["targets"].astype(np.int64),
                 tensors["image_ids"].astype(np.int64),
             )
-        except Exception as err:  # safetensors raises its own error types  # noqa: BLE001
+        except Exception as err:  # safetensors raises its own error types
             return problem(f"predictions sidecar unreadable ({type(err).__name__})")
         expected = (len(self.result.stages), entry["n_images"])
         if found.predictions.shape != expected or found.targets.shape != expected[1:]:

@@ -74,7 +74,7 @@ def template_config(template: type) -> type[FrameworkConfig]:
                 (p.name, hint | None if p.default is None else hint, dataclasses.field(default=p.default))
             )
 
-    def __post_init__(self):  # noqa: N807 - dataclass hook
+    def __post_init__(self):  # the dataclass hook
         FrameworkConfig.__post_init__(self)
         unset = [field for field in required if getattr(self, field) is None]
         if unset:

@@ -77,7 +77,7 @@ def test_the_import_keeps_the_directory_and_path_and_leaves_out_a_downloading_mo
     fetches = sys.modules["datasets.seq_fetches"]
     assert not hasattr(fetches, "SequentialFetches")
     with pytest.raises(UserError, match="left out") as refused:
-        fetches.SequentialFetches  # noqa: B018
+        fetches.SequentialFetches
     assert "\n" not in str(refused.value)
     assert sys.modules["datasets.seq_plain"].SequentialPlain.N_TASKS == 3  # the rest imported
 

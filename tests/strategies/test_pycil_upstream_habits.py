@@ -250,7 +250,7 @@ def test_args_stay_a_dict_for_upstream_code_and_record_every_lookup():
     assert args.looked_up == {"memory_size", "init_lr", "fixed_memory"}  # missing keys count too
     for copied in (copy.copy(args), copy.deepcopy(args), args.copy()):
         assert type(copied) is ReadArgs and copied == args and copied is not args
-        copied["convnet_type"]  # noqa: B018  a learner reading its own copy
+        copied["convnet_type"]  # a learner reading its own copy
     assert "convnet_type" in args.looked_up
     assert pickle.loads(pickle.dumps(args)) == args
 

@@ -128,7 +128,7 @@ def _supplied_noise_normal(normal: type, queue: list[torch.Tensor], samples: lis
     torch's own ``rsample`` runs, only ``_standard_normal`` returns the given noise."""
 
     class SuppliedNoiseNormal(normal):
-        def rsample(self, sample_shape=torch.Size()):  # noqa: B008 (torch's own default)
+        def rsample(self, sample_shape=torch.Size()):  # torch's own default
             if not queue:
                 return super().rsample(sample_shape)
             eps = queue.pop(0)

@@ -121,10 +121,10 @@ class StaysOnHost(torch.Tensor):
     """A tensor whose ``.to(...)``/``.cuda()`` return itself as a plain tensor on the CPU: an
     official loop's ``inputs.to('cuda:0')`` runs on a machine without one, nothing else changes."""
 
-    def to(self, *args, **kwargs):  # noqa: D102
+    def to(self, *args, **kwargs):
         return self.as_subclass(torch.Tensor)
 
-    def cuda(self, *args, **kwargs):  # noqa: D102
+    def cuda(self, *args, **kwargs):
         return self.as_subclass(torch.Tensor)
 
 

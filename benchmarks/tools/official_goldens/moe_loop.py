@@ -68,7 +68,7 @@ class _OfficialModel(nn.Module):
         self.backbone = backbone
         self.logit_scale = backbone.model.logit_scale
 
-    def named_parameters(self, *args, **kwargs):  # noqa: D102
+    def named_parameters(self, *args, **kwargs):
         for name, p in self.backbone.named_parameters():
             yield official_name(name), p
 

@@ -6,7 +6,7 @@ import inspect
 import logging
 
 import torch
-from datasets import get_dataset  # noqa: F401  (the package downloads at import, as Mammoth's)
+from datasets import get_dataset  # the package downloads at import, as Mammoth's
 from torch import nn
 
 
