@@ -15,9 +15,12 @@ import socket
 import tempfile
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from benchmarks.core.errors import UserError
+
+if TYPE_CHECKING:  # torch is imported where tensors are written, not with this module
+    import torch
 
 
 def _readable_like_any_new_file(fd: int) -> None:
@@ -59,7 +62,7 @@ def remove_stale_temps(path: Path) -> list[Path]:
     Returns the files removed."""
     path = Path(path)
     pattern = re.compile(rf"\.{re.escape(path.name)}\.(?:(?P<host>.+)-(?P<pid>\d+)\.)?[^.]+\.tmp")
-    removed = []
+    removed: list[Path] = []
     try:
         candidates = [p for p in path.parent.iterdir() if p.name.startswith(f".{path.name}.")]
     except OSError:  # no folder yet: nothing to clean
@@ -124,7 +127,10 @@ def saved_once(tensors: dict) -> tuple[dict, dict[str, str]]:
     """``tensors`` with every entry that repeats an earlier one's view (the same memory, shape,
     strides and dtype) left out, and ``{left-out name: kept name}``. A tensor that overlaps an earlier
     one's memory in another view is copied, so that no two entries share memory."""
-    unique, shared, views, storages = {}, {}, {}, set()
+    unique: dict[str, torch.Tensor] = {}
+    shared: dict[str, str] = {}
+    views: dict[tuple, str] = {}
+    storages: set[int] = set()
     for name, tensor in tensors.items():
         if tensor.numel() == 0:  # no memory to share
             unique[name] = tensor

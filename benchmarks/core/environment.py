@@ -94,7 +94,7 @@ def _git(*args: str) -> str | None:
 def environment(device: str, threads_setting: Threads) -> dict:
     """Package versions, device, threads (``threads_setting``: what the run was asked for), git
     commit and host of this process."""
-    versions = {}
+    versions: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             versions[name] = metadata.version(name)

@@ -16,7 +16,7 @@ import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable
+from typing import Callable, NoReturn
 
 #: ``OSError`` numbers that are the machine's problem, which the user fixes, not a bug: a full disk
 #: or quota, a folder one may not write, or a path under (or over) a file
@@ -80,7 +80,7 @@ class CommandParser(argparse.ArgumentParser):
     ``error: <what>; see <prog> --help``, and exits with 2, with no usage block (``--help`` still
     prints the whole usage)."""
 
-    def error(self, message: str):
+    def error(self, message: str) -> NoReturn:
         self.exit(2, f"error: {message}; see {self.prog} --help\n")
 
     def output_file(self, path: str | Path | None, flag: str = "--out") -> Path | None:

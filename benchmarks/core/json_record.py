@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from dataclasses import MISSING, Field, field, fields
-from typing import ClassVar
+from typing import Any, ClassVar
 
 
 def optional_field(default=None):
@@ -20,7 +20,8 @@ class JsonRecord:
     """``from_json`` and ``to_json`` for a dataclass whose fields are JSON values, or records
     (``RECORD_FIELDS``: a record, or a list of them)."""
 
-    RECORD_FIELDS: ClassVar[dict[str, type]] = {}
+    RECORD_FIELDS: ClassVar[dict[str, type[JsonRecord]]] = {}
+    __dataclass_fields__: ClassVar[dict[str, Any]]  # a record is a dataclass (what ``fields`` reads)
 
     @classmethod
     def from_json(cls, data: dict):

@@ -17,7 +17,7 @@ from typing import Callable, Generic, TypeVar
 Member = TypeVar("Member")
 
 
-def defining_object(member: object) -> object:
+def defining_object(member: object) -> type | types.FunctionType:
     """What defines ``member``: a class or a function itself, an instance its class."""
     return member if isinstance(member, (type, types.FunctionType)) else type(member)
 
@@ -33,7 +33,7 @@ class Registry(Generic[Member]):
         kind: str,
         shared: frozenset[str] = frozenset(),
         importer: Callable[[str], object] = importlib.import_module,
-        defined_by: Callable[[Member], object] = defining_object,
+        defined_by: Callable[[Member], type | types.FunctionType] = defining_object,
     ):
         self.package = package
         self.kind = kind

@@ -2,8 +2,8 @@
 drift from the code. A ``python -m MODULE ...`` command goes through that module's own ``main``
 until its arguments are parsed (nothing runs): the module exists, every flag exists and every value
 parses, and a named suite exists. ``pytest`` commands name existing paths and declared markers;
-``ruff`` commands need the project's ruff configuration. The offline commands (the smoke, the
-tables, the report, the comparison) also run end to end in their own tests."""
+``ruff`` commands need the project's ruff configuration, ``mypy`` its configured files. The offline
+commands (the smoke, the tables, the report, the comparison) also run end to end in their own tests."""
 
 import argparse
 import importlib
@@ -96,6 +96,10 @@ def test_a_documented_command_matches_the_code(where, command, monkeypatch):
     elif tool == "ruff":
         assert "ruff" in tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]
         assert words[1] in ("check", "format"), command
+    elif tool == "mypy":  # the files it checks come from its configuration, each one present
+        config = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["mypy"]
+        assert words == ["mypy"] and config["files"], command
+        assert all((ROOT / path).exists() for path in config["files"]), config["files"]
     elif tool == "pip":
         extras = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
         if words[2] != "-e":  # PyTorch's own builds first, pinned inside the project's range
