@@ -105,12 +105,14 @@ class ResultFile:
             return None
         path = self.path.parent / entry["file"]
 
-        def problem(why: str) -> None:
+        def problem(why: str) -> Predictions | None:
+            """Say ``why`` (to ``problems``, else as a warning); no predictions, then."""
             line = (
                 f"{path}: {why}; the run's means are used, its per-image analyses are not "
                 "(rerun it with --force)"
             )
             problems.append(line) if problems is not None else warnings.warn(line, stacklevel=3)
+            return None
 
         try:
             blob = path.read_bytes()
@@ -208,7 +210,9 @@ def read_results(source: str | Path | Sequence[str | Path] | Results) -> Results
     if isinstance(source, Results):
         return source
     folders = [source] if isinstance(source, (str, Path)) else list(source)
-    found, skipped, incomplete = [], [], []
+    found: list[ResultFile] = []
+    skipped: list[str] = []
+    incomplete: list[str] = []
     for folder in folders:
         for path, data in iter_results(folder, skipped):
             try:

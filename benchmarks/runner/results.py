@@ -163,7 +163,7 @@ def config_hash(config: dict) -> str:
     return hashlib.sha256(blob.encode()).hexdigest()[:16]
 
 
-def result_digest(stages: list, summary: dict) -> str:
+def result_digest(stages: list, summary: dict | None) -> str:
     """The SHA-256 of the canonical JSON of a result's ``stages`` and ``summary`` (keys sorted, no
     spaces), stored beside them: a summary edited by hand no longer matches its stages' digest."""
     blob = json.dumps(
@@ -367,9 +367,9 @@ class ResultStore:
                 sidecar = (other.result_path(key).parent / entry["file"]).read_bytes() if entry else None
             except OSError:
                 continue
-            if sidecar is not None and hashlib.sha256(sidecar).hexdigest() != entry["sha256"]:
-                continue
-            if sidecar is not None:
+            if entry and sidecar is not None:
+                if hashlib.sha256(sidecar).hexdigest() != entry["sha256"]:
+                    continue
                 atomic_write_bytes(self.result_path(key).parent / entry["file"], sidecar)
             atomic_write_bytes(self.result_path(key), stored)
             return result, other.root
@@ -576,8 +576,8 @@ def with_complete_summary(result: dict) -> dict:
         computed = {name: float(metric(acc_matrix)) for name, metric in SUMMARY_FROM_STAGES.items()}
     else:  # hand-made records may leave the per-task accuracies out
         computed = dict.fromkeys(SUMMARY_FROM_STAGES, math.nan)
-    computed = {name: None if math.isnan(value) else value for name, value in computed.items()}
-    missing = {name: value for name, value in computed.items() if name not in summary}
+    numbers: dict[str, float | None] = {n: None if math.isnan(v) else v for n, v in computed.items()}
+    missing = {name: value for name, value in numbers.items() if name not in summary}
     return {**result, "summary": {**summary, **missing}}
 
 
