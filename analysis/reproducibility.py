@@ -345,10 +345,11 @@ def _not_counted_line(root: Path, suite: str, runs: list[tuple[str, RunResult]])
     by_why: dict[str, list[RunResult]] = defaultdict(list)
     for why, result in runs:
         by_why[why].append(result)
-    named = {
-        why: sorted({f"`{r.strategy}` {r.dataset} T{r.n_tasks}" for r in rs}) for why, rs in by_why.items()
-    }
-    causes = "; ".join(f"{len(by_why[why])} {why} ({', '.join(runs)})" for why, runs in sorted(named.items()))
+
+    def named(results: list[RunResult]) -> str:
+        return ", ".join(sorted({f"`{r.strategy}` {r.dataset} T{r.n_tasks}" for r in results}))
+
+    causes = "; ".join(f"{len(results)} {why} ({named(results)})" for why, results in sorted(by_why.items()))
     return (
         f"Not counted: {len(runs)} result(s) under `{root.name}/{suite}/` that are not `{suite}`'s runs "
         f"as it now reads: {causes}. `python -m benchmarks.run --suite {suite} --results-dir "
@@ -377,25 +378,8 @@ def _stale_miniature_results(results: dict[tuple[str, str], list[RunResult]]) ->
     """A warning when stored miniature results no longer match the shipped checkpoint, the
     ``smoke-baselines`` suite as it now reads, or their method's training (``TRAINING_CHANGES``);
     "" when all match."""
-    from benchmarks.backbone import recorded_backbone
-    from benchmarks.runner.suites import expand, load_suite
-
-    suite = load_suite("smoke-baselines")
-    current = {
-        (spec.strategy, spec.n_tasks, spec.split): {
-            **spec.config,
-            "backbone": recorded_backbone(spec.config["backbone"]),
-        }
-        for spec in expand(suite, seeds=suite["seeds"][:1])
-    }
     stored = [r for (_, dataset), runs in results.items() if dataset == MINIATURE for r in runs]
-    compared = ("backbone", "strategy_options", "epoch_scale")
-    stale = [
-        r
-        for r in stored
-        if (expected := current.get((r.strategy, r.n_tasks, split_of(r)))) is None
-        or any(r.config.get(key) != expected.get(key) for key in compared)
-    ]
+    stale = [r for r in stored if _not_the_suites_run(r, MINIATURE_SUITE) is not None]
     changed = [
         r
         for r in stored

@@ -340,7 +340,7 @@ class ResultStore:
         result = read_json(path)
         if unreadable_result(result) is not None or cfg_hash not in (None, result.get("config_hash")):
             return None
-        if stored_key(result) not in (None, key):  # another run's result, moved or edited by hand
+        if misplacement(result, path) is not None:  # another run's result, moved or edited by hand
             return None
         return with_complete_summary(result)
 
