@@ -176,9 +176,8 @@ def read_json_object(path: Path, **fields: type | tuple[type, ...]) -> dict | No
         return None
     for name, kind in fields.items():
         kinds, value = kind if isinstance(kind, tuple) else (kind,), data.get(name)
-        if not isinstance(value, kinds) or (
-            isinstance(value, bool) and bool not in kinds
-        ):  # true is no count
+        a_bool_for_a_number = isinstance(value, bool) and bool not in kinds  # true is no count
+        if not isinstance(value, kinds) or a_bool_for_a_number:
             return None
     return data
 

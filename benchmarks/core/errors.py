@@ -121,9 +121,9 @@ def output_file(path: str | Path | None, flag: str) -> Path | None:
     and lose its output). None stays None (no file asked for)."""
     if path is None:
         return None
-    file = Path(path).expanduser()
     if str(path) == "":
         raise UserError(f"{flag} is empty; give a file path")
+    file = Path(path).expanduser()
     if file.is_dir():
         raise UserError(f"{flag} {file} is a folder; give a file path")
     existing = next(p for p in file.absolute().parents if p.exists())
