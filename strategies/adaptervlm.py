@@ -116,7 +116,7 @@ class AdapterVLMConfig(StrategyConfig):
 
 
 @register("adaptervlm")
-class AdapterVLM(CLIPStrategy):
+class AdapterVLM(CLIPStrategy[AdapterVLMConfig]):
     Config = AdapterVLMConfig
 
     def __init__(self, **kwargs):
@@ -184,6 +184,8 @@ class AdapterVLM(CLIPStrategy):
         return images.to(self.device, non_blocking=True)
 
     def compute_logits(self, images: torch.Tensor) -> StepOutput:
+        if self.aux is None:  # built by setup_task, dropped after the task
+            raise RuntimeError("AdapterVLM.compute_logits outside a task's training")
         ood = self._next_ood_batch()[: len(images)]
         raw = self.backbone.encode_image(torch.cat([images, ood]), normalize=False)
         text = self.text_features(self.seen_classes + self.current_classes)
@@ -195,15 +197,15 @@ class AdapterVLM(CLIPStrategy):
         return self.by_class_id(output.clip_logits, self.current_classes)
 
     def compute_loss(self, output: StepOutput, local_targets: torch.Tensor) -> torch.Tensor:
-        return sum(
-            loss_terms(
-                output,
-                local_targets,
-                self.device_copy("anchors", self.anchors),
-                len(self.seen_classes),
-                self.cfg.tau,
-            ).values()
+        terms = loss_terms(
+            output,
+            local_targets,
+            self.device_copy("anchors", self.anchors),
+            len(self.seen_classes),
+            self.cfg.tau,
         )
+        first, *rest = terms.values()
+        return sum(rest, first)
 
     # ---------------------------------------------------------------- after a task
     def finish_task(self, task: int, classes: list[int]) -> None:

@@ -81,7 +81,7 @@ def prototype_scores(phi: torch.Tensor, prototypes: torch.Tensor, scale: float) 
 
 
 @register("aper_adapter")
-class AperAdapter(CLIPStrategy):
+class AperAdapter(CLIPStrategy[AperConfig]):
     Config = AperConfig
     # the visual adapters (``state/visual_adapters/visual.<block>...``) and phi's class means, rows in
     # seen_classes order
@@ -117,6 +117,8 @@ class AperAdapter(CLIPStrategy):
             self.backbone.mlp_adapter_modules.requires_grad_(False)
 
     def compute_logits(self, images: torch.Tensor) -> torch.Tensor:
+        if self.head is None:  # built for task 1's adaptation, dropped after it
+            raise RuntimeError("AperAdapter.compute_logits outside task 1's training")
         return self.head(self.backbone.encode_image(images, normalize=False))
 
     def extra_trainable_parameters(self) -> list[nn.Parameter]:

@@ -44,14 +44,14 @@ import functools
 import math
 import warnings
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Generic, TypeVar
 
 import torch
 import torch.nn.functional as F
 from avalanche.training.plugins import EvaluationPlugin, LwFPlugin, ReplayPlugin
 from avalanche.training.templates import SupervisedTemplate
 
-from benchmarks.backbone import CLIPBackbone
+from benchmarks.backbone import CLIPBackbone, Tower
 from benchmarks.core.errors import UserError
 from benchmarks.core.precision import matmul_precision
 from benchmarks.data.prompts import templates
@@ -75,6 +75,9 @@ from strategies.training.second_stage import SecondStage
 from strategies.training.text import TextFeatures
 from strategies.training.watchdog import NothingMovedWatchdog
 
+#: a strategy's config class: ``class GR4CIL(CLIPStrategy[GR4CILConfig])`` types ``self.cfg``
+ConfigT = TypeVar("ConfigT", bound=StrategyConfig)
+
 
 class CLIPStrategy(
     TextFeatures,
@@ -85,6 +88,7 @@ class CLIPStrategy(
     TrainableParameters,
     MixedPrecisionStep,
     SupervisedTemplate,
+    Generic[ConfigT],
 ):
     """Base class of every strategy in the suite. See the module docstring for the hooks; the
     mixins (``strategies.training``) are the text classifier, evaluation, feature caches, loaders,
@@ -92,8 +96,11 @@ class CLIPStrategy(
 
     #: registry name, set by ``strategies.registry.register``
     name: ClassVar[str] = ""
-    #: the strategy's config dataclass
+    #: the strategy's config dataclass (the class's type argument, which a class variable cannot
+    #: name: tests/strategies/test_registry.py checks the two equal)
     Config: ClassVar[type[StrategyConfig]] = StrategyConfig
+    #: the options this run was built with (``config``), an instance of ``Config``
+    cfg: ConfigT
     #: attributes holding learned state besides LoRA adapters, saved in every checkpoint
     #: (``pack_state``): tensors, lists or dicts of tensors, modules, lists of dataclasses, JSON
     #: values, or None
@@ -259,7 +266,7 @@ class CLIPStrategy(
         the strategy's device: the targets of ``compute_loss``, for a training pass of one's own."""
         return self._local_index[targets.to(self.device, non_blocking=True)]
 
-    def add_adapter(self, name: str, tower: str, init_a: str = "kaiming") -> None:
+    def add_adapter(self, name: str, tower: Tower, init_a: str = "kaiming") -> None:
         """Add a LoRA adapter with the configured rank and alpha (``init_a``: see ``add_lora``), and
         remember it for checkpoints (which restore its weights, so the init is not stored)."""
         self.backbone.add_lora(

@@ -153,7 +153,7 @@ class CLAPOutput:
 
 
 @register("clap")
-class CLAP(CLIPStrategy):
+class CLAP(CLIPStrategy[CLAPConfig]):
     Config = CLAPConfig
     checkpoint_attributes = ("vga", "encoders")
 

@@ -129,7 +129,7 @@ class CodaComponents(nn.Module):
 
 
 @register("coda_prompt")
-class CodaPrompt(PromptStrategy):
+class CodaPrompt(PromptStrategy[CodaConfig]):
     Config = CodaConfig
     checkpoint_attributes = ("head", "components", "stream_tasks")
 

@@ -167,7 +167,8 @@ class StrategyConfig:
                 options=tuple(unknown),
             )
         hints = typing.get_type_hints(cls)
-        choices = _choice_fields(cls)  # checked by __post_init__, which names the choices
+        # checked by __post_init__, which names the choices; a class is hashable (mypy reads instances')
+        choices = _choice_fields(typing.cast(type, cls))
         for name, value in values.items():
             if name not in choices and not _has_type(value, hints[name]):
                 raise UserError(
@@ -190,7 +191,7 @@ class StrategyConfig:
     def with_epoch_cap(self, cap: int) -> tuple["StrategyConfig", list[str]]:
         """This recipe with at most ``cap`` passes in each field of ``training_epochs`` (a fast dev
         run), and the fields that changed."""
-        changes = {}
+        changes: dict[str, Any] = {}
         for name in self.training_epochs:
             value = getattr(self, name)
             if isinstance(value, int) and not isinstance(value, bool) and value > cap:

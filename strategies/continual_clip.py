@@ -34,7 +34,7 @@ class ContinualCLIPConfig(StrategyConfig):
 
 
 @register("continual_clip")
-class ContinualCLIP(CLIPStrategy):
+class ContinualCLIP(CLIPStrategy[ContinualCLIPConfig]):
     Config = ContinualCLIPConfig
 
     def setup_task(self, task: int, classes: list[int]) -> None:

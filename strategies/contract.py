@@ -302,7 +302,7 @@ def config_class(cls: type) -> type[StrategyConfig]:
 
 @torch.no_grad()
 def evaluate(
-    strategy: Strategy, dataset, batch_size: int, device: torch.device, cache_key: str | None
+    strategy: Strategy, dataset, batch_size: int, device: torch.device | str, cache_key: str | None
 ) -> torch.Tensor:
     """The scores of ``dataset`` over ``strategy.seen_classes``, ``[N, n_seen]`` fp32 on the CPU:
     the strategy's ``evaluate_dataset`` if it has one, else ``scores`` batch by batch; checked

@@ -90,7 +90,7 @@ def halves(prompt: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
 
 
 @register("dualprompt")
-class DualPrompt(PromptStrategy):
+class DualPrompt(PromptStrategy[DualPromptConfig]):
     Config = DualPromptConfig
     checkpoint_attributes = ("head", "prompts")
 

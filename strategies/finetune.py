@@ -10,11 +10,12 @@ from __future__ import annotations
 import torch
 
 from strategies.base import CLIPStrategy
+from strategies.config import StrategyConfig
 from strategies.registry import register
 
 
 @register("finetune")
-class Finetune(CLIPStrategy):
+class Finetune(CLIPStrategy[StrategyConfig]):
     def setup_task(self, task: int, classes: list[int]) -> None:
         if task == 0:
             self.add_adapter("visual", tower="visual")

@@ -242,7 +242,7 @@ def holdout_split(targets: list[int], order: list[int], fraction: float) -> tupl
 
 
 @register("gr4cil")
-class GR4CIL(CLIPStrategy):
+class GR4CIL(CLIPStrategy[GR4CILConfig]):
     Config = GR4CILConfig
     # per task U_t, W_hat_t, p_c and omega^t; the anchors z_c (rows follow anchor_ids)
     checkpoint_attributes = ("tasks", "anchors", "anchor_ids", "modality_gap")
@@ -317,14 +317,14 @@ class GR4CIL(CLIPStrategy):
     def finish_backward(self) -> None:
         """With many seen classes, finish the text tower's backward pass chunk by chunk: the loss
         gave d loss / d t_c; re-encode each chunk with a graph and push that gradient through it."""
-        if self._chunked_text is None:
+        chunked, self._chunked_text = self._chunked_text, None
+        if chunked is None or chunked.grad is None:  # not chunked, or no gradient reached the text
             return
-        grad = self._chunked_text.grad
+        grad = chunked.grad
         classes = self.seen_classes + self.current_classes
         size = self.text_chunk_size()
         for start in range(0, len(classes), size):
             self.text_features(classes[start : start + size]).backward(grad[start : start + size])
-        self._chunked_text = None
 
     def text_chunk_size(self) -> int:
         """The resolved ``text_chunk_size``: "auto" fits the device's ``TEXT_BACKWARD_BUDGET``."""
@@ -506,7 +506,7 @@ class GR4CIL(CLIPStrategy):
             text = self.zero_shot_text(text)
         adapters = [t.adapter for t in self.tasks]
         branches = self.backbone.encode_image_multi(
-            images, [None] + adapters, max_images_per_forward=self.images_per_forward()
+            images, [None, *adapters], max_images_per_forward=self.images_per_forward()
         )
         task_features = branches[1:]
         confidence = torch.stack(
@@ -522,13 +522,14 @@ class GR4CIL(CLIPStrategy):
                 task_features, text["shared"], fusion_weights(confidence)
             ).argmax(dim=1),
         }
-        if all(t.threshold is not None for t in self.tasks):
+        thresholds = [t.threshold for t in self.tasks if t.threshold is not None]
+        if len(thresholds) == len(self.tasks):
             scores = self._scores_from_features(list(task_features), text["seen"])
             accepted = torch.zeros(len(images), dtype=torch.bool, device=scores.device)
             start = 0
-            for state in self.tasks:
+            for state, threshold in zip(self.tasks, thresholds, strict=True):
                 stop = start + len(state.class_ids)
-                accepted |= task_msp(scores[:, start:stop]) > state.threshold
+                accepted |= task_msp(scores[:, start:stop]) > threshold
                 start = stop
             out["unknown"] = ~accepted
             out["routed"] = torch.where(accepted, out["clip"], out["fusion"])
@@ -536,7 +537,11 @@ class GR4CIL(CLIPStrategy):
 
     # ---------------------------------------------------------------- diagnostics (docs/decisions.md P3)
     def stage_diagnostics(self, scores, targets, task_of_class) -> dict:
-        features = [self.cached_features("test", state.adapter) for state in self.tasks]
+        features = []
+        for state in self.tasks:  # kept by the evaluation the runner has just run
+            if (kept := self.cached_features("test", state.adapter)) is None:
+                raise RuntimeError(f"stage_diagnostics before the test set was scored under {state.adapter}")
+            features.append(kept)
         text = self.text_features(self.seen_classes).cpu()
         variants = {
             "full": torch.as_tensor(scores),
@@ -554,7 +559,7 @@ class GR4CIL(CLIPStrategy):
         y = torch.as_tensor([column[int(c)] for c in targets[is_seen]])
         column_task = torch.as_tensor([task_of_class[int(c)] for c in seen])
         y_task = column_task[y]
-        out = {}
+        out: dict[str, float | None] = {}
         for name, q in variants.items():
             q = q[torch.as_tensor(is_seen)].double()
             pred_task = column_task[q.argmax(dim=1)]

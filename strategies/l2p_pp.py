@@ -71,7 +71,7 @@ class L2PConfig(PromptConfig):
 
 
 @register("l2p_pp")
-class L2PPlusPlus(PromptStrategy):
+class L2PPlusPlus(PromptStrategy[L2PConfig]):
     Config = L2PConfig
     checkpoint_attributes = ("head", "pool")
 

@@ -73,7 +73,7 @@ class MagMaxConfig(StrategyConfig):
 
 
 @register("magmax")
-class MagMax(CLIPStrategy):
+class MagMax(CLIPStrategy[MagMaxConfig]):
     Config = MagMaxConfig
 
     def __init__(self, **kwargs):

@@ -97,7 +97,9 @@ def mean_non_target_logit(logits: torch.Tensor, targets: torch.Tensor) -> tuple[
 # ============================================================================ the strategy
 @dataclass
 class MGCLIPConfig(StrategyConfig):
-    epochs: int | Literal["auto"] = 1  # "auto": the modality-gap probe on task 1 decides
+    # "auto": the modality-gap probe on task 1 decides. A widened field: the shared code that reads
+    # epochs checks it is a number first (with_epoch_scale, with_epoch_cap, gpu_hours)
+    epochs: int | Literal["auto"] = 1  # type: ignore[assignment]
     batch_size: int = 128
     lr: float = 1e-3
     weight_decay: float = 0.0
@@ -121,7 +123,7 @@ class MGCLIPConfig(StrategyConfig):
 
 
 @register("mg_clip")
-class MGCLIP(CLIPStrategy):
+class MGCLIP(CLIPStrategy[MGCLIPConfig]):
     Config = MGCLIPConfig
 
     def __init__(self, **kwargs):

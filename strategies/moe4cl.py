@@ -63,7 +63,7 @@ class MOE4CLConfig(StrategyConfig):
 
 
 @register("moe4cl")
-class MOE4CL(CLIPStrategy):
+class MOE4CL(CLIPStrategy[MOE4CLConfig]):
     Config = MOE4CLConfig
     # The experts and routers of both towers (``state/moe_adapters/<tower>.<block>...``).
     checkpoint_attributes = ("moe_adapters",)

@@ -69,7 +69,7 @@ _SIMPLE = (bool, int, float, str)
 _NAMES = {bool: "true or false", int: "a whole number", float: "a number", str: "a string"}
 
 
-def check_options(cls: type, name: str, options: dict[str, Any], where: str) -> None:
+def check_options(cls: type[Any], name: str, options: dict[str, Any], where: str) -> None:
     """Refuse, in one line naming the option and ``where``, options ``cls`` cannot take (above)."""
     try:
         signature = inspect.signature(cls)

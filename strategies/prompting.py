@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import typing
 from dataclasses import dataclass
-from typing import Literal
+from typing import Any, ClassVar, Literal, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -103,10 +103,14 @@ class PromptConfig(StrategyConfig):
     drop_last: bool = True
 
 
-class PromptStrategy(CLIPStrategy):
+#: a prompt method's config class
+PromptConfigT = TypeVar("PromptConfigT", bound=PromptConfig)
+
+
+class PromptStrategy(CLIPStrategy[PromptConfigT]):
     """The skeleton of a prompt method: a head, a cached frozen query, ``prefixes`` per batch."""
 
-    checkpoint_attributes = ("head",)
+    checkpoint_attributes: ClassVar[tuple[str, ...]] = ("head",)
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
@@ -117,12 +121,18 @@ class PromptStrategy(CLIPStrategy):
         self.head.bias.register_hook(lambda grad: grad * self._trained_rows[:, 0])
 
     @property
+    def _visual_transformer(self) -> Any:
+        """open_clip's visual transformer (its attributes, read through ``nn.Module``, are untyped)."""
+        visual: Any = self.backbone.model.visual
+        return visual.transformer
+
+    @property
     def visual_width(self) -> int:
-        return self.backbone.model.visual.transformer.width
+        return self._visual_transformer.width
 
     def check_layers(self, option: str, layers: list[int]) -> None:
         """Prompt blocks must exist in this model's visual tower (a suite mistake: one line)."""
-        depth = len(self.backbone.model.visual.transformer.resblocks)
+        depth = len(self._visual_transformer.resblocks)
         if any(not 0 <= layer < depth for layer in layers):
             raise UserError(
                 f"{self.name} option {option}={layers} names blocks the visual tower does not have "

@@ -13,7 +13,7 @@ each training experience also carries ``classes_in_order``, its classes in the c
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 from avalanche.benchmarks.scenarios.supervised import class_incremental_benchmark
@@ -37,11 +37,11 @@ class CILStream:
     class_order: list[int]
     tasks: list[list[int]]
     class_names: list[str]
-    test_set: object  # avalanche TaskAwareSupervisedClassificationDataset, eval transform
+    test_set: Any  # avalanche TaskAwareSupervisedClassificationDataset, eval transform
     test_targets: list[int]
     # images held out of the training split (``validation_split``), eval transform; None: no split.
     # A tuning run's stream has no test split: its ``test_set`` is this very object.
-    validation_set: object | None = None
+    validation_set: Any = None
     validation_targets: list[int] | None = None
 
     @property

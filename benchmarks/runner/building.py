@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
 
@@ -207,7 +208,7 @@ def _limited_stream(
     class_order: list[int],
     tasks: Tasks,
     limits: RunLimits,
-    transforms,
+    transforms: tuple[Callable, Callable],
     validation: dict | None = None,
     evaluate_test: bool = True,
 ) -> CILStream:
@@ -230,8 +231,15 @@ def _limited_stream(
         data = data.subset(
             train=spread_indices(data.train_targets, task_of_class, per_class=limits.train_images_per_class)
         )
+    train_transform, eval_transform = transforms
     stream = build_stream(
-        data, tasks, class_order, *transforms, validation=held, test_is_validation=not evaluate_test
+        data,
+        tasks,
+        class_order,
+        train_transform,
+        eval_transform,
+        validation=held,
+        test_is_validation=not evaluate_test,
     )
     if limits.test_images_per_task is None:
         return stream
@@ -246,6 +254,7 @@ def _limited_stream(
         return dataclasses.replace(
             stream, validation_set=stream.test_set, validation_targets=stream.test_targets
         )
+    assert stream.validation_targets is not None  # build_stream keeps the split it is given
     kept = spread_indices(stream.validation_targets, task_of_class, limit=limit)
     return dataclasses.replace(
         stream,

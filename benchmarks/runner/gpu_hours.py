@@ -177,14 +177,16 @@ def estimate(pending: list[tuple[RunSpec, dict, int]], rates: Rates) -> Estimate
     total = Estimate()
     for spec, config, done in pending:
         model = spec.backbone.get("model")
+        # the run's training and scored images, or why no time can be given for it
+        images: tuple[float, float] | str
         if rates.model is not None and model != rates.model:
-            why = f"rates measured with {rates.model}, not {model}"
+            images = f"rates measured with {rates.model}, not {model}"
         elif spec.strategy not in rates.train or spec.strategy not in rates.eval:
-            why = "no rate measured for"
+            images = "no rate measured for"
         else:
             images = run_images(spec, config, done)
-            why = images if isinstance(images, str) else None
-        if why is not None:
+        if isinstance(images, str):
+            why = images
             where = spec.strategy if why == "no rate measured for" else f"{spec.strategy} / {spec.dataset}"
             total.without.setdefault(why, [])
             if where not in total.without[why]:

@@ -247,9 +247,10 @@ def _validation_metrics(
 
 def validation_summary(stages: list[StageResult]) -> dict | None:
     """``summarize`` of the stages' validation metrics (what a tune's objective reads); None without."""
-    if not stages or any(stage.validation is None for stage in stages):
+    validations = [stage.validation for stage in stages if stage.validation is not None]
+    if not stages or len(validations) < len(stages):
         return None
-    return summarize([stage.validation for stage in stages])
+    return summarize(validations)
 
 
 def _kept(task: int) -> str:

@@ -22,6 +22,7 @@ import importlib
 import os
 import uuid
 from pathlib import Path
+from typing import Any, cast
 
 from avalanche.core import SupervisedPlugin
 
@@ -74,7 +75,8 @@ class LiveLog:
                 id=os.environ.get("WANDB_RUN_ID") or uuid.uuid4().hex[:12],
                 dir=str(folder),
                 config=config,
-                mode=os.environ.get("WANDB_MODE", "offline"),  # offline unless the user configures it
+                # offline unless the user configures it; wandb checks the value it is given
+                mode=cast(Any, os.environ.get("WANDB_MODE", "offline")),
                 save_code=False,
             )
         if "csv" in loggers:
@@ -86,7 +88,7 @@ class LiveLog:
             if new:
                 self._rows.writerow(["step", "name", "value"])
 
-    def scalars(self, values: dict[str, float], step: int) -> None:
+    def scalars(self, values: dict[str, float], step: int | None) -> None:
         values = {name: float(value) for name, value in values.items()}
         for name, value in values.items():
             if self._tensorboard is not None:
@@ -98,7 +100,7 @@ class LiveLog:
         if self._csv is not None:
             self._csv.flush()
 
-    def stage(self, stage: dict, step: int) -> None:
+    def stage(self, stage: dict, step: int | None) -> None:
         """A stage's metrics (``benchmarks.core.metrics.stage_metrics``) at training step ``step``."""
         values = {
             "stage/task": stage["task"],

@@ -125,9 +125,12 @@ def auto_workers(workers: Workers, device: str, runs: int, idle: int | None = No
     least one. Idle, not usable: beside another busy process, more workers than the cores left
     free only share them (docs/running.md measures it). ``idle``: the idle cores, where the caller
     has sampled them already (to say so); else they are sampled here."""
-    if idle is None:
-        idle = sampled_idle_cores(workers, device)
-    wanted = workers if workers != "auto" else (idle if device == "cpu" else 1)
+    if workers != "auto":
+        wanted = workers
+    elif device != "cpu":
+        wanted = 1
+    else:
+        wanted = idle if idle is not None else idle_cores()
     return max(1, min(wanted, runs))
 
 

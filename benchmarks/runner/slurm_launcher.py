@@ -265,7 +265,9 @@ class SlurmLauncher:
             executor.update_parameters(**options.executor_parameters(job_name))
             try:
                 with executor.batch():
-                    jobs = [executor.submit(SlurmRun(), spec, results_dir, job_options) for spec in to_submit]
+                    array_jobs = [
+                        executor.submit(SlurmRun(), spec, results_dir, job_options) for spec in to_submit
+                    ]
             except (
                 submitit.core.utils.FailedJobError,
                 submitit.core.utils.FailedSubmissionError,
@@ -275,12 +277,13 @@ class SlurmLauncher:
                 raise UserError(
                     f"sbatch refused the job array: {lines[-1] if lines else type(err).__name__}"
                 ) from None
-            for spec, job in zip(to_submit, jobs, strict=True):
+            for spec, job in zip(to_submit, array_jobs, strict=True):
                 store.lock(spec.key).mark_queued(job.job_id)
                 submitted[spec.key] = job.job_id
-            array = jobs[0].job_id.split("_")[0]
+            array = array_jobs[0].job_id.split("_")[0]
             print(
-                f"submitted {len(jobs)} run(s) as SLURM job array {array} (logs: {folder})", file=sys.stderr
+                f"submitted {len(array_jobs)} run(s) as SLURM job array {array} (logs: {folder})",
+                file=sys.stderr,
             )
         if held:
             print(
@@ -342,9 +345,13 @@ class SlurmLauncher:
         finished = [key for key, state in states.items() if state.state == "finished"]
         for key, state in states.items():
             if state.state != "finished":
-                job = jobs.get(key)
-                has_log = job is not None and job.paths.stderr.exists()  # not for a job that never ran
-                log = f"; job log {job.paths.stderr}" if has_log else ""
+                its_job = jobs.get(key)
+                # no log for a job that never ran
+                log = (
+                    f"; job log {its_job.paths.stderr}"
+                    if its_job is not None and its_job.paths.stderr.exists()
+                    else ""
+                )
                 print(
                     f"{key}: {state.state}{f' ({state.detail})' if state.detail else ''}{log}",
                     file=sys.stderr,

@@ -78,7 +78,7 @@ def run_state(
     kept = f"; {done}/{key.n_tasks} tasks kept" if done else ""
     # a stale lock is no holder, but a damaged one is named: someone may want to know why it is there
     stale = f"; {holder.describe()}" if holder is not None and holder.damaged else ""
-    if queued is not None:
+    if queued is not None and slurm is not None:  # a queued run's view was asked above
         job_id = str(queued.get("job_id"))
         job = slurm.get(job_id)
         error = _error(lock)
@@ -135,7 +135,8 @@ def known_runs(store: ResultStore) -> list[RunKey]:
     """Every run that has a result, a checkpoint, a lock, an error or a queued record in the store.
     A folder holds ``safe_label(label)``; where a result gives the label itself, the key has it."""
     root = store.root
-    keys, labels = set(), {}
+    keys: set[RunKey | None] = set()  # None: a path that names no run
+    labels: dict[tuple[str, str], str] = {}
     for path, result in iter_results(root, skipped=[]):
         if (key := _key_from(path.relative_to(root))) is not None:
             keys.add(key)
@@ -152,9 +153,8 @@ def known_runs(store: ResultStore) -> list[RunKey]:
     ):
         for path in folder.glob(pattern):  # nothing where the folder does not exist
             keys.add(_key_from((path.parent if path.name == CHECKPOINT_STATE else path).relative_to(folder)))
-    keys.discard(None)
-    keys = {replace(k, label=labels.get((k.dataset, k.label), k.label)) for k in keys}
-    return sorted(keys, key=lambda k: (k.dataset, k.label, k.split, k.n_tasks, k.order, k.seed))
+    runs = {replace(k, label=labels.get((k.dataset, k.label), k.label)) for k in keys if k is not None}
+    return sorted(runs, key=lambda k: (k.dataset, k.label, k.split, k.n_tasks, k.order, k.seed))
 
 
 def status_table(store: ResultStore) -> str:

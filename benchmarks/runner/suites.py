@@ -244,14 +244,16 @@ def _check_suite(suite: dict[str, Any], path: Path) -> None:
         values = suite[key]
         if key == "tasks" and isinstance(values, dict):  # per dataset: checked entry by entry below
             continue
-        kind = str if key in ("datasets", "strategies") else int
-        kinds = (int, str) if key == "tasks" else (kind,)
+        element = str if key in ("datasets", "strategies") else int
+        kinds = (int, str) if key == "tasks" else (element,)
         if (
             not isinstance(values, list)
             or not values
             or not all(isinstance(v, kinds) and not isinstance(v, bool) for v in values)
         ):
-            what = "task counts or splits" if key == "tasks" else "names" if kind is str else "whole numbers"
+            what = (
+                "task counts or splits" if key == "tasks" else "names" if element is str else "whole numbers"
+            )
             raise UserError(
                 f"suite {path}: {key} must be a non-empty list of {what}, e.g. {key} = {example}; "
                 f"got {values!r}"

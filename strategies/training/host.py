@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Callable
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
 
 import torch
 from avalanche.training.templates.strategy_mixin_protocol import SupervisedStrategyProtocol
@@ -26,14 +26,14 @@ class StrategyHost(SupervisedStrategyProtocol, Protocol):
     (``model``, ``device``, ``dataloader``, ``optimizer``, ``loss``, ``mbatch``, ...)."""
 
     # set by the base (strategies.base.CLIPStrategy)
-    name: str
+    name: ClassVar[str]
     cfg: StrategyConfig
     backbone: CLIPBackbone
     precision: str  # resolved: fp32, tf32, fp16 or bf16
     seed: int
     show_progress: bool
     train_batches: int | None  # a fast dev run's batches per training pass
-    templates: list[str]
+    templates: tuple[str, ...]
     seen_classes: list[int]
     task_classes: list[list[int]]
     current_classes: list[int]

@@ -107,10 +107,10 @@ class SeededLoaders(StrategyHost):
         finally:
             self._keeping = outer
 
-    def _kept_loader(self, dataset, batch_size: int, make: Any) -> Any:
-        """The kept batches of ``dataset`` at ``batch_size`` under the active key, made by ``make()``
+    def _kept_loader(self, dataset, cache_key: str, batch_size: int, make: Any) -> Any:
+        """The kept batches of ``dataset`` at ``batch_size`` under ``cache_key``, made by ``make()``
         (a DataLoader without a device) on first use."""
-        key = (self._keeping[1], batch_size)
+        key = (cache_key, batch_size)
         entry = self._kept_inputs.get(key)
         if entry is None or entry[0] is not dataset or entry[1].batches is None:
             entry = (dataset, KeptBatches(make(), KEPT_INPUTS_BUDGET))
@@ -167,7 +167,8 @@ class SeededLoaders(StrategyHost):
         keeping = self._keeping
         if keeping is None or keeping[0] is not dataset or training or shuffle or purpose != "eval":
             return make()
-        return DeviceBatches(self._kept_loader(dataset, batch_size, lambda: make(None)), self.device)
+        kept = self._kept_loader(dataset, keeping[1], batch_size, lambda: make(None))
+        return DeviceBatches(kept, self.device)
 
     # Avalanche's defaults are 0 workers; the config's workers apply unless the caller says otherwise.
     # Both loaders are seeded ones, so Avalanche's own ``train`` and ``eval`` give the same numbers

@@ -34,12 +34,12 @@ class TrainableParameters(StrategyHost):
                 seen.add(id(p))
                 named[name] = p
 
-        for name, p in self.backbone.named_parameters():
-            add(f"backbone.{name}", p)
-        for i, p in enumerate(self.extra_trainable_parameters()):
-            add(f"extra_trainable_parameters.{i}", p)
-        for name, p in held_parameters(self):
-            add(name, p)
+        for name, parameter in self.backbone.named_parameters():
+            add(f"backbone.{name}", parameter)
+        for i, tensor in enumerate(self.extra_trainable_parameters()):
+            add(f"extra_trainable_parameters.{i}", tensor)
+        for name, held in held_parameters(self):
+            add(name, held)
         return named
 
     def extra_trainable_parameters(self) -> list[torch.nn.Parameter]:

@@ -2,6 +2,7 @@
 ``module.path:ClassName`` from outside whose every way of failing is one line that says why."""
 
 import sys
+import typing
 
 import pytest
 
@@ -9,6 +10,7 @@ import strategies
 from benchmarks.core.errors import UserError
 from strategies import registry
 from strategies.base import CLIPStrategy
+from strategies.config import StrategyConfig
 from strategies.registry import available, get_strategy, register
 
 PAPER_STRATEGIES = {
@@ -202,3 +204,26 @@ def test_a_strategy_module_that_fails_at_import_is_one_line_naming_module_and_er
         + "; fix that module"
     )
     assert "\n" not in message
+
+
+def _type_argument(cls: type) -> type | None:
+    """The config class ``cls`` gives its base (``CLIPStrategy[GR4CILConfig]``), or None."""
+    for base in getattr(cls, "__orig_bases__", ()):
+        if typing.get_origin(base) is not None and issubclass(typing.get_origin(base), CLIPStrategy):
+            return typing.get_args(base)[0]
+    return None
+
+
+def test_every_method_types_its_config_as_the_config_it_declares():
+    """``self.cfg``'s type (what mypy checks a method's reads against) is the class the runner fills
+    from the suite (``Config``); a method that declares one and types the other is caught here."""
+    methods = [get_strategy(name) for name in sorted(available())]
+    methods = [m for m in methods if issubclass(m, CLIPStrategy)]
+    assert len(methods) >= len(PAPER_STRATEGIES)
+    for method in methods:
+        assert _type_argument(method) is method.Config, method.__name__
+
+    class Mismatched(CLIPStrategy[StrategyConfig]):  # the check can fail
+        Config = type(get_strategy("gr4cil").Config())
+
+    assert _type_argument(Mismatched) is not Mismatched.Config
