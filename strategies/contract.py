@@ -7,16 +7,18 @@ on: ``CLIPStrategy`` (the suite's own base), or an adapter around another framew
 The runner builds a strategy with the keyword arguments of ``CONSTRUCTOR_ARGUMENTS``, then for
 every task calls ``learn(experience)`` and scores the test set over ``seen_classes``; after
 every task it saves ``checkpoint_state()`` and, on a resume, gives it back to
-``load_checkpoint_state``. Everything in ``OPTIONAL`` has a default here, so a strategy from
-elsewhere needs only ``REQUIRED``. ``docs/adding-a-strategy.md`` holds the same tables
-(``tests/strategies/test_contract.py`` checks them equal).
+``load_checkpoint_state``. Everything else it reads, through ``OptionalMembers`` (one typed member
+each), has a default here, so a strategy from elsewhere needs only ``REQUIRED``.
+``docs/adding-a-strategy.md`` holds the same tables (``tests/strategies/test_contract.py`` checks
+them equal; ``optional_table`` writes the optional one).
 """
 
 from __future__ import annotations
 
 import inspect
 from collections.abc import Callable
-from typing import Any, NamedTuple, Protocol, runtime_checkable
+from pathlib import Path
+from typing import Any, Generic, Protocol, TypeVar, overload, runtime_checkable
 
 import torch
 
@@ -36,104 +38,153 @@ REQUIRED: dict[str, str] = {
 }
 
 
-class OptionalMember(NamedTuple):
-    """A member the runner reads where a strategy has it (``optional``)."""
-
-    what: str  # what it is
-    without: str  # what the runner does without it
-    default: Any  # what ``optional`` gives in its place
+MemberT = TypeVar("MemberT")
 
 
-def refuses_no_checkpoint(meta) -> None:
+class Member(Generic[MemberT]):
+    """One optional member: what it is, what the runner does without it, and the default read in
+    its place. On ``OptionalMembers`` it reads as the strategy's own member, typed ``MemberT``, or as
+    that default; on the class, as itself (``OPTIONAL`` and the docs' table are made of these)."""
+
+    def __init__(self, default: MemberT, what: str, without: str) -> None:
+        self.default, self.what, self.without = default, what, without
+        self.name = ""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    @overload
+    def __get__(self, members: None, owner: type) -> Member[MemberT]: ...
+
+    @overload
+    def __get__(self, members: OptionalMembers, owner: type) -> MemberT: ...
+
+    def __get__(self, members: OptionalMembers | None, owner: type) -> Member[MemberT] | MemberT:
+        if members is None:
+            return self
+        return getattr(members.strategy, self.name, self.default)
+
+
+def refuses_no_checkpoint(meta: dict[str, Any]) -> str | None:
     """resume_refusal's default: every checkpoint of the run's config is loaded."""
+    return None
 
 
-def no_stage_diagnostics(scores, targets, task_of_class) -> dict:
+def no_stage_diagnostics(scores: Any, targets: Any, task_of_class: dict[int, int]) -> dict[str, Any]:
     return {}
 
 
-def no_run_diagnostics() -> dict:
+def no_run_diagnostics() -> dict[str, Any]:
     return {}
 
 
-def not_counted() -> None:
+def not_counted() -> int | None:
     """trainable_parameter_count's default: no count (null in the result)."""
+    return None
 
 
-#: name -> what it is, what the runner does without it, and the default ``optional`` gives
-OPTIONAL: dict[str, OptionalMember] = {
-    "Config": OptionalMember(
+class SaveModel(Protocol):
+    """``save_model``'s signature (the runner passes ``extra`` by name)."""
+
+    def __call__(self, path: Path, extra: dict[str, Any]) -> None: ...
+
+
+class OptionalMembers:
+    """What the runner reads of a strategy (an instance, or its class) beyond ``REQUIRED``, one typed
+    member each: the strategy's own where it has one (an attribute, or a zero-argument property),
+    else the contract's default. ``OptionalMembers(strategy).save_model``."""
+
+    def __init__(self, strategy: Any) -> None:
+        self.strategy = strategy
+
+    Config = Member[type](
+        StrategyConfig,
         "the options: a dataclass subclassing StrategyConfig, filled from the suite's tables",
         "StrategyConfig: the options every strategy shares",
-        StrategyConfig,
-    ),
-    "evaluate_dataset": OptionalMember(
+    )
+    evaluate_dataset = Member[Callable[..., torch.Tensor] | None](
+        None,
         "evaluate_dataset(dataset, cache_key) -> [N, len(seen_classes)] fp32 on the CPU",
         "scores batch by batch, eval_batch_size at a time, without gradients",
-        None,
-    ),
-    "finishes_pending_images": OptionalMember(
+    )
+    finishes_pending_images = Member[bool](
+        False,
         "class attribute, True when the strategy's own loaders finish DevicePending items "
         "(benchmarks.data.device_augment) on the device",
         "False: the stream's items are finished float tensors (augment_on = pil)",
+    )
+    avalanche_plugins = Member[bool](
         False,
-    ),
-    "avalanche_plugins": OptionalMember(
         "class attribute, True when the strategy runs Avalanche's loop, so a suite's plugins and the "
         "live log's training iterations attach to it",
         "False: a suite that gives it plugins is refused in one line; its live log holds the stages "
         "only, and the run warns so",
-        False,
-    ),
-    "check_plugins": OptionalMember(
+    )
+    check_plugins = Member[Callable[[list[Any]], None] | None](
+        None,  # no check: the runner builds no plugin to check
         "check_plugins(plugins), a classmethod: raise a UserError for a plugin the strategy cannot take",
         "every plugin is taken",
-        None,  # no check: the runner builds no plugin to check
-    ),
-    "resumable": OptionalMember(
+    )
+    resumable = Member[bool](
+        True,
         "class or instance attribute, False when a checkpoint cannot hold all the learned state",
         "True; when False, an interrupted run starts again from task 1",
-        True,
-    ),
-    "resume_refusal": OptionalMember(
+    )
+    resume_refusal = Member[Callable[[dict[str, Any]], str | None]](
+        refuses_no_checkpoint,
         "resume_refusal(meta): why a checkpoint's metadata cannot restore the strategy (a str), or None",
         "None: every checkpoint of the run's config is loaded",
-        refuses_no_checkpoint,
-    ),
-    "stage_diagnostics": OptionalMember(
+    )
+    stage_diagnostics = Member[Callable[[Any, Any, dict[int, int]], dict[str, Any]]](
+        no_stage_diagnostics,
         "stage_diagnostics(scores, targets, task_of_class) -> dict, stored per stage",
         "{}",
-        no_stage_diagnostics,
-    ),
-    "run_diagnostics": OptionalMember(
-        "run_diagnostics() -> dict, stored once per run", "{}", no_run_diagnostics
-    ),
-    "trainable_parameter_count": OptionalMember(
+    )
+    run_diagnostics = Member[Callable[[], dict[str, Any]]](
+        no_run_diagnostics, "run_diagnostics() -> dict, stored once per run", "{}"
+    )
+    trainable_parameter_count = Member[Callable[[], int | None]](
+        not_counted,
         "trainable_parameter_count() -> int, every optimised tensor counted once over the stream",
         "null in cost.trainable_params",
-        not_counted,
-    ),
-    "train_iterations": OptionalMember(
-        "training steps taken so far (property or attribute)", "null in cost.train_steps", None
-    ),
-    "skipped_steps": OptionalMember("fp16 steps the loss scaler skipped", "0", 0),
-    "save_model": OptionalMember(
+    )
+    train_iterations = Member[int | None](
+        None, "training steps taken so far (property or attribute)", "null in cost.train_steps"
+    )
+    skipped_steps = Member[int](0, "fp16 steps the loss scaler skipped", "0")
+    save_model = Member[SaveModel | None](
+        None,
         "save_model(path, extra): the learned state as two files (--save-models)",
         "--save-models refused",
+    )
+    zero_shot_predictions = Member[Callable[..., dict[str, torch.Tensor]] | None](
         None,
-    ),
-    "zero_shot_predictions": OptionalMember(
         "zero_shot_text(tokens) and zero_shot_predictions(images, text), with tokens and images "
         "from the run's backbone: zero-shot targets (ZeroShotStrategy)",
         "a suite with zero_shot_targets refused",
-        None,
-    ),
+    )
+
+
+#: name -> the optional member (what it is, what the runner does without it, its default), in the
+#: order of ``OptionalMembers``: the docs' table (``optional_table``)
+OPTIONAL: dict[str, Member[Any]] = {
+    name: member for name, member in vars(OptionalMembers).items() if isinstance(member, Member)
 }
 
 
 def shown_default(default: Any) -> str:
     """A default as docs/adding-a-strategy.md's table shows it: a function or class by its name."""
     return default.__name__ if callable(default) else repr(default)
+
+
+def optional_table() -> str:
+    """docs/adding-a-strategy.md's table of the optional members, written from ``OPTIONAL``."""
+    rows = ["| member | what it is | without it | default |", "|---|---|---|---|"]
+    rows += [
+        f"| `{name}` | {member.what} | {member.without} | {shown_default(member.default)} |"
+        for name, member in OPTIONAL.items()
+    ]
+    return "\n".join(rows)
 
 
 #: the keyword arguments the runner builds every strategy with
@@ -149,7 +200,7 @@ CONSTRUCTOR_ARGUMENTS: dict[str, str] = {
 
 @runtime_checkable
 class Strategy(Protocol):
-    """The required core (``REQUIRED``); ``OPTIONAL`` members are read with ``optional``."""
+    """The required core (``REQUIRED``); ``OPTIONAL`` members are read through ``OptionalMembers``."""
 
     seen_classes: list[int]
 
@@ -283,15 +334,9 @@ def stream_task_sizes(experience) -> list[int] | None:
     return [len(getattr(e, "classes_in_order", None) or e.classes_in_this_experience) for e in stream]
 
 
-def optional(strategy: Any, name: str) -> Any:
-    """An ``OPTIONAL`` member of ``strategy`` or its class (attribute or zero-argument property), or
-    the contract's default for it (``OPTIONAL[name].default``)."""
-    return getattr(strategy, name, OPTIONAL[name].default)
-
-
 def config_class(cls: type) -> type[StrategyConfig]:
     """The strategy's ``Config``, or ``StrategyConfig`` for a strategy that declares none."""
-    config = optional(cls, "Config")
+    config = OptionalMembers(cls).Config
     if not (isinstance(config, type) and issubclass(config, StrategyConfig)):
         raise UserError(
             f"{getattr(cls, '__name__', cls)}.Config must subclass strategies.config.StrategyConfig "
@@ -307,7 +352,7 @@ def evaluate(
     """The scores of ``dataset`` over ``strategy.seen_classes``, ``[N, n_seen]`` fp32 on the CPU:
     the strategy's ``evaluate_dataset`` if it has one, else ``scores`` batch by batch; checked
     against the contract (``check_scores``) before any metric reads them."""
-    own: Callable | None = optional(strategy, "evaluate_dataset")
+    own = OptionalMembers(strategy).evaluate_dataset
     if own is not None:
         return check_scores(strategy, own(dataset, cache_key=cache_key), len(dataset), "evaluate_dataset")
     loader = torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False)

@@ -29,7 +29,7 @@ from benchmarks.data.streams import CILStream, build_stream, spread_indices, val
 from benchmarks.runner.results import config_hash
 from benchmarks.runner.suites import RunLimits, RunSpec, dataset_loader_options
 from strategies.config import StrategyConfig
-from strategies.contract import Strategy, config_class, optional
+from strategies.contract import OptionalMembers, Strategy, config_class
 from strategies.plugins import OPTION as PLUGINS
 from strategies.plugins import build_plugins, plugin_table
 from strategies.registry import get_strategy
@@ -132,7 +132,7 @@ def resolve(spec: RunSpec, data_root: str) -> ResolvedRun:
     strategy_cfg = _limited_config(strategy_cfg, spec.limits, sources)
     # Pending pixels only for a strategy whose own loaders finish them; any other gets finished
     # tensors (the same pixels: device_augment is bit-identical to PIL).
-    augment_on = spec.augment_on if optional(strategy_cls, "finishes_pending_images") else "pil"
+    augment_on = spec.augment_on if OptionalMembers(strategy_cls).finishes_pending_images else "pil"
     return ResolvedRun(
         spec,
         strategy_cls,
@@ -151,12 +151,12 @@ def _plugins(spec: RunSpec, strategy_cls, value) -> dict | None:
         return None
     where = suite_table(spec.option_sources.get(PLUGINS, "defaults"))
     table = plugin_table(value, spec.strategy, where)
-    if table and not optional(strategy_cls, "avalanche_plugins"):
+    if table and not OptionalMembers(strategy_cls).avalanche_plugins:
         raise UserError(
             f"{spec.strategy} does not run Avalanche's loop, so the plugins {sorted(table)} cannot attach "
             f"to it (set in {where}); drop them for this strategy"
         )
-    if check := optional(strategy_cls, "check_plugins"):  # before any work, not at task 2
+    if check := OptionalMembers(strategy_cls).check_plugins:  # before any work, not at task 2
         check(build_plugins(table))
     return table
 

@@ -3,7 +3,7 @@ from the last checkpoint, learn task after task, test and checkpoint after each,
 zero-shot targets, and store the result with its predictions sidecar.
 
 The strategy is read through the contract alone (``strategies.contract``): its ``Strategy``
-protocol, and ``optional`` for everything else.
+protocol, and ``OptionalMembers`` (typed, each with its default) for everything else.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ from benchmarks.runner.results import (
 )
 from benchmarks.runner.suites import RunSpec
 from benchmarks.runner.zero_shot import zero_shot_accuracy
-from strategies.contract import Strategy, evaluate, optional
+from strategies.contract import OptionalMembers, Strategy, evaluate
 
 
 @dataclass(frozen=True)
@@ -62,7 +62,7 @@ def training_log(context: RunContext, strategy_cls: type) -> TrainingLog | None:
     holds its stages only, and the run warns so in one line rather than hand it a plugin it drops."""
     if context.live is None:
         return None
-    if optional(strategy_cls, "avalanche_plugins"):
+    if OptionalMembers(strategy_cls).avalanche_plugins:
         return TrainingLog(context.live)
     warnings.warn(
         f"{context.spec.key}: {context.spec.strategy} does not run Avalanche's loop, so its live log "
@@ -98,9 +98,11 @@ def learn_and_store(
         for target in spec.zero_shot_targets
     }
     result = run_result(context, stream, strategy, progress, zero_shot)
-    if context.save_model:  # next to the result: T<n>-seed<s>.model.safetensors + .model.json
+    # next to the result: T<n>-seed<s>.model.safetensors + .model.json (refused before the run
+    # where the strategy has no save_model: execute._check_save_model)
+    if context.save_model and (save_model := OptionalMembers(strategy).save_model) is not None:
         with writing(spec, "cannot write its model (--save-models)", _kept(spec.n_tasks)):
-            optional(strategy, "save_model")(
+            save_model(
                 store.result_path(spec.key).with_suffix(".model"),
                 extra={"run": str(spec.key), "config_hash": context.resolved.config_hash},
             )
@@ -121,8 +123,8 @@ def resume(
     progress, tensors, strategy_meta = checkpoint
     why = (
         f"{spec.strategy} cannot resume from a checkpoint"
-        if not optional(strategy, "resumable")  # state a checkpoint cannot hold: start again
-        else optional(strategy, "resume_refusal")(strategy_meta)
+        if not OptionalMembers(strategy).resumable  # state a checkpoint cannot hold: start again
+        else OptionalMembers(strategy).resume_refusal(strategy_meta)
     )
     if why:
         status = f"ran again from task 1 ({why})"
@@ -163,7 +165,7 @@ def learn_tasks(context: RunContext, stream: CILStream, strategy: Strategy, prog
             ) from None
         train_seconds = time.perf_counter() - start
         cost.train_seconds += train_seconds
-        iterations = optional(strategy, "train_iterations")
+        iterations = OptionalMembers(strategy).train_iterations
         cost.train_steps = None if iterations is None else steps_before + iterations
 
         start = time.perf_counter()
@@ -178,7 +180,7 @@ def learn_tasks(context: RunContext, stream: CILStream, strategy: Strategy, prog
         progress.predictions.append(predicted_classes(scores, strategy.seen_classes))
         metrics = stage_metrics(scores, strategy.seen_classes, targets, stream.task_of_class, task + 1)
         with torch.no_grad():
-            diagnostics = optional(strategy, "stage_diagnostics")(scores, targets, stream.task_of_class)
+            diagnostics = OptionalMembers(strategy).stage_diagnostics(scores, targets, stream.task_of_class)
         validation = _validation_metrics(context, stream, strategy, task, scores, metrics)
         stage = StageResult(task=task + 1, **metrics, diagnostics=diagnostics, validation=validation)
         eval_seconds = time.perf_counter() - start
@@ -265,6 +267,7 @@ def run_result(
     spec, resolved = context.spec, context.resolved
     memory, memory_kind = peak_memory(spec.device)
     stages = progress.stages
+    optional = OptionalMembers(strategy)
     return RunResult(
         schema_version=SCHEMA_VERSION,
         strategy=spec.strategy,
@@ -280,15 +283,15 @@ def run_result(
         stages=stages,
         summary=summarize([stage.to_json() for stage in stages]),
         validation_summary=validation_summary(stages),
-        diagnostics=_no_grad(optional(strategy, "run_diagnostics")),
+        diagnostics=_no_grad(optional.run_diagnostics),
         zero_shot=zero_shot or None,
         env=environment(spec.device, context.threads),
         cost=dataclasses.replace(
             progress.cost,
-            trainable_params=_no_grad(optional(strategy, "trainable_parameter_count")),
+            trainable_params=_no_grad(optional.trainable_parameter_count),
             peak_memory_bytes=max(memory, progress.cost.peak_memory_bytes),
             peak_memory_kind=memory_kind,
-            amp_skipped_steps=optional(strategy, "skipped_steps"),
+            amp_skipped_steps=optional.skipped_steps,
         ),
     )
 

@@ -40,6 +40,14 @@ def test_the_protocol_names_the_required_members():
     assert declared == set(contract.REQUIRED)
 
 
+def test_the_docs_optional_table_is_the_one_the_contract_writes():
+    table = contract.optional_table()
+    assert table.count("\n") == len(contract.OPTIONAL) + 1  # the header, its rule, one row a member
+    assert table in DOC, (
+        "regenerate it: python -c 'from strategies.contract import optional_table as t; print(t())'"
+    )
+
+
 def test_a_missing_optional_member_reads_as_its_default_and_a_present_one_as_itself():
     class Bare:
         pass
@@ -47,15 +55,22 @@ def test_a_missing_optional_member_reads_as_its_default_and_a_present_one_as_its
     class Own:
         skipped_steps = 3
 
+        @property
+        def train_iterations(self) -> int:
+            return 7
+
     for name, member in contract.OPTIONAL.items():
-        assert contract.optional(Bare(), name) is member.default
-    assert contract.optional(Own(), "skipped_steps") == 3
-    assert contract.optional(Bare, "stage_diagnostics")(None, None, None) == {}
-    assert contract.optional(Bare, "run_diagnostics")() == {}
-    assert contract.optional(Bare, "trainable_parameter_count")() is None
-    assert contract.optional(Bare, "resume_refusal")({}) is None
-    with pytest.raises(KeyError):  # a name outside the contract has no default to fall back on
-        contract.optional(Bare(), "learn_faster")
+        assert getattr(contract.OptionalMembers(Bare()), name) is member.default
+        assert member.name == name
+    assert contract.OptionalMembers(Own()).skipped_steps == 3
+    assert contract.OptionalMembers(Own()).train_iterations == 7  # a property reads as its value
+    assert contract.OptionalMembers(Own).skipped_steps == 3  # a class attribute, read on the class
+    assert contract.OptionalMembers(Bare).stage_diagnostics(None, None, {}) == {}
+    assert contract.OptionalMembers(Bare).run_diagnostics() == {}
+    assert contract.OptionalMembers(Bare).trainable_parameter_count() is None
+    assert contract.OptionalMembers(Bare).resume_refusal({}) is None
+    # a name outside the contract is no member, not a default
+    assert not hasattr(contract.OptionalMembers(Bare()), "learn_faster")
 
 
 @pytest.mark.parametrize("name", available())
