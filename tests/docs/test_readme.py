@@ -15,3 +15,24 @@ def test_readme_starts_with_the_two_commands_ci_runs():
     ci = (ROOT / ".ci" / "run").read_text().splitlines()
     assert commands[0] in ci and commands[1] in ci
     assert ci.index(commands[0]) < ci.index(commands[1])
+
+
+def test_the_pre_commit_hooks_run_the_checks_ci_runs():
+    """Each hook is one of CI's checks, with CI's pinned tools (local hooks, the environment's ruff
+    and mypy), and every check CI runs after the tests has its hook; mypy checks the configured
+    files, not the files a commit touches (so no hook passes a file list to it)."""
+    import yaml
+
+    config = yaml.safe_load((ROOT / ".pre-commit-config.yaml").read_text())
+    hooks = [hook for repo in config["repos"] for hook in repo["hooks"]]
+    assert [repo["repo"] for repo in config["repos"]] == ["local"]
+    assert all(hook["language"] == "system" for hook in hooks)
+    ci = (ROOT / ".ci" / "run").read_text()
+    entries = {hook["id"]: hook["entry"].split() for hook in hooks}
+    assert entries == {
+        "ruff-check": ["ruff", "check", "--force-exclude"],
+        "ruff-format": ["ruff", "format", "--force-exclude"],
+        "mypy": ["mypy"],
+    }
+    assert "ruff check . && ruff format --check ." in ci and "\nmypy\n" in ci
+    assert next(hook for hook in hooks if hook["id"] == "mypy")["pass_filenames"] is False
