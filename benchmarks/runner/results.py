@@ -429,6 +429,63 @@ class ResultStore:
             f"{what}); rerun with --force to replace it, or give another --results-dir to keep both"
         )
 
+    # ------------------------------------------------------------ the layout, read back
+    # What the tools see of the store comes from here, so a change of layout stays in this class,
+    # its reader (benchmarks.runner.reading) and docs/results-schema.md.
+    def _key_at(self, relative: Path) -> RunKey | None:
+        """The run of ``<dataset>/<label>/<RunKey.stem>[.suffix]`` (None for another path); its label
+        is the folder's (``safe_label``)."""
+        if len(relative.parts) != 3 or relative.parts[0].startswith("."):
+            return None
+        dataset, label, name = relative.parts
+        return RunKey.from_stem(label, dataset, name.split(".")[0])
+
+    def result_files(self) -> list[tuple[RunKey, Path]]:
+        """Every file at a result's place (``<dataset>/<label>/<stem>.json``), with its run, whatever
+        it holds: ``finished`` and ``results`` check what each one holds."""
+        found = []
+        for path in sorted(self.root.glob("*/*/*.json")):  # nothing where the folder does not exist
+            if RESULT_NAME.fullmatch(path.name) and (key := self._key_at(path.relative_to(self.root))):
+                found.append((key, path))
+        return found
+
+    def results(self, skipped: list[str] | None = None) -> Iterator[tuple[Path, dict]]:
+        """Every result under the store that its checks pass (``benchmarks.runner.reading.iter_results``:
+        the others named in ``skipped``, else warned about)."""
+        from benchmarks.runner.reading import iter_results
+
+        return iter_results(self.root, skipped)
+
+    def checkpoint_states(self) -> list[tuple[RunKey, Path]]:
+        """Each checkpoint's state file (its JSON half, written last), with its run."""
+        folder = self.root / ".checkpoints"
+        found = []
+        for path in sorted(folder.glob(f"*/*/*/{CHECKPOINT_STATE}")):
+            if (key := self._key_at(path.parent.relative_to(folder))) is not None:
+                found.append((key, path))
+        return found
+
+    def run_keys(self) -> set[RunKey]:
+        """Every run of which the store holds something: a result file, a checkpoint, a lock, an error
+        or a queued record (labels as their folders spell them: ``safe_label``)."""
+        keys = {key for key, _ in [*self.result_files(), *self.checkpoint_states()]}
+        locks = self.root / ".locks"
+        for suffix in (".lock", ".error", ".queued"):  # RunLock's files
+            for path in locks.glob(f"*/*/*{suffix}"):
+                if (key := self._key_at(path.relative_to(locks))) is not None:
+                    keys.add(key)
+        return keys
+
+    def leftovers(self) -> list[Path]:
+        """What a store whose every run ended, and ended cleanly, does not hold: temporary files of
+        interrupted writes (``benchmarks.core.atomic_io``), locks, and checkpoints."""
+        return sorted(
+            path
+            for path in self.root.rglob("*")
+            if path.is_file()
+            and (path.name.endswith(".tmp") or path.suffix == ".lock" or ".checkpoints" in path.parts)
+        )
+
     def clear_checkpoint(self, key: RunKey) -> None:
         """Remove a run's checkpoint and the folders it leaves empty."""
         directory = self.checkpoint_dir(key)

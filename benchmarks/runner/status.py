@@ -18,13 +18,11 @@ import sys
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, replace
-from pathlib import Path
 
 from benchmarks.core.atomic_io import read_json_object
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors, results_folder
 from benchmarks.core.heartbeat_lock import is_stale, read_holder
-from benchmarks.runner.reading import iter_results
-from benchmarks.runner.results import CHECKPOINT_STATE, RESULT_NAME, ResultStore, RunKey, safe_label
+from benchmarks.runner.results import ResultStore, RunKey
 from benchmarks.runner.slurm_jobs import SlurmView, last_log_line, view
 
 STATES = ("finished", "running", "queued", "partial", "failed", "refused", "to run")
@@ -123,37 +121,14 @@ def _checkpoint(store: ResultStore, key: RunKey, cfg_hash: str | None) -> dict:
     return state if cfg_hash in (None, state.get("config_hash")) else {}
 
 
-def _key_from(relative: Path) -> RunKey | None:
-    """The run key of ``<dataset>/<label>/<RunKey.stem>[.suffix]`` (None for other paths)."""
-    if len(relative.parts) != 3:
-        return None
-    dataset, label, name = relative.parts
-    return RunKey.from_stem(label, dataset, name.split(".")[0])
-
-
 def known_runs(store: ResultStore) -> list[RunKey]:
-    """Every run that has a result, a checkpoint, a lock, an error or a queued record in the store.
-    A folder holds ``safe_label(label)``; where a result gives the label itself, the key has it."""
-    root = store.root
-    keys: set[RunKey | None] = set()  # None: a path that names no run
+    """Every run that has a result, a checkpoint, a lock, an error or a queued record in the store
+    (``ResultStore.run_keys``). A folder holds ``safe_label(label)``; where a result gives the label
+    itself, the key has it."""
     labels: dict[tuple[str, str], str] = {}
-    for path, result in iter_results(root, skipped=[]):
-        if (key := _key_from(path.relative_to(root))) is not None:
-            keys.add(key)
-            if safe_label(label := str(result.get("label"))) == key.label:  # not a file moved by hand
-                labels[(key.dataset, key.label)] = label
-    for path in root.glob("*/*/*.json"):  # the files at a result's path that no reader reads
-        if RESULT_NAME.fullmatch(path.name) and not path.parts[-3].startswith("."):
-            keys.add(_key_from(path.relative_to(root)))
-    for folder, pattern in (
-        (root / ".checkpoints", f"*/*/*/{CHECKPOINT_STATE}"),
-        (root / ".locks", "*/*/*.lock"),
-        (root / ".locks", "*/*/*.error"),
-        (root / ".locks", "*/*/*.queued"),
-    ):
-        for path in folder.glob(pattern):  # nothing where the folder does not exist
-            keys.add(_key_from((path.parent if path.name == CHECKPOINT_STATE else path).relative_to(folder)))
-    runs = {replace(k, label=labels.get((k.dataset, k.label), k.label)) for k in keys if k is not None}
+    for path, result in store.results(skipped=[]):  # each at its place: <dataset>/<safe label>/
+        labels[(path.parent.parent.name, path.parent.name)] = str(result.get("label"))
+    runs = {replace(k, label=labels.get((k.dataset, k.label), k.label)) for k in store.run_keys()}
     return sorted(runs, key=lambda k: (k.dataset, k.label, k.split, k.n_tasks, k.order, k.seed))
 
 

@@ -252,9 +252,9 @@ def read_pipeline(out: Path, log: str) -> list[Row]:
 
 
 def read_fast_dev_run(out: Path, log: str) -> list[Row]:
-    from benchmarks.runner.run_key import RESULT_NAME
+    from benchmarks.runner.results import ResultStore
 
-    finished = [p for p in (out / "fast-dev-run").rglob("*.json") if RESULT_NAME.fullmatch(p.name)]
+    finished = ResultStore(out / "fast-dev-run").result_files()
     return [
         Row("fast dev run", "every run end to end", f"{len(finished)} run(s) finished", "all finish", "pass")
     ]

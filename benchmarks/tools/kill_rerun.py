@@ -123,32 +123,33 @@ def _killed(suite: Path, results: Path, after: float) -> tuple[bool, list[int], 
 
 
 def _result_files(results: Path) -> list[Path]:
-    """The finished runs' result files under ``results``, by the store's name for them (any split
-    and class order)."""
-    from benchmarks.runner.run_key import RESULT_NAME
+    """The finished runs' result files under ``results`` (any split and class order)."""
+    from benchmarks.runner.results import ResultStore
 
-    return sorted(path for path in results.rglob("*.json") if RESULT_NAME.fullmatch(path.name))
+    return [path for _, path in ResultStore(results).result_files()]
 
 
 def _finished(results: Path) -> dict[str, dict]:
-    """Each result file's content that a rerun must reproduce, by its path under ``results``."""
+    """Each result file's content that a rerun must reproduce, and its predictions sidecar's
+    SHA-256, by its path under ``results``."""
+    from benchmarks.runner.results import predictions_path
+
     out = {}
     for path in _result_files(results):
         record = json.loads(path.read_text(encoding="utf-8"))
         out[str(path.relative_to(results))] = {k: v for k, v in record.items() if k not in RECORDS}
-    for path in sorted(results.rglob("*.predictions.safetensors")):
-        out[str(path.relative_to(results))] = {"sha256": hashlib.sha256(path.read_bytes()).hexdigest()}
+        if (sidecar := predictions_path(path)).exists():
+            out[str(sidecar.relative_to(results))] = {
+                "sha256": hashlib.sha256(sidecar.read_bytes()).hexdigest()
+            }
     return out
 
 
 def _strays(results: Path) -> list[str]:
     """Files a finished folder does not hold: temps of interrupted writes, locks, checkpoints."""
-    return sorted(
-        str(path.relative_to(results))
-        for path in results.rglob("*")
-        if path.is_file()
-        and (path.name.endswith(".tmp") or path.suffix == ".lock" or ".checkpoints" in path.parts)
-    )
+    from benchmarks.runner.results import ResultStore
+
+    return [str(path.relative_to(results)) for path in ResultStore(results).leftovers()]
 
 
 def _alive(pids: list[int]) -> list[int]:

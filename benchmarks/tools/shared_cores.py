@@ -28,18 +28,18 @@ from benchmarks.core.atomic_io import read_json_object
 from benchmarks.core.environment import check_threads, usable_cores
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
 from benchmarks.runner.local_launcher import check_workers
-from benchmarks.runner.reading import iter_results
-from benchmarks.runner.results import CHECKPOINT_STATE
+from benchmarks.runner.results import ResultStore
 
 BUSY = "import torch\na = torch.randn(384, 384)\nwhile True:\n    a = (a @ a).clamp_(-1, 1)\n"
 
 
 def _finished_tasks(folder: Path) -> int:
     """Tasks finished under ``folder``: every finished run's, and every checkpoint's."""
-    finished = sum(len(result["stages"]) for _, result in iter_results(folder))
-    states = (folder / ".checkpoints").rglob(CHECKPOINT_STATE)
+    store = ResultStore(folder)
+    finished = sum(len(result["stages"]) for _, result in store.results())
     return finished + sum(
-        (read_json_object(path, tasks_done=int) or {"tasks_done": 0})["tasks_done"] for path in states
+        (read_json_object(path, tasks_done=int) or {"tasks_done": 0})["tasks_done"]
+        for _, path in store.checkpoint_states()
     )
 
 
