@@ -13,7 +13,7 @@ import functools
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 from benchmarks.core.errors import UserError
 from benchmarks.data.prompts import PromptEnsemble
@@ -149,7 +149,7 @@ class StrategyConfig:
             raise UserError(f"option lr = {self.lr!r} must be positive", options=("lr",))
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any], strategy: str = "") -> "StrategyConfig":
+    def from_dict(cls, values: dict[str, Any], strategy: str = "") -> Self:
         """Build a config from suite values; an unknown key is a user error that suggests the
         closest valid option and lists them all."""
         fields = {f.name: f for f in dataclasses.fields(cls)}

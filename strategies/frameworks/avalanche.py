@@ -56,9 +56,10 @@ def adapt(template: type, name: str) -> type:
     )
 
 
-def template_config(template: type) -> type[FrameworkConfig]:
+def template_config(template: type[Any]) -> type[FrameworkConfig]:
     """``FrameworkConfig`` plus a field per simple keyword argument of ``template``'s constructor."""
-    fields, required = [], []
+    fields: list[tuple[str, Any, Any]] = []  # dataclasses.make_dataclass's (name, type, field)
+    required: list[str] = []
     hints = _constructor_hints(template)
     for p in inspect.signature(template.__init__).parameters.values():
         if p.name in _SUPPLIED or p.kind in (p.VAR_KEYWORD, p.VAR_POSITIONAL):
@@ -92,7 +93,7 @@ def template_config(template: type) -> type[FrameworkConfig]:
     )
 
 
-def _constructor_hints(template: type) -> dict[str, Any]:
+def _constructor_hints(template: type[Any]) -> dict[str, Any]:
     try:
         return typing.get_type_hints(template.__init__)
     except Exception:  # an annotation that does not resolve: such a parameter is left out
@@ -111,7 +112,7 @@ def _simple_type(hint: Any) -> type | None:
     return None
 
 
-class AvalancheStrategy(FrameworkAdapter):
+class AvalancheStrategy(FrameworkAdapter[FrameworkConfig]):
     """The runner's contract around an Avalanche template (``adapt`` sets ``wrapped``)."""
 
     wrapped: ClassVar[type[SupervisedTemplate]]

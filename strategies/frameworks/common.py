@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Generic, Literal, TypeVar
 
 import torch
 import torch.nn.functional as F
@@ -90,7 +90,11 @@ def load_learned_state(model: CLIPClassifier, state: dict[str, torch.Tensor]) ->
             parameters[name].copy_(value)
 
 
-class FrameworkAdapter:
+#: an adapter's config class: ``class PyCILAdapter(FrameworkAdapter[PyCILConfig])`` types ``self.cfg``
+AdapterConfigT = TypeVar("AdapterConfigT", bound=StrategyConfig)
+
+
+class FrameworkAdapter(Generic[AdapterConfigT]):
     """The contract's core for an adapter: the runner's arguments (``settings``: ``take_settings``, as
     ``CLIPStrategy``'s), ``seen_classes`` in the
     order learned, the progress flag, and checkpoints of ``checkpoint_attributes`` (packed with
@@ -111,7 +115,7 @@ class FrameworkAdapter:
     seed: int
     train_batches: int | None
     augment_on: AugmentOn
-    cfg: StrategyConfig
+    cfg: AdapterConfigT
     backbone: CLIPBackbone
 
     def __init__(

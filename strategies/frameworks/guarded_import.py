@@ -20,6 +20,7 @@ import socket
 import sys
 import threading
 from collections.abc import Iterator
+from types import FrameType
 from typing import Any
 
 from benchmarks.core.errors import UserError
@@ -40,7 +41,7 @@ class LeftOut(UserError, AttributeError):
 
 def _importing_module() -> str:
     """The module whose top-level code is running: the innermost ``<module>`` frame."""
-    frame = sys._getframe(1)
+    frame: FrameType | None = sys._getframe(1)
     while frame is not None:
         if frame.f_code.co_name == "<module>":
             return str(frame.f_globals.get("__name__", "?"))
@@ -166,9 +167,9 @@ def importing(target: str, name: str) -> Iterator[None]:
         sys.meta_path.remove(finder)
         os.chdir(cwd)
         sys.path[:] = path
-    for refused, where in left_out.items():
+    for skipped, where in left_out.items():
         print(  # a note, not an error: Mammoth's own seq_8vision does it on every import
-            f"note: importing {name} skipped module {refused}, which downloads from {where} when it is "
+            f"note: importing {name} skipped module {skipped}, which downloads from {where} when it is "
             "imported (the suite runs offline); the run is unaffected unless it uses that module",
             file=sys.stderr,
         )

@@ -143,7 +143,7 @@ class TwoViews(Dataset):
         return image, int(label), self.eval_view[index][0]
 
 
-class MammothAdapter(FrameworkAdapter):
+class MammothAdapter(FrameworkAdapter[MammothConfig]):
     """What both kinds of model share: the run's ``CLIPClassifier``, the task sizes, the upstream
     code's logging, progress bars and errors (``_upstream``)."""
 
@@ -305,7 +305,9 @@ class UpstreamAdapter(MammothAdapter):
         }
         with self._upstream("reading its arguments"):
             self.args = mammoth_args(self.wrapped, self.cfg.args, {**_recipe(self.cfg), **facts}, self.name)
-        self.model: nn.Module | None = None
+        # the upstream ContinualModel and its dataset object, built at task 1 or on a resume; the
+        # model's members are Mammoth's (meta_observe, net, ...), which nothing here types
+        self.model: Any = None
         self.data: TaskData | None = None
         # the backbone's pretrained tensors as built: a checkpoint leaves out those still untouched
         self._pristine = {id(t): (t, t._version) for t in self.net.state_dict(keep_vars=True).values()}
@@ -331,7 +333,8 @@ class UpstreamAdapter(MammothAdapter):
             sizes = stream_task_sizes(experience) or [len(classes)]
             per_task = sizes[0] if equal_split(sizes) else sizes
             self._build(len(sizes) if stream is not None else task + 1, per_task)
-        expected = self.data.task_size(task)
+        data = self._task_data
+        expected = data.task_size(task)
         if len(classes) != expected:
             raise UserError(
                 f"{self.name}: task {task + 1} has {len(classes)} classes where the stream's shape at "
@@ -339,21 +342,28 @@ class UpstreamAdapter(MammothAdapter):
             )
         self._place_classes(stream, classes)
         position = {c: k for k, c in enumerate(self.seen_classes + classes)}
+        items = TaskItems(experience.dataset, position)
         loader = _loader(
-            TaskItems(experience.dataset, position),
+            items,
             self.args.batch_size,
             self.cfg.num_workers,
             self.seed,
             task,
             drop_last=bool(getattr(self.args, "drop_last", False)),
         )
-        self.data.train_loader, self.data.c_task = loader, task
-        self.data.i = len(self.seen_classes) + len(classes)
+        data.train_loader, data.c_task = loader, task
+        data.i = len(self.seen_classes) + len(classes)
         self._modules = modules_under(self.root)  # with those it imported since
         with self._upstream(f"training task {task + 1}"):
-            self._train(loader)
+            self._train(loader, items)
         self.task_sizes.append(len(classes))
         self.seen_classes = self.seen_classes + classes
+
+    @property
+    def _task_data(self) -> TaskData:
+        if self.data is None:
+            raise RuntimeError(f"{self.name}: its model is built at task 1 or on a resume, not yet")
+        return self.data
 
     def _place_classes(self, stream, classes: list[int]) -> None:
         """The net's class positions: the stream's class order (earlier tasks first, then these)."""
@@ -365,9 +375,9 @@ class UpstreamAdapter(MammothAdapter):
         if current.tolist() != order:
             current.copy_(torch.tensor(order))
 
-    def _train(self, loader: DataLoader) -> None:
-        """One task as Mammoth's ``utils/training.py`` trains it."""
-        model, args, data = self.model, self.args, self.data
+    def _train(self, loader: DataLoader, items: TaskItems) -> None:
+        """One task as Mammoth's ``utils/training.py`` trains it, on ``loader`` over ``items``."""
+        model, args, data = self.model, self.args, self._task_data
         model.net.train()
         model.meta_begin_task(data)
         schedulers = sys.modules.get("utils.schedulers")  # Mammoth's, imported by adapt
@@ -380,8 +390,10 @@ class UpstreamAdapter(MammothAdapter):
                 model.meta_begin_epoch(epoch, data)
             for batch in first_batches(loader, self.train_batches):  # the model's train_loader is whole
                 inputs, labels, not_aug_inputs = (t.to(self.device) for t in batch[:3])
-                fields = loader.dataset.extra_return_fields
-                extra = {name: batch[3 + k].to(self.device) for k, name in enumerate(fields)}
+                # the model may name extra fields at its task's start (LwF: logits)
+                extra = {
+                    name: batch[3 + k].to(self.device) for k, name in enumerate(items.extra_return_fields)
+                }
                 loss = model.meta_observe(inputs, labels.long(), not_aug_inputs, epoch=epoch, **extra)
                 _finite(loss, self.name)
                 if scheduler is not None and args.scheduler_mode == "iter":
@@ -405,8 +417,9 @@ class UpstreamAdapter(MammothAdapter):
         tensors, meta = super().checkpoint_state()
         if self.model is None:
             return tensors, meta
-        meta["shape"] = [self.data.N_TASKS, self.data.N_CLASSES_PER_TASK]
-        untouched, first = [], {}  # a tensor under two names (the net's head) is saved once
+        meta["shape"] = [self._task_data.N_TASKS, self._task_data.N_CLASSES_PER_TASK]
+        untouched: list[str] = []
+        first: dict[int, str] = {}  # a tensor under two names (the net's head) is saved once
         for key, value in self.model.state_dict(keep_vars=True).items():
             built = self._pristine.get(id(value))
             if built is not None and built[0] is value and value._version == built[1]:
@@ -415,7 +428,8 @@ class UpstreamAdapter(MammothAdapter):
                 tensors[f"{_STATE}module/{key}"] = value.detach().cpu().contiguous()
             else:
                 untouched.append(key)
-        unsaved, copies = [], []
+        unsaved: list[str] = []
+        copies: list[str] = []
         for name, child in self.model.named_children():
             if name not in self._children:  # made while it trained: a copy of the net (an old net)
                 (copies if type(child) is type(self.model.net) else unsaved).append(name)

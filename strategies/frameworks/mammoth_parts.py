@@ -45,6 +45,8 @@ class PositionHead(nn.Module):
     """``CLIPClassifier``'s head on features, its columns in class-position order (``order[k]``
     is the class id at position k): Mammoth's ``net.classifier``."""
 
+    order: torch.Tensor  # a buffer
+
     def __init__(self, clip: CLIPClassifier) -> None:
         super().__init__()
         self.head = clip.head
@@ -68,7 +70,7 @@ class MammothNet(nn.Module):
     def __init__(self, clip: CLIPClassifier) -> None:
         super().__init__()
         self.clip = clip
-        self.classifier = PositionHead(clip)
+        self.classifier: PositionHead = PositionHead(clip)
 
     def forward(self, x: torch.Tensor, returnt: str = "out"):
         features = self.clip.features(x)
@@ -352,7 +354,7 @@ def restore_attribute(model, path: str, kind: dict[str, Any], tensors, key: str,
     owner = model
     for part in parents:
         owner = getattr(owner, part)
-    current = getattr(owner, name, None)
+    current: Any = getattr(owner, name, None)
     what = kind["kind"]
     if what == "optimizer":
         state: dict[int, dict[str, torch.Tensor]] = {}

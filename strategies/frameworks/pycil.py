@@ -31,13 +31,14 @@ import sys
 import warnings
 from dataclasses import dataclass, field
 from types import FunctionType
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Self
 
 import numpy as np
 import torch
 from torch import nn
 from torch.utils.data import DataLoader, Dataset
 
+from benchmarks.backbone import CLIPBackbone
 from benchmarks.core.errors import UserError
 from benchmarks.data.loaders import FirstBatches
 from strategies.checkpointing import pack_state, unpack_state
@@ -101,7 +102,7 @@ class PyCILConfig(StrategyConfig):
             )
 
     @classmethod
-    def from_dict(cls, values: dict[str, Any], strategy: str = "") -> PyCILConfig:
+    def from_dict(cls, values: dict[str, Any], strategy: str = "") -> Self:
         runners = sorted({"epoch_scale", "epoch_cap"} & set(values))
         if runners:
             raise UserError(
@@ -160,7 +161,7 @@ class CLIPImageTower(nn.Module):
     """The run's CLIP image tower in the shape of the family's convnets: ``out_dim`` and a dict
     with the unnormalised image embeddings as ``features`` (no feature maps)."""
 
-    def __init__(self, backbone: nn.Module) -> None:
+    def __init__(self, backbone: CLIPBackbone) -> None:
         super().__init__()
         self.backbone = backbone
         self.out_dim = backbone.embed_dim
@@ -169,7 +170,7 @@ class CLIPImageTower(nn.Module):
         return {"fmaps": [], "features": self.backbone.encode_image(images, normalize=False)}
 
 
-class PyCILAdapter(FrameworkAdapter):
+class PyCILAdapter(FrameworkAdapter[PyCILConfig]):
     """A LAMDA-family learner (``wrapped``) run on the stream; see the module's docstring."""
 
     def __init__(self, **kwargs: Any) -> None:
@@ -189,16 +190,17 @@ class PyCILAdapter(FrameworkAdapter):
         constants_as_run = {k.rpartition(".")[2]: new for k, (_, new) in as_run.items()}
         # found once: scoring enters the learner's code once a batch
         self._patches = [(module, constants_as_run), *self._factories(), *self._capped_loaders()]
-        self.args = {
-            "convnet_type": CLIP,
-            "backbone_type": CLIP,
-            **self.cfg.args,
-            "device": [self.device],
-            "seed": self.seed,
-            "backbone": self.backbone,
-            "class_names": self.data_manager.class_names,
-        }
-        self.args = ReadArgs(self.args)  # the keys the learner looks up, for _say_unread_args
+        self.args = ReadArgs(  # the keys the learner looks up, for _say_unread_args
+            {
+                "convnet_type": CLIP,
+                "backbone_type": CLIP,
+                **self.cfg.args,
+                "device": [self.device],
+                "seed": self.seed,
+                "backbone": self.backbone,
+                "class_names": self.data_manager.class_names,
+            }
+        )
         self._args_named: set[str] = set()  # the suite's args keys a warning has named unread
         refuse_plugins(self.name, self.plugins)  # they could never see the learner's loop
         # C3Box's shape: a factory that builds a whole CLIP (strategies.frameworks.pycil_clip)
@@ -364,6 +366,7 @@ class PyCILAdapter(FrameworkAdapter):
                 value = torch.from_numpy(np.ascontiguousarray(value))
             if kind == "numpy_list":
                 value = [torch.from_numpy(np.ascontiguousarray(v)) for v in value]
+            meta_kind: Any  # JSON: pack_state's kind, or a copy's trainable names and mode
             if kind == "copy":
                 packed = self._copy_state(value)
                 meta_kind = {
@@ -460,14 +463,16 @@ class PyCILAdapter(FrameworkAdapter):
         super().load_checkpoint_state(tensors, meta)
         saved = meta["learner"]
         with self._upstream("restoring a checkpoint"):
-            if hasattr(self.network, "update_fc"):  # a growing network takes the saved size first
-                self.network.update_fc(saved["total_classes"])
+            network: Any = self.network  # the learner's own network class, its members untyped here
+            if hasattr(network, "update_fc"):  # a growing network takes the saved size first
+                network.update_fc(saved["total_classes"])
             _load_exactly(
                 self.network, _packed(tensors, "network/", sep=""), meta["network_untouched"], self.name
             )
             pristine_copy = copy.deepcopy(self.network)  # taken before a later attribute changes it
         for attr, how in saved["attributes"].items():
             packed = _packed(tensors, f"learner/{attr}")
+            value: Any  # whatever the learner held: a module, a tensor, an array, a list, a number
             if how["as"] == "alias":  # saved in order, so what it names is restored already
                 value = self._aliased(how["of"])
             elif how["as"] == "copy":

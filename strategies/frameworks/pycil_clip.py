@@ -70,7 +70,7 @@ class RunCLIP:
         self.backbone = backbone
 
     def model(self) -> nn.Module:
-        model = copy.deepcopy(self.backbone.model)
+        model: Any = copy.deepcopy(self.backbone.model)  # an open_clip CLIP, given out_dim below
         model.requires_grad_(True)
         model.out_dim = self.backbone.embed_dim
         return model

@@ -72,8 +72,8 @@ class DataManager:
         self.task_sizes.append(len(classes))
         self.stream_sizes = stream_task_sizes(experience)
         self.nb_tasks = len(self.stream_sizes) if self.stream_sizes is not None else len(self.task_sizes)
-        self._views: dict[tuple[int, str], Dataset] = {}
-        self._targets: dict[int, np.ndarray] = {}
+        self._views = {}
+        self._targets = {}
 
     def get_task_size(self, task: int) -> int:
         """The size of task ``task``, a later one's too, as the family's ``_increments[task]`` (a

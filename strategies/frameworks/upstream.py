@@ -15,7 +15,7 @@ import logging
 import re
 import sys
 import traceback
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from types import ModuleType
 from typing import Any
@@ -79,7 +79,7 @@ def patched(module: ModuleType, values: dict[str, Any]) -> Iterator[None]:
 def root_of(module_name: str) -> Path:
     """The folder that holds ``module_name``'s top-level package (a checkout's root)."""
     top = sys.modules[module_name.partition(".")[0]]
-    paths = list(getattr(top, "__path__", [])) or [str(Path(top.__file__).parent / "_")]
+    paths = list(getattr(top, "__path__", [])) or [str(Path(str(top.__file__)).parent / "_")]
     return Path(paths[0]).resolve().parent
 
 
@@ -123,7 +123,7 @@ def running_upstream(
     name: str,
     doing: str,
     passed,
-    patches: list[tuple[ModuleType, dict[str, Any]]] = (),
+    patches: Sequence[tuple[ModuleType, dict[str, Any]]] = (),
     quiet_modules: list[ModuleType] | None = None,
 ) -> Iterator[None]:
     """The framework's code (its checkout at ``root``) runs in the block: ``patches`` set on its
