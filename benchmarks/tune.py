@@ -44,7 +44,7 @@ from benchmarks.core.errors import CommandParser, UserError, one_line_user_error
 from benchmarks.runner.building import resolve
 from benchmarks.runner.execute import execute, preflight
 from benchmarks.runner.launcher import prepare_runner_process, restore_sigterm, stop_on_sigterm
-from benchmarks.runner.results import ResultStore
+from benchmarks.runner.results import ResultStore, RunResult
 from benchmarks.runner.suites import RunSpec, expand, load_suite
 from strategies.contract import config_class
 from strategies.registry import get_strategy
@@ -179,9 +179,9 @@ def trial_runs(args: argparse.Namespace, suite: dict, label: str, params: dict) 
     return expand(trial, strategies=[label], datasets=args.datasets, tasks=args.tasks, seeds=args.seeds)
 
 
-def objective_value(results: list[dict], objective: str) -> float:
+def objective_value(results: list[RunResult], objective: str) -> float:
     """The mean of the runs' validation summary entry (``OBJECTIVES``)."""
-    return sum(r["validation_summary"][OBJECTIVES[objective]] for r in results) / len(results)
+    return sum((r.validation_summary or {})[OBJECTIVES[objective]] for r in results) / len(results)
 
 
 def counted(study) -> int:

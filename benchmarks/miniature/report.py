@@ -203,7 +203,9 @@ def joint_finetune_accuracy(
     )  # the runner pulls in Avalanche; only this measurement needs it
 
     result, _ = execute(spec, ResultStore(results_dir), data_root=".", show_progress=show_progress)
-    return result["stages"][-1]["acc"], result["config"]["strategy_config"]["epochs"]
+    if result is None:  # another process holds the run
+        raise UserError(f"{spec.key}: computed by another process now; rerun when it has finished")
+    return result.stages[-1].acc, result.config["strategy_config"]["epochs"]
 
 
 def _verdict(met: bool) -> str:

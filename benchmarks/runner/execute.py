@@ -22,7 +22,7 @@ from benchmarks.data.splits import split_classes
 from benchmarks.runner.building import ResolvedRun, backbone_spec, build_run, load_run_data, resolve
 from benchmarks.runner.learning import RunContext, learn_and_store, training_log
 from benchmarks.runner.live_log import LiveLog
-from benchmarks.runner.results import ResultStore, reused_status, safe_label
+from benchmarks.runner.results import ResultStore, RunResult, reused_status, safe_label
 from benchmarks.runner.suites import RunSpec
 from benchmarks.runner.zero_shot import zero_shot_target
 
@@ -82,7 +82,7 @@ def execute(
     project: str = "",
     threads: Threads = "auto",
     reuse_from: tuple[str, ...] = (),
-) -> tuple[dict | None, str]:
+) -> tuple[RunResult | None, str]:
     """Run (or resume, or skip) one run under its lock. Returns its result and what happened; the
     result is None when another process holds the run's lock. ``show_progress``: progress bars;
     ``task_lines``: one line on stderr per finished task instead (a log that is not a terminal);
@@ -149,7 +149,7 @@ def _check_save_model(spec: RunSpec, resolved: ResolvedRun) -> None:
         )
 
 
-def _compute(context: RunContext) -> tuple[dict, str]:
+def _compute(context: RunContext) -> tuple[RunResult, str]:
     """Build the run (``build_run``) with the live log's plugin where it can take one, then learn,
     evaluate and store it (``benchmarks.runner.learning``)."""
     log_plugin = training_log(context, context.resolved.strategy_cls)

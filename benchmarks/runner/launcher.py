@@ -28,7 +28,7 @@ from benchmarks.core.choices import LAUNCHERS as LAUNCHERS
 from benchmarks.core.environment import Threads, set_threads
 from benchmarks.core.errors import UserError
 from benchmarks.core.heartbeat_lock import read_holder, this_command
-from benchmarks.runner.results import ResultStore, RunKey
+from benchmarks.runner.results import ResultStore, RunKey, RunResult
 from benchmarks.runner.suite_progress import SuiteProgress
 from benchmarks.runner.suites import RunSpec
 
@@ -178,10 +178,10 @@ def held_elsewhere(store: ResultStore, key: RunKey) -> str:
     return f"computed by another command ({holder.describe() if holder else 'lock released meanwhile'})"
 
 
-def how_it_ran(result: dict) -> str:
+def how_it_ran(result: RunResult) -> str:
     """How a finished run came about, from its result's ``cost.resumed_from``: as the runner's own
     status says it (``benchmarks.runner.learning.resume``)."""
-    resumed = (result.get("cost") or {}).get("resumed_from") or []
+    resumed = result.cost.resumed_from or []
     if not resumed:
         return "ran"
     return "ran again from task 1" if resumed[-1] == 0 else f"resumed after task {resumed[-1]}"
@@ -228,7 +228,7 @@ class InlineLauncher:
                     reuse_from=options.reuse_from,
                 )
                 if result is not None:
-                    summary = result["summary"]
+                    summary = result.summary
                     status += f"; Avg {summary['avg_acc']:.2f}  Last {summary['last_acc']:.2f}"
                 else:  # another command holds the run: it computes it
                     status = held_elsewhere(store, spec.key)

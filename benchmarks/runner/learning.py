@@ -74,7 +74,7 @@ def training_log(context: RunContext, strategy_cls: type) -> TrainingLog | None:
 
 def learn_and_store(
     context: RunContext, built: BuiltRun, log_plugin: TrainingLog | None = None
-) -> tuple[dict, str]:
+) -> tuple[RunResult, str]:
     """Train and evaluate one built run (``build_run``), resuming from its checkpoint; store the
     result with the run's resolved config. Returns the stored result and what happened.
     ``log_plugin``: the run's ``training_log``, attached to the strategy, whose steps go on after
@@ -110,7 +110,7 @@ def learn_and_store(
     predictions = Predictions(np.stack(progress.predictions), targets, np.arange(len(targets)))
     stored = store.save(spec.key, result, predictions)
     store.clear_checkpoint(spec.key)
-    return stored.to_json(), status
+    return stored, status
 
 
 def resume(

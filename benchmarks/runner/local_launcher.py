@@ -246,11 +246,10 @@ class LocalLauncher:
                         log = run_log_path(store, spec.key)
                         seconds = None  # a run computed by another command, or failed, teaches no time
                         if now.state == "finished":
-                            result = store.finished(spec.key, hashes[spec.key]) or {}
-                            ended = others.get(spec.key) or how_it_ran(result)  # resumed: said so
-                            cost = result.get("cost") or {}
-                            if spec.key not in others and "train_seconds" in cost:
-                                seconds = cost["train_seconds"] + cost.get("eval_seconds", 0.0)
+                            result = store.finished(spec.key, hashes[spec.key])
+                            ended = others.get(spec.key) or (how_it_ran(result) if result else "ran")
+                            if spec.key not in others and result is not None:  # resumed: said so
+                                seconds = result.cost.train_seconds + result.cost.eval_seconds
                         else:
                             ended = f"failed (log: {log})"
                         where = progress.ended(spec, seconds)

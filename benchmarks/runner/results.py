@@ -329,11 +329,11 @@ class ResultStore:
         """The JSON half of a run's checkpoint (progress, stages, cost), written last."""
         return self.checkpoint_dir(key) / CHECKPOINT_STATE
 
-    def finished(self, key: RunKey, cfg_hash: str | None) -> dict | None:
+    def finished(self, key: RunKey, cfg_hash: str | None) -> RunResult | None:
         """The stored result of ``key`` if it exists and was made with the same config (with
-        ``cfg_hash`` None: with any config). A result of an older readable schema version counts
-        as finished (the config hash does not hold the version), its summary completed
-        (``with_complete_summary``)."""
+        ``cfg_hash`` None: with any config), as the record every reader reads. A result of an older
+        readable schema version counts as finished (the config hash does not hold the version), its
+        summary completed (``with_complete_summary``)."""
         path = self.result_path(key)
         if not path.exists():
             return None
@@ -342,11 +342,11 @@ class ResultStore:
             return None
         if misplacement(result, path) is not None:  # another run's result, moved or edited by hand
             return None
-        return with_complete_summary(result)
+        return RunResult.from_json(with_complete_summary(result))
 
     def finished_elsewhere(
         self, key: RunKey, cfg_hash: str, sources: Sequence[str | Path]
-    ) -> Iterator[tuple[ResultStore, dict]]:
+    ) -> Iterator[tuple[ResultStore, RunResult]]:
         """Each other results folder of ``sources`` holding a finished result of ``key`` made with
         config ``cfg_hash``, with that result (``finished``), in the order given."""
         for source in sources:
@@ -354,14 +354,16 @@ class ResultStore:
             if other.root.resolve() != self.root.resolve() and (result := other.finished(key, cfg_hash)):
                 yield other, result
 
-    def reuse(self, key: RunKey, cfg_hash: str, sources: Sequence[str | Path]) -> tuple[dict, Path] | None:
+    def reuse(
+        self, key: RunKey, cfg_hash: str, sources: Sequence[str | Path]
+    ) -> tuple[RunResult, Path] | None:
         """The first finished result of ``key`` with config ``cfg_hash`` in another results folder
         of ``sources`` (a suite's base folder, a shared store; ``finished_elsewhere``), copied here
         as it is stored: its predictions sidecar first, checked against the SHA-256 the result
         names, then the JSON. The result and the folder it came from; None where no source holds
         one (a damaged sidecar does not count: the run is computed instead)."""
         for other, result in self.finished_elsewhere(key, cfg_hash, sources):
-            entry = result.get("predictions")
+            entry = result.predictions
             try:
                 stored = other.result_path(key).read_bytes()
                 sidecar = (other.result_path(key).parent / entry["file"]).read_bytes() if entry else None
@@ -653,7 +655,7 @@ class Predictions:
 
 def reuse_under_lock(
     store: ResultStore, key: RunKey, cfg_hash: str, sources: tuple[str, ...]
-) -> tuple[dict, Path] | None:
+) -> tuple[RunResult, Path] | None:
     """``ResultStore.reuse`` under the run's lock, for a launcher that copies before any worker
     starts; None also where another process holds the run."""
     if not sources:

@@ -69,7 +69,7 @@ def run_state(
     if (refused := store.refusal(key, cfg_hash)) is not None:  # what the runner would stop at
         return RunState("refused", refused, done)
     if (result := store.finished(key, cfg_hash)) is not None:
-        summary = result["summary"]
+        summary = result.summary
         return RunState(
             "finished", f"Avg {summary['avg_acc']:.2f}  Last {summary['last_acc']:.2f}", key.n_tasks
         )

@@ -28,7 +28,8 @@ def test_store_returns_finished_result_only_for_same_config(tmp_path):
     }
     stored = store.save(key, result)
     assert store.result_path(key) == tmp_path / "synthetic" / "finetune" / "T10-seed0.json"
-    assert store.finished(key, "abc") == result | {"digest": stored.digest}  # the one entry save adds
+    # read back as the record every reader reads, with the one entry save adds
+    assert store.finished(key, "abc").to_json() == result | {"digest": stored.digest}
     assert store.finished(key, "other") is None
     with pytest.raises(ValueError):
         store.save(key, {"schema_version": 1})

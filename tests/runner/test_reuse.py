@@ -87,7 +87,7 @@ def test_reuse_takes_only_an_intact_result_of_the_same_config(tmp_path):
     assert here.reuse(key, config_hash, [source]) is None and not here.result_path(key).exists()
     sidecar.write_bytes(intact)
     copied, came_from = here.reuse(key, config_hash, [tmp_path / "missing", source])
-    assert came_from == source and copied["config_hash"] == config_hash
+    assert came_from == source and copied.config_hash == config_hash
     assert here.result_path(key).read_bytes() == path.read_bytes()
     assert json.loads(here.result_path(key).read_text())["predictions"] == result["predictions"]
 

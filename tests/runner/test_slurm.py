@@ -167,7 +167,7 @@ def test_a_job_array_is_submitted_and_a_preempted_job_is_requeued_and_resumes(tm
         == 0
     )
     (expected,) = [r for _, r in iter_results(inline)]
-    assert store.finished(SEED0, None)["stages"] == expected["stages"]
+    assert store.finished(SEED0, None).to_json()["stages"] == expected["stages"]
 
     # collecting again with --no-wait submits nothing and prints the table
     assert run.main(argv) == 0

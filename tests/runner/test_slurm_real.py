@@ -169,7 +169,7 @@ def test_a_job_array_on_slurm_equals_the_inline_run(tmp_path, partitions, inline
     assert "| finetune |" in out and "already queued or running" in err
     for key in (SEED0, SEED1):
         assert run_state(store, key).state == "finished"
-        assert store.finished(key, None)["stages"] == inline_stages[key.seed]
+        assert store.finished(key, None).to_json()["stages"] == inline_stages[key.seed]
         assert not store.lock(key).queued_path.exists()
 
 
@@ -182,7 +182,7 @@ def test_a_job_requeued_with_scontrol_resumes_and_equals_inline(
 
     store, job_id = _interrupted_after_the_first_task(tmp_path, requeue)
     _resumed(tmp_path, store, PAUSED_SUITE)
-    assert store.finished(SEED0, None)["stages"] == inline_stages[0]
+    assert store.finished(SEED0, None).to_json()["stages"] == inline_stages[0]
     assert _states(job_id)[:1] == ["REQUEUED"]  # its first life; the last may still be completing
 
 
@@ -201,7 +201,7 @@ def test_a_job_preempted_by_the_higher_partition_resumes_and_equals_inline(
 
     store, job_id = _interrupted_after_the_first_task(tmp_path, preempt)
     _resumed(tmp_path, store, PAUSED_SUITE)
-    assert store.finished(SEED0, None)["stages"] == inline_stages[0]
+    assert store.finished(SEED0, None).to_json()["stages"] == inline_stages[0]
     assert _states(job_id)[:1] == ["PREEMPTED"]
 
 
@@ -239,5 +239,5 @@ def test_a_job_killed_with_kill_9_is_failed_and_a_rerun_resumes_it(
 
     # a rerun submits it again, and the new job resumes from the killed one's checkpoint
     _resumed(tmp_path, store)
-    assert store.finished(SEED0, None)["stages"] == inline_stages[0]
+    assert store.finished(SEED0, None).to_json()["stages"] == inline_stages[0]
     assert not store.lock(SEED0).queued_path.exists() and not store.lock(SEED0).error_path.exists()
