@@ -1,83 +1,36 @@
 """Reading the results store: every finished result under one or more folders, as typed records.
 
-``iter_results`` walks a folder and yields each result file's JSON as stored (the runner's own
-checks read it so); ``read_results`` is what every reader of results uses: each file as a
-``RunResult`` (``ResultFile``), gathered in ``Results``, which holds the one rule that picks a
-run's result where several files share its key. A file that is no result this suite reads (another
-schema version, a digest that disagrees, no complete result) is left out with a line in
-``Results.skipped``; a result of an older readable version comes with its summary completed
-(``with_complete_summary``).
+``iter_results`` (the store's own walk, ``benchmarks.runner.results``) yields each result file's
+JSON as stored (the runner's own checks read it so); ``read_results`` is what every reader of
+results uses: each file as a ``RunResult`` (``ResultFile``), gathered in ``Results``, which holds
+the one rule that picks a run's result where several files share its key. A file that is no
+result this suite reads (another schema version, a digest that disagrees, no complete result) is
+left out with a line in ``Results.skipped``; a result of an older readable version comes with its
+summary completed (``with_complete_summary``).
 """
 
 from __future__ import annotations
 
 import hashlib
-import os
 import warnings
 from collections import Counter
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, Iterable, Iterator, Sequence
+from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
 from benchmarks.backbone.weights import TINY_MODEL
-from benchmarks.core.atomic_io import read_json
 from benchmarks.core.errors import UserError
 from benchmarks.data.protocols import DEFAULT_PROTOCOL
 from benchmarks.runner.results import (
-    RESULT_NAME,
     Predictions,
     RunKey,
     RunResult,
     changed_entries,
-    misplacement,
-    unreadable_result,
-    with_complete_summary,
+    iter_results,
 )
-
-
-def iter_results(root: str | Path, skipped: list[str] | None = None) -> Iterator[tuple[Path, dict]]:
-    """Every finished result JSON under ``root`` (checkpoints and other JSON files are skipped).
-
-    A file that is no result this suite reads (``unreadable_result``: another ``schema_version``,
-    a digest that disagrees with its stages and summary, or, at a result's name, no result at all,
-    such as ``[]``) is skipped too, with a line naming the file: appended to ``skipped`` where
-    given, else a warning. Older readable versions come with their summary completed
-    (``with_complete_summary``).
-    """
-    root = Path(root)
-    paths = []
-    for folder, subfolders, files in os.walk(root):  # unreadable or vanishing folders are skipped
-        subfolders[:] = [d for d in subfolders if not d.startswith(".")]  # .checkpoints, .locks, .logs
-        paths += [Path(folder) / name for name in files if name.endswith(".json")]
-    for path in sorted(paths):
-        at_a_result_name = RESULT_NAME.fullmatch(path.name) is not None
-        line = None
-        try:
-            data = read_json(path)
-        except FileNotFoundError:  # removed by another runner meanwhile
-            continue
-        except UserError as err:  # corrupt: named, and the walk goes on, so one pass names every bad file
-            line = f"skipped {err}" if at_a_result_name else None
-        except OSError as err:
-            line = f"skipped {path}: it cannot be read ({err.strerror}); fix its permissions or move it away"
-        else:
-            looks_like_one = isinstance(data, dict) and "schema_version" in data and "stages" in data
-            if not looks_like_one and not at_a_result_name:
-                continue  # another JSON file (a saved model's, a tool's), not a result
-            if (problem := unreadable_result(data)) is not None:
-                fix = "rerun that run with --force, or move the file away"
-                fix = fix if problem.replaceable else "rerun that run or convert the file"
-                line = f"skipped {path}: {problem.why}; {fix}"
-            elif (why := misplacement(data, path)) is not None:
-                line = f"skipped {path}: {why}; move it to its place under a results folder, or away"
-            else:
-                yield path, with_complete_summary(data)
-                continue
-        if line is not None:
-            skipped.append(line) if skipped is not None else warnings.warn(line, stacklevel=2)
 
 
 @dataclass(frozen=True)

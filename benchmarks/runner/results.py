@@ -34,6 +34,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+import os
 import shutil
 import warnings
 from collections.abc import Iterator, Sequence
@@ -266,7 +267,8 @@ def unreadable_result(data) -> ResultProblem | None:
     """Why ``data``, read from a result's path, is no result that this suite reads; None if it is
     one. A result of version 4 on with a ``digest`` must match it; whatever its version, its summary
     must agree with its stages (``summary_disagreement``) and its config with its ``config_hash``
-    (``config_disagreement``). Where it lies is checked by ``misplacement``, which needs the path."""
+    (``config_disagreement``), and ``RunResult`` must read it whole. Where it lies is checked by
+    ``misplacement``, which needs the path."""
     if not isinstance(data, dict):
         return ResultProblem(f"not a result (a JSON {_json_kind(data)}, not an object)", True)
     missing = [name for name in ("schema_version", "stages") if name not in data]
@@ -295,7 +297,53 @@ def unreadable_result(data) -> ResultProblem | None:
             return ResultProblem(summary_disagreement(data) or changed, True)
     if (why := summary_disagreement(data) or config_disagreement(data)) is not None:
         return ResultProblem(why, True)
+    try:  # what every reader reads it as
+        RunResult.from_json(data)
+    except (TypeError, ValueError) as err:  # a key missing or unknown, here or in a stage or the cost
+        return ResultProblem(f"not a complete result ({err})", True)
     return None
+
+
+def iter_results(root: str | Path, skipped: list[str] | None = None) -> Iterator[tuple[Path, dict]]:
+    """Every finished result JSON under ``root`` (checkpoints and other JSON files are skipped).
+
+    A file that is no result this suite reads (``unreadable_result``: another ``schema_version``,
+    a digest that disagrees with its stages and summary, or, at a result's name, no result at all,
+    such as ``[]``) is skipped too, with a line naming the file: appended to ``skipped`` where
+    given, else a warning. Older readable versions come with their summary completed
+    (``with_complete_summary``).
+    """
+    root = Path(root)
+    paths = []
+    for folder, subfolders, files in os.walk(root):  # unreadable or vanishing folders are skipped
+        subfolders[:] = [d for d in subfolders if not d.startswith(".")]  # .checkpoints, .locks, .logs
+        paths += [Path(folder) / name for name in files if name.endswith(".json")]
+    for path in sorted(paths):
+        at_a_result_name = RESULT_NAME.fullmatch(path.name) is not None
+        line = None
+        try:
+            data = read_json(path)
+        except FileNotFoundError:  # removed by another runner meanwhile
+            continue
+        except UserError as err:  # corrupt: named, and the walk goes on, so one pass names every bad file
+            line = f"skipped {err}" if at_a_result_name else None
+        except OSError as err:
+            line = f"skipped {path}: it cannot be read ({err.strerror}); fix its permissions or move it away"
+        else:
+            looks_like_one = isinstance(data, dict) and "schema_version" in data and "stages" in data
+            if not looks_like_one and not at_a_result_name:
+                continue  # another JSON file (a saved model's, a tool's), not a result
+            if (problem := unreadable_result(data)) is not None:
+                fix = "rerun that run with --force, or move the file away"
+                fix = fix if problem.replaceable else "rerun that run or convert the file"
+                line = f"skipped {path}: {problem.why}; {fix}"
+            elif (why := misplacement(data, path)) is not None:
+                line = f"skipped {path}: {why}; move it to its place under a results folder, or away"
+            else:
+                yield path, with_complete_summary(data)
+                continue
+        if line is not None:
+            skipped.append(line) if skipped is not None else warnings.warn(line, stacklevel=2)
 
 
 class ResultStore:
@@ -451,12 +499,12 @@ class ResultStore:
                 found.append((key, path))
         return found
 
-    def results(self, skipped: list[str] | None = None) -> Iterator[tuple[Path, dict]]:
-        """Every result under the store that its checks pass (``benchmarks.runner.reading.iter_results``:
-        the others named in ``skipped``, else warned about)."""
-        from benchmarks.runner.reading import iter_results
-
-        return iter_results(self.root, skipped)
+    def results(self, skipped: list[str] | None = None) -> Iterator[tuple[Path, RunResult]]:
+        """Every result under the store that its checks pass, as the record every reader reads
+        (``benchmarks.runner.reading.iter_results``: the others named in ``skipped``, else warned
+        about)."""
+        for path, data in iter_results(self.root, skipped):
+            yield path, RunResult.from_json(data)
 
     def checkpoint_states(self) -> list[tuple[RunKey, Path]]:
         """Each checkpoint's state file (its JSON half, written last), with its run."""

@@ -127,7 +127,7 @@ def known_runs(store: ResultStore) -> list[RunKey]:
     itself, the key has it."""
     labels: dict[tuple[str, str], str] = {}
     for path, result in store.results(skipped=[]):  # each at its place: <dataset>/<safe label>/
-        labels[(path.parent.parent.name, path.parent.name)] = str(result.get("label"))
+        labels[(path.parent.parent.name, path.parent.name)] = result.label
     runs = {replace(k, label=labels.get((k.dataset, k.label), k.label)) for k in store.run_keys()}
     return sorted(runs, key=lambda k: (k.dataset, k.label, k.split, k.n_tasks, k.order, k.seed))
 

@@ -36,7 +36,7 @@ BUSY = "import torch\na = torch.randn(384, 384)\nwhile True:\n    a = (a @ a).cl
 def _finished_tasks(folder: Path) -> int:
     """Tasks finished under ``folder``: every finished run's, and every checkpoint's."""
     store = ResultStore(folder)
-    finished = sum(len(result["stages"]) for _, result in store.results())
+    finished = sum(len(result.stages) for _, result in store.results())
     return finished + sum(
         (read_json_object(path, tasks_done=int) or {"tasks_done": 0})["tasks_done"]
         for _, path in store.checkpoint_states()

@@ -147,22 +147,15 @@ def test_dry_run_says_when_nothing_or_not_everything_has_an_estimate(tmp_path, c
     assert _dry_run_summary(tmp_path, capsys, *both) == (
         "2 run(s), 2 left to run; no estimate yet (no finished run of these strategies and datasets)"
     )
-    # a finished finetune run of another seed: 30 s a run of 3 tasks; continual_clip has none
+    # a finished finetune run of 10 tasks (the committed smoke one), its cost set to 10 s a task:
+    # 30 s a run of 3 tasks; continual_clip has none
     store = ResultStore(tmp_path / "results")
-    other = RunKey("finetune", "synthetic", 3, 9)
+    other = RunKey("finetune", "synthetic", 10, 0)
     store.result_path(other).parent.mkdir(parents=True)
-    store.result_path(other).write_text(
-        json.dumps(
-            {
-                "schema_version": 2,
-                "stages": [],
-                "strategy": "finetune",
-                "dataset": "synthetic",
-                "n_tasks": 3,
-                "cost": {"train_seconds": 24.0, "eval_seconds": 6.0},
-            }
-        )
-    )
+    stored = ROOT / "results" / "smoke-baselines" / "synthetic" / "finetune" / "T10-seed0.json"
+    record = json.loads(stored.read_text())
+    record["cost"].update(train_seconds=80.0, eval_seconds=20.0)
+    store.result_path(other).write_text(json.dumps(record))
     assert _dry_run_summary(tmp_path, capsys, *both) == (
         "2 run(s); at least 30 s left, plus 1 run(s) without an estimate"
     )

@@ -61,6 +61,12 @@ EDITS = {
         "synthetic/clap-tuned/T10-seed0.json: it was moved or edited by hand",
     ),
     "seed": (lambda d: d.update(seed=7), "whose place is synthetic/clap/T10-seed7.json"),
+    # what RunResult cannot read is no result for the runner either (it once counted as finished)
+    "a key missing": (lambda d: d.pop("env"), "not a complete result (RunResult: missing keys ['env'])"),
+    "a key unknown": (
+        lambda d: d.update(note="mine"),
+        "not a complete result (RunResult: unknown keys ['note'])",
+    ),
 }
 
 

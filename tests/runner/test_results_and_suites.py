@@ -83,8 +83,20 @@ def test_iter_results_skips_checkpoints_and_foreign_json(tmp_path):
     (tmp_path / ".checkpoints").mkdir()
     (tmp_path / ".checkpoints" / "state.json").write_text(json.dumps({"schema_version": 1, "stages": []}))
     (tmp_path / "other.json").write_text("[1, 2]")
+    stored = Path(__file__).resolve().parents[2] / "results" / "smoke-baselines" / "synthetic" / "clap"
+    result = tmp_path / "synthetic" / "clap" / "T10-seed0.json"
+    result.parent.mkdir(parents=True)
+    result.write_bytes((stored / "T10-seed0.json").read_bytes())
+    assert [p for p, _ in iter_results(tmp_path)] == [result]
+    # a file that looks like a result but is not a whole one is named, not read
     (tmp_path / "run.json").write_text(json.dumps({"schema_version": 1, "stages": []}))
-    assert [p.name for p, _ in iter_results(tmp_path)] == ["run.json"]
+    skipped: list[str] = []
+    assert [p for p, _ in iter_results(tmp_path, skipped)] == [result]
+    assert skipped == [
+        f"skipped {tmp_path / 'run.json'}: not a complete result (RunResult: missing keys "
+        "['strategy', 'label', 'dataset', 'n_tasks', 'seed', 'config', 'class_order', 'tasks', "
+        "'summary', 'env', 'cost']); rerun that run with --force, or move the file away"
+    ]
 
 
 def test_every_shipped_suite_resolves_to_valid_strategy_configs():

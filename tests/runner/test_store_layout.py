@@ -53,7 +53,7 @@ def test_the_store_names_each_runs_files_and_nothing_else(tmp_path):
     assert store.run_keys() == set(keys.values())
     skipped: list[str] = []
     (path, result), *others = list(store.results(skipped))
-    assert not others and path == store.result_path(keys["result"]) and result["label"] == "clap"
+    assert not others and path == store.result_path(keys["result"]) and result.label == "clap"
     # a file by a result's name outside a result's place is no run's file, and the reader names it
     assert len(skipped) == 1 and "clap/old/T10-seed9.json: not a result" in skipped[0]
     assert store.leftovers() == sorted(
