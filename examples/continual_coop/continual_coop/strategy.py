@@ -55,7 +55,7 @@ class ContinualCoOpConfig(StrategyConfig):
     train_augmentation: TrainAugmentation = "rrc_flip"
 
 
-class ContinualCoOp(CLIPStrategy):
+class ContinualCoOp(CLIPStrategy[ContinualCoOpConfig]):
     Config = ContinualCoOpConfig
     checkpoint_attributes = ("context",)  # saved after every task; restored in place on a resume
 

@@ -38,7 +38,7 @@ class LastBlockConfig(StrategyConfig):
     lr: float = 1e-5  # a pretrained block's weights move little, as full fine-tuning of CLIP does
 
 
-class LastBlock(CLIPStrategy):
+class LastBlock(CLIPStrategy[LastBlockConfig]):
     Config = LastBlockConfig
     checkpoint_attributes = ("last_block",)
 

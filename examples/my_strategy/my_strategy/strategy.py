@@ -44,7 +44,7 @@ class MyStrategyConfig(StrategyConfig):
     lora_alpha: float = 16.0  # a LoRA update scaled by alpha / rank = 2, as peft users often do
 
 
-class MyStrategy(CLIPStrategy):
+class MyStrategy(CLIPStrategy[MyStrategyConfig]):
     Config = MyStrategyConfig
     checkpoint_attributes = ("prototypes",)  # saved and restored with every checkpoint
 
