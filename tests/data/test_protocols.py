@@ -12,6 +12,7 @@ from benchmarks.data.class_orders import named_orders, resolve_class_order
 from benchmarks.data.datasets import imagenet_wnid_names, load_dataset, read_split_list
 from benchmarks.data.protocols import OFFICIAL_CODE, PUBLISHED_ROWS, SOURCES, protocol_layer
 from benchmarks.data.units.imagenet_r import mg_clip_imagenet_r_names, rapf_split_list
+from benchmarks.runner.building import resolve
 from benchmarks.runner.suites import expand, load_suite
 
 
@@ -153,7 +154,7 @@ def test_as_published_runs_only_the_rows_whose_protocol_differs_from_mains():
         official = OFFICIAL_CODE.get(strategy, ({}, ""))[0]
         for run in expand(suite, strategies=[strategy], device="cpu", seeds=[0]):
             assert run.strategy_options == {**main[run.dataset].strategy_options, **official}
-            assert run.config_hash != main[run.dataset].config_hash
+            assert resolve(run, ".").config_hash != resolve(main[run.dataset], ".").config_hash
 
 
 #: every official behaviour of docs/decisions.md D4, as the resolved option that turns it on

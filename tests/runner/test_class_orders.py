@@ -9,6 +9,7 @@ import pytest
 from benchmarks import run
 from benchmarks.core.errors import UserError
 from benchmarks.runner import status
+from benchmarks.runner.building import resolve
 from benchmarks.runner.reading import read_results
 from benchmarks.runner.results import RESULT_NAME, ResultStore, RunKey
 from benchmarks.runner.suites import expand, load_suite
@@ -45,8 +46,8 @@ def test_several_orders_make_one_run_per_order_and_seed_and_the_default_keeps_it
     single = {(r.label, r.seed): r for r in expand(_suite(tmp_path, MINI_SUITE.replace("[0]", "[0, 1]")))}
     for spec in (r for r in runs if r.class_order == "seed1993"):
         assert spec.config == single[spec.label, spec.seed].config
-        assert spec.config_hash == single[spec.label, spec.seed].config_hash
-    assert len({r.config_hash for r in runs}) == 8
+        assert resolve(spec, ".").config_hash == resolve(single[spec.label, spec.seed], ".").config_hash
+    assert len({resolve(r, ".").config_hash for r in runs}) == 8
 
 
 def test_a_strategy_table_may_list_orders_for_its_runs_alone(tmp_path):

@@ -6,6 +6,7 @@ import pytest
 
 from benchmarks import run
 from benchmarks.core.errors import UserError
+from benchmarks.runner.building import resolve
 from benchmarks.runner.suites import expand, load_suite
 from benchmarks.runner.task_splits import resolve_tasks
 from tests.helpers import tiny_suite, write_suite
@@ -31,7 +32,7 @@ def test_entries_resolve_to_a_split_and_its_task_count():
 def test_a_split_equal_to_a_task_count_is_the_same_run_hash_and_file(tmp_path):
     (ten,) = _specs(tmp_path, [10])
     (b0,) = _specs(tmp_path, ["B0-Inc10"])
-    assert b0.config == ten.config and b0.config_hash == ten.config_hash
+    assert b0.config == ten.config and resolve(b0, ".").config_hash == resolve(ten, ".").config_hash
     assert "split" not in ten.config and b0.key == ten.key and b0.key.stem == "T10-seed0"
     assert len(_specs(tmp_path, [10, "B0-Inc10"])) == 1  # asked twice, run once
 
@@ -44,7 +45,7 @@ def test_a_half_base_run_records_its_split_and_its_real_task_count(tmp_path):
     assert {k: v for k, v in half.config.items() if k not in ("split", "n_tasks")} == {
         k: v for k, v in ten.config.items() if k != "n_tasks"
     }
-    assert half.config_hash != ten.config_hash
+    assert resolve(half, ".").config_hash != resolve(ten, ".").config_hash
 
 
 def test_a_split_from_the_suite_file(tmp_path):
