@@ -44,7 +44,7 @@ import functools
 import math
 import warnings
 from pathlib import Path
-from typing import Any, ClassVar, Generic, TypeVar
+from typing import Any, ClassVar, Generic
 
 import torch
 import torch.nn.functional as F
@@ -61,7 +61,7 @@ from strategies.checkpointing import (
     save_model,
     strategy_state,
 )
-from strategies.config import StrategyConfig
+from strategies.config import ConfigT, StrategyConfig
 from strategies.contract import plugins_survive_resume
 from strategies.optim import build_optimizer, build_scheduler
 from strategies.settings import RunSettings, refuse_settings_as_keywords, take_settings
@@ -74,9 +74,6 @@ from strategies.training.progress import ProgressBar
 from strategies.training.second_stage import SecondStage
 from strategies.training.text import TextFeatures
 from strategies.training.watchdog import NothingMovedWatchdog
-
-#: a strategy's config class: ``class GR4CIL(CLIPStrategy[GR4CILConfig])`` types ``self.cfg``
-ConfigT = TypeVar("ConfigT", bound=StrategyConfig)
 
 
 class CLIPStrategy(

@@ -13,7 +13,7 @@ import functools
 import types
 import typing
 from dataclasses import dataclass
-from typing import Any, ClassVar, Self
+from typing import Any, ClassVar, Self, TypeVar
 
 from benchmarks.core.errors import UserError
 from benchmarks.data.prompts import PromptEnsemble
@@ -216,3 +216,8 @@ class StrategyConfig:
                 break
             own |= set(vars(klass).get("__annotations__", {}))
         return frozenset(own & {f.name for f in dataclasses.fields(cls)})
+
+
+#: a strategy's config class, the argument of a generic base: ``CLIPStrategy[GR4CILConfig]``,
+#: ``FrameworkAdapter[PyCILConfig]`` type ``self.cfg``
+ConfigT = TypeVar("ConfigT", bound=StrategyConfig)

@@ -121,10 +121,11 @@ def resume(
     if checkpoint is None:
         return RunProgress(cost=RunCost(resumed_from=[])), "ran"
     progress, tensors, strategy_meta = checkpoint
+    members = OptionalMembers(strategy)
     why = (
         f"{spec.strategy} cannot resume from a checkpoint"
-        if not OptionalMembers(strategy).resumable  # state a checkpoint cannot hold: start again
-        else OptionalMembers(strategy).resume_refusal(strategy_meta)
+        if not members.resumable  # state a checkpoint cannot hold: start again
+        else members.resume_refusal(strategy_meta)
     )
     if why:
         status = f"ran again from task 1 ({why})"

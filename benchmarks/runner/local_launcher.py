@@ -247,8 +247,9 @@ class LocalLauncher:
                         seconds = None  # a run computed by another command, or failed, teaches no time
                         if now.state == "finished":
                             result = store.finished(spec.key, hashes[spec.key])
+                            # resumed: said so
                             ended = others.get(spec.key) or (how_it_ran(result) if result else "ran")
-                            if spec.key not in others and result is not None:  # resumed: said so
+                            if spec.key not in others and result is not None:
                                 seconds = result.cost.train_seconds + result.cost.eval_seconds
                         else:
                             ended = f"failed (log: {log})"

@@ -158,30 +158,26 @@ class Results:
 def read_results(source: str | Path | Sequence[str | Path] | Results) -> Results:
     """Every finished result under ``source`` (a folder, or several), read once; ``.runs`` holds one
     per run key (``Results``' rule), ``.notes`` what a reader should be told. A file that
-    ``RunResult`` does not read (a key missing, in one made by hand) is left out with a line in
-    ``skipped``, after those of ``iter_results``. ``Results`` are returned as they are."""
+    ``RunResult`` does not read (a key missing, in one made by hand) is among those ``iter_results``
+    leaves out with a line in ``skipped``. ``Results`` are returned as they are."""
     if isinstance(source, Results):
         return source
     folders = [source] if isinstance(source, (str, Path)) else list(source)
-    found: list[ResultFile] = []
     skipped: list[str] = []
-    incomplete: list[str] = []
-    for folder in folders:
-        for path, data in iter_results(folder, skipped):
-            try:
-                found.append(ResultFile(path, RunResult.from_json(data)))
-            except ValueError as err:  # a key missing or unknown, here or in a stage or the cost
-                incomplete.append(
-                    f"skipped {path}: not a complete result ({err}); rerun that run or complete the file"
-                )
+    found = [
+        ResultFile(path, RunResult.from_json(data))  # iter_results checked that it reads whole
+        for folder in folders
+        for path, data in iter_results(folder, skipped)
+    ]
+    left_out: list[str] = []
     fast = [file for file in found if file.result.config.get("fast_dev_run")]
     if fast and len(fast) < len(found):  # a fast dev run checks code paths: never a real run's number
         found = [file for file in found if not file.result.config.get("fast_dev_run")]
-        incomplete.append(
+        left_out.append(
             f"left out {len(fast)} fast-dev-run result(s) (the first: {fast[0].path}): a fast dev run "
             "checks the code paths and never enters the tables of real runs; read its folder alone"
         )
-    results = Results(tuple(found), (*skipped, *incomplete))
+    results = Results(tuple(found), (*skipped, *left_out))
     if results.ambiguous:
         first, second, *_ = results.ambiguous[0]
         changed = ", ".join(changed_entries(first.result.config, second.result.config)) or "its config"

@@ -501,8 +501,7 @@ class ResultStore:
 
     def results(self, skipped: list[str] | None = None) -> Iterator[tuple[Path, RunResult]]:
         """Every result under the store that its checks pass, as the record every reader reads
-        (``benchmarks.runner.reading.iter_results``: the others named in ``skipped``, else warned
-        about)."""
+        (``iter_results``: the others named in ``skipped``, else warned about)."""
         for path, data in iter_results(self.root, skipped):
             yield path, RunResult.from_json(data)
 

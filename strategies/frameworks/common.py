@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass
-from typing import Any, ClassVar, Generic, Literal, TypeVar
+from typing import Any, ClassVar, Generic, Literal
 
 import torch
 import torch.nn.functional as F
@@ -23,7 +23,7 @@ from benchmarks.backbone import CLIPBackbone
 from benchmarks.core.errors import UserError
 from benchmarks.data.device_augment import AugmentOn
 from strategies.checkpointing import pack_state, unpack_state
-from strategies.config import StrategyConfig
+from strategies.config import ConfigT, StrategyConfig
 from strategies.settings import RunSettings, take_settings
 
 Head = Literal["linear", "cosine"]
@@ -90,11 +90,7 @@ def load_learned_state(model: CLIPClassifier, state: dict[str, torch.Tensor]) ->
             parameters[name].copy_(value)
 
 
-#: an adapter's config class: ``class PyCILAdapter(FrameworkAdapter[PyCILConfig])`` types ``self.cfg``
-AdapterConfigT = TypeVar("AdapterConfigT", bound=StrategyConfig)
-
-
-class FrameworkAdapter(Generic[AdapterConfigT]):
+class FrameworkAdapter(Generic[ConfigT]):
     """The contract's core for an adapter: the runner's arguments (``settings``: ``take_settings``, as
     ``CLIPStrategy``'s), ``seen_classes`` in the
     order learned, the progress flag, and checkpoints of ``checkpoint_attributes`` (packed with
@@ -115,7 +111,7 @@ class FrameworkAdapter(Generic[AdapterConfigT]):
     seed: int
     train_batches: int | None
     augment_on: AugmentOn
-    cfg: AdapterConfigT
+    cfg: ConfigT
     backbone: CLIPBackbone
 
     def __init__(
