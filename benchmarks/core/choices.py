@@ -28,3 +28,9 @@ GPU_CHECK_COMMAND = "python -m benchmarks.tools.gpu_check"
 #: the seeds a run may have: each seeds numpy's ``RandomState([seed, class])`` (below 2**32) and
 #: ``torch.manual_seed`` (``benchmarks.core.environment.seed_everything``)
 MAX_SEED = 2**32 - 1
+
+#: what ``benchmarks.tune`` maximises: a run's validation metric of that name, averaged over its runs
+OBJECTIVES = {"val_avg": "avg_acc", "val_last": "last_acc"}
+
+#: the share of each class's training images a tune holds out when its suite names none
+DEFAULT_VALIDATION_FRACTION = 0.1

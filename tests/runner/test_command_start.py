@@ -38,6 +38,13 @@ def test_run_help_imports_nothing_heavy():
     assert names & HEAVY == set()
 
 
+def test_tune_help_imports_nothing_heavy():
+    done, names = imported("benchmarks.tune", "--help")
+    assert done.returncode == 0
+    assert "{val_avg,val_last}" in done.stdout and "else 0.1)" in done.stdout
+    assert names & (HEAVY | {"optuna"}) == set()
+
+
 @pytest.mark.parametrize(
     "argv, message",
     [
@@ -50,6 +57,25 @@ def test_run_help_imports_nothing_heavy():
 )
 def test_a_refused_option_is_one_line_before_torch(argv, message):
     done, names = imported("benchmarks.run", *argv)
+    _one_line_without_torch(done, names, message)
+
+
+TUNE = ["--strategies", "finetune", "--space", "space.toml", "--trials", "2"]
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--suite", "smoke", *TUNE, "--objective", "val_best"], "argument --objective: invalid choice"),
+        (["--suite", "smoke", *TUNE[:-1], "0"], "a trial budget is a whole number >= 1, not '0'"),
+        (["--suite", "smoek", *TUNE], "error: unknown suite 'smoek'; available: "),
+    ],
+)
+def test_a_refused_tune_option_is_one_line_before_torch(argv, message):
+    _one_line_without_torch(*imported("benchmarks.tune", *argv), message)
+
+
+def _one_line_without_torch(done, names, message):
     assert done.returncode == 2
     errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
     assert len(errors) == 1 and message in errors[0], errors

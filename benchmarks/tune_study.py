@@ -1,0 +1,423 @@
+"""The body of ``python -m benchmarks.tune`` (its parser and the protocol: ``benchmarks.tune``):
+Optuna studies whose trials the runner executes on a validation split. It imports torch, open_clip
+and Avalanche through the runner, so the parser leaves it until the command line is checked.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import dataclasses
+import hashlib
+import json
+import math
+import re
+import sys
+import tomllib
+import warnings
+from pathlib import Path
+from typing import Any
+
+from benchmarks.core.atomic_io import atomic_write_bytes
+from benchmarks.core.choices import DEFAULT_VALIDATION_FRACTION, OBJECTIVES
+from benchmarks.core.errors import UserError
+from benchmarks.runner.building import resolve
+from benchmarks.runner.execute import execute, preflight
+from benchmarks.runner.launcher import prepare_runner_process, restore_sigterm, stop_on_sigterm
+from benchmarks.runner.results import ResultStore, RunResult
+from benchmarks.runner.suites import RunSpec, expand, load_suite
+from strategies.contract import config_class
+from strategies.registry import get_strategy
+
+TUNED_SUFFIX = "-tuned"
+#: a run's error that makes its trial a failed one (counted in the budget) rather than stopping the tune
+TRIAL_ERROR = "error"
+#: suite keys a tuned suite drops: its rows train on every training image and are scored on the test set
+TUNING_ONLY_KEYS = ("validation_fraction", "validation_seed", "evaluate_test", "name", "path")
+
+
+@dataclasses.dataclass(frozen=True)
+class Dimension:
+    """One Config field of the search space: a range (``low``, ``high``, ``log``) or ``choices``."""
+
+    name: str
+    low: float | int | None = None
+    high: float | int | None = None
+    log: bool = False
+    choices: tuple | None = None
+
+    def suggest(self, trial) -> Any:
+        if self.choices is not None:
+            return trial.suggest_categorical(self.name, list(self.choices))
+        if isinstance(self.low, int) and isinstance(self.high, int):
+            return trial.suggest_int(self.name, self.low, self.high, log=self.log)
+        return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)
+
+    def record(self) -> dict[str, Any]:
+        if self.choices is not None:
+            return {"choices": list(self.choices)}
+        return {"low": self.low, "high": self.high, "log": self.log}
+
+
+def read_space(path: str, labels: list[str], suite: dict[str, Any]) -> dict[str, list[Dimension]]:
+    """The search space of each label, checked against its strategy's Config: an unknown field, a
+    range of the wrong type or an empty one is one line."""
+    try:
+        table = tomllib.loads(Path(path).read_text(encoding="utf-8"))
+    except OSError as err:
+        raise UserError(f"cannot read search space {path}: {err.strerror}") from None
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
+        raise UserError(f"search space {path} is not valid UTF-8 TOML ({err}); fix the file") from None
+    known = {*suite["strategies"], *suite.get("variants", {}), *labels}  # one file may serve several tunes
+    if unknown := sorted(set(table) - known):
+        raise UserError(
+            f"search space {path} has table(s) {unknown} for no row of the suite; rows: {sorted(known)}"
+        )
+    space = {}
+    for label in labels:
+        if not table.get(label):
+            raise UserError(
+                f"search space {path} has no [{label}] table; add e.g. lr = {{low = 1e-4, high = 1e-2}}"
+            )
+        strategy = suite.get("variants", {}).get(label, {}).get("strategy", label)
+        space[label] = [
+            _dimension(path, label, strategy, name, entry) for name, entry in table[label].items()
+        ]
+    return space
+
+
+def _dimension(path: str, label: str, strategy: str, name: str, entry: Any) -> Dimension:
+    where = f"search space {path}: [{label}] {name}"
+    cls = config_class(get_strategy(strategy))
+    fields = {f.name: f for f in dataclasses.fields(cls)}
+    if name not in fields:
+        raise UserError(
+            f"{where}: {strategy}'s Config has no field {name!r}; valid: {', '.join(sorted(fields))}"
+        )
+    if not isinstance(entry, dict) or set(entry) not in (
+        {"choices"},
+        {"low", "high"},
+        {"low", "high", "log"},
+    ):
+        raise UserError(
+            f"{where} must be {{low = .., high = ..}} (log = true optional) or {{choices = [..]}}"
+        )
+    default = fields[name].default
+    if "choices" in entry:
+        choices = entry["choices"]
+        if not isinstance(choices, list) or not choices or any(isinstance(c, (list, dict)) for c in choices):
+            raise UserError(f"{where}: choices must be a non-empty list of plain values; got {choices!r}")
+        dimension = Dimension(name, choices=tuple(choices))
+        values = choices
+    else:
+        low, high, log = entry["low"], entry["high"], entry.get("log", False)
+        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high))
+        if not numbers or isinstance(default, bool) or not isinstance(default, (int, float)):
+            raise UserError(
+                f"{where}: a range needs numbers on a numeric field ({name} defaults to {default!r}); "
+                f"got low = {low!r}, high = {high!r}"
+            )
+        if isinstance(default, int) and not (isinstance(low, int) and isinstance(high, int)):
+            raise UserError(
+                f"{where}: {name} is a whole number; give whole-number low and high, not {low!r}, {high!r}"
+            )
+        if not isinstance(log, bool) or not low < high or (log and low <= 0):
+            raise UserError(f"{where}: needs low < high (and low > 0 with log = true); got {entry!r}")
+        if isinstance(default, float):
+            low, high = float(low), float(high)
+        dimension, values = Dimension(name, low, high, log), [low, high]
+    for value in values:  # the Config's own checks, on the ends of the range
+        try:
+            cls.from_dict({name: value}, strategy)
+        except UserError as err:
+            raise UserError(f"{where}: {value!r} is refused by {strategy}'s Config ({err})") from None
+    return dimension
+
+
+def params_digest(params: dict[str, Any]) -> str:
+    """The folder name of a trial's runs: the same values, the same folder (a resumed trial's runs)."""
+    return hashlib.sha256(json.dumps(params, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def trial_suite(
+    suite: dict[str, Any], label: str, params: dict[str, Any], fraction: float, seed: int
+) -> dict:
+    """``suite`` with ``params`` in ``label``'s most specific table, a validation split and no test."""
+    trial = copy.deepcopy(suite)
+    if label in trial.get("variants", {}):
+        trial["variants"][label].update(params)
+    else:
+        trial.setdefault("strategy", {}).setdefault(label, {}).update(params)
+    trial.update(validation_fraction=fraction, validation_seed=seed, evaluate_test=False)
+    return trial
+
+
+def trial_runs(args: argparse.Namespace, suite: dict, label: str, params: dict) -> list[RunSpec]:
+    trial = trial_suite(suite, label, params, args.validation_fraction, args.validation_seed)
+    return expand(trial, strategies=[label], datasets=args.datasets, tasks=args.tasks, seeds=args.seeds)
+
+
+def objective_value(results: list[RunResult], objective: str) -> float:
+    """The mean of the runs' validation summary entry (``OBJECTIVES``)."""
+    return sum((r.validation_summary or {})[OBJECTIVES[objective]] for r in results) / len(results)
+
+
+def counted(study) -> int:
+    """The trials that spent the budget: finished, or failed by their run's own error."""
+    from optuna.trial import TrialState
+
+    return sum(
+        t.state == TrialState.COMPLETE or (t.state == TrialState.FAIL and TRIAL_ERROR in t.user_attrs)
+        for t in study.trials
+    )
+
+
+def retry_killed_trials(study) -> int:
+    """Ask again, with the same values, each trial a killed tune left failed or running: its runs
+    resume from their checkpoints in the same folder. Returns how many were asked again."""
+    import optuna
+    from optuna.trial import TrialState
+
+    optuna.storages.fail_stale_trials(study)  # a worker killed without a word, after its grace period
+    trials = study.trials
+    settled = {
+        params_digest(t.params)
+        for t in trials
+        if t.state in (TrialState.COMPLETE, TrialState.WAITING, TrialState.RUNNING)
+        or TRIAL_ERROR in t.user_attrs
+    }
+    again = 0
+    for trial in trials:
+        if trial.state == TrialState.FAIL and params_digest(trial.params) not in settled:
+            study.enqueue_trial(trial.params)
+            settled.add(params_digest(trial.params))
+            again += 1
+    return again
+
+
+def storage_of(args: argparse.Namespace, results_dir: Path):
+    import optuna
+
+    url = args.storage or f"sqlite:///{results_dir / 'optuna.sqlite3'}"
+    if "://" not in url:
+        raise UserError(
+            f"--storage {url!r} is no storage URL; give e.g. sqlite:///tune.sqlite3 or postgresql://..."
+        )
+    results_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
+    except Exception as err:  # an unreachable database or a driver that is not installed
+        raise UserError(
+            f"--storage {url}: cannot open it ({type(err).__name__}: {str(err).splitlines()[0]})"
+        ) from None
+
+
+def _trials_in(storage, name: str) -> int:
+    import optuna
+
+    try:
+        return len(optuna.load_study(study_name=name, storage=storage).trials)
+    except KeyError:  # no such study yet
+        return 0
+
+
+def tune_strategy(args, suite, label, dimensions, storage, results_dir) -> Any:
+    import optuna
+
+    name = f"{suite['name']}-{label}-{args.objective}"
+    # A sampler seeded alike in a resumed process would draw the first values of the killed one again:
+    # it is seeded with the seed plus the trials the study already holds (the seed itself when new).
+    earlier = _trials_in(storage, name)
+    study = optuna.create_study(
+        study_name=name,
+        storage=storage,
+        direction="maximize",
+        sampler=optuna.samplers.TPESampler(seed=args.sampler_seed + earlier),
+        load_if_exists=True,
+    )
+    if again := retry_killed_trials(study):
+        print(f"{label}: {again} trial(s) of a killed tune asked again with their values", file=sys.stderr)
+
+    def objective(trial) -> float:
+        params = {d.name: d.suggest(trial) for d in dimensions}
+        store = ResultStore(results_dir / "trials" / label / params_digest(params))
+        trial.set_user_attr("folder", str(store.root))
+        results = []
+        for spec in trial_runs(args, suite, label, params):
+            try:
+                result, status = execute(spec, store, args.data_root, show_progress=False)
+            except UserError as err:  # a value that breaks the run (a diverging loss): a failed trial
+                trial.set_user_attr(TRIAL_ERROR, str(err))
+                print(f"{label}: trial {trial.number} {params} failed: {err}", file=sys.stderr)
+                raise
+            if result is None:  # another worker computes these very values: asked again on a rerun
+                why = f"{spec.key}: {status}; rerun when the other process has finished it"
+                print(f"{label}: trial {trial.number} stopped: {why}", file=sys.stderr)
+                raise UserError(why)
+            results.append(result)
+        value = objective_value(results, args.objective)
+        if not args.quiet:
+            print(f"{label}: trial {trial.number} {params} -> {args.objective} {value:.2f}", file=sys.stderr)
+        return value
+
+    while (done := counted(study)) < args.trials:
+        before = len(study.trials)
+        study.optimize(objective, n_trials=1, catch=(UserError,))
+        failed = [
+            t for t in study.trials[before:] if t.state.name == "FAIL" and TRIAL_ERROR not in t.user_attrs
+        ]
+        if failed and counted(study) == done:
+            raise UserError(f"{label}: trial {failed[0].number} did not finish (the line above says why)")
+    return study
+
+
+def best_params(study) -> tuple[Any, dict[str, Any]]:
+    from optuna.trial import TrialState
+
+    complete = [t for t in study.trials if t.state == TrialState.COMPLETE]
+    if not complete:
+        raise UserError(
+            f"study {study.study_name}: no trial finished (every one failed); widen or move the space"
+        )
+    best = max(complete, key=lambda t: (t.value, -t.number))
+    return best, best.params
+
+
+def trial_table(study) -> list[dict[str, Any]]:
+    rows = []
+    for t in study.trials:
+        row = {"number": t.number, "state": t.state.name, "params": t.params}
+        if t.value is not None:
+            row["value"] = t.value
+        if TRIAL_ERROR in t.user_attrs:
+            row["error"] = t.user_attrs[TRIAL_ERROR]
+        rows.append(row)
+    return rows
+
+
+def tuned_suite(args, suite: dict, studies: dict[str, Any], space: dict[str, list[Dimension]]) -> dict:
+    """The suite as given, plus each tuned label's ``<label>-tuned`` variant (its best values over its
+    own tables) and its ``[tuned.<label>-tuned]`` provenance; no validation split: these rows train on
+    every training image and are scored on the test set."""
+    out = {k: copy.deepcopy(v) for k, v in suite.items() if k not in TUNING_ONLY_KEYS}
+    out["description"] = f"{suite.get('description', suite['name'])} (tuned by benchmarks.tune)"
+    labels, variants, tuned = [], out.setdefault("variants", {}), out.setdefault("tuned", {})
+    for label, study in studies.items():
+        best, params = best_params(study)
+        name = label + TUNED_SUFFIX
+        base = copy.deepcopy(suite.get("variants", {}).get(label, {"strategy": label}))
+        variants[name] = {**base, **params}
+        tuned[name] = {
+            "strategy": label,
+            "study": study.study_name,
+            "objective": args.objective,
+            "trials": args.trials,
+            "sampler": "TPESampler",
+            "sampler_seed": args.sampler_seed,  # plus the trials held, in a resumed process
+            "validation_fraction": args.validation_fraction,
+            "validation_seed": args.validation_seed,
+            "space": {d.name: d.record() for d in space[label]},
+            "best_trial": best.number,
+            "best_value": best.value,
+            "trial_table": trial_table(study),
+        }
+        labels += [label, name]
+    out["strategies"] = labels
+    return out
+
+
+# --- a suite as TOML (plain data: strings, numbers, booleans, lists and tables) -------------------
+
+
+def _key(name: str) -> str:
+    return name if re.fullmatch(r"[A-Za-z0-9_-]+", name) else json.dumps(name)
+
+
+def _value(value: Any) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float):
+        if math.isnan(value) or math.isinf(value):
+            return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
+        return repr(value)
+    if isinstance(value, (int, str)):
+        return json.dumps(value)
+    if isinstance(value, (list, tuple)):
+        return "[" + ", ".join(_value(v) for v in value) + "]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{_key(k)} = {_value(v)}" for k, v in value.items() if v is not None) + "}"
+    raise TypeError(f"no TOML value for {value!r}")
+
+
+def suite_toml(suite: dict[str, Any], header: str) -> str:
+    """``suite`` as a TOML file: plain keys first, then one table per nested table (two levels)."""
+    lines = [f"# {line}" for line in header.splitlines()]
+    tables = []
+    for key, value in suite.items():
+        if isinstance(value, dict):
+            tables.append((key, value))
+        elif value is not None:
+            lines.append(f"{_key(key)} = {_value(value)}")
+    for key, value in tables:
+        nested = {k: v for k, v in value.items() if isinstance(v, dict)}
+        plain = {k: v for k, v in value.items() if k not in nested}
+        if plain or not nested:
+            lines += ["", f"[{_key(key)}]"] + [
+                f"{_key(k)} = {_value(v)}" for k, v in plain.items() if v is not None
+            ]
+        for name, table in nested.items():
+            lines += ["", f"[{_key(key)}.{_key(name)}]"]
+            lines += [f"{_key(k)} = {_value(v)}" for k, v in table.items() if v is not None]
+    return "\n".join(lines) + "\n"
+
+
+def run_tune(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """The tune ``benchmarks.tune``'s parsed ``args`` ask for (``argv``: the command line, for the
+    tuned suite's header)."""
+    prepare_runner_process()
+    import optuna
+
+    # one line per trial is ours; Optuna's would add a traceback for a trial stopped by a kill
+    optuna.logging.set_verbosity(optuna.logging.ERROR)
+    # the heartbeat that fails a killed worker's trials is marked experimental
+    warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
+    sigterm = stop_on_sigterm()
+    try:
+        suite = load_suite(args.suite)
+        if args.validation_fraction is None:
+            args.validation_fraction = suite.get("validation_fraction", DEFAULT_VALIDATION_FRACTION)
+        if args.validation_seed is None:
+            args.validation_seed = suite.get("validation_seed", 0)
+        space = read_space(args.space, args.strategies, suite)
+        results_dir = Path(args.results_dir or Path("runs") / "tune" / suite["name"])
+        for label in args.strategies:  # every mistake before the first trial: the ends of each range
+            lows = {d.name: d.choices[0] if d.choices else d.low for d in space[label]}
+            runs = trial_runs(args, suite, label, lows)
+            for spec in runs:
+                resolve(spec, args.data_root)
+            preflight(runs, args.data_root)
+        storage = storage_of(args, results_dir)
+        studies = {
+            label: tune_strategy(args, suite, label, space[label], storage, results_dir)
+            for label in args.strategies
+        }
+        out = Path(args.out or results_dir / "tuned.toml")
+        header = (
+            f"Tuned by python -m benchmarks.tune {' '.join(argv if argv is not None else sys.argv[1:])}\n"
+            f"on a validation split ({args.validation_fraction:g} of each class's training images, seed "
+            f"{args.validation_seed}); the test set was never read. Run it on the test set with\n"
+            f"python -m benchmarks.run --suite {out}"
+        )
+        out.parent.mkdir(parents=True, exist_ok=True)
+        atomic_write_bytes(out, suite_toml(tuned_suite(args, suite, studies, space), header).encode())
+        load_suite(str(out))  # the file written runs: checked as the runner will read it
+        for label, study in studies.items():
+            best, params = best_params(study)
+            print(f"{label}: best {args.objective} {best.value:.2f} (trial {best.number}) with {params}")
+        print(f"tuned suite: {out}; run it on the test set with python -m benchmarks.run --suite {out}")
+        return 0
+    except KeyboardInterrupt:
+        print("stopped; rerun the same command to resume the tune", file=sys.stderr)
+        return 130
+    finally:
+        restore_sigterm(sigterm)
