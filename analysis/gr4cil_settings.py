@@ -3,7 +3,7 @@ options, never from its label.
 
 A run's *setting* is its value of each of ``ABLATION_SWITCHES``, with the switches that a disabled
 component ignores set to None (e.g. ``tau`` without ``L_sep``), so that two runs that train the
-same model compare equal. The defaults come from ``strategies.gr4cil.GR4CILConfig`` and the
+same model compare equal. The defaults come from ``strategies.methods.gr4cil.GR4CILConfig`` and the
 settings of a suite's rows from the suite file (``suite_setting``): each is written once.
 
 Both are read on first use, not at import: importing the strategy loads torch and Avalanche
@@ -41,7 +41,7 @@ ABLATION_SWITCHES = (
 
 @functools.cache
 def _defaults() -> dict:
-    from strategies.gr4cil import GR4CILConfig
+    from strategies.methods.gr4cil import GR4CILConfig
 
     defaults = {f.name: f.default for f in dataclasses.fields(GR4CILConfig)}
     missing = [name for name in ABLATION_SWITCHES if name not in defaults]

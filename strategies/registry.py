@@ -1,8 +1,10 @@
-"""Strategies by name. Adding a strategy is one file in ``strategies/`` with ``@register("name")``.
+"""Strategies by name. Adding a strategy is one file in ``strategies/methods/`` with
+``@register("name")``.
 
-Every module of the ``strategies`` package is imported on first lookup, so a new file needs no
-edit elsewhere. A strategy outside the package can be named as ``module.path:ClassName``, and one
-written for another framework through its adapter (``strategies.frameworks``):
+Every module of ``strategies.methods`` is imported on first lookup, so a new file needs no edit
+elsewhere; the rest of ``strategies`` is the base the methods build on, never searched. A strategy
+outside the package can be named as ``module.path:ClassName``, and one written for another
+framework through its adapter (``strategies.frameworks``):
 ``avalanche:LwF`` (a strategy of ``avalanche.training``), ``avalanche:module.path:ClassName``,
 ``pycil:module.path:ClassName`` or ``mammoth:module.path:ClassName``. Every class is checked
 against the runner's contract (``strategies.contract``) when it is looked up.
@@ -19,22 +21,6 @@ from benchmarks.core.errors import UserError
 from benchmarks.core.registry import Registry
 from strategies.contract import check_strategy
 
-# The package's modules that define no strategy: the base layer every strategy builds on.
-SHARED_MODULES = frozenset(
-    {
-        "base",
-        "checkpointing",
-        "config",
-        "contract",
-        "frameworks",
-        "optim",
-        "plugins",
-        "prompting",
-        "registry",
-        "settings",
-        "training",
-    }
-)
 #: name prefix -> the module whose ``adapt(cls, name)`` brings that framework's strategies in
 FRAMEWORKS = {
     "avalanche": "strategies.frameworks.avalanche",
@@ -44,9 +30,8 @@ FRAMEWORKS = {
 _ADAPTED: dict[str, type] = {}
 #: every registered strategy class by name; a module failing at import is one line naming it
 STRATEGIES: Registry[type] = Registry(
-    "strategies",
+    "strategies.methods",
     "strategy",
-    SHARED_MODULES,
     importer=lambda module: _import_module(module, "strategy", module),
 )
 

@@ -218,7 +218,7 @@ def tiny_strategy(cls, stream, precision: str = "fp32", **config):
     """A fresh ``cls`` on the tiny CLIP (seed 0) for ``stream``'s classes: batches of 16, a rank-4
     LoRA, one epoch (none for Continual-CLIP, which trains nothing), and config fields ``config``."""
     from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-    from strategies.continual_clip import ContinualCLIP
+    from strategies.methods.continual_clip import ContinualCLIP
 
     torch.manual_seed(0)
     backbone = create_clip(BackboneSpec(TINY_MODEL, "synthetic"))

@@ -27,7 +27,7 @@ from benchmarks.core.errors import CommandParser, one_line_user_errors
 from benchmarks.core.metrics import predicted_classes
 from benchmarks.runner.building import build_run, resolve
 from benchmarks.runner.suites import expand, load_suite
-from strategies.clap import task_mask
+from strategies.methods.clap import task_mask
 
 
 def accuracy(scores: torch.Tensor, columns: list[int], targets: torch.Tensor) -> float:

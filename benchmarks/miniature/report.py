@@ -48,7 +48,12 @@ from benchmarks.data.synthetic.world import default_class_ids
 from benchmarks.data.transforms import eval_transform
 from benchmarks.runner.results import ResultStore
 from benchmarks.runner.suites import RunSpec, dataset_loader_options, expand, load_suite
-from strategies.gr4cil import class_prototypes, compensation_head, orthogonal_projector, text_subspace_basis
+from strategies.methods.gr4cil import (
+    class_prototypes,
+    compensation_head,
+    orthogonal_projector,
+    text_subspace_basis,
+)
 
 ZERO_SHOT_TARGET = (40.0, 65.0)  # % on the CIL data; CIFAR-100's is 66-68
 JOINT_GAIN_TARGET = 20.0  # points of joint LoRA fine-tuning above zero-shot

@@ -33,7 +33,7 @@ from benchmarks.data.datasets import load_dataset
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform, train_transform
 from strategies.base import StrategyConfig
-from strategies.finetune import Finetune
+from strategies.methods.finetune import Finetune
 from strategies.settings import RunSettings
 
 

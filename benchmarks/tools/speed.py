@@ -58,7 +58,7 @@ from benchmarks.core.errors import CommandParser
 from benchmarks.core.precision import PRECISIONS, resolve_precision
 from benchmarks.tools.measuring import class_names, interleaved, median_ratio, saved_tensor_bytes
 from benchmarks.tools.strategy_costs import magmax_training_memory, strategy_evaluation_forwards
-from strategies.gr4cil import GR4CIL, TaskState
+from strategies.methods.gr4cil import GR4CIL, TaskState
 from strategies.settings import RunSettings
 
 # Largest |difference| allowed between two computations of the same scores or features: fp32

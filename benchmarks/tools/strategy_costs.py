@@ -17,7 +17,7 @@ from benchmarks.data.datasets import load_dataset
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
 from benchmarks.tools.measuring import class_names, saved_tensor_bytes
-from strategies.magmax import MagMax
+from strategies.methods.magmax import MagMax
 from strategies.registry import available, get_strategy
 from strategies.settings import RunSettings
 

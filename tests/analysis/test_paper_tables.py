@@ -70,7 +70,7 @@ def test_importing_the_report_does_not_import_the_strategies():
 
 
 def test_gr4cil_defaults_are_those_of_the_strategy_config():
-    from strategies.gr4cil import GR4CILConfig
+    from strategies.methods.gr4cil import GR4CILConfig
 
     default = GR4CILConfig()
     assert gr4cil_defaults() == {name: getattr(default, name) for name in ABLATION_SWITCHES}

@@ -10,8 +10,8 @@ import torch
 from benchmarks import run
 from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.core.environment import set_deterministic
-from strategies.finetune import Finetune
-from strategies.gr4cil import GR4CIL
+from strategies.methods.finetune import Finetune
+from strategies.methods.gr4cil import GR4CIL
 from strategies.settings import RunSettings
 from tests.helpers import FP16_SUITE, MINI_SUITE, kill_in_task, result_of, write_suite
 

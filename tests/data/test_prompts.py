@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.core.errors import UserError
 from benchmarks.data.prompts import CIFAR_TEMPLATES, imagenet_templates, templates
-from strategies.finetune import Finetune
+from strategies.methods.finetune import Finetune
 from strategies.settings import RunSettings
 
 NAMES = ["red striped triangle", "blue dotted ring", "white solid cross"]

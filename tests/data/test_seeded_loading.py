@@ -224,7 +224,7 @@ def test_a_suite_gives_identical_results_with_0_1_and_2_workers(tmp_path):
 @pytest.mark.slow
 def test_a_run_killed_and_resumed_with_2_workers_equals_an_uninterrupted_run_with_none(tmp_path, monkeypatch):
     from benchmarks import run
-    from strategies.gr4cil import GR4CIL
+    from strategies.methods.gr4cil import GR4CIL
 
     text = WORKERS_SUITE.replace('"finetune", "gr4cil", "adaptervlm"', '"gr4cil"')
     uninterrupted, resumed = tmp_path / "none.toml", tmp_path / "two.toml"

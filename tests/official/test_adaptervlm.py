@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from benchmarks.tools.official_goldens.cil_adapted_vlm_repo import DIM, suite_strategy
 from benchmarks.tools.official_goldens.golden import load_golden
-from strategies.adaptervlm import AdapterVLM, AdapterVLMConfig, aux_head, loss_terms, prototype
+from strategies.methods.adaptervlm import AdapterVLM, AdapterVLMConfig, aux_head, loss_terms, prototype
 
 # Attention outputs are O(1): float32 rounding of SDPA against the official bmm + softmax.
 ATTENTION_ATOL = 1e-5

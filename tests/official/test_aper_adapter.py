@@ -17,7 +17,7 @@ from benchmarks.tools.official_goldens.revisitingcil_repo import (
     suite_adapter_block,
     suite_head,
 )
-from strategies.aper_adapter import AperAdapter, AperConfig, prototype_scores
+from strategies.methods.aper_adapter import AperAdapter, AperConfig, prototype_scores
 from tests.official.helpers import GivenMask, close
 
 ATOL = 1e-5  # float32 rounding: different attention kernels (nn.MultiheadAttention against the official

@@ -9,7 +9,7 @@ import torch.nn.functional as F
 
 from benchmarks.tools.official_goldens.clap4clip_cases import ENCODERS, LASP, LOGITS, Case, suite_clap
 from benchmarks.tools.official_goldens.golden import load_golden
-from strategies.clap import CLAP, CLAPOutput, kl_to_standard_normal, lasp_loss, task_mask
+from strategies.methods.clap import CLAP, CLAPOutput, kl_to_standard_normal, lasp_loss, task_mask
 from strategies.optim import build_optimizer, build_scheduler
 from tests.official.helpers import close
 

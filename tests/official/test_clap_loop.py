@@ -41,7 +41,7 @@ def fixture():
 
 def _strategy(tensors, **options):
     from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-    from strategies.clap import CLAP
+    from strategies.methods.clap import CLAP
 
     backbone = create_clip(BackboneSpec(TINY_MODEL, "synthetic"))
     backbone.embed_dim = DIM

@@ -11,7 +11,7 @@ from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.data.protocols import SOURCES
 from benchmarks.data.units.cifar100 import CIFAR100_CLASSES, DYTOX_CIFAR100_ORDER
 from benchmarks.tools.official_goldens.golden import load_golden
-from strategies.continual_clip import ContinualCLIP
+from strategies.methods.continual_clip import ContinualCLIP
 from strategies.settings import RunSettings
 
 TEXT_ATOL = 1e-6  # float32 rounding of unit-norm features (OpenAI's text transformer runs length-first;

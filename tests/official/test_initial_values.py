@@ -21,11 +21,11 @@ import pytest
 import torch
 
 from benchmarks.tools.official_goldens import loop as shared
-from strategies.adaptervlm import AdapterVLM
-from strategies.aper_adapter import AperAdapter
-from strategies.dualprompt import DualPrompt
-from strategies.l2p_pp import L2PPlusPlus
-from strategies.moe4cl import MOE4CL
+from strategies.methods.adaptervlm import AdapterVLM
+from strategies.methods.aper_adapter import AperAdapter
+from strategies.methods.dualprompt import DualPrompt
+from strategies.methods.l2p_pp import L2PPlusPlus
+from strategies.methods.moe4cl import MOE4CL
 
 
 def _started(cls, **options) -> dict[str, torch.Tensor]:

@@ -14,7 +14,7 @@ from benchmarks.data.prompts import CIFAR_TEMPLATES, imagenet_templates
 from benchmarks.tools.official_goldens.golden import load_golden
 from benchmarks.tools.official_goldens.magmax_repo import micro_clip
 from strategies.base import CLIPStrategy
-from strategies.magmax import MagMax, MagMaxConfig, merged
+from strategies.methods.magmax import MagMax, MagMaxConfig, merged
 from strategies.optim import build_scheduler
 
 # Weights and deltas lie on a 2**-16 grid (the generator's GRID): every difference, selection and

@@ -12,7 +12,13 @@ import torch.nn.functional as F
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.tools.official_goldens.golden import load_golden
-from strategies.mg_clip import MGCLIP, MGCLIPConfig, fused_scores, gap_epoch_budget, mean_non_target_logit
+from strategies.methods.mg_clip import (
+    MGCLIP,
+    MGCLIPConfig,
+    fused_scores,
+    gap_epoch_budget,
+    mean_non_target_logit,
+)
 from strategies.optim import warmup_cosine_factor
 from strategies.settings import RunSettings
 

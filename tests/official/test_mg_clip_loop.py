@@ -11,7 +11,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-import strategies.mg_clip
+import strategies.methods.mg_clip
 from benchmarks.tools.official_goldens.golden import load_golden
 from benchmarks.tools.official_goldens.loop import StepRecord, on_every_optimizer_step
 from benchmarks.tools.official_goldens.mg_clip_loop import TASKS, lora, suite_strategy, visual_batches
@@ -93,7 +93,9 @@ def _run(fixture, strategy, perturb_loss: bool = False):
             visual[task["t"]]["visual"].step(losses[-1], [g["lr"] for g in optimizer.param_groups])
 
     with on_every_optimizer_step(step_hook), pytest.MonkeyPatch.context() as patch:
-        patch.setattr(strategies.mg_clip, "F", _RecordedF(losses))  # the visual stage's loss, recorded
+        patch.setattr(
+            strategies.methods.mg_clip, "F", _RecordedF(losses)
+        )  # the visual stage's loss, recorded
         loop = shared.run_suite_loop(
             strategy, tensors, TASKS, lambda: lora(strategy.backbone), initial, setup
         )

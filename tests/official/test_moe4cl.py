@@ -19,7 +19,7 @@ from benchmarks.tools.official_goldens.moe_adapters_repo import (
     suite_block,
     suite_router,
 )
-from strategies.moe4cl import MOE4CLConfig
+from strategies.methods.moe4cl import MOE4CLConfig
 from tests.official.helpers import GivenMask, close
 
 ATOL = 1e-5  # float32 rounding: the official block runs length-first, nn.MultiheadAttention on permuted

@@ -15,7 +15,7 @@ import torch
 
 from benchmarks.tools.official_goldens.golden import load_golden
 from benchmarks.tools.official_goldens.moe_loop import BATCH, SEED, TASKS, suite_strategy, trained
-from strategies.moe4cl import MOE4CLConfig
+from strategies.methods.moe4cl import MOE4CLConfig
 from strategies.optim import build_scheduler
 from tests.official import loop_helpers as shared
 

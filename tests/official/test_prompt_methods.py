@@ -23,9 +23,9 @@ from benchmarks.tools.official_goldens.coda_prompt_repo import (
     suite_strategy,
 )
 from benchmarks.tools.official_goldens.golden import load_golden
-from strategies.coda_prompt import CodaPrompt, component_weights
-from strategies.dualprompt import DualPrompt
-from strategies.l2p_pp import L2PPlusPlus
+from strategies.methods.coda_prompt import CodaPrompt, component_weights
+from strategies.methods.dualprompt import DualPrompt
+from strategies.methods.l2p_pp import L2PPlusPlus
 
 ATTENTION_ATOL = 1e-6  # float32: SDPA against q k^T softmax v over 128-wide rows, outputs of size ~1
 ATTENTION_GRAD_ATOL = 1e-5  # float32: gradients of size up to ~12, sums over 3 x 5 tokens of 128-wide rows

@@ -25,7 +25,7 @@ from benchmarks.data.transforms import eval_transform
 from benchmarks.runner.reading import ResultFile
 from benchmarks.runner.results import Predictions, ResultStore, RunKey, RunResult
 from benchmarks.tools.speed import _stage1_step, _strategy
-from strategies.gr4cil import unified_scores
+from strategies.methods.gr4cil import unified_scores
 from strategies.registry import get_strategy
 from strategies.settings import RunSettings
 

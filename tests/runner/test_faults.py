@@ -10,7 +10,7 @@ from analysis.report import main as report_main
 from benchmarks import run
 from benchmarks.runner import results
 from benchmarks.runner.reading import iter_results
-from strategies.finetune import Finetune
+from strategies.methods.finetune import Finetune
 from tests.helpers import kill_in_task, three_task_suite
 
 SUITE = three_task_suite("finetune", "epochs = 1\nbatch_size = 40\neval_batch_size = 100\nlora_rank = 2")
@@ -141,7 +141,7 @@ def test_a_slip_in_the_suite_file_is_one_line_and_runs_nothing(tmp_path, capsys,
 
 
 def test_continual_clip_still_trains_nothing_by_default():
-    from strategies.continual_clip import ContinualCLIP
+    from strategies.methods.continual_clip import ContinualCLIP
 
     assert ContinualCLIP.Config.from_dict({}).epochs == 0
 

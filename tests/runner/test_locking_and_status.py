@@ -17,7 +17,7 @@ from benchmarks.runner import status
 from benchmarks.runner.locking import RunLock
 from benchmarks.runner.reading import iter_results
 from benchmarks.runner.results import ResultStore, RunKey
-from strategies.finetune import Finetune
+from strategies.methods.finetune import Finetune
 from tests.helpers import kill_in_task, runner_command, three_task_suite
 
 KEY = RunKey("finetune", "synthetic", 3, 0)
@@ -162,7 +162,7 @@ def test_dry_run_says_when_nothing_or_not_everything_has_an_estimate(tmp_path, c
     assert _dry_run_summary(tmp_path, capsys, "--strategies", "finetune") == "1 run(s); estimated 30 s left"
 
 
-OUTSIDE = "strategies.finetune:Finetune"  # named as module:Class, as a strategy from outside is
+OUTSIDE = "strategies.methods.finetune:Finetune"  # named as module:Class, as a strategy from outside is
 
 
 def test_an_outside_strategys_run_lives_under_its_safe_label_and_resumes(tmp_path, monkeypatch, capsys):

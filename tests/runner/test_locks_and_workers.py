@@ -273,7 +273,7 @@ def test_a_local_command_whose_run_failed_names_the_failure_not_another_command(
 
 @pytest.mark.slow
 def test_a_local_worker_that_resumed_a_run_says_so_on_the_console(tmp_path, monkeypatch):
-    from strategies.finetune import Finetune
+    from strategies.methods.finetune import Finetune
 
     real_loss = Finetune.compute_loss
 

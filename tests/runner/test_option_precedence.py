@@ -89,7 +89,7 @@ def test_a_bad_value_names_where_it_was_set(tmp_path):
         resolve(expand(load_suite(str(path)))[0], "data")
 
 
-OUTSIDE = "strategies.finetune:Finetune"  # a strategy named as module:Class, as one from outside is
+OUTSIDE = "strategies.methods.finetune:Finetune"  # a strategy named as module:Class, as one from outside is
 
 
 def test_an_option_typo_suggests_the_option_and_names_only_its_table_quoted(tmp_path, capsys):
@@ -97,7 +97,7 @@ def test_an_option_typo_suggests_the_option_and_names_only_its_table_quoted(tmp_
     import dataclasses
 
     from benchmarks import run
-    from strategies.finetune import Finetune
+    from strategies.methods.finetune import Finetune
 
     path = tmp_path / "typo.toml"
     path.write_text(

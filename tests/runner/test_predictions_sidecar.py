@@ -80,7 +80,7 @@ def test_the_sidecar_reproduces_every_stage_accuracy(finished):
 
 @pytest.mark.slow
 def test_a_resumed_run_stores_the_same_predictions(finished, tmp_path, monkeypatch):
-    from strategies.finetune import Finetune
+    from strategies.methods.finetune import Finetune
 
     suite, path, result = finished
     resumed = killed_and_resumed(monkeypatch, Finetune, suite, tmp_path / "resumed", task=3)

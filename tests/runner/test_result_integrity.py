@@ -13,7 +13,7 @@ from benchmarks import run
 from benchmarks.runner import status
 from benchmarks.runner.reading import iter_results
 from benchmarks.runner.results import SCHEMA_VERSION, ResultStore, RunKey, result_digest
-from strategies.continual_clip import ContinualCLIP
+from strategies.methods.continual_clip import ContinualCLIP
 from tests.helpers import three_task_suite
 
 MODULE = __name__

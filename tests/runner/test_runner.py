@@ -22,7 +22,7 @@ from benchmarks.data.transforms import eval_transform
 from benchmarks.runner import building, learning
 from benchmarks.runner.reading import iter_results
 from benchmarks.runner.results import REQUIRED_KEYS
-from strategies.finetune import Finetune
+from strategies.methods.finetune import Finetune
 from tests.helpers import FP16_SUITE, MINI_SUITE, kill_in_task, result_of, runner_command, write_suite
 
 STAGE_KEYS = {"task", "acc", "acc_per_task", "n_test_per_task", "routing_acc", "auroc", "fpr95"}

@@ -10,7 +10,7 @@ import torch.nn.functional as F
 from PIL import Image
 
 from benchmarks.data.transforms import PatchShuffle, eval_transform
-from strategies.adaptervlm import AdapterVLM, distance_loss, prototype, task_scores
+from strategies.methods.adaptervlm import AdapterVLM, distance_loss, prototype, task_scores
 from strategies.settings import RunSettings
 from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 

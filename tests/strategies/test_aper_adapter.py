@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.backbone.mlp_adapters import mlp_adapter_parameter_count
-from strategies.aper_adapter import AperAdapter
+from strategies.methods.aper_adapter import AperAdapter
 from strategies.settings import RunSettings
 from tests.helpers import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, three_task_suite
 

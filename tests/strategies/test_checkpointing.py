@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 
 from benchmarks.core.atomic_io import read_json, write_json, write_tensors
 from strategies.checkpointing import pack_state, unpack_state
-from strategies.gr4cil import GR4CIL, TaskState
+from strategies.methods.gr4cil import GR4CIL, TaskState
 from tests.helpers import tiny_strategy
 
 
@@ -159,6 +159,16 @@ def test_a_dataclass_no_imported_module_defines_is_refused_not_imported():
     kind["class"] = "no_such_module_anywhere:Other"
     with pytest.raises(ValueError, match="no imported module defines"):
         unpack_state(kind, packed)
+
+
+def test_a_checkpoint_naming_a_method_module_before_the_methods_folder_still_loads():
+    state = TaskState("gr4cil_t0", [0, 1], torch.ones(4, 2), None, torch.zeros(2, 4), 0.5)
+    kind, packed = pack_state([state])
+    assert kind["class"] == "strategies.methods.gr4cil:TaskState"
+    kind["class"] = "strategies.gr4cil:TaskState"  # as a checkpoint written before the move names it
+    (loaded,) = unpack_state(kind, packed)
+    assert type(loaded) is TaskState and loaded.class_ids == [0, 1] and loaded.threshold == 0.5
+    assert torch.equal(loaded.text_basis, state.text_basis) and loaded.head is None
 
 
 # ------------------------------------------------------------------ GR4CIL through checkpoint_attributes

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from benchmarks.core.environment import seed_everything
-from strategies.clap import CLAP, language_aware_init, lasp_loss, task_mask
+from strategies.methods.clap import CLAP, language_aware_init, lasp_loss, task_mask
 from strategies.settings import RunSettings
 from tests.helpers import check_save_load_and_resume, run_one_run_suite, strategy_and_stream, three_task_suite
 
@@ -66,7 +66,7 @@ def test_a_step_rebuilds_nothing_its_class_lists_determine(tmp_path, monkeypatch
     """The text tower is frozen: each class is encoded once, and the stacked templates, t_c and the
     VGA mask are made once per task, not at every step (on a GPU the mask's repeat_interleave would
     wait for the device at every step)."""
-    import strategies.clap as clap
+    import strategies.methods.clap as clap
 
     strategy, stream = strategy_and_stream(tmp_path, SUITE)
     calls = {"mask": [], "encode_text": 0, "stack": 0, "step": 0}

@@ -5,7 +5,7 @@ images, in either context."""
 
 import torch
 
-from strategies.clap import CLAP
+from strategies.methods.clap import CLAP
 from tests.helpers import strategy_and_stream
 from tests.strategies.test_clap import SUITE
 

@@ -52,7 +52,7 @@ def _runner_arguments(cap):
 
 @pytest.mark.parametrize("cap, expected", [(K, [K, K]), (None, [6, 6])])
 def test_the_suites_own_strategy_trains_every_epoch_on_the_capped_batches(stream, cap, expected):
-    from strategies.finetune import Finetune
+    from strategies.methods.finetune import Finetune
 
     counter = EpochCounter()
     strategy = Finetune(

@@ -1,4 +1,4 @@
-"""``strategies.finetune``: one LoRA trained task after task on a frozen CLIP, scored over every
+"""``strategies.methods.finetune``: one LoRA trained task after task on a frozen CLIP, scored over every
 class seen so far."""
 
 import torch

@@ -14,7 +14,7 @@ from benchmarks.core.subspace import (
     orthonormal_basis,
     symmetric_distance,
 )
-from strategies.gr4cil import (
+from strategies.methods.gr4cil import (
     _confidence_and_margin,
     anchor_loss,
     class_prototypes,
@@ -182,7 +182,7 @@ def test_energy_basis_keeps_95_percent_of_energy():
 
 
 def test_holdout_split_never_leaves_a_class_without_training_images():
-    from strategies.gr4cil import holdout_split
+    from strategies.methods.gr4cil import holdout_split
 
     targets = [0, 0, 0, 0, 1, 1, 1, 1, 2, 3]  # classes 2 and 3 have one image each
     order = [8, 0, 4, 9, 1, 2, 3, 5, 6, 7]

@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from strategies.gr4cil import GR4CIL
+from strategies.methods.gr4cil import GR4CIL
 from tests.helpers import tiny_strategy
 
 

@@ -12,7 +12,7 @@ from benchmarks.backbone import BackboneSpec, create_clip
 from benchmarks.core.errors import UserError
 from benchmarks.runner import building
 from benchmarks.runner.suites import expand, load_suite
-from strategies.gr4cil import GR4CIL
+from strategies.methods.gr4cil import GR4CIL
 from strategies.settings import RunSettings
 from tests.helpers import killed_and_resumed, run_one_run_suite
 

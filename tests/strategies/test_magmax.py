@@ -8,7 +8,7 @@ from benchmarks.backbone.full_tuning import difference, max_magnitude, visual_st
 from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
-from strategies.magmax import MagMax, merged
+from strategies.methods.magmax import MagMax, merged
 from strategies.settings import RunSettings
 from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 

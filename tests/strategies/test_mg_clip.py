@@ -8,7 +8,7 @@ import torch.nn.functional as F
 from benchmarks.data.class_orders import resolve_class_order
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
-from strategies.mg_clip import MGCLIP, fused_scores, gap_epoch_budget, mean_non_target_logit
+from strategies.methods.mg_clip import MGCLIP, fused_scores, gap_epoch_budget, mean_non_target_logit
 from strategies.settings import RunSettings
 from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 

@@ -8,9 +8,9 @@ import torch
 import strategies.training.mixed_precision as mixed_precision
 from benchmarks.core.precision import INITIAL_LOSS_SCALE
 from strategies import base as strategy_base
-from strategies.continual_clip import ContinualCLIP
-from strategies.finetune import Finetune
-from strategies.gr4cil import GR4CIL
+from strategies.methods.continual_clip import ContinualCLIP
+from strategies.methods.finetune import Finetune
+from strategies.methods.gr4cil import GR4CIL
 from tests.helpers import tiny_strategy
 
 

@@ -7,7 +7,7 @@ import torch
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.backbone.mlp_adapters import mlp_adapter_parameter_count, noisy_top_k_gates
-from strategies.moe4cl import MOE4CL
+from strategies.methods.moe4cl import MOE4CL
 from strategies.settings import RunSettings
 from tests.helpers import killed_and_resumed, run_one_run_suite, strategy_from_suite, three_task_suite
 

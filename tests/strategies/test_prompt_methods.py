@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from strategies.l2p_pp import L2PPlusPlus
+from strategies.methods.l2p_pp import L2PPlusPlus
 from strategies.prompting import cosine_matrix, key_loss, prefix_from_prompts, select_prompts
 from strategies.settings import RunSettings
 from tests.helpers import (
@@ -124,7 +124,7 @@ DUAL = three_task_suite(
 
 
 def test_dualprompt_trainable_parameters_match_baselines_md(vit_b16):
-    from strategies.dualprompt import DualPrompt
+    from strategies.methods.dualprompt import DualPrompt
 
     torch.manual_seed(0)
     vit = DualPrompt(
@@ -222,7 +222,7 @@ def dual_run(tmp_path_factory):
 
 @pytest.mark.slow
 def test_dualprompt_learns_and_saves_and_resumes_exactly(dual_run, tmp_path, monkeypatch):
-    from strategies.dualprompt import DualPrompt
+    from strategies.methods.dualprompt import DualPrompt
 
     assert dual_run[2]["summary"]["last_acc"] > 100 / 15 * 2
     check_save_load_and_resume(dual_run, DualPrompt, tmp_path, monkeypatch)
@@ -247,7 +247,7 @@ CODA = three_task_suite(
 
 
 def test_gram_schmidt_gives_an_orthonormal_slice_orthogonal_to_the_old_rows():
-    from strategies.coda_prompt import gram_schmidt
+    from strategies.methods.coda_prompt import gram_schmidt
 
     generator = torch.Generator().manual_seed(5)
     rows = torch.zeros(9, 20, dtype=torch.float64)
@@ -260,7 +260,7 @@ def test_gram_schmidt_gives_an_orthonormal_slice_orthogonal_to_the_old_rows():
 
 
 def test_alpha_equals_a_loop():
-    from strategies.coda_prompt import component_weights
+    from strategies.methods.coda_prompt import component_weights
 
     generator = torch.Generator().manual_seed(6)
     query, keys, attention = (torch.randn(*shape, generator=generator) for shape in ((3, 5), (4, 5), (4, 5)))
@@ -273,7 +273,7 @@ def test_alpha_equals_a_loop():
 
 
 def test_coda_trainable_parameters_match_baselines_md(vit_b16):
-    from strategies.coda_prompt import CodaPrompt
+    from strategies.methods.coda_prompt import CodaPrompt
 
     torch.manual_seed(0)
     vit = CodaPrompt(
@@ -319,7 +319,7 @@ def test_coda_slices_new_components_per_task_and_never_changes_old_ones(tmp_path
 def test_official_gram_schmidt_by_hand():
     """Classical Gram-Schmidt as the CODA-Prompt code computes it: the draw minus its projections on
     the earlier rows as they are, then unit length; orthogonal only to orthogonal earlier rows."""
-    from strategies.coda_prompt import gram_schmidt
+    from strategies.methods.coda_prompt import gram_schmidt
 
     draw = torch.randn(3, generator=torch.Generator().manual_seed(7))  # the one draw of row 2
     skewed = torch.tensor([[1.0, 0.0, 0.0], [1.0, 1.0, 0.0], [0.0, 0.0, 0.0]])
@@ -354,7 +354,7 @@ def coda_run(tmp_path_factory):
 def test_coda_learns_repeats_and_resumes_exactly(coda_run, tmp_path, monkeypatch):
     from benchmarks import run
     from benchmarks.runner.reading import iter_results
-    from strategies.coda_prompt import CodaPrompt
+    from strategies.methods.coda_prompt import CodaPrompt
 
     suite, results, reference = coda_run
     assert reference["summary"]["last_acc"] > 100 / 15 * 2

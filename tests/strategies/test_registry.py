@@ -6,7 +6,7 @@ import typing
 
 import pytest
 
-import strategies
+import strategies.methods
 from benchmarks.core.errors import UserError
 from strategies import registry
 from strategies.base import CLIPStrategy
@@ -37,7 +37,7 @@ def fresh_registry(monkeypatch):
 def test_registry_finds_strategies_and_reports_unknown_names():
     assert {"continual_clip", "finetune"} <= set(available())
     assert issubclass(get_strategy("finetune"), CLIPStrategy)
-    assert get_strategy("strategies.finetune:Finetune") is get_strategy("finetune")
+    assert get_strategy("strategies.methods.finetune:Finetune") is get_strategy("finetune")
     with pytest.raises(UserError, match="available"):
         get_strategy("nope")
     with pytest.raises(UserError, match="module.path:ClassName"):
@@ -73,7 +73,7 @@ def test_register_names_the_class_and_refuses_a_second_class_under_one_name(fres
     assert get_strategy("registry_test") is First and "registry_test" in available()
 
 
-def test_a_new_file_in_the_strategies_package_is_found_with_no_edit_elsewhere(
+def test_a_new_file_in_the_methods_folder_is_found_with_no_edit_elsewhere(
     tmp_path, monkeypatch, fresh_registry
 ):
     (tmp_path / "registry_probe.py").write_text(
@@ -83,16 +83,17 @@ def test_a_new_file_in_the_strategies_package_is_found_with_no_edit_elsewhere(
         "class RegistryProbe(CLIPStrategy):\n"
         "    pass\n"
     )
-    monkeypatch.setattr(strategies, "__path__", [*strategies.__path__, str(tmp_path)])
+    methods = strategies.methods
+    monkeypatch.setattr(methods, "__path__", [*methods.__path__, str(tmp_path)])
     monkeypatch.setattr(registry.STRATEGIES, "discovered", False)
     try:
         assert get_strategy("registry_probe").__name__ == "RegistryProbe"
         assert "registry_probe" in available()
     finally:
-        sys.modules.pop("strategies.registry_probe", None)
+        sys.modules.pop("strategies.methods.registry_probe", None)
 
 
-@pytest.mark.parametrize("name", [":Finetune", ".finetune:Finetune", "strategies.finetune:"])
+@pytest.mark.parametrize("name", [":Finetune", ".finetune:Finetune", "strategies.methods.finetune:"])
 def test_a_label_without_module_or_class_says_how_to_write_it(name):
     with pytest.raises(UserError) as error:
         get_strategy(name)
@@ -161,21 +162,19 @@ def test_a_missing_class_with_no_close_name_and_a_namespace_package_are_named_pl
             sys.modules.pop(name, None)
 
 
-def test_the_modules_skipped_by_discovery_are_exactly_those_that_register_nothing():
+def test_every_module_of_the_methods_folder_registers_a_strategy_and_no_other_module_does():
     import importlib
     import pkgutil
 
-    import strategies
-    from strategies.registry import SHARED_MODULES, STRATEGIES
+    import strategies.methods
+    from strategies.registry import STRATEGIES
 
-    registered = STRATEGIES.all()  # discovery imports every other module
-    modules = {m.name for m in pkgutil.iter_modules(strategies.__path__)}
-    assert SHARED_MODULES <= modules, "a skipped module no longer exists"
-    registering = {cls.__module__.rsplit(".", 1)[-1] for cls in registered.values()}
-    assert not registering & SHARED_MODULES
-    for name in modules - SHARED_MODULES:
-        importlib.import_module(f"strategies.{name}")
-    assert modules - SHARED_MODULES <= registering, "a module that registers nothing is not skipped"
+    registered = dict(STRATEGIES.all())  # discovery imports every module of strategies/methods/
+    methods = {m.name for m in pkgutil.iter_modules(strategies.methods.__path__)}
+    assert {cls.__module__ for cls in registered.values()} == {f"strategies.methods.{m}" for m in methods}
+    for module in pkgutil.walk_packages(strategies.__path__, "strategies."):
+        importlib.import_module(module.name)  # the base, adapters included: registers nothing
+    assert STRATEGIES.all() == registered
 
 
 @pytest.mark.parametrize(

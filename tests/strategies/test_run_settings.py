@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from benchmarks.core.errors import UserError
-from strategies.finetune import Finetune
-from strategies.gr4cil import GR4CIL
+from strategies.methods.finetune import Finetune
+from strategies.methods.gr4cil import GR4CIL
 from strategies.settings import RunSettings
 
 

@@ -7,7 +7,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from strategies.continual_clip import ContinualCLIP
+from strategies.methods.continual_clip import ContinualCLIP
 from tests.helpers import tiny_strategy
 
 

@@ -17,7 +17,7 @@ from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
 from benchmarks.tools.loader_speed import LoaderProbe, loader_workers
 from strategies.config import StrategyConfig
-from strategies.finetune import Finetune
+from strategies.methods.finetune import Finetune
 from strategies.optim import warmup_cosine_factor
 from strategies.registry import get_strategy
 from strategies.settings import RunSettings

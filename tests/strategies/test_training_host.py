@@ -6,7 +6,7 @@ from avalanche.training.templates import SupervisedTemplate
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from strategies.base import CLIPStrategy
-from strategies.finetune import Finetune
+from strategies.methods.finetune import Finetune
 from strategies.settings import RunSettings
 from strategies.training.host import StrategyHost
 

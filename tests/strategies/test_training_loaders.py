@@ -10,9 +10,9 @@ import types
 import pytest
 import torch
 
-from strategies.adaptervlm import AdapterVLM
-from strategies.gr4cil import GR4CIL
-from strategies.mg_clip import MGCLIP
+from strategies.methods.adaptervlm import AdapterVLM
+from strategies.methods.gr4cil import GR4CIL
+from strategies.methods.mg_clip import MGCLIP
 from strategies.training.loaders import SeededLoaders
 from tests.helpers import tiny_strategy
 

@@ -9,7 +9,7 @@ from avalanche.training.plugins import EvaluationPlugin
 from avalanche.training.plugins.clock import Clock
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-from strategies.finetune import Finetune
+from strategies.methods.finetune import Finetune
 from strategies.settings import RunSettings
 from strategies.training.progress import ProgressBar
 from strategies.training.watchdog import NothingMovedWatchdog

@@ -1,7 +1,7 @@
 """APER-Adapter's training loop against the official one (issue 52): ``Learner.incremental_train``
 of zhoudw-zdw/RevisitingCIL's ``models/aper_adapter.py`` run as is for two tasks (task 1: the SGD
 adaptation of the adapters and the cosine head, ``construct_dual_branch_network``, ``replace_fc``;
-task 2: ``update_fc`` and ``replace_fc``, no training), beside ``strategies/aper_adapter.py`` through
+task 2: ``update_fc`` and ``replace_fc``, no training), beside ``strategies/methods/aper_adapter.py`` through
 ``CLIPStrategy``'s own loop (``tests/official/test_aper_adapter_loop.py``).
 
 The official ViT is timm's; here both sides run the suite's tiny CLIP with the suite's parallel
@@ -38,7 +38,7 @@ CONVNET = "pretrained_vit_b16_224_in21k_adapter"
 
 def suite_strategy(**changes):
     """The suite's APER on the tiny CLIP with the loop's options (``changes`` on top)."""
-    from strategies.aper_adapter import AperAdapter, AperConfig
+    from strategies.methods.aper_adapter import AperAdapter, AperConfig
 
     config = AperConfig(epochs=EPOCHS, batch_size=BATCH, adapter_dropout=0.0, **changes)
     torch.manual_seed(SEED)  # the adapters' initial values
@@ -87,7 +87,7 @@ def loop(checkout: Path) -> Golden:
             tensors[f"input.task{t}.x{s}"] = torch.randn(BATCH, 3, size, size, generator=g)
             tensors[f"input.task{t}.y{s}"] = labels[s * BATCH : (s + 1) * BATCH]
     tensors["input.test_x"] = torch.randn(N_TEST, 3, size, size, generator=g)
-    from strategies.aper_adapter import CosineHead
+    from strategies.methods.aper_adapter import CosineHead
 
     head = CosineHead(backbone.embed_dim, len(TASKS[0]))  # the suite's draw; copied into the official fc
     tensors["param.head.weight"] = head.weight.detach().clone()

@@ -5,7 +5,7 @@
   task 1 and at task 2) around a stub network whose image and text embeddings are seeded leaf
   tensors and whose auxiliary MLP is the official ``clip_two.update_mlp``'s with the suite's weights.
 
-The suite's counterpart: ``strategies/adaptervlm.py`` (``compute_loss``, ``loss_terms``).
+The suite's counterpart: ``strategies/methods/adaptervlm.py`` (``compute_loss``, ``loss_terms``).
 """
 
 from __future__ import annotations
@@ -102,7 +102,7 @@ def _recorded(function, log: list):
 
 @component("adaptervlm.loss", CIL_ADAPTED_VLM)
 def loss(checkout: Path) -> Golden:
-    from strategies.adaptervlm import AdapterVLMConfig, aux_head
+    from strategies.methods.adaptervlm import AdapterVLMConfig, aux_head
 
     cfg = AdapterVLMConfig()
     generator = torch.Generator().manual_seed(SEED)

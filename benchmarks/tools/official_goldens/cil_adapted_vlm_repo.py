@@ -14,7 +14,7 @@ its training loss is ``cil_adapted_vlm_loss``'s, on the official modules loaded 
   "LoRA" is a table of seeded embeddings saved and re-loaded through the official checkpoints.
 
 The suite's counterparts: ``benchmarks/backbone/lora.py`` (peft on ``SplitAttention``),
-``strategies/adaptervlm.py`` (``compute_logits``, ``compute_loss``, ``loss_terms``, ``prototype``,
+``strategies/methods/adaptervlm.py`` (``compute_logits``, ``compute_loss``, ``loss_terms``, ``prototype``,
 ``scores``, ``_scores_from_features``).
 
 loralib is not a dependency of the suite: the generator imports it from ``<official-root>/loralib-0.1.1``
@@ -135,7 +135,7 @@ def suite_strategy():
     """AdapterVLM on the tiny CLIP (synthetic weights) after ``setup_task(0)`` and ``setup_task(1)``:
     the text LoRA, visual_1 and visual_2 (a copy of visual_1)."""
     from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-    from strategies.adaptervlm import AdapterVLM, AdapterVLMConfig
+    from strategies.methods.adaptervlm import AdapterVLM, AdapterVLMConfig
 
     torch.manual_seed(SEED)
     strategy = AdapterVLM(
@@ -193,7 +193,7 @@ def _causal_mask(batch: int, length: int) -> torch.Tensor:
 
 @component("adaptervlm.lora", CIL_ADAPTED_VLM)
 def lora(checkout: Path) -> Golden:
-    from strategies.adaptervlm import AdapterVLMConfig
+    from strategies.methods.adaptervlm import AdapterVLMConfig
 
     cfg = AdapterVLMConfig()
     strategy = suite_strategy()
@@ -359,7 +359,7 @@ def _locals_at_return(code: types.CodeType, into: list[dict]):
 
 @component("adaptervlm.scores", CIL_ADAPTED_VLM)
 def scores(checkout: Path) -> Golden:
-    from strategies.adaptervlm import AdapterVLMConfig
+    from strategies.methods.adaptervlm import AdapterVLMConfig
 
     cfg = AdapterVLMConfig()
     generator = torch.Generator().manual_seed(SEED)

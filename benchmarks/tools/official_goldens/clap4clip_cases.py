@@ -59,7 +59,7 @@ def case_inputs(case: Case) -> dict[str, torch.Tensor]:
 
 def suite_config(samples: int, **options):
     """The suite's CLAP config for these fixtures: the official VGA context (D4) and no dropout."""
-    from strategies.clap import CLAP
+    from strategies.methods.clap import CLAP
 
     return CLAP.Config(samples=samples, vga_context="batch", vga_dropout=0.0, **options)
 
@@ -69,7 +69,7 @@ def suite_clap(case: Case, templates: torch.Tensor, seed: int | None = None):
     order), its template features those given. The tiny CLIP's towers never run: the strategy
     reads the templates from its cache and gets image features directly."""
     from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-    from strategies.clap import CLAP
+    from strategies.methods.clap import CLAP
     from strategies.settings import RunSettings
 
     backbone = create_clip(BackboneSpec(TINY_MODEL, "synthetic"))

@@ -456,7 +456,7 @@ def check_vga_structure(checkout: Path) -> dict[str, object]:
     against the suite's CLAP VGA with its default config at the same width: every hyper-parameter
     equal, or the generator stops."""
     from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-    from strategies.clap import CLAP
+    from strategies.methods.clap import CLAP
     from strategies.settings import RunSettings
 
     inputs = case_inputs(ENCODERS)

@@ -1,7 +1,7 @@
 """Golden outputs of CODA-Prompt's own module in its codebase (GT-RIPL/CODA-Prompt): ``CodaPrompt``
 of ``models/zoo.py`` (``coda_prompt.attention``: the components weighted by their attention to the
 query; ``coda_prompt.tasks``: the components of each task, grown and orthogonalised by Gram-Schmidt
-over three tasks), against the suite's ``strategies/coda_prompt.py``. Loaded and probed as
+over three tasks), against the suite's ``strategies/methods/coda_prompt.py``. Loaded and probed as
 ``coda_prompt_repo`` says.
 """
 
@@ -113,7 +113,7 @@ def _coda_inputs(generator: torch.Generator, key_dim: int, width: int) -> dict[s
 
 @component("coda_prompt.attention", CODA)
 def coda_attention(checkout: Path) -> Golden:
-    from strategies.coda_prompt import CodaPrompt
+    from strategies.methods.coda_prompt import CodaPrompt
 
     seed = 41
     strategy = suite_strategy(CodaPrompt, CODA_CLASSES, seed, **CODA_CONFIG)
@@ -158,7 +158,7 @@ UPDATE = 0.05  # the size of the seeded change of a task's slice ("training"), a
 
 @component("coda_prompt.tasks", CODA)
 def coda_tasks(checkout: Path) -> Golden:
-    from strategies.coda_prompt import CodaPrompt
+    from strategies.methods.coda_prompt import CodaPrompt
 
     seed = 51
     strategy = suite_strategy(CodaPrompt, CODA_CLASSES, seed, **CODA_CONFIG)

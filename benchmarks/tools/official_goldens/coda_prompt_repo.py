@@ -213,7 +213,7 @@ L2P_CONFIG = dict(pool_size=10, prompt_length=8, top_k=5, prompt_layer=0, key_lo
 
 @component("l2p_pp.selection", CODA)
 def l2p_selection(checkout: Path) -> Golden:
-    from strategies.l2p_pp import L2PPlusPlus
+    from strategies.methods.l2p_pp import L2PPlusPlus
 
     seed = 21
     strategy = suite_strategy(L2PPlusPlus, 6, seed, **L2P_CONFIG)
@@ -298,7 +298,7 @@ DUAL_TASK = 2
 
 @component("dualprompt.selection", CODA)
 def dualprompt_selection(checkout: Path) -> Golden:
-    from strategies.dualprompt import DualPrompt
+    from strategies.methods.dualprompt import DualPrompt
 
     seed = 31
     strategy = suite_strategy(DualPrompt, 10, seed, **DUAL_CONFIG)

@@ -2,7 +2,7 @@
 danielm1405/magmax's ``finetune_splitted.py`` run as is over two class-incremental splits of
 sequential fine-tuning, then the official merge (``merge_max_abs`` and ``apply_to`` of
 ``src/merging/task_vectors.py``, as ``merge_splitted.py``'s ``evaluate_merged_fts`` applies them to
-the splits so far), beside ``strategies/magmax.py`` through ``CLIPStrategy``'s own training loop
+the splits so far), beside ``strategies/methods/magmax.py`` through ``CLIPStrategy``'s own training loop
 (``tests/official/test_magmax_loop.py``).
 
 Both sides start from the suite's tiny CLIP (shipped weights, attention split into q/k/v/out as
@@ -39,7 +39,7 @@ VISUAL = "image_encoder.model.visual."
 
 def suite_strategy(**changes):
     """The suite's MagMax on the tiny CLIP with the loop's hyper-parameters (``changes`` on top)."""
-    from strategies.magmax import MagMax, MagMaxConfig
+    from strategies.methods.magmax import MagMax, MagMaxConfig
 
     config = MagMaxConfig(epochs=1, batch_size=BATCH, prompt_ensemble="cifar", **{**LOOP, **changes})
     return shared.tiny_clip_strategy(MagMax, config)

@@ -3,10 +3,10 @@ template ensemble, and the warm-up + cosine learning-rate schedule, each run fro
 files (``src/merging/task_vectors.py``, ``src/heads.py``, ``src/datasets/templates.py``,
 ``src/modeling.py``, ``src/utils.py``, ``src/args.py``) on seeded inputs.
 
-The suite's counterparts: ``benchmarks/backbone/full_tuning.py`` (``difference``, ``max_magnitude``,
-``scaled_sum``), ``strategies/magmax.py`` (``merged``, ``finish_task``, the head), ``strategies/base.py``
-(``text_features``: the ensemble), ``benchmarks/data/prompts.py`` (``CIFAR_TEMPLATES``) and
-``strategies/optim.py`` (``build_scheduler``).
+The suite's counterparts: ``benchmarks/backbone/full_tuning.py`` (``difference``,
+``max_magnitude``, ``scaled_sum``), ``strategies/methods/magmax.py`` (``merged``, ``finish_task``,
+the head), ``strategies/base.py`` (``text_features``: the ensemble), ``benchmarks/data/prompts.py``
+(``CIFAR_TEMPLATES``) and ``strategies/optim.py`` (``build_scheduler``).
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 linlany/MindtheGap's ``main.py`` run as is for two tasks (the LoRA stage: Adam, per-epoch cosine,
 CE on task 1 and ``intra_cls`` over the current classes after; the visual stage: class means as
 the new rows of ``VisionClassifier``, Adam with a per-iteration cosine; the fused evaluation),
-beside ``strategies/mg_clip.py`` through ``CLIPStrategy``'s own loop
+beside ``strategies/methods/mg_clip.py`` through ``CLIPStrategy``'s own loop
 (``tests/official/test_mg_clip_loop.py``).
 
 The official CLIP is OpenAI's with ``loraclip``'s LoRA; here its model is the suite's tiny CLIP
@@ -39,7 +39,7 @@ VISUAL_BATCH = 10
 
 def suite_strategy(**changes):
     """The suite's MG-CLIP on the tiny CLIP with the loop's sizes (``changes`` on top)."""
-    from strategies.mg_clip import MGCLIP, MGCLIPConfig
+    from strategies.methods.mg_clip import MGCLIP, MGCLIPConfig
 
     config = MGCLIPConfig(epochs=EPOCHS, batch_size=BATCH, visual_batch_size=VISUAL_BATCH, **changes)
     return shared.tiny_clip_strategy(MGCLIP, config)

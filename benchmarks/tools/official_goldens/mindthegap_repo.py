@@ -12,7 +12,7 @@ the text and visual branches at inference, and the epoch probe, each run from th
   on seeded per-epoch image features, in five scenarios.
 
 The official runners run offline as ``mindthegap_runner`` says. The suite's counterparts:
-``benchmarks/backbone/lora.py`` (peft on ``SplitAttention``), ``strategies/mg_clip.py``
+``benchmarks/backbone/lora.py`` (peft on ``SplitAttention``), ``strategies/methods/mg_clip.py``
 (``fused_scores``, ``mean_non_target_logit``, ``gap_epoch_budget``, ``finish_task``),
 ``strategies/optim.py`` (``warmup_cosine_factor``).
 """
@@ -77,7 +77,7 @@ def lora(checkout: Path) -> Golden:
     import open_clip
 
     from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-    from strategies.mg_clip import MGCLIPConfig
+    from strategies.methods.mg_clip import MGCLIPConfig
 
     cfg = MGCLIPConfig()
     torch.manual_seed(SEED)
@@ -173,7 +173,7 @@ class _Recorded(torch.Tensor):
 
 @component("mg_clip.fusion", MINDTHEGAP)
 def fusion(checkout: Path) -> Golden:
-    from strategies.mg_clip import MGCLIPConfig
+    from strategies.methods.mg_clip import MGCLIPConfig
 
     cfg_suite = MGCLIPConfig()
     generator = torch.Generator().manual_seed(SEED)
@@ -339,7 +339,7 @@ def _probe_inputs(samples: int, drift: float, anti: bool, generator: torch.Gener
 
 @component("mg_clip.epoch_probe", MINDTHEGAP)
 def epoch_probe(checkout: Path) -> Golden:
-    from strategies.mg_clip import MGCLIPConfig
+    from strategies.methods.mg_clip import MGCLIPConfig
 
     cfg_suite = MGCLIPConfig()
     logit_scale = suite_logit_scale()

@@ -1,6 +1,6 @@
 """MoE-Adapters' training loop against the official one (issue 52): ``ClassIncremental.adaptation``
 and ``train`` of JiazuoYu/MoE-Adapters4CL's ``cil/continual_clip/models.py`` run as is for two
-tasks, beside ``strategies/moe4cl.py`` through ``CLIPStrategy``'s own loop
+tasks, beside ``strategies/methods/moe4cl.py`` through ``CLIPStrategy``'s own loop
 (``tests/official/test_moe4cl_loop.py``).
 
 The official CLIP is OpenAI's with the MoE adapters of ``cil/clip/model.py``; here its model is
@@ -41,7 +41,7 @@ SCHEDULES = ((30, 40), (30, 19), (30, 102), (3, 4))
 
 def suite_strategy(**changes):
     """The suite's MOE4CL on the tiny CLIP with the recipe (``changes`` on top)."""
-    from strategies.moe4cl import MOE4CL, MOE4CLConfig
+    from strategies.methods.moe4cl import MOE4CL, MOE4CLConfig
 
     config = MOE4CLConfig(batch_size=BATCH, **changes)
     torch.manual_seed(SEED)  # the experts' and routers' initial values

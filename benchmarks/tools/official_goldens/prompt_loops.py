@@ -72,9 +72,9 @@ LOADING = (
 
 
 def strategy_class(method: str):
-    from strategies.coda_prompt import CodaPrompt
-    from strategies.dualprompt import DualPrompt
-    from strategies.l2p_pp import L2PPlusPlus
+    from strategies.methods.coda_prompt import CodaPrompt
+    from strategies.methods.dualprompt import DualPrompt
+    from strategies.methods.l2p_pp import L2PPlusPlus
 
     return {"l2p_pp": L2PPlusPlus, "dualprompt": DualPrompt, "coda_prompt": CodaPrompt}[method]
 

@@ -51,7 +51,7 @@ from benchmarks.tools.official_goldens.moe_adapters_repo import (
     _Draws,
     _Override,
 )
-from strategies.aper_adapter import AperConfig, CosineHead
+from strategies.methods.aper_adapter import AperConfig, CosineHead
 
 OFFICIAL = Official(
     repository="zhoudw-zdw/RevisitingCIL",

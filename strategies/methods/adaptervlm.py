@@ -59,7 +59,7 @@ from torch import nn
 
 from benchmarks.data.device_augment import patch_shuffled_transform
 from strategies.base import CLIPStrategy, StrategyConfig
-from strategies.gr4cil import anchor_loss, separation_loss
+from strategies.methods.gr4cil import anchor_loss, separation_loss
 from strategies.registry import register
 
 
