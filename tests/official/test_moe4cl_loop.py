@@ -20,14 +20,17 @@ from strategies.optim import build_scheduler
 from tests.official import loop_helpers as shared
 
 # The same modules and draws, float32 operations in another order (prompt preparation, the
-# official forward around the suite's towers), over 6 Adam steps a task of lr up to 2e-4.
+# official forward around the suite's towers), over 6 Adam steps a task of lr up to 2e-4. The
+# parameters' differences depend on the CPU's kernels: at most sum 1.2e-5, projection 2.2e-5, norm
+# 1.8e-6 and entry 5.1e-7 with AVX-512 (an AMD EPYC, torch 2.14.1), under the former 1e-5, 1e-5,
+# 1e-6 and 1e-7 with ATEN_CPU_CAPABILITY=avx2 on the same machine; each perturbation still fails.
 TOLERANCES = {
     "loss": 1e-5,  # CE of logits about 20
     "lr": 1e-9,  # the same closed form; the fixture stores float32
-    "sum": 1e-5,  # a tensor's change summed over up to 8,192 entries
-    "projection": 1e-5,
-    "norm": 1e-6,
-    "entry": 1e-7,  # one entry's change, Adam steps of at most the lr
+    "sum": 2e-5,  # a tensor's change summed over up to 8,192 entries
+    "projection": 4e-5,
+    "norm": 3e-6,
+    "entry": 1e-6,  # one entry's change, Adam steps of at most the lr
     "scores": 1e-4,  # logits about 20
 }
 

@@ -175,7 +175,7 @@ def test_an_outside_strategys_run_lives_under_its_safe_label_and_resumes(tmp_pat
     revive = kill_in_task(monkeypatch, Finetune, task=2)
     assert run.main(argv) == 130
     revive()
-    folder = "strategies.finetune_Finetune"
+    folder = "strategies.methods.finetune_Finetune"
     assert (store.root / ".checkpoints" / "synthetic" / folder / "T3-seed0" / "state.json").exists()
     assert status.run_state(store, key).detail == "1/3 tasks done"
     assert status.known_runs(store) == [RunKey(folder, "synthetic", 3, 0)]  # no result yet names the label

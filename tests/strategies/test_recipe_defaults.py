@@ -129,7 +129,7 @@ def _section(title: str) -> str:
 @pytest.mark.parametrize("strategy", sorted(RECIPES))
 def test_each_recipe_default_is_the_one_docs_baselines_gives(strategy):
     config_name, title, fields = RECIPES[strategy]
-    config = getattr(importlib.import_module(f"strategies.{strategy}"), config_name)
+    config = getattr(importlib.import_module(f"strategies.methods.{strategy}"), config_name)
     defaults = {f.name: f.default for f in dataclasses.fields(config)}
     section = _section(title)
     for field, (value, words) in fields.items():
