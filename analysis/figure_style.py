@@ -27,6 +27,7 @@ from matplotlib.lines import Line2D
 from matplotlib.markers import MarkerStyle
 
 from analysis.paper_inputs import ROW_LABELS
+from strategies.cards import cards
 
 DPI = 150
 PANEL_SIZE = (3.6, 3.2)  # one panel of fig7_routing and fig_accuracy_curves
@@ -47,22 +48,9 @@ class LineStyle:
 
 
 # Each registered strategy's style in the line figures (fig_accuracy_curves, analysis.compare), the
-# same in every figure: matplotlib's tab10 colours, black for GR4CIL, navy for fine-tuning, and a
-# marker of its own, so no two methods share a colour or a marker.
-METHOD_STYLES = {
-    "gr4cil": LineStyle("#000000", "o"),
-    "continual_clip": LineStyle("#7f7f7f", "s"),  # tab:gray
-    "finetune": LineStyle("#000080", "v"),  # navy
-    "adaptervlm": LineStyle("#1f77b4", "^"),  # tab:blue
-    "mg_clip": LineStyle("#ff7f0e", "D"),  # tab:orange
-    "moe4cl": LineStyle("#2ca02c", "P"),  # tab:green
-    "magmax": LineStyle("#d62728", "X"),  # tab:red
-    "l2p_pp": LineStyle("#9467bd", "<"),  # tab:purple
-    "dualprompt": LineStyle("#e377c2", ">"),  # tab:pink
-    "coda_prompt": LineStyle("#bcbd22", "p"),  # tab:olive
-    "aper_adapter": LineStyle("#17becf", "h"),  # tab:cyan
-    "clap": LineStyle("#8c564b", "*"),  # tab:brown
-}
+# same in every figure, from its card (strategies/methods/<name>.toml: matplotlib's tab10 colours,
+# black for GR4CIL, navy for fine-tuning, and a marker of its own; a test keeps them all distinct).
+METHOD_STYLES = {name: LineStyle(card.color, card.marker) for name, card in cards().items()}
 # Labels without a style of their own (a suite variant, a user's module:Class strategy) take these in
 # the sorted order of such labels in the figure, dashed: the light partners of the tab10 colours
 # (tab20) and markers no registered method uses, so they never look like a registered method. Only

@@ -32,6 +32,7 @@ from benchmarks.runner.reading import (
     skipped_clause,
 )
 from benchmarks.runner.results import RunKey, RunResult
+from strategies.cards import cards
 
 REFERENCE_FILE = Path(__file__).resolve().parents[1] / "results" / "reference" / "paper_tables.csv"
 
@@ -39,25 +40,13 @@ REFERENCE_FILE = Path(__file__).resolve().parents[1] / "results" / "reference" /
 DATASET_NAMES = {name: unit.title for name, unit in dataset_units().items()} | {"average": "Average"}
 PAPER_DATASETS = ("cifar100", "imagenet_r", "imagenet100", "imagenet1k")
 
-# Our labels whose paper row has another name; other labels match a paper row when they agree
-# ignoring case and punctuation (``mg_clip`` ~ ``MG-CLIP``).
-PAPER_METHOD_NAMES = {
-    "gr4cil": "GR4CIL (Ours)",
-    "continual_clip": "Continual-CLIP",  # docs/decisions.md D9
-    "adaptervlm": "AdapterVLM",
-    "mg_clip": "MG-CLIP",
-    "moe4cl": "MOE4CL",
-    "magmax": "MagMax",
-    "l2p_pp": "L2P++",
-    "dualprompt": "DualPrompt",
-    "coda_prompt": "CODA",
-    "aper_adapter": "Aper-Adapter",
-    "clap": "CLAP",
-}
+# Our labels whose paper row has another name (each method's card: strategies/methods/<name>.toml);
+# other labels match a paper row when they agree ignoring case and punctuation (``mg_clip`` ~ ``MG-CLIP``).
+PAPER_METHOD_NAMES = {name: card.paper_row for name, card in cards().items() if card.paper_row}
 PAPER_ROW_ALIASES = {"Ours": "GR4CIL (Ours)"}  # Table 2 prints "Ours"
-# How a strategy's row is labelled in the report's tables and figures (docs/decisions.md D9); other run
-# labels (suite variants, a user's strategy) are shown as they are.
-ROW_LABELS = {**PAPER_METHOD_NAMES, "gr4cil": "GR4CIL", "finetune": "Fine-tuning"}
+# How a strategy's row is labelled in the report's tables and figures (its card's title,
+# docs/decisions.md D9); other run labels (suite variants, a user's strategy) are shown as they are.
+ROW_LABELS = {name: card.title for name, card in cards().items()}
 
 
 class MissingInputs(Exception):

@@ -1,7 +1,8 @@
 """How much the protocol moves each row: as-published minus one-protocol, per strategy and dataset.
 
 As-published is each source's data protocol and its official code's behaviours together
-(``benchmarks.data.protocols``: ``SOURCES``, ``OFFICIAL_CODE``); the two are not split.
+(``benchmarks.data.protocols``' ``SOURCES``; each method card's ``[official]`` options); the two are
+not split.
 
 ``python -m analysis.protocol_effect --one-protocol runs/main --as-published runs/main-as-published
 [--out DIR]``, and a table of ``python -m analysis.report --as-published DIR``.

@@ -35,43 +35,8 @@ from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError, results_folder
 from benchmarks.runner.reading import Results, read_results, result_folders
 from benchmarks.runner.results import RunResult
+from strategies.cards import cards
 
-# strategy -> (where its recipe comes from, the tests that check it)
-PROVENANCE = {
-    "continual_clip": (
-        "zero-shot CLIP, nothing trained",
-        "test_runner, test_strategy_numbers",
-    ),
-    "finetune": (
-        "GR4CIL's recipe, one LoRA trained task after task (docs/decisions.md P2); not a paper row",
-        "test_finetune, test_strategy_numbers",
-    ),
-    "gr4cil": (
-        "the paper and docs/decisions.md P2",
-        "test_gr4cil_equations, test_gr4cil_runs, test_strategy_numbers",
-    ),
-    "adaptervlm": ("official code (docs/baselines.md §4)", "test_adaptervlm"),
-    "mg_clip": ("official code; epochs per D7 (docs/baselines.md §5)", "test_mg_clip"),
-    "moe4cl": ("official MoE-Adapters code; clean evaluation, D4 (docs/baselines.md §6)", "test_moe4cl"),
-    "magmax": ("official code; a merge every stage, D8 (docs/baselines.md §7)", "test_magmax"),
-    "l2p_pp": (
-        "CODA-Prompt codebase, L2P++ (docs/baselines.md §8-9, D6)",
-        "test_prompt_methods, test_visual_prefix",
-    ),
-    "dualprompt": (
-        "CODA-Prompt codebase (docs/baselines.md §8, §10, D6)",
-        "test_prompt_methods, test_visual_prefix",
-    ),
-    "coda_prompt": (
-        "CODA-Prompt codebase (docs/baselines.md §8, §11, D6)",
-        "test_prompt_methods, test_visual_prefix",
-    ),
-    "aper_adapter": (
-        "official RevisitingCIL recipe; ImageNet-100/1K a fallback (docs/baselines.md §12)",
-        "test_aper_adapter",
-    ),
-    "clap": ("official code, replay-free (docs/baselines.md §13, D5)", "test_clap"),
-}
 MINIATURE = "synthetic"
 BASELINES_MD = Path(__file__).resolve().parents[1] / "docs" / "baselines.md"
 EQUALITY_SECTION = "## 16. "
@@ -227,7 +192,6 @@ def reproducibility_markdown(results_dir: str | Path, loaded: Results | None = N
     """The file's text from the results under ``results_dir`` (which may hold none); ``loaded``: what
     ``read_results`` already read from it."""
     from benchmarks.runner.suites import available_suites
-    from strategies.registry import available
 
     results: dict[tuple[str, str], list[RunResult]] = defaultdict(list)
     root = Path(results_dir)
@@ -273,8 +237,10 @@ def reproducibility_markdown(results_dir: str | Path, loaded: Results | None = N
     equality = official_equality()
     paper_rows = list(dict.fromkeys(paper[paper["table"] == "table1_main"]["row"]))  # the paper's order
     order = {row: i for i, row in enumerate(paper_rows)}
-    for name in sorted(available(), key=lambda n: (order.get(PAPER_METHOD_NAMES.get(n), len(order)), n)):
-        source, tests = PROVENANCE.get(name, ("its module's RECIPE table", "its own tests"))
+    for name, card in sorted(
+        cards().items(), key=lambda item: (order.get(item[1].paper_row, len(order)), item[0])
+    ):
+        source, tests = card.recipe, ", ".join(card.tests)
         miniature = results.get((name, MINIATURE), [])
         offline = f"tests: {tests}"
         if miniature:

@@ -10,15 +10,19 @@ MG-CLIP reported, under MG-CLIP's codebase; GR4CIL and AdapterVLM ran under GR4C
   (docs/decisions.md P1); only the prompt of ``PROMPTS`` is applied, since it is the method's recipe.
 * ``"as-published"`` (``main-as-published``): each strategy under the protocol of the paper its
   Table 1 number comes from (``PUBLISHED_ROWS``), and as its official code ran: every official
-  behaviour that the suite's defaults leave off (docs/decisions.md D4) is on (``OFFICIAL_CODE``).
+  behaviour that the suite's defaults leave off (docs/decisions.md D4) is on. Those are options
+  of a method, so its card holds them (``strategies/methods/<name>.toml``, ``[official]``) and
+  the suite passes them in.
 
 Every fact names its source: repository, file and commit. The code of those repositories is not used.
 The facts about a dataset (its order, options and template under each source) are held by its unit
-(``DatasetUnit.published``, ``benchmarks/data/units/``); the facts about strategies are here.
+(``DatasetUnit.published``, ``benchmarks/data/units/``); which source each published row and prompt
+came from is here; a method's own options are on its card.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -64,23 +68,6 @@ PROMPTS: dict[str, dict[str, str]] = {
 }
 
 
-#: The official behaviours that the suite's defaults leave off (docs/decisions.md D4: each lets a
-#: score depend on the evaluation batch or on chance), as each strategy's options, with the source.
-#: Under "as-published" they are on, so a row runs as its source's code ran it. Every other official
-#: behaviour is already the default, and MoE-Adapters' random-crop test transform has no option (the
-#: runner owns the eval transform).
-OFFICIAL_CODE: dict[str, tuple[dict[str, Any], str]] = {
-    "moe4cl": (
-        {"eval_gate_noise": True},
-        "JiazuoYu/MoE-Adapters4CL@4572d97: the router adds its noise whatever the mode",
-    ),
-    "clap": (
-        {"vga_context": "batch", "eval_noise": "batch"},
-        "srvCodes/clap4clip@7ff95c2: the VGA attends over the whole test batch; noise drawn per batch",
-    ),
-}
-
-
 @dataclass(frozen=True)
 class ProtocolLayer:
     """What a protocol sets for one run: a class order (None: the suite's), dataset options and
@@ -98,10 +85,13 @@ def check_protocol(name: str) -> str:
     return name
 
 
-def protocol_layer(protocol: str, strategy: str, dataset: str) -> ProtocolLayer:
+def protocol_layer(
+    protocol: str, strategy: str, dataset: str, official_options: Mapping[str, Any] | None = None
+) -> ProtocolLayer:
     """The class order, dataset options and strategy options that ``protocol`` gives ``strategy`` on
-    ``dataset``. Under ``"as-published"`` a strategy without a published row there runs under the
-    suite's own protocol, as its paper number did."""
+    ``dataset``; ``official_options``: the behaviours of its official code that the suite's defaults
+    leave off (its card's), on under ``"as-published"``. There a strategy without a published row
+    on ``dataset`` runs under the suite's own protocol, as its paper number did."""
     check_protocol(protocol)
     prompt = {}
     if (source := PROMPTS.get(strategy, {}).get(dataset)) is not None:
@@ -109,10 +99,9 @@ def protocol_layer(protocol: str, strategy: str, dataset: str) -> ProtocolLayer:
     if protocol == "one-protocol" or (row := PUBLISHED_ROWS.get(strategy, {}).get(dataset)) is None:
         return ProtocolLayer(strategy_options=prompt, source=f"protocol.{protocol}")
     published = SOURCES[row][dataset]
-    official = OFFICIAL_CODE.get(strategy, ({}, ""))[0]
     return ProtocolLayer(
         class_order=published.class_order,
         dataset_options=dict(published.dataset_options),
-        strategy_options={**official, **prompt},
+        strategy_options={**(official_options or {}), **prompt},
         source=f"protocol.{protocol}.{row}",
     )

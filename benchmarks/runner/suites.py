@@ -82,6 +82,7 @@ from benchmarks.runner.suite_backbones import check_backbones, run_backbone
 from benchmarks.runner.suite_files import SUITES_DIR as SUITES_DIR
 from benchmarks.runner.suite_files import available_suites, suite_file
 from benchmarks.runner.task_splits import check_suite_tasks, check_tasks, resolve_tasks, suite_tasks
+from strategies.cards import card_of
 
 KNOWN_KEYS = {
     "description",
@@ -475,7 +476,9 @@ def expand(
         for label in strategies or suite["strategies"]:
             strategy = variants.get(label, {}).get("strategy", label)
             backbone = run_backbone(suite, label, weights)  # a variant's own, if it has one
-            layer = protocol_layer(protocol or DEFAULT_PROTOCOL, strategy, dataset)
+            card = card_of(strategy)
+            official = card.official_options if card else None
+            layer = protocol_layer(protocol or DEFAULT_PROTOCOL, strategy, dataset, official)
             options, sources = strategy_options(suite, label, dataset, layer)
             # the command line's --class-order wins over every table
             where = sources.pop("class_order", None)

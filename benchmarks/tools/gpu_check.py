@@ -43,12 +43,11 @@ from typing import Callable
 
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError, one_line_storage_errors, one_line_user_errors
+from strategies.cards import card_of
 
 #: the repository root: the CUDA tests are run from it, by their path
 ROOT = Path(__file__).resolve().parents[2]
 CUDA_TESTS = ("tests/backbone/test_cuda.py",)  # grep -rl cuda tests/: no other test needs CUDA
-#: the strategies whose step the GPU goals name (issue 49, "Goals")
-LORA_STRATEGIES = ("finetune", "gr4cil", "mg_clip", "magmax", "moe4cl", "aper_adapter")
 STEP_GOAL, FULL_STEP_GOAL, TRAIN_GOAL, EVAL_GOAL = 0.8, 1.0, 0.8, 0.7
 
 
@@ -220,7 +219,7 @@ def read_speed(out: Path, log: str) -> list[Row]:
             f"{_show(step)} x reference step ({kind or '-'}), {_show(full)} x full step; "
             f"aten ops {_show(_get(row, 'aten_ops', 'ratio'))} x reference"
         )
-        if strategy in LORA_STRATEGIES:
+        if (card := card_of(strategy)) is not None and card.lora:  # the GPU goals name LoRA steps
             goal = f">= {STEP_GOAL} x reference step, >= {FULL_STEP_GOAL:g} x full step"
             verdict = _verdict([(step, STEP_GOAL), (full, FULL_STEP_GOAL)])
         else:

@@ -10,10 +10,11 @@ import pytest
 from benchmarks.core.errors import DataNotFoundError, UserError
 from benchmarks.data.class_orders import named_orders, resolve_class_order
 from benchmarks.data.datasets import imagenet_wnid_names, load_dataset, read_split_list
-from benchmarks.data.protocols import OFFICIAL_CODE, PUBLISHED_ROWS, SOURCES, protocol_layer
+from benchmarks.data.protocols import PUBLISHED_ROWS, SOURCES, protocol_layer
 from benchmarks.data.units.imagenet_r import mg_clip_imagenet_r_names, rapf_split_list
 from benchmarks.runner.building import resolve
 from benchmarks.runner.suites import expand, load_suite
+from strategies.cards import card_of
 
 
 @pytest.fixture
@@ -151,7 +152,7 @@ def test_as_published_runs_only_the_rows_whose_protocol_differs_from_mains():
         main = {
             r.dataset: r for r in expand(load_suite("main"), strategies=[strategy], device="cpu", seeds=[0])
         }
-        official = OFFICIAL_CODE.get(strategy, ({}, ""))[0]
+        official = card_of(strategy).official_options
         for run in expand(suite, strategies=[strategy], device="cpu", seeds=[0]):
             assert run.strategy_options == {**main[run.dataset].strategy_options, **official}
             assert resolve(run, ".").config_hash != resolve(main[run.dataset], ".").config_hash

@@ -41,6 +41,7 @@ def test_the_wheel_holds_the_package_but_not_the_golden_generation(tmp_path):
     for kept in ("benchmarks/tools/speed.py", "benchmarks/tools/__init__.py", "strategies/registry.py"):
         assert kept in shipped
     assert any(name.startswith("benchmarks/suites/") and name.endswith(".toml") for name in shipped)
+    assert "strategies/methods/gr4cil.toml" in shipped  # each method's card beside its file
 
 
 def _imported_modules(path: Path) -> set[str]:
