@@ -4,7 +4,7 @@ module imported on the first lookup, so a new member is one new file.
 One rule says which modules hold no member (and are not imported for it): a name that starts with
 ``_``, or one the package lists as ``shared`` (the base its members build on). Strategies
 (``strategies.registry``), dataset units (``benchmarks.data.unit``) and the official goldens'
-components (``benchmarks.tools.official_goldens``) are such registries.
+components (``tests.official.goldens``, beside the tests) are such registries.
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ Measurements
     (the real runner's training and evaluation on fake data, against the reference beside it),
     ``loader_speed`` (data-loader throughput), ``shared_cores`` (the smoke suite's wall time by thread
     count, idle and beside a busy process), ``kill_rerun`` (kill -9 a run at random moments, rerun
-    it: results identical to an uninterrupted run, no stray file), ``official_goldens`` (outputs of
-    the official code that the tests compare with; generated from a source checkout, not installed).
+    it: results identical to an uninterrupted run, no stray file). The outputs of the official code
+    that the tests compare with are generated beside those tests (``tests/official/goldens/``).
     Their parts: ``measuring`` (interleaved timing, saved-tensor memory) and ``strategy_costs``
     (every strategy's evaluation forwards, MagMax's memory) for ``speed``; ``reference_pairing`` (a
     strategy's step described plainly for the reference) and ``speed_report`` (the machine, table

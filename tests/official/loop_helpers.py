@@ -1,8 +1,8 @@
 """What the training-loop tests share (issue 52): a strategy trained by ``CLIPStrategy``'s own
 Avalanche loop on a fixture's batches in the fixture's order, the record of each of its optimiser
-steps (``benchmarks/tools/official_goldens/loop.py``), the comparison with the official record, the
+steps (``tests/official/goldens/loop.py``), the comparison with the official record, the
 perturbations the comparison must catch, and the comparison of a full-tensor record
-(``benchmarks/tools/official_goldens/suite_loop.py``)."""
+(``tests/official/goldens/suite_loop.py``)."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from avalanche.core import SupervisedPlugin
 
 from benchmarks.data.streams import build_stream
-from benchmarks.tools.official_goldens.loop import FINGERPRINT, StepRecord
+from tests.official.goldens.loop import FINGERPRINT, StepRecord
 
 # What each loop test changes in the suite's strategy; the comparison must fail under every one.
 PERTURBATIONS = ("learning rate", "weight decay", "loss weight", "scheduler step")

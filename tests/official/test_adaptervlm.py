@@ -1,6 +1,6 @@
 """AdapterVLM against its official code (Fatflower/CIL_Adapted_VLM, fixtures adaptervlm.lora,
 adaptervlm.loss and adaptervlm.scores, written by
-``benchmarks/tools/official_goldens/cil_adapted_vlm_{repo,loss}.py``): the LoRA on k and v of both towers
+``tests/official/goldens/cil_adapted_vlm_{repo,loss}.py``): the LoRA on k and v of both towers
 (forward, gradients, the visual branch of each task at test), the training loss with its four terms
 and gradients, and the prototypes, scores, task choice and prediction after each of three tasks."""
 
@@ -10,9 +10,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks.tools.official_goldens.cil_adapted_vlm_repo import DIM, suite_strategy
-from benchmarks.tools.official_goldens.golden import load_golden
 from strategies.methods.adaptervlm import AdapterVLM, AdapterVLMConfig, aux_head, loss_terms, prototype
+from tests.official.goldens.cil_adapted_vlm_repo import DIM, suite_strategy
+from tests.official.goldens.golden import load_golden
 
 # Attention outputs are O(1): float32 rounding of SDPA against the official bmm + softmax.
 ATTENTION_ATOL = 1e-5

@@ -1,5 +1,5 @@
 """APER's adapter, cosine head and prototype classifier against the official RevisitingCIL code, by
-execution: the fixtures of ``benchmarks/tools/official_goldens/revisitingcil_repo.py`` (official
+execution: the fixtures of ``tests/official/goldens/revisitingcil_repo.py`` (official
 outputs on seeded inputs with the suite's parameters) fed to the suite's components."""
 
 import contextlib
@@ -10,14 +10,14 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.tools.official_goldens.golden import load_golden
-from benchmarks.tools.official_goldens.revisitingcil_repo import (
+from strategies.methods.aper_adapter import AperAdapter, AperConfig, prototype_scores
+from tests.official.goldens.golden import load_golden
+from tests.official.goldens.revisitingcil_repo import (
     SEED,
     TASK_CLASSES,
     suite_adapter_block,
     suite_head,
 )
-from strategies.methods.aper_adapter import AperAdapter, AperConfig, prototype_scores
 from tests.official.helpers import GivenMask, close
 
 ATOL = 1e-5  # float32 rounding: different attention kernels (nn.MultiheadAttention against the official

@@ -7,9 +7,9 @@ fails when a learning rate, a weight decay, a loss weight or the scheduler's ste
 import pytest
 import torch
 
-from benchmarks.tools.official_goldens.aper_loop import TASKS, suite_strategy, trained
-from benchmarks.tools.official_goldens.golden import load_golden
 from tests.official import loop_helpers as shared
+from tests.official.goldens.aper_loop import TASKS, suite_strategy, trained
+from tests.official.goldens.golden import load_golden
 
 # Same modules, same batches, float32 operations in another order (the official nets around the
 # suite's tower), over 15 SGD steps of lr 0.01.

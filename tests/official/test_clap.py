@@ -1,5 +1,5 @@
 """CLAP against CLAP4CLIP's official code, by execution: the fixtures of
-``benchmarks/tools/official_goldens/clap4clip_repo.py`` (the official ``ClClipVariational`` run on
+``tests/official/goldens/clap4clip_repo.py`` (the official ``ClClipVariational`` run on
 seeded features with the suite's parameters) fed to the suite's ``CLAP``, configured as the official
 code runs (``vga_context = "batch"``, D4; VGA dropout 0 on both sides, the fixtures' notes)."""
 
@@ -7,10 +7,10 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks.tools.official_goldens.clap4clip_cases import ENCODERS, LASP, LOGITS, Case, suite_clap
-from benchmarks.tools.official_goldens.golden import load_golden
 from strategies.methods.clap import CLAP, CLAPOutput, kl_to_standard_normal, lasp_loss, task_mask
 from strategies.optim import build_optimizer, build_scheduler
+from tests.official.goldens.clap4clip_cases import ENCODERS, LASP, LOGITS, Case, suite_clap
+from tests.official.goldens.golden import load_golden
 from tests.official.helpers import close
 
 ATOL = 5e-6  # float32 rounding; features, VGA outputs, mu, sigma and z are O(1) (seen: 4e-7)

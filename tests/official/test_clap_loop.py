@@ -1,5 +1,5 @@
 """CLAP's training loop against the official ``ClClipVariational.fit`` (srvCodes/clap4clip@7ff95c2;
-fixture ``clap.loop`` of ``benchmarks/tools/official_goldens/clap_loop.py``): the suite's ``CLAP``
+fixture ``clap.loop`` of ``tests/official/goldens/clap_loop.py``): the suite's ``CLAP``
 trains through its own ``learn`` on the fixture's batches (image features; ``encode_image``
 normalises them, as the official stand-in CLIP's identity tower and ``CLIP.forward`` do) with the
 official noise draws, 2 tasks x 5 steps (no fine-tuning pass: replay-free, D5). After every step the
@@ -16,11 +16,11 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from benchmarks.tools.official_goldens.clap4clip_cases import DIM, suite_config
-from benchmarks.tools.official_goldens.clap_loop import CASE, EPOCHS, noise_shapes, tasks
-from benchmarks.tools.official_goldens.golden import load_golden
-from benchmarks.tools.official_goldens.suite_loop import StepRecord, run_suite_loop
 from strategies.settings import RunSettings
+from tests.official.goldens.clap4clip_cases import DIM, suite_config
+from tests.official.goldens.clap_loop import CASE, EPOCHS, noise_shapes, tasks
+from tests.official.goldens.golden import load_golden
+from tests.official.goldens.suite_loop import StepRecord, run_suite_loop
 from tests.official.loop_helpers import exceeded, extra_scheduler_step, record_differences
 
 TOLERANCES = {

@@ -1,5 +1,5 @@
 """Continual-CLIP against its official code, by execution: the fixture of
-``benchmarks/tools/official_goldens/continual_clip_repo.py`` (the official ``ClassIncrementalCLIP``
+``tests/official/goldens/continual_clip_repo.py`` (the official ``ClassIncrementalCLIP``
 with OpenAI's CLIP class holding the tiny CLIP's weights, on seeded image features) fed to the suite's
 ``ContinualCLIP`` on the same tiny CLIP, with its CIFAR-100 protocol (template, names, DyTox order)."""
 
@@ -10,9 +10,9 @@ import torch.nn.functional as F
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.data.protocols import SOURCES
 from benchmarks.data.units.cifar100 import CIFAR100_CLASSES, DYTOX_CIFAR100_ORDER
-from benchmarks.tools.official_goldens.golden import load_golden
 from strategies.methods.continual_clip import ContinualCLIP
 from strategies.settings import RunSettings
+from tests.official.goldens.golden import load_golden
 
 TEXT_ATOL = 1e-6  # float32 rounding of unit-norm features (OpenAI's text transformer runs length-first;
 # seen: 6e-8)

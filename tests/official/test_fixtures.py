@@ -2,8 +2,8 @@
 
 import re
 
-from benchmarks.tools.official_goldens import components
-from benchmarks.tools.official_goldens.golden import ROLES, fixture_components, load_golden
+from tests.official.goldens import components
+from tests.official.goldens.golden import ROLES, fixture_components, load_golden
 
 
 def test_every_registered_component_has_a_fixture_and_no_fixture_is_orphaned():
@@ -45,7 +45,7 @@ def test_the_docs_table_lists_every_component_at_its_pinned_commit():
 
 
 def test_the_generator_says_in_one_line_what_is_missing(tmp_path, capsys):
-    from benchmarks.tools.official_goldens.__main__ import main
+    from tests.official.goldens.__main__ import main
 
     assert main(["--components", "magmax.merge"]) == 2
     assert main(["--official-root", str(tmp_path), "--components", "no.such"]) == 2
@@ -58,7 +58,7 @@ def test_the_generator_says_in_one_line_what_is_missing(tmp_path, capsys):
 
 
 def test_the_generator_lists_its_components_with_their_sources(capsys):
-    from benchmarks.tools.official_goldens.__main__ import main
+    from tests.official.goldens.__main__ import main
 
     assert main(["--list"]) == 0
     listed = [line.split("\t") for line in capsys.readouterr().out.strip().splitlines()]

@@ -20,12 +20,12 @@ import math
 import pytest
 import torch
 
-from benchmarks.tools.official_goldens import loop as shared
 from strategies.methods.adaptervlm import AdapterVLM
 from strategies.methods.aper_adapter import AperAdapter
 from strategies.methods.dualprompt import DualPrompt
 from strategies.methods.l2p_pp import L2PPlusPlus
 from strategies.methods.moe4cl import MOE4CL
+from tests.official.goldens import loop as shared
 
 
 def _started(cls, **options) -> dict[str, torch.Tensor]:

@@ -11,11 +11,11 @@ import torch.nn.functional as F
 
 from benchmarks.backbone.full_tuning import difference, load_visual_state, max_magnitude, visual_state
 from benchmarks.data.prompts import CIFAR_TEMPLATES, imagenet_templates
-from benchmarks.tools.official_goldens.golden import load_golden
-from benchmarks.tools.official_goldens.magmax_repo import micro_clip
 from strategies.base import CLIPStrategy
 from strategies.methods.magmax import MagMax, MagMaxConfig, merged
 from strategies.optim import build_scheduler
+from tests.official.goldens.golden import load_golden
+from tests.official.goldens.magmax_repo import micro_clip
 
 # Weights and deltas lie on a 2**-16 grid (the generator's GRID): every difference, selection and
 # lambda-scaled sum is exact in float32, so the merge must agree to the bit.

@@ -9,9 +9,9 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.backbone.full_tuning import visual_parameters
-from benchmarks.tools.official_goldens.golden import load_golden
-from benchmarks.tools.official_goldens.magmax_loop import TASKS, suite_strategy
 from tests.official import loop_helpers as shared
+from tests.official.goldens.golden import load_golden
+from tests.official.goldens.magmax_loop import TASKS, suite_strategy
 
 # Same module, same batches, same float32 operations in another order (the suite's encode_image
 # and head against open_clip's and the official ClassificationHead): rounding of 1e-7 relative,

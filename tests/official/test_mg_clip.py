@@ -11,7 +11,6 @@ import torch
 import torch.nn.functional as F
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-from benchmarks.tools.official_goldens.golden import load_golden
 from strategies.methods.mg_clip import (
     MGCLIP,
     MGCLIPConfig,
@@ -21,6 +20,7 @@ from strategies.methods.mg_clip import (
 )
 from strategies.optim import warmup_cosine_factor
 from strategies.settings import RunSettings
+from tests.official.goldens.golden import load_golden
 
 # Attention outputs are O(1): float32 rounding of SDPA against the official bmm + softmax.
 ATTENTION_ATOL = 1e-5

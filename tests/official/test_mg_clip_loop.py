@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 
 import strategies.methods.mg_clip
-from benchmarks.tools.official_goldens.golden import load_golden
-from benchmarks.tools.official_goldens.loop import StepRecord, on_every_optimizer_step
-from benchmarks.tools.official_goldens.mg_clip_loop import TASKS, lora, suite_strategy, visual_batches
 from tests.official import loop_helpers as shared
+from tests.official.goldens.golden import load_golden
+from tests.official.goldens.loop import StepRecord, on_every_optimizer_step
+from tests.official.goldens.mg_clip_loop import TASKS, lora, suite_strategy, visual_batches
 
 # The same modules, float32 operations in another order (the official forward_clip around the
 # suite's towers, class means summed in another order), over 10 Adam steps a task (lr 1e-3) and 6

@@ -1,5 +1,5 @@
 """MOE4CL's mixture of adapters against the official MoE-Adapters code, by execution: the fixtures of
-``benchmarks/tools/official_goldens/moe_adapters_repo.py`` (official outputs on seeded inputs with
+``tests/official/goldens/moe_adapters_repo.py`` (official outputs on seeded inputs with
 the suite's parameters) fed to the suite's block, router and gating function."""
 
 import contextlib
@@ -9,8 +9,9 @@ import pytest
 import torch
 
 from benchmarks.backbone.mlp_adapters import noisy_top_k_gates
-from benchmarks.tools.official_goldens.golden import load_golden
-from benchmarks.tools.official_goldens.moe_adapters_repo import (
+from strategies.methods.moe4cl import MOE4CLConfig
+from tests.official.goldens.golden import load_golden
+from tests.official.goldens.moe_adapters_repo import (
     BATCH,
     EXPERTS,
     MODES,
@@ -19,7 +20,6 @@ from benchmarks.tools.official_goldens.moe_adapters_repo import (
     suite_block,
     suite_router,
 )
-from strategies.methods.moe4cl import MOE4CLConfig
 from tests.official.helpers import GivenMask, close
 
 ATOL = 1e-5  # float32 rounding: the official block runs length-first, nn.MultiheadAttention on permuted

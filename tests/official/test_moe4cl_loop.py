@@ -13,11 +13,11 @@ tensor (checked here), so the suite's 40 steps are compared with the official fi
 import pytest
 import torch
 
-from benchmarks.tools.official_goldens.golden import load_golden
-from benchmarks.tools.official_goldens.moe_loop import BATCH, SEED, TASKS, suite_strategy, trained
 from strategies.methods.moe4cl import MOE4CLConfig
 from strategies.optim import build_scheduler
 from tests.official import loop_helpers as shared
+from tests.official.goldens.golden import load_golden
+from tests.official.goldens.moe_loop import BATCH, SEED, TASKS, suite_strategy, trained
 
 # The same modules and draws, float32 operations in another order (prompt preparation, the
 # official forward around the suite's towers), over 6 Adam steps a task of lr up to 2e-4. The

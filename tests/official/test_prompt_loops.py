@@ -1,6 +1,6 @@
 """L2P++, DualPrompt and CODA-Prompt's training loops against the official CODA-Prompt code
 (GT-RIPL/CODA-Prompt, ``NormalNN.learn_batch`` with the ``Prompt`` learners; fixtures
-``{l2p_pp,dualprompt,coda_prompt}.loop`` of ``benchmarks/tools/official_goldens/prompt_loops.py``).
+``{l2p_pp,dualprompt,coda_prompt}.loop`` of ``tests/official/goldens/prompt_loops.py``).
 
 The suite's strategy trains through its own ``learn`` (Avalanche's loop, the suite's Adam, CODA cosine
 and loss) on the fixture's batches in the fixture's order, 2 tasks x 3 epochs x 2 steps; after every
@@ -18,8 +18,8 @@ test's failure message and in docs/baselines.md §16.
 import pytest
 import torch
 
-from benchmarks.tools.official_goldens.golden import load_golden
-from benchmarks.tools.official_goldens.prompt_loops import (
+from tests.official.goldens.golden import load_golden
+from tests.official.goldens.prompt_loops import (
     CONFIGS,
     EPOCHS,
     SEEDS,
@@ -29,7 +29,7 @@ from benchmarks.tools.official_goldens.prompt_loops import (
     strategy_class,
     suite_tensors,
 )
-from benchmarks.tools.official_goldens.suite_loop import StepRecord, run_suite_loop
+from tests.official.goldens.suite_loop import StepRecord, run_suite_loop
 from tests.official.loop_helpers import exceeded, extra_scheduler_step, record_differences
 
 METHODS = ["l2p_pp", "dualprompt", "coda_prompt"]
@@ -80,7 +80,7 @@ def replayed_draws(strategy, draws: dict[str, torch.Tensor]) -> None:
 def suite_loop(method: str, tensors: dict, perturb=None, **changes) -> dict[str, float]:
     """Train the suite's ``method`` on the fixture's batches; the largest |suite - official| of each
     compared quantity. ``changes``: config options; ``perturb(strategy)``: anything else."""
-    from benchmarks.tools.official_goldens.coda_prompt_repo import suite_strategy
+    from tests.official.goldens.coda_prompt_repo import suite_strategy
 
     cls = strategy_class(method)
     holder: dict = {}

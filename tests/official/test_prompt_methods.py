@@ -1,5 +1,5 @@
 """The suite's prompt methods against the official CODA-Prompt code (GT-RIPL/CODA-Prompt), by
-execution: the fixtures of ``benchmarks/tools/official_goldens/coda_prompt_{repo,method}.py`` hold seeded
+execution: the fixtures of ``tests/official/goldens/coda_prompt_{repo,method}.py`` hold seeded
 inputs, the suite's parameters and the official outputs and gradients; here the suite's components
 get the same inputs and parameters and must give the same outputs, losses, gradients of every
 trainable tensor, selections (exactly) and state across tasks.
@@ -13,8 +13,11 @@ import pytest
 import torch
 
 from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
-from benchmarks.tools.official_goldens.coda_prompt_method import CODA_CLASSES, CODA_CONFIG, CODA_TASKS
-from benchmarks.tools.official_goldens.coda_prompt_repo import (
+from strategies.methods.coda_prompt import CodaPrompt, component_weights
+from strategies.methods.dualprompt import DualPrompt
+from strategies.methods.l2p_pp import L2PPlusPlus
+from tests.official.goldens.coda_prompt_method import CODA_CLASSES, CODA_CONFIG, CODA_TASKS
+from tests.official.goldens.coda_prompt_repo import (
     DUAL_CONFIG,
     DUAL_TASK,
     L2P_CONFIG,
@@ -22,10 +25,7 @@ from benchmarks.tools.official_goldens.coda_prompt_repo import (
     start_task,
     suite_strategy,
 )
-from benchmarks.tools.official_goldens.golden import load_golden
-from strategies.methods.coda_prompt import CodaPrompt, component_weights
-from strategies.methods.dualprompt import DualPrompt
-from strategies.methods.l2p_pp import L2PPlusPlus
+from tests.official.goldens.golden import load_golden
 
 ATTENTION_ATOL = 1e-6  # float32: SDPA against q k^T softmax v over 128-wide rows, outputs of size ~1
 ATTENTION_GRAD_ATOL = 1e-5  # float32: gradients of size up to ~12, sums over 3 x 5 tokens of 128-wide rows

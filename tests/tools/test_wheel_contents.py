@@ -1,7 +1,6 @@
-"""The installed package leaves out the official goldens' generation (``pyproject.toml`` excludes
-``benchmarks.tools.official_goldens``): the wheel built from this tree does not hold it, and no module
-that is installed imports it. It runs from a source checkout, where ``tests/official`` reads its
-fixtures (docs/baselines.md §16)."""
+"""The installed package leaves out the official goldens' generation, which lives beside the tests
+that read its fixtures (``tests/official/goldens/``, docs/baselines.md §16): the wheel built from
+this tree holds no test, and no module that is installed imports the goldens."""
 
 import ast
 import shutil
@@ -14,8 +13,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 PACKAGES = ("benchmarks", "strategies", "analysis")
-GOLDENS = "benchmarks.tools.official_goldens"
-GOLDENS_FOLDER = ROOT / "benchmarks" / "tools" / "official_goldens"
+GOLDENS = "tests.official.goldens"
 
 
 @pytest.mark.slow
@@ -36,8 +34,8 @@ def test_the_wheel_holds_the_package_but_not_the_golden_generation(tmp_path):
     assert built.returncode == 0, built.stderr[-2000:]
     (wheel,) = (source / "dist").glob("*.whl")
     shipped = zipfile.ZipFile(wheel).namelist()
-    assert not [name for name in shipped if "official_goldens" in name]
-    # what the exclusion must not take with it: the rest of the tools and the packages' data
+    assert not [name for name in shipped if name.startswith("tests/") or "goldens" in name]
+    # what the wheel must hold: the tools and the packages' data
     for kept in ("benchmarks/tools/speed.py", "benchmarks/tools/__init__.py", "strategies/registry.py"):
         assert kept in shipped
     assert any(name.startswith("benchmarks/suites/") and name.endswith(".toml") for name in shipped)
@@ -59,12 +57,7 @@ def _imported_modules(path: Path) -> set[str]:
 
 
 def test_no_installed_module_imports_the_golden_generation():
-    installed = [
-        path
-        for package in PACKAGES
-        for path in (ROOT / package).rglob("*.py")
-        if GOLDENS_FOLDER not in path.parents
-    ]
+    installed = [path for package in PACKAGES for path in (ROOT / package).rglob("*.py")]
     assert len(installed) > 50
     importers = [
         f"{path.relative_to(ROOT)} imports {module}"
@@ -80,10 +73,10 @@ def test_the_check_finds_an_import_of_the_goldens(tmp_path):
     path = tmp_path / "probe.py"
     path.write_text(
         "import importlib\n\n\ndef f():\n"
-        "    from benchmarks.tools.official_goldens.golden import load_golden\n"
-        "    return importlib.import_module('benchmarks.tools.official_goldens.clap4clip_repo')\n"
+        "    from tests.official.goldens.golden import load_golden\n"
+        "    return importlib.import_module('tests.official.goldens.clap4clip_repo')\n"
     )
     assert {
-        "benchmarks.tools.official_goldens.golden",
-        "benchmarks.tools.official_goldens.clap4clip_repo",
+        "tests.official.goldens.golden",
+        "tests.official.goldens.clap4clip_repo",
     } <= _imported_modules(path)

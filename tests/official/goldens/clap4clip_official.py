@@ -31,7 +31,7 @@ from unittest import mock
 import torch
 from torch import nn
 
-from benchmarks.tools.official_goldens.clap4clip_cases import (
+from tests.official.goldens.clap4clip_cases import (
     DIM,
     ENCODERS,
     Case,
@@ -39,7 +39,7 @@ from benchmarks.tools.official_goldens.clap4clip_cases import (
     official_name,
     suite_name,
 )
-from benchmarks.tools.official_goldens.golden import official_import_path, stub_module
+from tests.official.goldens.golden import official_import_path, stub_module
 
 # The README's command for CLAP4CLIP with hand-crafted prompts (the run behind docs/baselines.md §13).
 README_COMMAND = (

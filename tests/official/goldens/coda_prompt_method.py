@@ -12,8 +12,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from benchmarks.tools.official_goldens import component
-from benchmarks.tools.official_goldens.coda_prompt_repo import (
+from tests.official.goldens import component
+from tests.official.goldens.coda_prompt_repo import (
     BATCH,
     CODA,
     LAYERS,
@@ -27,7 +27,7 @@ from benchmarks.tools.official_goldens.coda_prompt_repo import (
     start_task,
     suite_strategy,
 )
-from benchmarks.tools.official_goldens.golden import Golden, looks_trained
+from tests.official.goldens.golden import Golden, looks_trained
 
 CODA_CONFIG = dict(components=6, prompt_length=4, prompt_layers=[0, 1, 2, 3])
 CODA_CLASSES = 6  # 3 tasks of 2 classes: 2 components per task

@@ -39,8 +39,8 @@ from torch import nn
 from benchmarks.backbone import TINY_MODEL
 from benchmarks.backbone.loading import SYNTHETIC_WEIGHTS
 from benchmarks.data.units.cifar100 import CIFAR100_CLASSES
-from benchmarks.tools.official_goldens import component
-from benchmarks.tools.official_goldens.golden import Golden, Official, official_import_path, stub_module
+from tests.official.goldens import component
+from tests.official.goldens.golden import Golden, Official, official_import_path, stub_module
 
 OFFICIAL = Official(
     repository="vgthengane/Continual-CLIP",
@@ -53,7 +53,7 @@ OPENAI_CLIP = Official(
 )
 CONFIG = "configs/class/cifar100_10-10.yaml"
 CLASS_ORDER = "class_orders/cifar100.yaml"
-TINY_CONFIG = Path(__file__).resolve().parents[2] / "model_configs" / f"{TINY_MODEL}.json"
+TINY_CONFIG = Path(__file__).resolve().parents[3] / "benchmarks" / "model_configs" / f"{TINY_MODEL}.json"
 SEED = 51
 BATCH = 8
 

@@ -1,4 +1,4 @@
-"""``python -m benchmarks.tools.official_goldens --official-root DIR [--components a,b] [--out DIR]``."""
+"""``python -m tests.official.goldens --official-root DIR [--components a,b] [--out DIR]``."""
 
 from __future__ import annotations
 
@@ -9,13 +9,13 @@ import torch
 from tqdm.auto import tqdm
 
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
-from benchmarks.tools.official_goldens import components
-from benchmarks.tools.official_goldens.golden import FIXTURES, save_golden
+from tests.official.goldens import components
+from tests.official.goldens.golden import FIXTURES, save_golden
 
 
 @one_line_user_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = CommandParser(prog="python -m benchmarks.tools.official_goldens", description=__doc__)
+    parser = CommandParser(prog="python -m tests.official.goldens", description=__doc__)
     parser.add_argument("--official-root", help="folder of the official checkouts (required unless --list)")
     parser.add_argument("--components", help="comma-separated subset (default: all)")
     parser.add_argument("--out", default=str(FIXTURES), help=f"fixture folder (default {FIXTURES})")

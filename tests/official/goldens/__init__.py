@@ -1,6 +1,6 @@
 """Golden outputs of the baselines' official code, for the suite's tests to compare against.
 
-``python -m benchmarks.tools.official_goldens --official-root DIR`` imports the official modules from
+``python -m tests.official.goldens --official-root DIR`` imports the official modules from
 local checkouts under DIR (each at the commit pinned in its module here), runs each component on
 seeded inputs, with parameters copied from the suite's own module, and writes the official outputs
 to ``tests/official/fixtures/<component>.safetensors`` (``golden.py`` says what a fixture holds).
@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from benchmarks.core.registry import Registry
-from benchmarks.tools.official_goldens.golden import Golden, Official
+from tests.official.goldens.golden import Golden, Official
 
 
 class Component(NamedTuple):

@@ -26,9 +26,9 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from benchmarks.tools.official_goldens import component
-from benchmarks.tools.official_goldens.coda_prompt_method import keep_draws
-from benchmarks.tools.official_goldens.coda_prompt_repo import (
+from tests.official.goldens import component
+from tests.official.goldens.coda_prompt_method import keep_draws
+from tests.official.goldens.coda_prompt_repo import (
     CODA,
     TIMM_STUBS,
     TorchCallRecorder,
@@ -36,8 +36,8 @@ from benchmarks.tools.official_goldens.coda_prompt_repo import (
     suite_strategy,
     timm_stubs,
 )
-from benchmarks.tools.official_goldens.golden import Golden, official_import_path, stub_module
-from benchmarks.tools.official_goldens.suite_loop import EpochBatches
+from tests.official.goldens.golden import Golden, official_import_path, stub_module
+from tests.official.goldens.suite_loop import EpochBatches
 
 TASKS = [[0, 1], [2, 3]]
 EPOCHS, STEPS, BATCH, TEST, IMAGE = 3, 2, 4, 6, 32  # 6 steps a task; the schedule moves every 2

@@ -25,10 +25,10 @@ from types import SimpleNamespace
 import open_clip
 import torch
 
-from benchmarks.tools.official_goldens import component
-from benchmarks.tools.official_goldens import loop as shared
-from benchmarks.tools.official_goldens.golden import Golden, official_import_path, stub_module
-from benchmarks.tools.official_goldens.magmax_repo import MAGMAX, _full_pickle_load
+from tests.official.goldens import component
+from tests.official.goldens import loop as shared
+from tests.official.goldens.golden import Golden, official_import_path, stub_module
+from tests.official.goldens.magmax_repo import MAGMAX, _full_pickle_load
 
 SEED, TASKS, N_TEST = shared.SEED, shared.TASKS, shared.N_TEST  # the loops' common split
 STEPS = 5  # batches a task (one epoch)
@@ -180,7 +180,7 @@ def loop(checkout: Path) -> Golden:
             f"hyper-parameters {LOOP} (the recipe's but lr and warm-up, module docstring), 1 epoch of "
             f"{STEPS} batches a task. output.task{{t}}.step{{s}}: the CE loss, the lr of each param group "
             "as the step used it (cosine_lr sets it before the step), and the fingerprint "
-            "(benchmarks/tools/official_goldens/loop.py) of each visual tensor's change from the "
+            "(tests/official/goldens/loop.py) of each visual tensor's change from the "
             "pretrained weights after the step. output.task{t}.scores: the merged model "
             "(theta_0 + 0.5 merge_max_abs(tau_1..tau_t+1)) on input.test_x against the head of the "
             "classes seen so far."

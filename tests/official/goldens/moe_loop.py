@@ -25,10 +25,10 @@ from types import SimpleNamespace
 import torch
 from torch import nn
 
-from benchmarks.tools.official_goldens import component
-from benchmarks.tools.official_goldens import loop as shared
-from benchmarks.tools.official_goldens.golden import Golden, official_import_path, stub_module
-from benchmarks.tools.official_goldens.moe_adapters_repo import OFFICIAL
+from tests.official.goldens import component
+from tests.official.goldens import loop as shared
+from tests.official.goldens.golden import Golden, official_import_path, stub_module
+from tests.official.goldens.moe_adapters_repo import OFFICIAL
 
 SEED, TASKS, N_TEST = shared.SEED, shared.TASKS, shared.N_TEST  # the loops' common split
 STEPS = 40  # batches a task; the official loop takes one more iteration (batch 0 again)

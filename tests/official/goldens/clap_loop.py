@@ -25,8 +25,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.tools.official_goldens import component
-from benchmarks.tools.official_goldens.clap4clip_cases import (
+from tests.official.goldens import component
+from tests.official.goldens.clap4clip_cases import (
     DIM,
     Case,
     official_name,
@@ -34,9 +34,9 @@ from benchmarks.tools.official_goldens.clap4clip_cases import (
     suite_name,
     suite_parameters,
 )
-from benchmarks.tools.official_goldens.clap4clip_official import LOADING, official_variational
-from benchmarks.tools.official_goldens.clap4clip_repo import OFFICIAL
-from benchmarks.tools.official_goldens.golden import Golden
+from tests.official.goldens.clap4clip_official import LOADING, official_variational
+from tests.official.goldens.clap4clip_repo import OFFICIAL
+from tests.official.goldens.golden import Golden
 
 CASE = Case(seed=71, task_sizes=(2, 2), batch=4, samples=3, templates=4)
 EPOCHS, TEST = 5, 5  # the official 5 epochs, one batch each: 5 steps a task, 30 % (1 step) warm-up

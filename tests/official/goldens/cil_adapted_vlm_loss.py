@@ -17,8 +17,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
-from benchmarks.tools.official_goldens import component
-from benchmarks.tools.official_goldens.cil_adapted_vlm_repo import (
+from tests.official.goldens import component
+from tests.official.goldens.cil_adapted_vlm_repo import (
     CIL_ADAPTED_VLM,
     DIM,
     SEED,
@@ -26,7 +26,7 @@ from benchmarks.tools.official_goldens.cil_adapted_vlm_repo import (
     official_modules,
     on_cpu,
 )
-from benchmarks.tools.official_goldens.golden import Golden, looks_trained
+from tests.official.goldens.golden import Golden, looks_trained
 
 LOSS_CLASSES, LOSS_BATCHES = 3, (4, 2)  # classes per task; the batch sizes of the two steps
 

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.tools.official_goldens import component
-from benchmarks.tools.official_goldens.clap4clip_cases import (
+from tests.official.goldens import component
+from tests.official.goldens.clap4clip_cases import (
     DIM,
     ENCODERS,
     LASP,
@@ -42,13 +42,13 @@ from benchmarks.tools.official_goldens.clap4clip_cases import (
     suite_clap,
     suite_parameters,
 )
-from benchmarks.tools.official_goldens.clap4clip_official import (
+from tests.official.goldens.clap4clip_official import (
     LOADING,
     OfficialRun,
     check_vga_structure,
     run_official,
 )
-from benchmarks.tools.official_goldens.golden import Golden, Official, looks_trained
+from tests.official.goldens.golden import Golden, Official, looks_trained
 
 OFFICIAL = Official(
     repository="srvCodes/clap4clip",

@@ -21,8 +21,8 @@ import open_clip
 import torch
 from torch import nn
 
-from benchmarks.tools.official_goldens import component
-from benchmarks.tools.official_goldens.golden import Golden, Official, official_import_path, stub_module
+from tests.official.goldens import component
+from tests.official.goldens.golden import Golden, Official, official_import_path, stub_module
 
 MAGMAX = Official("danielm1405/magmax", "4f49f18fb30216d3a0dbe4220b469a3273e45475", "magmax")
 

@@ -33,8 +33,8 @@ from open_clip.transformer import QuickGELU, Transformer
 from torch import nn
 
 from benchmarks.backbone.mlp_adapters import MLPAdapters, ParallelAdapter, Router
-from benchmarks.tools.official_goldens import component
-from benchmarks.tools.official_goldens.golden import (
+from tests.official.goldens import component
+from tests.official.goldens.golden import (
     Golden,
     Official,
     looks_trained,

@@ -22,15 +22,15 @@ import torch
 from torch import nn
 from torch.overrides import TorchFunctionMode
 
-from benchmarks.tools.official_goldens import component
-from benchmarks.tools.official_goldens.golden import (
+from strategies.settings import RunSettings
+from tests.official.goldens import component
+from tests.official.goldens.golden import (
     Golden,
     Official,
     looks_trained,
     official_import_path,
     stub_module,
 )
-from strategies.settings import RunSettings
 
 CODA = Official("GT-RIPL/CODA-Prompt", "6417d4f68754be68b697c7ca2323ee61e791e1a3", "CODA-Prompt")
 

@@ -25,7 +25,7 @@ from safetensors.torch import load_file, save_file
 
 from benchmarks.core.errors import UserError
 
-FIXTURES = Path(__file__).resolve().parents[3] / "tests" / "official" / "fixtures"
+FIXTURES = Path(__file__).resolve().parents[1] / "fixtures"
 ROLES = ("input", "param", "output", "grad", "state")
 
 

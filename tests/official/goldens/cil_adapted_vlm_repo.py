@@ -34,15 +34,15 @@ import torch
 from torch import nn
 
 from benchmarks.core.errors import UserError
-from benchmarks.tools.official_goldens import component
-from benchmarks.tools.official_goldens.golden import (
+from strategies.settings import RunSettings
+from tests.official.goldens import component
+from tests.official.goldens.golden import (
     Golden,
     Official,
     looks_trained,
     official_import_path,
     stub_module,
 )
-from strategies.settings import RunSettings
 
 CIL_ADAPTED_VLM = Official(
     "Fatflower/CIL_Adapted_VLM", "ae6bb9cce73ae9251bb7e82d0380b57a581fca7f", "CIL_Adapted_VLM"

@@ -31,15 +31,15 @@ from torch import nn
 from torch.optim.optimizer import register_optimizer_step_pre_hook
 from torch.utils.data import TensorDataset
 
-from benchmarks.tools.official_goldens import component
-from benchmarks.tools.official_goldens.golden import (
+from tests.official.goldens import component
+from tests.official.goldens.golden import (
     Golden,
     Official,
     looks_trained,
     official_import_path,
     stub_module,
 )
-from benchmarks.tools.official_goldens.mindthegap_runner import (
+from tests.official.goldens.mindthegap_runner import (
     TEMPLATE,
     StubCLIP,
     Tasks,

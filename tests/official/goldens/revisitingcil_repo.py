@@ -35,15 +35,16 @@ import torch.nn.functional as F
 from open_clip.transformer import QuickGELU
 from torch import nn
 
-from benchmarks.tools.official_goldens import component
-from benchmarks.tools.official_goldens.golden import (
+from strategies.methods.aper_adapter import AperConfig, CosineHead
+from tests.official.goldens import component
+from tests.official.goldens.golden import (
     Golden,
     Official,
     looks_trained,
     official_import_path,
     stub_module,
 )
-from benchmarks.tools.official_goldens.moe_adapters_repo import (
+from tests.official.goldens.moe_adapters_repo import (
     HEADS,
     TOKENS,
     WIDTH,
@@ -51,7 +52,6 @@ from benchmarks.tools.official_goldens.moe_adapters_repo import (
     _Draws,
     _Override,
 )
-from strategies.methods.aper_adapter import AperConfig, CosineHead
 
 OFFICIAL = Official(
     repository="zhoudw-zdw/RevisitingCIL",

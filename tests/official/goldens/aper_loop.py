@@ -24,10 +24,10 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from benchmarks.tools.official_goldens import component
-from benchmarks.tools.official_goldens import loop as shared
-from benchmarks.tools.official_goldens.golden import Golden
-from benchmarks.tools.official_goldens.revisitingcil_repo import OFFICIAL, _cuda_is_cpu, _official
+from tests.official.goldens import component
+from tests.official.goldens import loop as shared
+from tests.official.goldens.golden import Golden
+from tests.official.goldens.revisitingcil_repo import OFFICIAL, _cuda_is_cpu, _official
 
 SEED, TASKS, N_TEST = shared.SEED, shared.TASKS, shared.N_TEST  # the loops' common split
 STEPS = 5  # batches a task

@@ -14,7 +14,7 @@ import torch
 from torch import nn
 from torch.utils.data import ConcatDataset
 
-from benchmarks.tools.official_goldens.golden import stub_module
+from tests.official.goldens.golden import stub_module
 
 TEMPLATE = "a good photo of a {}."  # configs/class/*.yaml prompt_template
 
