@@ -1,6 +1,6 @@
 """Strategies under mixed precision, on the CPU: the towers run under autocast while features and
 every score stay fp32, and fp16's loss scaler skips overflowing steps without advancing the
-schedule. GR4CIL's own fp32 quantities are in ``test_gr4cil_precision.py``."""
+schedule. GR4CIL's own fp32 quantities are in ``methods/test_gr4cil_precision.py``."""
 
 import pytest
 import torch

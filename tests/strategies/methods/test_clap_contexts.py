@@ -7,7 +7,7 @@ import torch
 
 from strategies.methods.clap import CLAP
 from tests.helpers import strategy_and_stream
-from tests.strategies.test_clap import SUITE
+from tests.strategies.methods.test_clap import SUITE
 
 
 def _first_task(tmp_path, **options):
