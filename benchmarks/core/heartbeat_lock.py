@@ -151,6 +151,15 @@ class HeartbeatLock:
         self.took_over: Holder | None = None  # the stale holder replaced, if any
 
     def acquire(self) -> bool:
+        """Take the lock (True), or find it held by a live process (False). Interrupted part-way (a
+        SIGTERM raises in this thread), it leaves no lock file of its own behind."""
+        try:
+            return self._acquire()
+        except BaseException:
+            self.release()
+            raise
+
+    def _acquire(self) -> bool:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         for _ in range(3):  # a takeover race lost to another process ends in "held"
             if self._create():
@@ -176,22 +185,26 @@ class HeartbeatLock:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
-        command_pid, command_started = this_command()
-        with os.fdopen(fd, "w") as handle:
-            json.dump(
-                {
-                    "host": socket.gethostname(),
-                    "pid": os.getpid(),
-                    "job_id": self.job_id,
-                    "since": time.time(),
-                    "token": self.token,
-                    "command_pid": command_pid,
-                    "command_started": command_started,
-                },
-                handle,
-            )
-            handle.flush()
-            os.fsync(handle.fileno())
+        try:
+            command_pid, command_started = this_command()
+            with os.fdopen(fd, "w") as handle:
+                json.dump(
+                    {
+                        "host": socket.gethostname(),
+                        "pid": os.getpid(),
+                        "job_id": self.job_id,
+                        "since": time.time(),
+                        "token": self.token,
+                        "command_pid": command_pid,
+                        "command_started": command_started,
+                    },
+                    handle,
+                )
+                handle.flush()
+                os.fsync(handle.fileno())
+        except BaseException:  # this process created it a moment ago: a half-written lock is no lock
+            self.path.unlink(missing_ok=True)
+            raise
         return True
 
     def _start_heartbeat(self) -> None:

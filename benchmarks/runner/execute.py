@@ -98,10 +98,12 @@ def execute(
     if save_model:
         _check_save_model(spec, resolved)
     lock = store.lock(spec.key)
-    if not lock.acquire():
-        holder = read_holder(lock.path)
-        return None, f"skipped, running elsewhere ({holder.describe() if holder else 'locked'})"
-    try:
+    held = False
+    try:  # from the acquisition on: a SIGTERM landing as it returns still releases the lock
+        held = lock.acquire()
+        if not held:
+            holder = read_holder(lock.path)
+            return None, f"skipped, running elsewhere ({holder.describe() if holder else 'locked'})"
         _refuse_replacing(store, spec, resolved, force)  # another process may have stored it
         if not force and (done := store.finished(spec.key, cfg_hash)) is not None:
             result, status = done, "cached (finished by another process)"
@@ -124,11 +126,12 @@ def execute(
                 )
                 result, status = _compute(context)
     except (KeyboardInterrupt, SystemExit):  # stopped, not failed (SLURM's requeue exits this way)
-        lock.release()
+        lock.release()  # removes the lock file only where this process wrote it
         raise
     except BaseException as err:  # a user error says it all; anything else is named
-        message = str(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}"
-        lock.release(error=message.splitlines()[0] if message else type(err).__name__)
+        if held:
+            message = str(err) if isinstance(err, UserError) else f"{type(err).__name__}: {err}"
+            lock.release(error=message.splitlines()[0] if message else type(err).__name__)
         raise
     lock.release(finished=True)
     if lock.took_over is not None:

@@ -74,6 +74,60 @@ def test_the_heartbeat_refreshes_the_lock(tmp_path):
     lock.release()
 
 
+@pytest.mark.parametrize("where", ["writing the lock file", "starting the heartbeat"])
+def test_a_signal_during_the_acquisition_leaves_no_lock_behind(tmp_path, monkeypatch, where):
+    """SIGTERM raises in the main thread (``stop_on_sigterm``), at any point: in the middle of the
+    new lock file's JSON, or once the file is whole; either way no file of this process remains."""
+    from benchmarks.core import heartbeat_lock
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    if where == "writing the lock file":
+        monkeypatch.setattr(heartbeat_lock.json, "dump", interrupted)
+    else:
+        monkeypatch.setattr(heartbeat_lock.HeartbeatLock, "_start_heartbeat", interrupted)
+    lock = RunLock(tmp_path / "run.lock")
+    with pytest.raises(KeyboardInterrupt):
+        lock.acquire()
+    assert not lock.path.exists() and lock._thread is None
+    monkeypatch.undo()
+    assert RunLock(lock.path).acquire()  # free for the next command at once, not after going stale
+
+
+def test_an_interrupted_acquisition_leaves_another_holders_lock_alone(tmp_path, monkeypatch):
+    from benchmarks.core import heartbeat_lock
+
+    path = tmp_path / "run.lock"
+    _write_lock(path, "another-node", 4242)
+
+    def interrupted(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(heartbeat_lock, "read_holder", interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        RunLock(path).acquire()
+    assert json.loads(path.read_text())["pid"] == 4242
+
+
+def test_a_signal_as_the_lock_is_taken_releases_it(tmp_path, monkeypatch):
+    """The SIGTERM a killed launcher sends its workers can land just as ``acquire`` returns: the
+    runner still releases the lock, so the rerun finds the run free (the local launcher's kill -9
+    case, tests/runner/test_locks_and_workers.py, once left a worker's lock there)."""
+    real = RunLock.acquire
+
+    def taken_then_interrupted(self):
+        assert real(self) and self.path.exists()
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(RunLock, "acquire", taken_then_interrupted)
+    assert _run(tmp_path) == 130
+    store = ResultStore(tmp_path / "results")
+    assert not store.lock(KEY).path.exists() and not store.lock(KEY).error_path.exists()
+    monkeypatch.undo()
+    assert _run(tmp_path) == 0 and status.run_state(store, KEY).state == "finished"
+
+
 def _run(tmp_path, *extra):
     suite = tmp_path / "suite.toml"
     suite.write_text(SUITE)
