@@ -277,7 +277,9 @@ def run_suite(args: argparse.Namespace, argv: list[str] | None = None) -> int:
             rates = _gpu_rates(args, suite, results_dir)
             print(dry_run_table(runs, store, args.data_root, rates, reuse_from))
             return 0
-        preflight(runs, args.data_root, store=store, force=args.force, save_models=args.save_models)
+        resolved = preflight(
+            runs, args.data_root, store=store, force=args.force, save_models=args.save_models
+        )
         bars = not args.quiet and sys.stderr.isatty()  # a log file gets one line per task instead
         options = RunOptions(
             data_root=args.data_root,
@@ -304,13 +306,11 @@ def run_suite(args: argparse.Namespace, argv: list[str] | None = None) -> int:
                 file=sys.stderr,
             )
         for label, dataset in dict.fromkeys((s.label, s.dataset) for s in runs if ":" in s.strategy):
-            spec = next(s for s in runs if (s.label, s.dataset) == (label, dataset))
+            run = next(r for r in resolved if (r.spec.label, r.spec.dataset) == (label, dataset))
             # an outside strategy: say what the suite's protocol gave it (docs/adding-a-strategy.md)
-            print(
-                settings_from_the_suite(label, dataset, resolve(spec, args.data_root).config), file=sys.stderr
-            )
+            print(settings_from_the_suite(label, dataset, run.config), file=sys.stderr)
         outcome = _launcher(launcher, args, argv, count, slurm_options, suite["name"]).launch(
-            runs, store, options
+            resolved, store, options
         )
         if not outcome.show_table:
             return outcome.code

@@ -245,7 +245,8 @@ def tune_strategy(args, suite, label, dimensions, storage, results_dir) -> Any:
         results = []
         for spec in trial_runs(args, suite, label, params):
             try:
-                result, status = execute(spec, store, args.data_root, show_progress=False)
+                run = resolve(spec, args.data_root)
+                result, status = execute(run, store, args.data_root, show_progress=False)
             except UserError as err:  # a value that breaks the run (a diverging loss): a failed trial
                 trial.set_user_attr(TRIAL_ERROR, str(err))
                 print(f"{label}: trial {trial.number} {params} failed: {err}", file=sys.stderr)
@@ -392,10 +393,7 @@ def run_tune(args: argparse.Namespace, argv: list[str] | None) -> int:
         results_dir = Path(args.results_dir or Path("runs") / "tune" / suite["name"])
         for label in args.strategies:  # every mistake before the first trial: the ends of each range
             lows = {d.name: d.choices[0] if d.choices else d.low for d in space[label]}
-            runs = trial_runs(args, suite, label, lows)
-            for spec in runs:
-                resolve(spec, args.data_root)
-            preflight(runs, args.data_root)
+            preflight(trial_runs(args, suite, label, lows), args.data_root)
         storage = storage_of(args, results_dir)
         studies = {
             label: tune_strategy(args, suite, label, space[label], storage, results_dir)

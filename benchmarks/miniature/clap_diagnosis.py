@@ -53,7 +53,7 @@ def build(seed: int, epochs: int | None, suite: str = "smoke-baselines", n_tasks
         resolved = dataclasses.replace(
             resolved, strategy_cfg=dataclasses.replace(resolved.strategy_cfg, epochs=epochs)
         )
-    built = build_run(spec, "data", resolved=resolved)
+    built = build_run(resolved, "data")
     clap, stream = built.strategy, built.stream
     features = clap.frozen_features(stream.test_set, "test", None).float()
     return clap, stream, features, torch.tensor(stream.test_targets)

@@ -203,11 +203,12 @@ def joint_finetune_accuracy(
 ) -> tuple[float, int]:
     """Accuracy (%) of ``spec`` (a one-task run) as the suite runner computes it, cached in
     ``results_dir``, and the epochs it trained (after the suite's ``epoch_scale``)."""
-    from benchmarks.runner.execute import (
-        execute,
-    )  # the runner pulls in Avalanche; only this measurement needs it
+    # the runner pulls in Avalanche; only this measurement needs it
+    from benchmarks.runner.building import resolve
+    from benchmarks.runner.execute import execute
 
-    result, _ = execute(spec, ResultStore(results_dir), data_root=".", show_progress=show_progress)
+    resolved = resolve(spec, ".")
+    result, _ = execute(resolved, ResultStore(results_dir), data_root=".", show_progress=show_progress)
     if result is None:  # another process holds the run
         raise UserError(f"{spec.key}: computed by another process now; rerun when it has finished")
     return result.stages[-1].acc, result.config["strategy_config"]["epochs"]

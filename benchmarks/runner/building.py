@@ -288,10 +288,9 @@ class BuiltRun:
 
 
 def build_run(
-    spec: RunSpec,
+    resolved: ResolvedRun,
     data_root: str,
     *,
-    resolved: ResolvedRun | None = None,
     show_progress: bool = False,
     plugins=(),
 ) -> BuiltRun:
@@ -301,8 +300,7 @@ def build_run(
     ``resolved``: ``resolve(spec, data_root)``, or a changed copy of it (a tool's shorter recipe,
     ``dataclasses.replace``); ``plugins``: Avalanche plugins attached before the suite's own (the
     live log, a tool's timer). The run's limits apply to the stream and the strategy's training passes."""
-    resolved = resolved or resolve(spec, data_root)
-    strategy_cfg = resolved.strategy_cfg
+    spec, strategy_cfg = resolved.spec, resolved.strategy_cfg
     data = load_run_data(spec, data_root)
     class_order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
     set_deterministic(spec.deterministic)

@@ -34,12 +34,13 @@ def preflight(
     store: ResultStore | None = None,
     force: bool = False,
     save_models: bool = False,
-) -> None:
+) -> list[ResolvedRun]:
     """Check every run's strategy, options, data, class order, task count and weights up front,
     so that a mistake stops the suite before any long work instead of in the middle of it. With
     ``store``: no run may replace a stored result unsaid (``ResultStore.refusal``: a newer schema,
     another label sharing the folder, another config without ``force``); with ``save_models``:
-    every run's strategy can save its model."""
+    every run's strategy can save its model. Returns the runs resolved, in order: what the
+    launchers and ``execute`` take, so no run is resolved twice."""
     folders: dict[tuple[str, str], str] = {}
     for spec in runs:  # two labels, one folder (a:b and a_b): each run would overwrite the other
         folder = safe_label(spec.label)
@@ -48,12 +49,14 @@ def preflight(
                 f"runs {other!r} and {spec.label!r} would share the result folder {folder!r}; "
                 "rename one of the variants"
             )
+    resolved_runs = []
     for spec in runs:
         resolved = resolve(spec, data_root)
+        resolved_runs.append(resolved)
         if save_models:
-            _check_save_model(spec, resolved)
+            _check_save_model(resolved)
         if store is not None:  # before any run computes, not when the run comes up
-            _refuse_replacing(store, spec, resolved, force)
+            _refuse_replacing(store, resolved, force)
         data = load_run_data(spec, data_root)
         order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
         split_classes(order, spec.tasks, spec.dataset)
@@ -67,10 +70,11 @@ def preflight(
             zero_shot_target(target, data_root)
     for backbone in {backbone_spec(spec) for spec in runs}:
         check_weights(backbone)
+    return resolved_runs
 
 
 def execute(
-    spec: RunSpec,
+    resolved: ResolvedRun,
     store: ResultStore,
     data_root: str,
     *,
@@ -83,20 +87,20 @@ def execute(
     threads: Threads = "auto",
     reuse_from: tuple[str, ...] = (),
 ) -> tuple[RunResult | None, str]:
-    """Run (or resume, or skip) one run under its lock. Returns its result and what happened; the
-    result is None when another process holds the run's lock. ``show_progress``: progress bars;
+    """Run (or resume, or skip) one run (``resolved``: as ``preflight`` returns it) under its lock.
+    Returns its result and what happened; the result is None when another process holds the run's
+    lock. ``show_progress``: progress bars;
     ``task_lines``: one line on stderr per finished task instead (a log that is not a terminal);
     ``log``: the live logs to write (``benchmarks.runner.live_log``), ``project`` naming the W&B
     project; ``threads``: the setting the caller gave ``set_threads``, recorded in the result;
     ``reuse_from``: other results folders whose finished result of this config is copied here
     instead of computed (``ResultStore.reuse``; not with ``force`` or ``save_model``)."""
-    resolved = resolve(spec, data_root)
-    cfg_hash = resolved.config_hash
-    _refuse_replacing(store, spec, resolved, force)
+    spec, cfg_hash = resolved.spec, resolved.config_hash
+    _refuse_replacing(store, resolved, force)
     if not force and (done := store.finished(spec.key, cfg_hash)) is not None:
         return done, "cached"
     if save_model:
-        _check_save_model(spec, resolved)
+        _check_save_model(resolved)
     lock = store.lock(spec.key)
     held = False
     try:  # from the acquisition on: a SIGTERM landing as it returns still releases the lock
@@ -104,7 +108,7 @@ def execute(
         if not held:
             holder = read_holder(lock.path)
             return None, f"skipped, running elsewhere ({holder.describe() if holder else 'locked'})"
-        _refuse_replacing(store, spec, resolved, force)  # another process may have stored it
+        _refuse_replacing(store, resolved, force)  # another process may have stored it
         if not force and (done := store.finished(spec.key, cfg_hash)) is not None:
             result, status = done, "cached (finished by another process)"
         elif not (force or save_model) and (found := store.reuse(spec.key, cfg_hash, reuse_from)):
@@ -113,10 +117,9 @@ def execute(
             live = LiveLog(log, store.root, spec.key, {**resolved.config, "suite": project}) if log else None
             with live or contextlib.nullcontext():
                 context = RunContext(
-                    spec,
+                    resolved,
                     store,
                     data_root,
-                    resolved,
                     force=force,
                     show_progress=show_progress,
                     task_lines=task_lines,
@@ -139,16 +142,18 @@ def execute(
     return result, status
 
 
-def _refuse_replacing(store: ResultStore, spec: RunSpec, resolved: ResolvedRun, force: bool) -> None:
-    """One line, and no run, where computing ``spec`` would replace its stored result unsaid."""
-    if (why := store.refusal(spec.key, resolved.config_hash, force, resolved.config)) is not None:
+def _refuse_replacing(store: ResultStore, resolved: ResolvedRun, force: bool) -> None:
+    """One line, and no run, where computing the run would replace its stored result unsaid."""
+    key = resolved.spec.key
+    if (why := store.refusal(key, resolved.config_hash, force, resolved.config)) is not None:
         raise UserError(why)
 
 
-def _check_save_model(spec: RunSpec, resolved: ResolvedRun) -> None:
+def _check_save_model(resolved: ResolvedRun) -> None:
     if not hasattr(resolved.strategy_cls, "save_model"):
         raise UserError(
-            f"{spec.strategy} has no save_model, so --save-models cannot keep its model; drop the flag"
+            f"{resolved.spec.strategy} has no save_model, so --save-models cannot keep its model; "
+            "drop the flag"
         )
 
 
@@ -157,9 +162,8 @@ def _compute(context: RunContext) -> tuple[RunResult, str]:
     evaluate and store it (``benchmarks.runner.learning``)."""
     log_plugin = training_log(context, context.resolved.strategy_cls)
     built = build_run(
-        context.spec,
+        context.resolved,
         context.data_root,
-        resolved=context.resolved,
         show_progress=context.show_progress,
         plugins=[log_plugin] if log_plugin is not None else (),
     )

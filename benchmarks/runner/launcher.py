@@ -4,9 +4,10 @@
 * ``LocalLauncher`` (``benchmarks.runner.local_launcher``): worker processes on this machine.
 * ``SlurmLauncher`` (``benchmarks.runner.slurm_launcher``): one SLURM job per run, as a job array.
 
-Each takes the runs (plain-data ``RunSpec``s), the results store and the ``RunOptions``, and
-returns an ``Outcome``; the command line (``benchmarks.run``) prints the results table from it,
-in one place, whichever launcher ran the runs.
+Each takes the runs as ``preflight`` resolved them (``ResolvedRun``s: a worker process or a SLURM
+job is handed their plain-data ``RunSpec``s and resolves them there), the results store and the
+``RunOptions``, and returns an ``Outcome``; the command line (``benchmarks.run``) prints the
+results table from it, in one place, whichever launcher ran the runs.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from tqdm.auto import tqdm
 
@@ -30,7 +31,9 @@ from benchmarks.core.errors import UserError
 from benchmarks.core.heartbeat_lock import read_holder, this_command
 from benchmarks.runner.results import ResultStore, RunKey, RunResult
 from benchmarks.runner.suite_progress import SuiteProgress
-from benchmarks.runner.suites import RunSpec
+
+if TYPE_CHECKING:  # the launchers' module stays light: building imports torch, open_clip, Avalanche
+    from benchmarks.runner.building import ResolvedRun
 
 
 @dataclass(frozen=True)
@@ -76,7 +79,7 @@ def nothing_finished(outcome: Outcome) -> str:
 
 
 class Launcher(Protocol):
-    def launch(self, runs: list[RunSpec], store: ResultStore, options: RunOptions) -> Outcome: ...
+    def launch(self, runs: list[ResolvedRun], store: ResultStore, options: RunOptions) -> Outcome: ...
 
 
 def run_log_path(store: ResultStore, key: RunKey) -> Path:
@@ -205,17 +208,18 @@ class InlineLauncher:
     (that process computes it: ``held_elsewhere`` names it, and it is no error); the outcome lists
     the runs finished here or found finished."""
 
-    def launch(self, runs: list[RunSpec], store: ResultStore, options: RunOptions) -> Outcome:
+    def launch(self, runs: list[ResolvedRun], store: ResultStore, options: RunOptions) -> Outcome:
         from benchmarks.runner.execute import execute  # pulls in torch, Avalanche and the strategies
 
         finished, held = [], []
-        progress = SuiteProgress(runs)
-        for spec in tqdm(runs, desc=f"suite {options.suite_name}", disable=options.quiet):
+        progress = SuiteProgress([run.spec for run in runs])
+        for run in tqdm(runs, desc=f"suite {options.suite_name}", disable=options.quiet):
+            spec = run.spec
             set_threads(options.threads, spec.device)
             began = time.monotonic()
             with run_log(store, spec.key) if options.run_logs else contextlib.nullcontext():
                 result, status = execute(
-                    spec,
+                    run,
                     store,
                     options.data_root,
                     force=options.force,

@@ -44,16 +44,20 @@ from strategies.contract import OptionalMembers, Strategy, evaluate
 class RunContext:
     """One run under way: what computing it needs besides its stream and strategy."""
 
-    spec: RunSpec
+    resolved: ResolvedRun  # the run resolved once (benchmarks.runner.building): its config and hash
     store: ResultStore
     data_root: str
-    resolved: ResolvedRun  # the run resolved once (benchmarks.runner.building): its config and hash
     force: bool = False
     show_progress: bool = True
     task_lines: bool = False
     save_model: bool = False
     live: LiveLog | None = None  # the run's live log (benchmarks.runner.live_log), if any
     threads: Threads = "auto"  # the run's thread setting (``set_threads``), recorded in its env
+
+    @property
+    def spec(self) -> RunSpec:
+        """The run as the suite expanded it (``resolved.spec``)."""
+        return self.resolved.spec
 
 
 def training_log(context: RunContext, strategy_cls: type) -> TrainingLog | None:

@@ -35,7 +35,7 @@ import signal
 import subprocess
 import sys
 import time
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 from tqdm.auto import tqdm
 
@@ -54,6 +54,9 @@ from benchmarks.runner.results import ResultStore, reuse_under_lock, reused_stat
 from benchmarks.runner.status import RunState, run_state
 from benchmarks.runner.suite_progress import SuiteProgress
 from benchmarks.runner.suites import RunSpec
+
+if TYPE_CHECKING:  # light until a run computes: building imports torch, open_clip, Avalanche
+    from benchmarks.runner.building import ResolvedRun
 
 POLL_SECONDS = 2.0
 STOP_SECONDS = 60.0  # how long terminated workers get to release their locks before they are killed
@@ -151,10 +154,9 @@ class LocalLauncher:
     def __init__(self, argv: list[str], workers: int, gpus: list[int] | None = None):
         self.argv, self.workers, self.gpus = argv, workers, gpus
 
-    def launch(self, runs: list[RunSpec], store: ResultStore, options: RunOptions) -> Outcome:
-        from benchmarks.runner.building import resolve
-
-        hashes = {spec.key: resolve(spec, options.data_root).config_hash for spec in runs}
+    def launch(self, resolved: list[ResolvedRun], store: ResultStore, options: RunOptions) -> Outcome:
+        runs = [run.spec for run in resolved]  # each worker expands and resolves them again, its own
+        hashes = {run.spec.key: run.config_hash for run in resolved}
         states = self._states(runs, store, hashes)
         if options.reuse_from and not (options.force or options.save_models):
             for spec, state in zip(runs, states, strict=True):

@@ -35,7 +35,7 @@ import time
 import warnings
 from dataclasses import dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import submitit
 from tqdm.auto import tqdm
@@ -46,6 +46,9 @@ from benchmarks.runner.results import ResultStore, RunKey
 from benchmarks.runner.slurm_jobs import SlurmView, cancel
 from benchmarks.runner.status import run_state, slurm_view
 from benchmarks.runner.suites import RunSpec
+
+if TYPE_CHECKING:  # light until a job computes: building imports torch, open_clip, Avalanche
+    from benchmarks.runner.building import ResolvedRun
 
 POLL_SECONDS = 10.0
 # What a job needs before SLURM's warning signal may come: Python, torch and the suite imported,
@@ -167,11 +170,12 @@ class SlurmRun(submitit.helpers.Checkpointable):
 
     def __call__(self, spec: RunSpec, results_dir: str, options: RunOptions) -> str:
         from benchmarks.core.environment import set_deterministic
+        from benchmarks.runner.building import resolve
 
         prepare_runner_process()
         if spec.deterministic:
             set_deterministic(True)  # before any CUDA work
-        InlineLauncher().launch([spec], ResultStore(results_dir), options)
+        InlineLauncher().launch([resolve(spec, options.data_root)], ResultStore(results_dir), options)
         return "done"
 
 
@@ -221,10 +225,9 @@ class SlurmLauncher:
     def __init__(self, options: SlurmOptions, job_name: str, wait: bool = True):
         self.options, self.job_name, self.wait = options, job_name, wait
 
-    def launch(self, runs: list[RunSpec], store: ResultStore, run_options: RunOptions) -> Outcome:
-        from benchmarks.runner.building import resolve
-
-        hashes = {spec.key: resolve(spec, run_options.data_root).config_hash for spec in runs}
+    def launch(self, resolved: list[ResolvedRun], store: ResultStore, run_options: RunOptions) -> Outcome:
+        runs = [run.spec for run in resolved]  # each job is handed its spec and resolves it there
+        hashes = {run.spec.key: run.config_hash for run in resolved}
         options, job_name, wait, quiet = self.options, self.job_name, self.wait, run_options.quiet
         # The job's view: absolute paths (it may start in another folder), no bars, a log per run.
         job_options = replace(

@@ -117,9 +117,9 @@ def measure_run(spec: RunSpec, data_root: str, results_dir: Path, options: Optio
     stages, then measure the reference beside it (module docstring)."""
     resolved = resolve(spec, data_root)
     timer = EpochTimer()
-    built = build_run(spec, data_root, resolved=resolved, plugins=[timer])
+    built = build_run(resolved, data_root, plugins=[timer])
     stream, strategy = built.stream, built.strategy
-    context = RunContext(spec, ResultStore(results_dir), data_root, resolved, show_progress=False)
+    context = RunContext(resolved, ResultStore(results_dir), data_root, show_progress=False)
     progress = RunProgress()
     start = time.perf_counter()
     learn_tasks(context, stream, strategy, progress)

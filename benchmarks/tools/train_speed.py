@@ -221,7 +221,7 @@ def _train(spec: RunSpec, resolved: ResolvedRun, timer: StepTimer, one_batch=Non
     """A fresh strategy and stream as the runner builds them (``resolved.strategy_cls`` trains on one
     batch when ``one_batch`` is given), trained on task 1 under ``timer``. Returns the strategy, the
     stream and a note if the training diverged."""
-    built = build_run(spec, DATA_ROOT, resolved=resolved, plugins=[timer])
+    built = build_run(resolved, DATA_ROOT, plugins=[timer])
     stream, strategy = built.stream, built.strategy
     if one_batch is not None:
         strategy.one_batch, strategy.timer = one_batch, timer

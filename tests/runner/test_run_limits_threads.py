@@ -112,7 +112,7 @@ def test_build_run_gives_the_stream_and_strategy_the_runner_trains(mini_suite, t
     )
     (stored,) = [r for _, r in iter_results(tmp_path)]
     (spec,) = expand(load_suite(mini_suite), strategies=["finetune"])
-    built = build_run(spec, "data")
+    built = build_run(resolve(spec, "data"), "data")
     assert built.config == resolve(spec, "data").config
     assert built.stream.class_order == stored["class_order"]
     seed_everything(spec.seed, 0)

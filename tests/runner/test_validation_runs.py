@@ -58,7 +58,7 @@ def test_training_never_sees_the_held_out_images(tmp_path):
     path = tmp_path / "suite.toml"
     path.write_text(_suite("validation_fraction = 0.25\nvalidation_seed = 3\n"))
     (spec,) = expand(load_suite(str(path)))
-    built = building.build_run(spec, str(tmp_path))
+    built = building.build_run(building.resolve(spec, str(tmp_path)), str(tmp_path))
     trained = sum(len(experience.dataset) for experience in built.stream.train_stream)
     assert trained == N_CLASSES * (TRAIN - 2)
     assert len(built.stream.validation_targets) == N_CLASSES * 2
@@ -117,7 +117,7 @@ def test_a_fast_dev_run_limits_the_validation_split_as_it_limits_the_test_set(tm
     path = tmp_path / "suite.toml"
     path.write_text(_suite(f"validation_fraction = 0.25\nevaluate_test = {str(evaluate_test).lower()}\n"))
     (spec,) = expand(load_suite(str(path)), limits=RunLimits.fast_dev_run())
-    stream = building.build_run(spec, str(tmp_path)).stream
+    stream = building.build_run(building.resolve(spec, str(tmp_path)), str(tmp_path)).stream
     assert sum(len(experience.dataset) for experience in stream.train_stream) == N_CLASSES  # one a class
     assert len(stream.validation_targets) == len(stream.test_targets) == 3  # one a task
     assert {stream.task_of_class[c] for c in stream.validation_targets} == {0, 1, 2}
