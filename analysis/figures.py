@@ -44,7 +44,8 @@ from analysis.paper_inputs import (
 )
 from benchmarks.data.splits import tasks_label
 from benchmarks.runner.reading import figure_caveat
-from benchmarks.runner.results import RunKey, RunResult, safe_label
+from benchmarks.runner.result_record import RunResult
+from benchmarks.runner.results import RunKey, safe_label
 
 FIGSIZES = {
     "fig2_gap_training": (4.8, 3.4),

@@ -17,7 +17,7 @@ import functools
 from typing import Callable
 
 from analysis.paper_inputs import ReportInputs, split_of
-from benchmarks.runner.results import RunResult
+from benchmarks.runner.result_record import RunResult
 
 # The switches the paper's ablations vary: a run whose switches equal GR4CIL's defaults is "the
 # default configuration". Like epochs and lr, ``visual_init`` belongs to a suite's training recipe,

@@ -17,7 +17,7 @@ from analysis.figure_style import MARKERS, MIN_WIDTH, figure_style, save_figure
 from analysis.paper_inputs import MissingInputs, ReportInputs, dataset_name, ordered_datasets, row_label
 from analysis.statistics import order_variance
 from benchmarks.runner.reading import figure_caveat
-from benchmarks.runner.results import RunResult
+from benchmarks.runner.result_record import RunResult
 
 ORDER_FIGURE = "fig_class_orders"
 

@@ -43,7 +43,8 @@ from benchmarks.runner.reading import (
     protocol_of,
     read_results,
 )
-from benchmarks.runner.results import RunKey, RunResult
+from benchmarks.runner.result_record import RunResult
+from benchmarks.runner.results import RunKey
 
 METRICS = {
     "last": ("last_acc", "Last accuracy"),

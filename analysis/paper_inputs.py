@@ -31,7 +31,8 @@ from benchmarks.runner.reading import (
     read_results,
     skipped_clause,
 )
-from benchmarks.runner.results import RunKey, RunResult
+from benchmarks.runner.result_record import RunResult
+from benchmarks.runner.results import RunKey
 from strategies.cards import cards
 
 REFERENCE_FILE = Path(__file__).resolve().parents[1] / "results" / "reference" / "paper_tables.csv"

@@ -46,7 +46,7 @@ from analysis.paper_inputs import (
     split_of,
 )
 from analysis.table_model import ReportTable
-from benchmarks.runner.results import RunResult
+from benchmarks.runner.result_record import RunResult
 
 ZERO_SHOT_TARGETS = ("pets", "food101", "imagenet1k")
 ZERO_SHOT_ROWS = {"cifar100": "GR4CIL i", "imagenet_r": "GR4CIL ii"}  # the paper's names by training set

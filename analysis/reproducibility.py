@@ -34,7 +34,7 @@ from analysis.paper_inputs import (
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import CommandParser, UserError, results_folder
 from benchmarks.runner.reading import Results, read_results, result_folders
-from benchmarks.runner.results import RunResult
+from benchmarks.runner.result_record import RunResult
 from strategies.cards import cards
 
 MINIATURE = "synthetic"

@@ -33,7 +33,8 @@ from benchmarks.runner.reading import (
     read_results,
     skipped_clause,
 )
-from benchmarks.runner.results import RunKey, RunResult
+from benchmarks.runner.result_record import RunResult
+from benchmarks.runner.results import RunKey
 
 
 def summary_row(result: RunResult) -> dict:

@@ -24,7 +24,8 @@ from benchmarks.core.errors import UserError
 from benchmarks.runner.building import resolve
 from benchmarks.runner.execute import execute, preflight
 from benchmarks.runner.launcher import prepare_runner_process, restore_sigterm, stop_on_sigterm
-from benchmarks.runner.results import ResultStore, RunResult
+from benchmarks.runner.result_record import RunResult
+from benchmarks.runner.results import ResultStore
 from benchmarks.runner.suites import RunSpec, expand, load_suite
 from strategies.contract import config_class
 from strategies.registry import get_strategy

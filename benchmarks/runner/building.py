@@ -26,7 +26,7 @@ from benchmarks.data.device_augment import AugmentOn, stream_transforms
 from benchmarks.data.resized_cache import with_resized_cache
 from benchmarks.data.splits import Tasks, split_classes
 from benchmarks.data.streams import CILStream, build_stream, spread_indices, validation_split
-from benchmarks.runner.results import config_hash
+from benchmarks.runner.result_record import config_hash
 from benchmarks.runner.suites import RunLimits, RunSpec, dataset_loader_options
 from strategies.config import StrategyConfig
 from strategies.contract import OptionalMembers, Strategy, config_class

@@ -22,7 +22,8 @@ from benchmarks.data.splits import split_classes
 from benchmarks.runner.building import ResolvedRun, backbone_spec, build_run, load_run_data, resolve
 from benchmarks.runner.learning import RunContext, learn_and_store, training_log
 from benchmarks.runner.live_log import LiveLog
-from benchmarks.runner.results import ResultStore, RunResult, reused_status, safe_label
+from benchmarks.runner.result_record import RunResult
+from benchmarks.runner.results import ResultStore, reused_status, safe_label
 from benchmarks.runner.suites import RunSpec
 from benchmarks.runner.zero_shot import zero_shot_target
 

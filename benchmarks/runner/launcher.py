@@ -29,7 +29,8 @@ from benchmarks.core.choices import LAUNCHERS as LAUNCHERS
 from benchmarks.core.environment import Threads, set_threads
 from benchmarks.core.errors import UserError
 from benchmarks.core.heartbeat_lock import read_holder, this_command
-from benchmarks.runner.results import ResultStore, RunKey, RunResult
+from benchmarks.runner.result_record import RunResult
+from benchmarks.runner.results import ResultStore, RunKey
 from benchmarks.runner.suite_progress import SuiteProgress
 
 if TYPE_CHECKING:  # the launchers' module stays light: building imports torch, open_clip, Avalanche

@@ -24,13 +24,8 @@ import numpy as np
 from benchmarks.backbone.weights import TINY_MODEL
 from benchmarks.core.errors import UserError
 from benchmarks.data.protocols import DEFAULT_PROTOCOL
-from benchmarks.runner.results import (
-    Predictions,
-    RunKey,
-    RunResult,
-    changed_entries,
-    iter_results,
-)
+from benchmarks.runner.result_record import RunResult, changed_entries
+from benchmarks.runner.results import Predictions, RunKey, iter_results
 
 
 @dataclass(frozen=True)

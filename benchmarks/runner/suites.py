@@ -77,7 +77,7 @@ from benchmarks.data.protocols import DEFAULT_PROTOCOL, ProtocolLayer, check_pro
 from benchmarks.data.splits import Tasks
 from benchmarks.runner.limits import FAST_DEV_RUN_BATCHES as FAST_DEV_RUN_BATCHES
 from benchmarks.runner.limits import RunLimits
-from benchmarks.runner.results import RunKey, key_of_config
+from benchmarks.runner.run_key import RunKey, key_of_config
 from benchmarks.runner.suite_backbones import check_backbones, run_backbone
 from benchmarks.runner.suite_files import SUITES_DIR as SUITES_DIR
 from benchmarks.runner.suite_files import available_suites, suite_file

@@ -1,7 +1,7 @@
 """Typed result records made by hand for the analysis tests: the fields a test names, neutral
 values for the rest."""
 
-from benchmarks.runner.results import SCHEMA_VERSION, RunCost, RunResult, StageResult
+from benchmarks.runner.result_record import SCHEMA_VERSION, RunCost, RunResult, StageResult
 
 
 def stage_result(task: int, acc: float, **fields) -> StageResult:

@@ -9,7 +9,8 @@ import pytest
 from analysis import compare, pairing
 from analysis.comparison_output import render_markdown
 from analysis.orders import Unit
-from benchmarks.runner.results import Predictions, ResultStore, RunKey, config_hash, predictions_path
+from benchmarks.runner.result_record import config_hash
+from benchmarks.runner.results import Predictions, ResultStore, RunKey, predictions_path
 
 TASKS = [[0, 1], [2, 3]]  # two tasks of two classes
 TARGETS = np.array([0, 0, 1, 1, 2, 2, 3, 3, 0, 2])  # ten test images

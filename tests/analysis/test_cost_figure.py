@@ -5,7 +5,7 @@ import numpy as np
 
 from analysis import figures
 from analysis.paper_inputs import ReportInputs
-from benchmarks.runner.results import RunCost, RunResult, StageResult, config_hash
+from benchmarks.runner.result_record import RunCost, RunResult, StageResult, config_hash
 
 
 def _run(label: str, seed: int, cost: RunCost) -> RunResult:

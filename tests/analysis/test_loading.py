@@ -11,15 +11,8 @@ from analysis.orders import Unit
 from analysis.paper_inputs import load_inputs
 from benchmarks.core.errors import UserError
 from benchmarks.runner.reading import read_results
-from benchmarks.runner.results import (
-    Predictions,
-    ResultStore,
-    RunCost,
-    RunKey,
-    RunResult,
-    StageResult,
-    config_hash,
-)
+from benchmarks.runner.result_record import RunCost, RunResult, StageResult, config_hash
+from benchmarks.runner.results import Predictions, ResultStore, RunKey
 
 KEY = RunKey("gr4cil", "cifar100", 2, 0)
 TARGETS = np.array([0, 1, 2, 3])

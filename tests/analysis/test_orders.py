@@ -13,7 +13,9 @@ from analysis.orders import Unit, units_phrase
 from analysis.paper_inputs import load_inputs
 from analysis.report import build_report
 from analysis.statistics import order_variance
-from benchmarks.runner.results import Predictions, ResultStore, config_hash, key_of_config
+from benchmarks.runner.result_record import config_hash
+from benchmarks.runner.results import Predictions, ResultStore
+from benchmarks.runner.run_key import key_of_config
 from tests.analysis.test_compare import PERFECT, TARGETS, _flip
 
 #: each order's two tasks of two classes: seed1993 (the default) shows classes 0, 1 first, seed5 2, 3

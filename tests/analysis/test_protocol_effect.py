@@ -9,7 +9,7 @@ from analysis import compare, protocol_effect
 from benchmarks import run
 from benchmarks.core.errors import UserError
 from benchmarks.runner.reading import iter_results
-from benchmarks.runner.results import result_digest
+from benchmarks.runner.result_record import result_digest
 
 SUITE = """
 datasets = ["synthetic"]

@@ -17,7 +17,7 @@ from analysis.gr4cil_settings import gr4cil_defaults
 from analysis.paper_inputs import REFERENCE_FILE, load_inputs, load_paper_reference, row_label
 from analysis.report import build_report
 from analysis.report import main as report_main
-from benchmarks.runner.results import config_hash
+from benchmarks.runner.result_record import config_hash
 
 DATASETS = ("cifar100", "imagenet_r", "imagenet100", "imagenet1k")
 NAMES = {

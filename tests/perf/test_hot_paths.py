@@ -23,7 +23,8 @@ from benchmarks.data.datasets import load_dataset
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
 from benchmarks.runner.reading import ResultFile
-from benchmarks.runner.results import Predictions, ResultStore, RunKey, RunResult
+from benchmarks.runner.result_record import RunResult
+from benchmarks.runner.results import Predictions, ResultStore, RunKey
 from benchmarks.tools.speed import _stage1_step, _strategy
 from strategies.methods.gr4cil import unified_scores
 from strategies.registry import get_strategy

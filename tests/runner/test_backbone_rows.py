@@ -95,7 +95,7 @@ def test_a_rows_random_backbone_is_none(tmp_path):
 
 def test_a_run_records_its_weight_files_sha256_outside_its_hash(tmp_path):
     from benchmarks.runner.building import resolve
-    from benchmarks.runner.results import config_hash
+    from benchmarks.runner.result_record import config_hash
     from tests.helpers import MINI_SUITE, write_suite
 
     suite = load_suite(write_suite(tmp_path / "mini.toml", MINI_SUITE))

@@ -72,7 +72,7 @@ def test_a_variant_beats_its_strategys_table(tmp_path):
 
 def test_the_sources_do_not_change_a_runs_identity(tmp_path):
     """Where a value came from is a record, not a cause: the same resolved values hash alike."""
-    from benchmarks.runner.results import config_hash
+    from benchmarks.runner.result_record import config_hash
 
     path = tmp_path / "a.toml"
     path.write_text(BASE + "[defaults]\nbatch_size = 16\n")

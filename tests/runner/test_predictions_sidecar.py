@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from benchmarks.runner.reading import ResultFile, iter_results
+from benchmarks.runner.result_record import RunResult
 from benchmarks.runner.results import (
     PREDICTIONS_SUFFIX,
     Predictions,
     ResultStore,
     RunKey,
-    RunResult,
     predictions_path,
     save_predictions,
 )

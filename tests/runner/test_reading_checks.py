@@ -12,7 +12,8 @@ import pytest
 from analysis.tables import main as tables_main
 from benchmarks.runner import status
 from benchmarks.runner.reading import read_results
-from benchmarks.runner.results import ResultStore, stored_key, summary_disagreement
+from benchmarks.runner.result_record import stored_key, summary_disagreement
+from benchmarks.runner.results import ResultStore
 
 STORED = Path(__file__).resolve().parents[2] / "results" / "smoke-baselines" / "synthetic"
 CLAP = Path("synthetic", "clap", "T10-seed0.json")

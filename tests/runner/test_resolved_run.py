@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from benchmarks.runner.building import resolve
-from benchmarks.runner.results import UNHASHED_CONFIG_KEYS, config_hash
+from benchmarks.runner.result_record import UNHASHED_CONFIG_KEYS, config_hash
 from benchmarks.runner.suites import DATASET_LEVEL_OPTIONS, RunSpec
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"

@@ -12,7 +12,8 @@ import torch
 from benchmarks import run
 from benchmarks.runner import status
 from benchmarks.runner.reading import iter_results
-from benchmarks.runner.results import SCHEMA_VERSION, ResultStore, RunKey, result_digest
+from benchmarks.runner.result_record import SCHEMA_VERSION, result_digest
+from benchmarks.runner.results import ResultStore, RunKey
 from strategies.methods.continual_clip import ContinualCLIP
 from tests.helpers import three_task_suite
 

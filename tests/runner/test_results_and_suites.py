@@ -8,7 +8,8 @@ import pytest
 from benchmarks.core.atomic_io import read_json
 from benchmarks.core.errors import UserError
 from benchmarks.runner.reading import iter_results
-from benchmarks.runner.results import REQUIRED_KEYS, ResultStore, RunKey, config_hash
+from benchmarks.runner.result_record import REQUIRED_KEYS, config_hash
+from benchmarks.runner.results import ResultStore, RunKey
 from benchmarks.runner.suites import available_suites, expand, load_suite
 
 
@@ -216,7 +217,7 @@ def _stored_results():
 
 
 def test_every_stored_result_reads_back_equal_through_the_record():
-    from benchmarks.runner.results import RunCost, RunResult, StageResult
+    from benchmarks.runner.result_record import RunCost, RunResult, StageResult
 
     stored = _stored_results()
     assert len(stored) >= 30
@@ -229,7 +230,7 @@ def test_every_stored_result_reads_back_equal_through_the_record():
 
 
 def test_a_version_1_result_reads_back_equal_and_a_wrong_one_is_named():
-    from benchmarks.runner.results import RunResult
+    from benchmarks.runner.result_record import RunResult
 
     _, data = _stored_results()[0]
     version_1 = {k: v for k, v in data.items() if k != "predictions"} | {"schema_version": 1}
@@ -261,7 +262,7 @@ def test_the_schema_docs_name_exactly_the_records_fields():
     from dataclasses import fields
     from pathlib import Path
 
-    from benchmarks.runner.results import RunCost, RunResult, StageResult
+    from benchmarks.runner.result_record import RunCost, RunResult, StageResult
 
     doc = (Path(__file__).resolve().parents[2] / "docs" / "results-schema.md").read_text()
     for record, start, end in (
@@ -276,7 +277,8 @@ def test_a_checkpoint_carries_the_progress_and_the_strategys_state(tmp_path):
     import numpy as np
     import torch
 
-    from benchmarks.runner.results import RunCost, RunProgress, StageResult
+    from benchmarks.runner.result_record import RunCost, StageResult
+    from benchmarks.runner.results import RunProgress
 
     store, key = ResultStore(tmp_path), RunKey("finetune", "synthetic", 3, 0)
     stage = StageResult(

@@ -21,7 +21,7 @@ from benchmarks.data.datasets import load_dataset
 from benchmarks.data.transforms import eval_transform
 from benchmarks.runner import building, learning
 from benchmarks.runner.reading import iter_results
-from benchmarks.runner.results import REQUIRED_KEYS
+from benchmarks.runner.result_record import REQUIRED_KEYS
 from strategies.methods.finetune import Finetune
 from tests.helpers import FP16_SUITE, MINI_SUITE, kill_in_task, result_of, runner_command, write_suite
 

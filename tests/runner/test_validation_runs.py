@@ -13,7 +13,7 @@ from benchmarks import run
 from benchmarks.core.metrics import summarize
 from benchmarks.runner import building
 from benchmarks.runner.reading import not_a_measurement
-from benchmarks.runner.results import RunResult
+from benchmarks.runner.result_record import RunResult
 from tests.helpers import run_one_run_suite, tiny_suite
 
 N_CLASSES, TRAIN, TEST = 15, 8, 4
