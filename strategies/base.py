@@ -285,11 +285,11 @@ class CLIPStrategy(
     # tf32 is a setting of torch's, not an autocast: it must hold through the backward passes and
     # second stages too, so it spans Avalanche's whole ``train`` and ``eval`` (evaluate_dataset too).
     def train(self, *args, **kwargs):
-        with matmul_precision(self.precision, self.device):
+        with matmul_precision(self.settings.precision, self.device):
             return super().train(*args, **kwargs)
 
     def eval(self, *args, **kwargs):
-        with matmul_precision(self.precision, self.device):
+        with matmul_precision(self.settings.precision, self.device):
             return super().eval(*args, **kwargs)
 
     @property

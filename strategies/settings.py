@@ -9,7 +9,7 @@ the CPU, its config's precision there (fp32), progress bars, torch's initial see
 
 from __future__ import annotations
 
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -27,9 +27,9 @@ class RunSettings:
     precision: str = "fp32"  # fp32, tf32, fp16 or bf16 ("auto" resolves in ``resolved``)
     show_progress: bool = True  # progress bars
     # the run seed every loader's shuffle and augmentation draws derive from
-    # (``benchmarks.data.loaders``); None: torch's initial seed, so ``torch.manual_seed(s)`` before
-    # building the strategy sets it
-    seed: int | None = None
+    # (``benchmarks.data.loaders``); by default (or None) torch's initial seed when the settings are
+    # made, so ``torch.manual_seed(s)`` before building a strategy without settings sets it
+    seed: int = field(default_factory=torch.initial_seed)
     # every training epoch or pass ends after this many batches (a fast dev run,
     # ``benchmarks.data.loaders.FirstBatches``); None: no cap
     train_batches: int | None = None
@@ -39,6 +39,8 @@ class RunSettings:
     augment_on: AugmentOn = "device"
 
     def __post_init__(self) -> None:
+        if self.seed is None:  # as given before the seed had a default of its own
+            object.__setattr__(self, "seed", int(torch.initial_seed()))
         if self.precision not in PRECISIONS:
             raise UserError(
                 f"RunSettings(precision={self.precision!r}): give one of {', '.join(PRECISIONS)}, or "
@@ -66,17 +68,13 @@ def refuse_settings_as_keywords(owner: str, keywords: dict[str, Any]) -> None:
 
 def take_settings(strategy: Any, backbone: Any, config: Any, settings: RunSettings | None) -> None:
     """What every strategy's constructor does first: ``settings`` (or ``RunSettings.resolved(config)``)
-    kept as ``strategy.settings`` and each of its fields as an attribute (``device`` a torch device,
-    ``seed`` a number), ``config`` as ``strategy.cfg``, and ``backbone`` on the device in the
-    settings' precision as ``strategy.backbone``."""
+    kept whole as ``strategy.settings``, which the strategy and its parts read
+    (``self.settings.precision``, ``self.settings.seed``); ``device`` also as
+    a torch device, the attribute Avalanche's templates own; ``config`` as ``strategy.cfg``; and
+    ``backbone`` on the device in the settings' precision as ``strategy.backbone``."""
     settings = settings if settings is not None else RunSettings.resolved(config)
     strategy.settings = settings
     strategy.device = torch.device(settings.device)
-    strategy.precision = settings.precision
-    strategy.show_progress = settings.show_progress
-    strategy.seed = int(torch.initial_seed() if settings.seed is None else settings.seed)
-    strategy.train_batches = settings.train_batches
-    strategy.augment_on = settings.augment_on
     strategy.cfg = config
     strategy.backbone = backbone.to(strategy.device)
-    strategy.backbone.set_precision(strategy.precision)
+    strategy.backbone.set_precision(settings.precision)

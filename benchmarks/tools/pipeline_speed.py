@@ -129,7 +129,7 @@ def measure_run(spec: RunSpec, data_root: str, results_dir: Path, options: Optio
     cost = progress.cost
     notes = []
     model = reference_model(spec)
-    precision = strategy.precision
+    precision = strategy.settings.precision
     ref: dict = {"step_images_per_second": None, "step_kind": None}
     if timer.batch is not None and timer.probe.targets is not None:
         tokens = reference.tokenize(spec.backbone["model"], timer.probe.prompts, spec.device)

@@ -186,7 +186,7 @@ def evaluation_speed(strategy: CLIPStrategy, stream, repeats: int, model: torch.
     device = strategy.device
     batches = [images.to(device) for images, *_ in strategy.data_loader(test)]
     keys = itertools.count()
-    forward = reference.forward_pass(model, strategy.precision)
+    forward = reference.forward_pass(model, strategy.settings.precision)
 
     def forwards() -> None:
         for images in batches:
@@ -247,7 +247,7 @@ def measure_strategy(spec: RunSpec, options: Options) -> dict:
     strategy, stream, diverged = _train(spec, resolved, real)
     row = {
         "strategy": spec.label,
-        "precision": strategy.precision,
+        "precision": strategy.settings.precision,
         "batch_size": strategy.train_mb_size,
         "eval_batch_size": strategy.eval_mb_size,
         "steps_requested": steps,

@@ -127,7 +127,9 @@ class AvalancheStrategy(FrameworkAdapter[FrameworkConfig]):
         )
         trainable = [p for p in self.model.parameters() if p.requires_grad]
         # the cap first: the progress bar counts the capped epochs
-        own = ([_CappedEpochs(self.train_batches)] if self.train_batches else []) + [_Progress(self)]
+        own = ([_CappedEpochs(self.settings.train_batches)] if self.settings.train_batches else []) + [
+            _Progress(self)
+        ]
         with warnings.catch_warnings():  # metrics come from the runner, not from Avalanche's loggers
             warnings.filterwarnings("ignore", message="No loggers specified")
             evaluator = EvaluationPlugin(loggers=[])
@@ -197,7 +199,7 @@ class _Progress(SupervisedPlugin):
             total=strategy.train_epochs * len(strategy.dataloader),
             desc=f"{self.adapter.name} task {strategy.experience.current_experience + 1}",
             leave=False,
-            disable=not self.adapter.show_progress,
+            disable=not self.adapter.settings.show_progress,
         )
 
     def after_training_iteration(self, strategy, *args, **kwargs):

@@ -21,7 +21,6 @@ from torch import nn
 
 from benchmarks.backbone import CLIPBackbone
 from benchmarks.core.errors import UserError
-from benchmarks.data.device_augment import AugmentOn
 from strategies.checkpointing import pack_state, unpack_state
 from strategies.config import ConfigT, StrategyConfig
 from strategies.settings import RunSettings, take_settings
@@ -103,14 +102,10 @@ class FrameworkAdapter(Generic[ConfigT]):
     finishes_pending_images: ClassVar[bool] = False
     checkpoint_attributes: ClassVar[tuple[str, ...]] = ("seen_classes",)
     seen_classes: list[int]  # set per instance
-    # set per instance by take_settings, as on CLIPStrategy
+    # set per instance by take_settings, as on CLIPStrategy: the settings read whole, and the device
+    # as a torch device
     settings: RunSettings
     device: torch.device
-    precision: str
-    show_progress: bool
-    seed: int
-    train_batches: int | None
-    augment_on: AugmentOn
     cfg: ConfigT
     backbone: CLIPBackbone
 

@@ -163,7 +163,7 @@ class MammothAdapter(FrameworkAdapter[MammothConfig]):
     def _upstream(self, doing: str):
         """The model's code runs in the block: quiet under ``--quiet``; an exception raised in its
         files is one line naming the file and line, what it was doing and what the suite passed."""
-        quiet = None if self.show_progress else self._modules
+        quiet = None if self.settings.show_progress else self._modules
         return running_upstream(self.root, self.name, doing, self._passed, quiet_modules=quiet)
 
     def _passed(self) -> str:
@@ -184,7 +184,7 @@ class ShapedAdapter(MammothAdapter):
         options = {
             **self.cfg.to_dict(),
             "n_epochs": self.cfg.epochs,
-            "seed": self.seed,
+            "seed": self.settings.seed,
             "device": self.device,
         }
         with self._upstream("building the model"):
@@ -203,7 +203,7 @@ class ShapedAdapter(MammothAdapter):
         task = len(self.task_sizes)
         self.task_sizes.append(len(classes))
         loader = _loader(
-            TwoViews(experience.dataset), self.cfg.batch_size, self.cfg.num_workers, self.seed, task
+            TwoViews(experience.dataset), self.cfg.batch_size, self.cfg.num_workers, self.settings.seed, task
         )
         stream = getattr(experience, "origin_stream", None)
         info = TaskInfo(
@@ -224,7 +224,7 @@ class ShapedAdapter(MammothAdapter):
             if hasattr(self.model, "begin_task"):
                 self.model.begin_task(info)
             for epoch in range(self.cfg.epochs):
-                for inputs, labels, not_aug_inputs in first_batches(loader, self.train_batches):
+                for inputs, labels, not_aug_inputs in first_batches(loader, self.settings.train_batches):
                     batch = (inputs.to(self.device), labels.to(self.device), not_aug_inputs.to(self.device))
                     loss = self.model.observe(
                         *batch, **({"epoch": epoch} if self.observe_takes_epoch else {})
@@ -295,12 +295,12 @@ class UpstreamAdapter(MammothAdapter):
         super().__init__(**kwargs)
         self.net = MammothNet(self.clip).to(self.device)
         facts = {
-            "seed": self.seed,
+            "seed": self.settings.seed,
             "device": str(self.device),
             "dataset": TaskData.NAME,
             "model": getattr(self.wrapped, "NAME", self.wrapped.__name__),
             "nowand": 1,  # Mammoth logs to wandb only when asked
-            "non_verbose": int(not self.show_progress),
+            "non_verbose": int(not self.settings.show_progress),
             "debug_mode": 0,
         }
         with self._upstream("reading its arguments"):
@@ -347,7 +347,7 @@ class UpstreamAdapter(MammothAdapter):
             items,
             self.args.batch_size,
             self.cfg.num_workers,
-            self.seed,
+            self.settings.seed,
             task,
             drop_last=bool(getattr(self.args, "drop_last", False)),
         )
@@ -388,7 +388,9 @@ class UpstreamAdapter(MammothAdapter):
         for epoch in range(args.n_epochs):
             if hasattr(model, "meta_begin_epoch"):
                 model.meta_begin_epoch(epoch, data)
-            for batch in first_batches(loader, self.train_batches):  # the model's train_loader is whole
+            for batch in first_batches(
+                loader, self.settings.train_batches
+            ):  # the model's train_loader is whole
                 inputs, labels, not_aug_inputs = (t.to(self.device) for t in batch[:3])
                 # the model may name extra fields at its task's start (LwF: logits)
                 extra = {

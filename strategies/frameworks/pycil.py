@@ -196,7 +196,7 @@ class PyCILAdapter(FrameworkAdapter[PyCILConfig]):
                 "backbone_type": CLIP,
                 **self.cfg.args,
                 "device": [self.device],
-                "seed": self.seed,
+                "seed": self.settings.seed,
                 "backbone": self.backbone,
                 "class_names": self.data_manager.class_names,
             }
@@ -233,7 +233,7 @@ class PyCILAdapter(FrameworkAdapter[PyCILConfig]):
 
     def _upstream(self, doing: str):
         """The learner's code running: the suite's patches on its modules, errors in one line."""
-        quiet = None if self.show_progress else self.upstream_modules
+        quiet = None if self.settings.show_progress else self.upstream_modules
         running = running_upstream(self.root, self.name, doing, self._passed, self._patches, quiet)
         return running if self.c3box is None else self.c3box.running(running)
 
@@ -263,7 +263,7 @@ class PyCILAdapter(FrameworkAdapter[PyCILConfig]):
         """A fast dev run: in each of the learner's modules, ``DataLoader`` answers a training set
         (``get_dataset(mode="train")``) with a loader whose every epoch ends after ``train_batches``
         batches (``FirstBatches``); its other loaders (exemplars, class means, its own test) are whole."""
-        train_batches = self.train_batches
+        train_batches = self.settings.train_batches
         if train_batches is None:
             return []
 

@@ -164,7 +164,7 @@ class AdapterVLM(CLIPStrategy[AdapterVLMConfig]):
                     backbone.std,
                     self.cfg.train_augmentation,
                     self.cfg.patch_grid,
-                    self.augment_on,
+                    self.settings.augment_on,
                 )
             )
             self._ood_loader = self.data_loader(

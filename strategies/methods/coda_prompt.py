@@ -177,7 +177,9 @@ class CodaPrompt(PromptStrategy[CodaConfig]):
         per_task = self.per_task or self.components_per_task(len(classes))  # the first task sets the split
         start, stop = task * per_task, (task + 1) * per_task
         self.slice = (start, stop)
-        generator = torch.Generator().manual_seed(derive_seed(self.seed, task, "coda_prompt.gram_schmidt"))
+        generator = torch.Generator().manual_seed(
+            derive_seed(self.settings.seed, task, "coda_prompt.gram_schmidt")
+        )
         parts = self.components
         with torch.no_grad():
             # the official order: __init__ draws P, K, A; process_task_count K, A, P (issue 52)

@@ -32,7 +32,7 @@ class Evaluation(StrategyHost):
         stage (``keeping_inputs``); without one, the scores come batch by batch.
         """
         self.backbone.eval()
-        with self.fixed_text(), matmul_precision(self.precision, self.device):
+        with self.fixed_text(), matmul_precision(self.settings.precision, self.device):
             if cache_key is None:
                 return self.score_batches(dataset)
             with self.keeping_inputs(dataset, cache_key):
@@ -41,7 +41,9 @@ class Evaluation(StrategyHost):
     def score_batches(self, dataset) -> torch.Tensor:
         """``scores`` of every batch of ``dataset`` (eval transform), as one fp32 tensor on the CPU."""
         out = []
-        batches = tqdm(self.data_loader(dataset), desc="eval", leave=False, disable=not self.show_progress)
+        batches = tqdm(
+            self.data_loader(dataset), desc="eval", leave=False, disable=not self.settings.show_progress
+        )
         for images, *_ in batches:
             out.append(self.scores(images.to(self.device, non_blocking=True)).float())
         return cat_on_host(out)

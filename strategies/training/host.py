@@ -19,6 +19,7 @@ from avalanche.training.templates.strategy_mixin_protocol import SupervisedStrat
 
 from benchmarks.backbone import CLIPBackbone
 from strategies.config import StrategyConfig
+from strategies.settings import RunSettings
 
 
 class StrategyHost(SupervisedStrategyProtocol, Protocol):
@@ -29,10 +30,9 @@ class StrategyHost(SupervisedStrategyProtocol, Protocol):
     name: ClassVar[str]
     cfg: StrategyConfig
     backbone: CLIPBackbone
-    precision: str  # resolved: fp32, tf32, fp16 or bf16
-    seed: int
-    show_progress: bool
-    train_batches: int | None  # a fast dev run's batches per training pass
+    # how it runs (device, precision, progress bars, seed, a fast dev run's train_batches, augment_on),
+    # read whole: self.settings.precision
+    settings: RunSettings
     templates: tuple[str, ...]
     seen_classes: list[int]
     task_classes: list[list[int]]

@@ -128,7 +128,7 @@ class SeededLoaders(StrategyHost):
 
     def loader_key(self, purpose: str) -> tuple[int, int, str]:
         """What a loader's draws derive from: (run seed, task index, purpose)."""
-        return self.seed, len(self.task_classes), purpose
+        return self.settings.seed, len(self.task_classes), purpose
 
     def data_loader(
         self,
@@ -159,7 +159,7 @@ class SeededLoaders(StrategyHost):
                 self.loader_key(purpose),
                 batch_size,
                 shuffle=shuffle,
-                train_batches=self.train_batches if training else None,
+                train_batches=self.settings.train_batches if training else None,
                 device=device,
                 **options,
             )
@@ -181,7 +181,7 @@ class SeededLoaders(StrategyHost):
             self.train_mb_size,
             shuffle=shuffle,
             drop_last=drop_last,
-            train_batches=self.train_batches,
+            train_batches=self.settings.train_batches,
             device=self.device,
             **options,
         )

@@ -22,7 +22,7 @@ class MixedPrecisionStep(StrategyHost):
 
     def __init__(self, **kwargs):
         super().__init__(**kwargs)
-        self.scaler = loss_scaler(self.precision, self.device)  # disabled but for fp16
+        self.scaler = loss_scaler(self.settings.precision, self.device)  # disabled but for fp16
         self.skipped_steps = 0
         self.optimized_tensors: list[torch.Tensor] = []
 

@@ -7,7 +7,7 @@ from tqdm.auto import tqdm
 
 
 class ProgressBar(SupervisedPlugin):
-    """Draws while ``strategy.show_progress`` is true; the loss shown is ``strategy.epoch_loss``.
+    """Draws while ``strategy.settings.show_progress`` is true; the loss shown is ``strategy.epoch_loss``.
     It keeps nothing a resume needs (``strategies.contract.plugins_survive_resume``)."""
 
     survives_resume = True
@@ -22,7 +22,7 @@ class ProgressBar(SupervisedPlugin):
             total=total,
             desc=f"{strategy.name} task {len(strategy.task_classes) + 1}",
             leave=False,
-            disable=not strategy.show_progress or total == 0,
+            disable=not strategy.settings.show_progress or total == 0,
         )
 
     def after_training_iteration(self, strategy, *args, **kwargs):

@@ -107,7 +107,7 @@ def test_tf32_holds_through_every_forward_backward_and_evaluation_of_a_strategy(
     before = torch.backends.cuda.matmul.fp32_precision
     strategy = tiny_strategy(Finetune, tiny_stream, "tf32")
     strategy.plugins.append(ReadSetting())
-    assert strategy.precision == "tf32" and not strategy.scaler.is_enabled()
+    assert strategy.settings.precision == "tf32" and not strategy.scaler.is_enabled()
     strategy.learn(tiny_stream.train_stream[0])
     assert seen and set(seen) == {"tf32"}
     assert torch.backends.cuda.matmul.fp32_precision == before  # restored after training

@@ -3,6 +3,7 @@ top-k, the key losses against loops, prefix assembly, the parameter count of doc
 and a run: frozen backbone, past head rows unchanged, accuracy above chance, exact save/load and
 resume. The CODA cosine is in ``test_optim.py``."""
 
+import dataclasses
 import math
 
 import pytest
@@ -340,7 +341,7 @@ def test_coda_draws_depend_on_the_run_seed_and_task_not_on_the_global_generator(
         strategy.setup_task(0, stream.tasks[0])
         slices.append(strategy.components.prompts.detach().clone())
     assert torch.equal(*slices) and torch.count_nonzero(slices[0]) > 0
-    strategy.seed += 1
+    strategy.settings = dataclasses.replace(strategy.settings, seed=strategy.settings.seed + 1)
     strategy.setup_task(0, stream.tasks[0])
     assert not torch.equal(strategy.components.prompts, slices[0])
 

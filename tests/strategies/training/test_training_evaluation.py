@@ -7,6 +7,7 @@ import contextlib
 
 import torch
 
+from strategies.settings import RunSettings
 from strategies.training.evaluation import Evaluation
 
 
@@ -19,9 +20,8 @@ class Template:  # Avalanche's side of ``eval``
 
 
 class Scorer(Evaluation, Template):
-    show_progress = False
+    settings = RunSettings(show_progress=False, precision="fp32")
     device = torch.device("cpu")
-    precision = "fp32"
 
     def __init__(self):
         self.backbone = torch.nn.Linear(2, 3)

@@ -4,6 +4,7 @@ is the full pass's first batches; an evaluation pass is never cut short. Every s
 training loader says so (MG-CLIP's probe and visual stage, AdapterVLM's pseudo-OOD images, GR4CIL's
 compensation head), and none of its evaluation loaders does."""
 
+import dataclasses
 import math
 import types
 
@@ -13,17 +14,18 @@ import torch
 from strategies.methods.adaptervlm import AdapterVLM
 from strategies.methods.gr4cil import GR4CIL
 from strategies.methods.mg_clip import MGCLIP
+from strategies.settings import RunSettings
 from strategies.training.loaders import SeededLoaders
 from tests.helpers import tiny_strategy
 
 
 class Loaders(SeededLoaders):
-    device, seed, task_classes, train_mb_size, eval_mb_size = torch.device("cpu"), 0, [], 3, 4
+    device, task_classes, train_mb_size, eval_mb_size = torch.device("cpu"), [], 3, 4
 
     def __init__(self, train_batches):
         super().__init__()
         self.cfg = types.SimpleNamespace(num_workers=0, eval_batch_size=4)
-        self.train_batches = train_batches
+        self.settings = RunSettings(seed=0, train_batches=train_batches)
         self.adapted_dataset = torch.utils.data.TensorDataset(torch.arange(20.0))
 
 
@@ -55,7 +57,7 @@ def test_only_training_passes_are_capped_to_the_full_passes_first_batches():
 )
 def test_every_strategy_loader_that_trains_says_so(tiny_stream, cls, config, trains):
     strategy = tiny_strategy(cls, tiny_stream, **config)
-    strategy.train_batches = 1
+    strategy.settings = dataclasses.replace(strategy.settings, train_batches=1)
     made = []
     real = strategy.data_loader
 

@@ -19,7 +19,7 @@ def _task(show_progress, epochs=2, batches=3):
     bar = ProgressBar()
     strategy = types.SimpleNamespace(
         name="probe",
-        show_progress=show_progress,
+        settings=RunSettings(show_progress=show_progress),
         train_epochs=epochs,
         dataloader=[None] * batches,
         task_classes=[[0]],

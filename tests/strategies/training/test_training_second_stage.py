@@ -6,17 +6,18 @@ import types
 
 import torch
 
+from strategies.settings import RunSettings
 from strategies.training.loaders import SeededLoaders
 from strategies.training.second_stage import SecondStage
 
 
 class Head(SeededLoaders, SecondStage):
-    device, seed, task_classes = torch.device("cpu"), 0, []
+    device, task_classes = torch.device("cpu"), []
 
     def __init__(self, train_batches=None):
         super().__init__()
         self.cfg = types.SimpleNamespace(num_workers=0, eval_batch_size=4)
-        self.train_batches = train_batches
+        self.settings = RunSettings(seed=0, train_batches=train_batches)
         data = torch.utils.data.TensorDataset(torch.randn(10, 3), torch.arange(10) % 2)
         self.adapted_dataset = types.SimpleNamespace(train=lambda: data)
         self.tower = torch.nn.Linear(3, 3)
