@@ -104,22 +104,18 @@ def _unpack_dataclasses(kind: dict[str, Any], packed: dict[str, torch.Tensor]) -
     return items
 
 
-# A checkpoint written before the methods moved into strategies/methods/ names their old modules;
-# it still resumes.
-_METHODS_MOVED = {
-    f"strategies.{name}": f"strategies.methods.{name}"
-    for name in (
-        "adaptervlm aper_adapter clap coda_prompt continual_clip dualprompt finetune gr4cil l2p_pp "
-        "magmax mg_clip moe4cl"
-    ).split()
-}
+# A checkpoint written before the methods moved into strategies/methods/ names a method's module
+# as strategies.<name>; it still resumes.
+_MOVED_FROM, _MOVED_TO = "strategies.", "strategies.methods."
 
 
 def _loaded_dataclass(name: str) -> type:
     """The dataclass ``module:QualName`` names, from a module already imported (the strategy's own):
     loading a checkpoint imports nothing that its metadata names."""
     module_name, _, qualname = name.partition(":")
-    found = sys.modules.get(module_name) or sys.modules.get(_METHODS_MOVED.get(module_name, ""))
+    found = sys.modules.get(module_name)
+    if found is None and module_name.startswith(_MOVED_FROM):
+        found = sys.modules.get(_MOVED_TO + module_name.removeprefix(_MOVED_FROM))
     for part in qualname.split("."):
         found = getattr(found, part, None)
     if not (isinstance(found, type) and dataclasses.is_dataclass(found)):
