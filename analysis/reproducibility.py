@@ -288,7 +288,7 @@ def _suite_runs(suite: str) -> dict[tuple[str, str, int, str], dict]:
     definition = load_suite(suite)
     return {
         (spec.strategy, spec.dataset, spec.n_tasks, spec.split): {
-            "backbone": recorded_backbone(spec.config["backbone"]),
+            "backbone": recorded_backbone(spec.backbone),
             **{key: spec.config.get(key) for key in SUITE_CONFIG_ENTRIES if key != "backbone"},
         }
         for spec in expand(definition, seeds=definition["seeds"][:1])

@@ -75,7 +75,7 @@ class ResolvedRun:
         config = {
             **self.spec.config,
             "augment_on": self.spec.augment_on,  # recorded, not hashed (results.UNHASHED_CONFIG_KEYS)
-            "backbone": recorded_backbone(self.spec.config["backbone"]),
+            "backbone": recorded_backbone(self.spec.backbone),
             "precision": self.precision,
             "strategy_config": self.strategy_cfg.to_dict(),
             "option_sources": dict(self.option_sources),

@@ -117,9 +117,10 @@ KNOWN_KEYS = {
 MAX_VALIDATION_FRACTION = 0.5
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class RunSpec:
-    """One run, fully resolved: everything that determines its numbers is in ``config``."""
+    """One run as its suite sets it: typed fields, built with keywords by ``expand``. Its hashed
+    identity (``config``) is derived from them, never stored beside them."""
 
     label: str
     strategy: str
@@ -131,7 +132,7 @@ class RunSpec:
     dataset_options: dict[str, Any]
     strategy_options: dict[str, Any]  # every option the suite sets for the run, resolved (strategy_options())
     device: str
-    config: dict[str, Any] = field(compare=False)
+    split: str = ""  # "" for equal tasks, else the half-base split ("B50-Inc10")
     zero_shot_targets: tuple[str, ...] = ()
     precision: str = "fp32"  # the suite's setting: auto | fp32 | tf32 | fp16 | bf16 (resolved by resolve)
     deterministic: bool = False
@@ -141,30 +142,66 @@ class RunSpec:
     # Where the pixels are augmented: the same pixels either way, so recorded in the result's config
     # (by ``building.resolve``) and not hashed. Checked once, by ``expand``.
     augment_on: AugmentOn = "device"
+    protocol: str | None = None  # None: the suite names none (one protocol)
+    validation: dict[str, Any] | None = None  # {"fraction", "seed"} held out of training, or None
+    evaluate_test: bool = True  # False for a tuning run: its test split is never read
+    tuned: dict[str, Any] | None = None  # a tuned row's provenance (tuned_record), or None
+
+    @property
+    def suite_strategy_options(self) -> dict[str, Any]:
+        """The hashed options: the suite's own tables as written, without the options a
+        ``[dataset.NAME]`` table set (those stay with the dataset), so that a run's identity does not
+        change with how its options were layered."""
+        return {
+            k: v
+            for k, v in self.strategy_options.items()
+            if not (k in DATASET_LEVEL_OPTIONS and self.option_sources.get(k, "").startswith("dataset."))
+        }
+
+    @property
+    def config(self) -> dict[str, Any]:
+        """The run's hashed identity, derived from its fields. An entry that a newer setting added is
+        absent at its default, so that the configs (and hashes) of runs without it stay as they were;
+        ``ResolvedRun.config`` adds what resolving decides."""
+        config: dict[str, Any] = {
+            "strategy": self.strategy,
+            "label": self.label,
+            "dataset": self.dataset,
+            "dataset_options": self.dataset_options,
+            "n_tasks": self.n_tasks,
+            **({"split": self.split} if self.split else {}),
+            "seed": self.seed,
+            "class_order": self.class_order,
+            "backbone": self.backbone,
+            "strategy_options": self.suite_strategy_options,
+            "device": self.device,
+            "precision": self.precision,  # the suite's setting; the resolved one replaces it (resolve)
+            "deterministic": self.deterministic,
+        }
+        if self.zero_shot_targets:
+            config["zero_shot_targets"] = list(self.zero_shot_targets)
+        if self.protocol is not None:
+            config["protocol"] = self.protocol
+        if self.epoch_scale != 1.0:
+            config["epoch_scale"] = self.epoch_scale
+        if self.limits.limited:
+            config["fast_dev_run"] = self.limits.record()
+        if self.validation is not None:
+            config["validation"] = self.validation
+        if not self.evaluate_test:
+            config["evaluate_test"] = False
+        if self.tuned is not None:
+            config["tuned"] = self.tuned
+        return config
 
     @property
     def key(self) -> RunKey:
         return key_of_config(self.label, self.config)
 
     @property
-    def split(self) -> str:
-        """``""`` for equal tasks, else the half-base split (``"B50-Inc10"``) its config records."""
-        return self.config.get("split", "")
-
-    @property
     def tasks(self) -> Tasks:
         """What its stream is split by (``benchmarks.data.streams.split_classes``)."""
         return self.split or self.n_tasks
-
-    @property
-    def validation(self) -> dict[str, Any] | None:
-        """The validation split held out of its training images (``{"fraction", "seed"}``), or None."""
-        return self.config.get("validation")
-
-    @property
-    def evaluate_test(self) -> bool:
-        """False for a tuning run: its test split is never read."""
-        return self.config.get("evaluate_test", True)
 
 
 def check_seeds(seeds: list[int], where: str) -> None:
@@ -488,66 +525,34 @@ def expand(
             if class_order is not None:
                 orders = class_orders(class_order, "--class-order")
             dataset_options = {**suite.get("dataset", {}).get(dataset, {}), **layer.dataset_options}
-            # The hashed config keeps the suite's own tables as written (dataset options stay with the
-            # dataset), so a run's identity does not change with how its options were layered.
-            suite_level = {
-                k: v
-                for k, v in options.items()
-                if not (k in DATASET_LEVEL_OPTIONS and sources[k].startswith("dataset."))
-            }
             entries = tasks or suite_tasks(suite["tasks"], dataset)
             splits = {resolve_tasks(entry, dataset, dataset_options): None for entry in entries}
             for split, n_tasks in splits:  # B0-Inc10 and 10 are one run
                 for order, seed in itertools.product(orders, seeds or suite["seeds"]):
-                    config = {
-                        "strategy": strategy,
-                        "label": label,
-                        "dataset": dataset,
-                        "dataset_options": dataset_options,
-                        "n_tasks": n_tasks,
-                        **({"split": split} if split else {}),  # absent for equal tasks: hashes unchanged
-                        "seed": seed,
-                        "class_order": order,
-                        "backbone": backbone,
-                        "strategy_options": suite_level,
-                        "device": resolved_device,
-                        "precision": precision_setting,  # the resolved one replaces it (resolve)
-                        "deterministic": deterministic,
-                    }
-                    if targets:
-                        config["zero_shot_targets"] = list(targets)
-                    if protocol is not None:  # absent (one protocol) in suites that do not name it
-                        config["protocol"] = protocol
-                    if epoch_scale != 1.0:  # absent at 1, so that other suites' hashes stay as they were
-                        config["epoch_scale"] = epoch_scale
-                    if limits is not None and limits.limited:  # absent otherwise, for the same reason
-                        config["fast_dev_run"] = limits.record()
-                    if validation is not None:  # absent without a split: hashes stay as they were
-                        config["validation"] = validation
-                    if not evaluate_test:
-                        config["evaluate_test"] = False
-                    if label in tuned:
-                        config["tuned"] = tuned_record(tuned[label])
                     runs.append(
                         RunSpec(
-                            label,
-                            strategy,
-                            dataset,
-                            n_tasks,
-                            seed,
-                            order,
-                            backbone,
-                            dataset_options,
-                            options,
-                            resolved_device,
-                            config,
-                            targets,
-                            precision_setting,
-                            deterministic,
-                            sources,
-                            epoch_scale,
-                            limits or RunLimits(),
-                            augment_on,
+                            label=label,
+                            strategy=strategy,
+                            dataset=dataset,
+                            n_tasks=n_tasks,
+                            seed=seed,
+                            class_order=order,
+                            backbone=backbone,
+                            dataset_options=dataset_options,
+                            strategy_options=options,
+                            device=resolved_device,
+                            split=split,
+                            zero_shot_targets=targets,
+                            precision=precision_setting,
+                            deterministic=deterministic,
+                            option_sources=sources,
+                            epoch_scale=epoch_scale,
+                            limits=limits or RunLimits(),
+                            augment_on=augment_on,
+                            protocol=protocol,
+                            validation=validation,
+                            evaluate_test=evaluate_test,
+                            tuned=tuned_record(tuned[label]) if label in tuned else None,
                         )
                     )
     return runs

@@ -32,8 +32,6 @@ SPEC_FIELDS_STORED_AS_IS = (
     "precision",
     "deterministic",
 )
-#: what ``resolve`` adds to the spec's config (the rest of a stored config is the spec's)
-RESOLVED_KEYS = ("strategy_config", "option_sources", "augment_on", "plugins", "fake_data")
 
 
 def _stored() -> list[Path]:
@@ -41,26 +39,29 @@ def _stored() -> list[Path]:
 
 
 def spec_of(config: dict) -> RunSpec:
-    """The run a stored result's ``config`` came from, as ``suites.expand`` gave it."""
+    """The run a stored result's ``config`` came from, as ``suites.expand`` gives it: its typed
+    fields only (the hashed config is derived from them)."""
     dataset_level = {k: v for k, v in config["dataset_options"].items() if k in DATASET_LEVEL_OPTIONS}
     sources = {
         name: source.partition(" ")[0]
         for name, source in config.get("option_sources", {}).items()
         if not source.startswith("default")
     }
-    backbone = {"model": config["backbone"]["model"], "pretrained": config["backbone"]["pretrained"]}
-    spec_config = {k: v for k, v in config.items() if k not in RESOLVED_KEYS}
-    spec_config["backbone"] = backbone
+    sources.update({name: f"dataset.{config['dataset']}" for name in dataset_level})
     assert "fast_dev_run" not in config  # no stored result is one
     return RunSpec(
         **{name: config[name] for name in SPEC_FIELDS_STORED_AS_IS},
-        backbone=backbone,
+        backbone={"model": config["backbone"]["model"], "pretrained": config["backbone"]["pretrained"]},
         strategy_options={**dataset_level, **config["strategy_options"]},
-        config=spec_config,
+        split=config.get("split", ""),
         zero_shot_targets=tuple(config.get("zero_shot_targets", ())),
         option_sources=sources,
         epoch_scale=config.get("epoch_scale", 1.0),
         augment_on=config.get("augment_on", "device"),
+        protocol=config.get("protocol"),
+        validation=config.get("validation"),
+        evaluate_test=config.get("evaluate_test", True),
+        tuned=config.get("tuned"),
     )
 
 
@@ -83,5 +84,7 @@ def test_a_stored_results_config_and_hash_come_back_from_its_resolved_run(path):
     stored = json.loads(path.read_text())
     resolved = resolve(spec_of(stored["config"]), "data")
     hashed = {k: v for k, v in resolved.config.items() if k not in UNHASHED_CONFIG_KEYS}
-    assert hashed == {k: v for k, v in stored["config"].items() if k not in UNHASHED_CONFIG_KEYS}
+    stored_hashed = {k: v for k, v in stored["config"].items() if k not in UNHASHED_CONFIG_KEYS}
+    assert hashed == stored_hashed
+    assert list(hashed) == list(stored_hashed)  # in the same order: the written file is the same bytes
     assert resolved.config_hash == config_hash(stored["config"]) == stored["config_hash"]
