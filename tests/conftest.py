@@ -77,6 +77,7 @@ FIRST = (
     "tests/runner/test_slurm_real.py",
     "tests/runner/test_real_path_walk.py",
     "tests/runner/test_wide_backbones.py",  # ViT-L/14 at random: minutes a case
+    "tests/data/test_seeded_loading.py",  # one group of about 4 minutes: late, it would end the run alone
     "tests/data/test_units_ptm.py",  # each unit's 12 strategies end to end
     "tests/data/test_units_fine_grained.py",
     "tests/strategies/test_no_silent_no_op.py",
