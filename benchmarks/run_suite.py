@@ -36,6 +36,7 @@ from benchmarks.runner.launcher import (
     stop_on_sigterm,
     watch_launcher,
 )
+from benchmarks.runner.limits import RunLimits
 from benchmarks.runner.live_log import parse_loggers
 from benchmarks.runner.local_launcher import (
     LocalLauncher,
@@ -46,9 +47,11 @@ from benchmarks.runner.local_launcher import (
 )
 from benchmarks.runner.reading import iter_results
 from benchmarks.runner.results import ResultStore
+from benchmarks.runner.run_spec import RunSpec
 from benchmarks.runner.status import run_state, slurm_view
+from benchmarks.runner.suite_files import SUITES_DIR
 from benchmarks.runner.suite_progress import duration, why_workers
-from benchmarks.runner.suites import SUITES_DIR, RunLimits, RunSpec, expand, load_suite, suite_bases
+from benchmarks.runner.suites import expand, load_suite, suite_bases
 
 
 def dry_run_table(

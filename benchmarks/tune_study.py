@@ -26,7 +26,8 @@ from benchmarks.runner.execute import execute, preflight
 from benchmarks.runner.launcher import prepare_runner_process, restore_sigterm, stop_on_sigterm
 from benchmarks.runner.result_record import RunResult
 from benchmarks.runner.results import ResultStore
-from benchmarks.runner.suites import RunSpec, expand, load_suite
+from benchmarks.runner.run_spec import RunSpec
+from benchmarks.runner.suites import expand, load_suite
 from strategies.contract import config_class
 from strategies.registry import get_strategy
 

@@ -47,7 +47,8 @@ from benchmarks.data.synthetic.captions import PRETRAIN_HELD_OUT, ZERO_SHOT_PROM
 from benchmarks.data.synthetic.world import default_class_ids
 from benchmarks.data.transforms import eval_transform
 from benchmarks.runner.results import ResultStore
-from benchmarks.runner.suites import RunSpec, dataset_loader_options, expand, load_suite
+from benchmarks.runner.run_spec import RunSpec, dataset_loader_options
+from benchmarks.runner.suites import expand, load_suite
 from strategies.methods.gr4cil import (
     class_prototypes,
     compensation_head,

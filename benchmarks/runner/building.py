@@ -26,8 +26,9 @@ from benchmarks.data.device_augment import AugmentOn, stream_transforms
 from benchmarks.data.resized_cache import with_resized_cache
 from benchmarks.data.splits import Tasks, split_classes
 from benchmarks.data.streams import CILStream, build_stream, spread_indices, validation_split
+from benchmarks.runner.limits import RunLimits
 from benchmarks.runner.result_record import config_hash
-from benchmarks.runner.suites import RunLimits, RunSpec, dataset_loader_options
+from benchmarks.runner.run_spec import RunSpec, dataset_loader_options
 from strategies.config import StrategyConfig
 from strategies.contract import OptionalMembers, Strategy, config_class
 from strategies.plugins import OPTION as PLUGINS

@@ -24,7 +24,7 @@ from benchmarks.runner.learning import RunContext, learn_and_store, training_log
 from benchmarks.runner.live_log import LiveLog
 from benchmarks.runner.result_record import RunResult
 from benchmarks.runner.results import ResultStore, reused_status, safe_label
-from benchmarks.runner.suites import RunSpec
+from benchmarks.runner.run_spec import RunSpec
 from benchmarks.runner.zero_shot import zero_shot_target
 
 

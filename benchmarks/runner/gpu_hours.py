@@ -28,7 +28,7 @@ from benchmarks.core.choices import GPU_CHECK_COMMAND
 from benchmarks.core.errors import UserError
 from benchmarks.data.splits import task_sizes
 from benchmarks.data.unit import dataset_unit
-from benchmarks.runner.suites import RunSpec, dataset_loader_options
+from benchmarks.runner.run_spec import RunSpec, dataset_loader_options
 from benchmarks.runner.task_splits import class_count
 
 #: rates measured once on an H100 (card, precision, commit inside), for a dry run before any check

@@ -28,7 +28,7 @@ from benchmarks.runner.building import BuiltRun, ResolvedRun
 from benchmarks.runner.live_log import LiveLog, TrainingLog
 from benchmarks.runner.result_record import SCHEMA_VERSION, RunCost, RunResult, StageResult
 from benchmarks.runner.results import Predictions, ResultStore, RunProgress
-from benchmarks.runner.suites import RunSpec
+from benchmarks.runner.run_spec import RunSpec
 from benchmarks.runner.zero_shot import zero_shot_accuracy
 from strategies.contract import OptionalMembers, Strategy, evaluate
 

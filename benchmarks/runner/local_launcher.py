@@ -51,9 +51,9 @@ from benchmarks.runner.launcher import (
     run_log_path,
 )
 from benchmarks.runner.results import ResultStore, reuse_under_lock, reused_status
+from benchmarks.runner.run_spec import RunSpec
 from benchmarks.runner.status import RunState, run_state
 from benchmarks.runner.suite_progress import SuiteProgress
-from benchmarks.runner.suites import RunSpec
 
 if TYPE_CHECKING:  # light until a run computes: building imports torch, open_clip, Avalanche
     from benchmarks.runner.building import ResolvedRun

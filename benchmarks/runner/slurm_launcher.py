@@ -43,9 +43,9 @@ from tqdm.auto import tqdm
 from benchmarks.core.errors import UserError
 from benchmarks.runner.launcher import InlineLauncher, Outcome, RunOptions, prepare_runner_process
 from benchmarks.runner.results import ResultStore, RunKey
+from benchmarks.runner.run_spec import RunSpec
 from benchmarks.runner.slurm_jobs import SlurmView, cancel
 from benchmarks.runner.status import run_state, slurm_view
-from benchmarks.runner.suites import RunSpec
 
 if TYPE_CHECKING:  # light until a job computes: building imports torch, open_clip, Avalanche
     from benchmarks.runner.building import ResolvedRun

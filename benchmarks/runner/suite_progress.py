@@ -13,7 +13,7 @@ from __future__ import annotations
 import time
 from dataclasses import dataclass, field
 
-from benchmarks.runner.suites import RunSpec
+from benchmarks.runner.run_spec import RunSpec
 
 
 def duration(seconds: float) -> str:

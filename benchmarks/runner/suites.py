@@ -64,7 +64,6 @@ from __future__ import annotations
 
 import itertools
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -74,13 +73,10 @@ from benchmarks.core.precision import resolve_precision
 from benchmarks.data.class_orders import DEFAULT_CLASS_ORDER
 from benchmarks.data.device_augment import AugmentOn, check_augment_on
 from benchmarks.data.protocols import DEFAULT_PROTOCOL, ProtocolLayer, check_protocol, protocol_layer
-from benchmarks.data.splits import Tasks
-from benchmarks.runner.limits import FAST_DEV_RUN_BATCHES as FAST_DEV_RUN_BATCHES
 from benchmarks.runner.limits import RunLimits
-from benchmarks.runner.run_key import RunKey, key_of_config
+from benchmarks.runner.run_spec import DATASET_LEVEL_OPTIONS, RunSpec
 from benchmarks.runner.suite_backbones import check_backbones, run_backbone
-from benchmarks.runner.suite_files import SUITES_DIR as SUITES_DIR
-from benchmarks.runner.suite_files import available_suites, suite_file
+from benchmarks.runner.suite_files import SUITES_DIR, available_suites, suite_file
 from benchmarks.runner.task_splits import check_suite_tasks, check_tasks, resolve_tasks, suite_tasks
 from strategies.cards import card_of
 
@@ -115,93 +111,6 @@ KNOWN_KEYS = {
 }
 #: a validation split holds at most half of a class's training images
 MAX_VALIDATION_FRACTION = 0.5
-
-
-@dataclass(frozen=True, kw_only=True)
-class RunSpec:
-    """One run as its suite sets it: typed fields, built with keywords by ``expand``. Its hashed
-    identity (``config``) is derived from them, never stored beside them."""
-
-    label: str
-    strategy: str
-    dataset: str
-    n_tasks: int
-    seed: int
-    class_order: str
-    backbone: dict[str, Any]
-    dataset_options: dict[str, Any]
-    strategy_options: dict[str, Any]  # every option the suite sets for the run, resolved (strategy_options())
-    device: str
-    split: str = ""  # "" for equal tasks, else the half-base split ("B50-Inc10")
-    zero_shot_targets: tuple[str, ...] = ()
-    precision: str = "fp32"  # the suite's setting: auto | fp32 | tf32 | fp16 | bf16 (resolved by resolve)
-    deterministic: bool = False
-    option_sources: dict[str, str] = field(default_factory=dict, compare=False)  # option -> suite table
-    epoch_scale: float = 1.0  # the suite's common factor on every strategy's epochs
-    limits: RunLimits = RunLimits()  # none for a real run; RunLimits.fast_dev_run for --fast-dev-run
-    # Where the pixels are augmented: the same pixels either way, so recorded in the result's config
-    # (by ``building.resolve``) and not hashed. Checked once, by ``expand``.
-    augment_on: AugmentOn = "device"
-    protocol: str | None = None  # None: the suite names none (one protocol)
-    validation: dict[str, Any] | None = None  # {"fraction", "seed"} held out of training, or None
-    evaluate_test: bool = True  # False for a tuning run: its test split is never read
-    tuned: dict[str, Any] | None = None  # a tuned row's provenance (tuned_record), or None
-
-    @property
-    def suite_strategy_options(self) -> dict[str, Any]:
-        """The hashed options: the suite's own tables as written, without the options a
-        ``[dataset.NAME]`` table set (those stay with the dataset), so that a run's identity does not
-        change with how its options were layered."""
-        return {
-            k: v
-            for k, v in self.strategy_options.items()
-            if not (k in DATASET_LEVEL_OPTIONS and self.option_sources.get(k, "").startswith("dataset."))
-        }
-
-    @property
-    def config(self) -> dict[str, Any]:
-        """The run's hashed identity, derived from its fields. An entry that a newer setting added is
-        absent at its default, so that the configs (and hashes) of runs without it stay as they were;
-        ``ResolvedRun.config`` adds what resolving decides."""
-        config: dict[str, Any] = {
-            "strategy": self.strategy,
-            "label": self.label,
-            "dataset": self.dataset,
-            "dataset_options": self.dataset_options,
-            "n_tasks": self.n_tasks,
-            **({"split": self.split} if self.split else {}),
-            "seed": self.seed,
-            "class_order": self.class_order,
-            "backbone": self.backbone,
-            "strategy_options": self.suite_strategy_options,
-            "device": self.device,
-            "precision": self.precision,  # the suite's setting; the resolved one replaces it (resolve)
-            "deterministic": self.deterministic,
-        }
-        if self.zero_shot_targets:
-            config["zero_shot_targets"] = list(self.zero_shot_targets)
-        if self.protocol is not None:
-            config["protocol"] = self.protocol
-        if self.epoch_scale != 1.0:
-            config["epoch_scale"] = self.epoch_scale
-        if self.limits.limited:
-            config["fast_dev_run"] = self.limits.record()
-        if self.validation is not None:
-            config["validation"] = self.validation
-        if not self.evaluate_test:
-            config["evaluate_test"] = False
-        if self.tuned is not None:
-            config["tuned"] = self.tuned
-        return config
-
-    @property
-    def key(self) -> RunKey:
-        return key_of_config(self.label, self.config)
-
-    @property
-    def tasks(self) -> Tasks:
-        """What its stream is split by (``benchmarks.data.streams.split_classes``)."""
-        return self.split or self.n_tasks
 
 
 def check_seeds(seeds: list[int], where: str) -> None:
@@ -363,15 +272,6 @@ def suite_backbones(name: str) -> list[dict[str, Any]]:
     without checking the rest (no strategy is imported): what ``prepare --list`` shows."""
     suite = _read_suite(SUITES_DIR / f"{name}.toml", seen=())
     return [run_backbone(suite, label) for label in [None, *suite.get("variants", {})]]
-
-
-#: strategy options a ``[dataset.NAME]`` table may set for every strategy run on that dataset
-DATASET_LEVEL_OPTIONS = ("train_augmentation",)
-
-
-def dataset_loader_options(dataset_options: dict[str, Any]) -> dict[str, Any]:
-    """A ``[dataset.NAME]`` table without the strategy options it may hold: what the loader takes."""
-    return {k: v for k, v in dataset_options.items() if k not in DATASET_LEVEL_OPTIONS}
 
 
 def strategy_options(

@@ -19,7 +19,7 @@ from benchmarks.data.datasets import TransformedDataset, load_zero_shot_target
 from benchmarks.data.loaders import seeded_loader
 from benchmarks.data.streams import spread_indices
 from benchmarks.data.transforms import eval_transform
-from benchmarks.runner.suites import RunLimits
+from benchmarks.runner.limits import RunLimits
 from strategies.config import StrategyConfig
 from strategies.contract import Strategy, ZeroShotStrategy
 

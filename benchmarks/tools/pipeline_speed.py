@@ -49,7 +49,8 @@ from benchmarks.runner.building import build_run, resolve
 from benchmarks.runner.execute import preflight
 from benchmarks.runner.learning import RunContext, learn_tasks
 from benchmarks.runner.results import ResultStore, RunProgress
-from benchmarks.runner.suites import RunSpec, expand, load_suite
+from benchmarks.runner.run_spec import RunSpec
+from benchmarks.runner.suites import expand, load_suite
 from benchmarks.tools import reference
 from benchmarks.tools.fake_data import fake_targets, make_fake_data
 from benchmarks.tools.reference_pairing import StepProbe, probe_step, reference_model

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 
 from benchmarks.backbone import SYNTHETIC_TAG, SYNTHETIC_WEIGHTS, TINY_MODEL
-from benchmarks.runner.suites import RunSpec
+from benchmarks.runner.run_spec import RunSpec
 from benchmarks.tools import reference
 from strategies.base import CLIPStrategy
 

@@ -61,7 +61,8 @@ from benchmarks.core.precision import PRECISIONS
 from benchmarks.data.device_augment import AUGMENT_ON, AugmentOn
 from benchmarks.runner.building import ResolvedRun, build_run, resolve
 from benchmarks.runner.execute import preflight
-from benchmarks.runner.suites import RunSpec, expand, load_suite
+from benchmarks.runner.run_spec import RunSpec
+from benchmarks.runner.suites import expand, load_suite
 from benchmarks.tools import reference
 from benchmarks.tools.measuring import interleaved
 from benchmarks.tools.reference_pairing import StepProbe, probe_step, reference_model, reference_steps

@@ -10,9 +10,10 @@ from benchmarks import run
 from benchmarks.data.loaders import seeded_loader
 from benchmarks.data.streams import spread_indices
 from benchmarks.runner.building import resolve
+from benchmarks.runner.limits import RunLimits
 from benchmarks.runner.reading import iter_results, not_a_measurement
 from benchmarks.runner.result_record import RunResult, config_hash
-from benchmarks.runner.suites import RunLimits, expand
+from benchmarks.runner.suites import expand
 from tests.analysis.records import run_result
 from tests.helpers import MINI_SUITE, result_of, write_suite
 

@@ -11,8 +11,8 @@ import pytest
 from benchmarks import run
 from benchmarks.core.errors import UserError
 from benchmarks.data.streams import spread_indices
+from benchmarks.runner.limits import RunLimits
 from benchmarks.runner.reading import iter_results
-from benchmarks.runner.suites import RunLimits
 from benchmarks.runner.zero_shot import zero_shot_accuracy, zero_shot_target
 from strategies.config import StrategyConfig
 from strategies.settings import RunSettings

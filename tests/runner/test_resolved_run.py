@@ -9,7 +9,7 @@ import pytest
 
 from benchmarks.runner.building import resolve
 from benchmarks.runner.result_record import UNHASHED_CONFIG_KEYS, config_hash
-from benchmarks.runner.suites import DATASET_LEVEL_OPTIONS, RunSpec
+from benchmarks.runner.run_spec import DATASET_LEVEL_OPTIONS, RunSpec
 
 RESULTS = Path(__file__).resolve().parents[2] / "results"
 #: results whose config today's code cannot rebuild, each with the reason (checked to fail)

@@ -11,8 +11,9 @@ from benchmarks import run, run_suite
 from benchmarks.core.environment import auto_threads, check_threads, usable_cores
 from benchmarks.core.errors import UserError
 from benchmarks.runner.building import _limited_config, build_run, resolve
+from benchmarks.runner.limits import RunLimits
 from benchmarks.runner.reading import iter_results
-from benchmarks.runner.suites import RunLimits, expand, load_suite
+from benchmarks.runner.suites import expand, load_suite
 from strategies.config import StrategyConfig
 from strategies.contract import config_class
 from strategies.registry import available, get_strategy

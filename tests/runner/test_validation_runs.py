@@ -112,7 +112,8 @@ def test_a_bad_validation_setting_is_one_line(tmp_path, capsys, line, says):
 
 @pytest.mark.parametrize("evaluate_test", [True, False])
 def test_a_fast_dev_run_limits_the_validation_split_as_it_limits_the_test_set(tmp_path, evaluate_test):
-    from benchmarks.runner.suites import RunLimits, expand, load_suite
+    from benchmarks.runner.limits import RunLimits
+    from benchmarks.runner.suites import expand, load_suite
 
     path = tmp_path / "suite.toml"
     path.write_text(_suite(f"validation_fraction = 0.25\nevaluate_test = {str(evaluate_test).lower()}\n"))

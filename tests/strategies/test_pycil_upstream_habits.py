@@ -292,7 +292,7 @@ def test_a_recipe_field_the_learner_never_reads_is_refused_in_one_line():
 
 def test_a_fast_dev_run_caps_the_learners_epochs_not_a_batch_size_it_never_reads():
     from benchmarks.runner.building import _limited_config
-    from benchmarks.runner.suites import RunLimits
+    from benchmarks.runner.limits import RunLimits
     from strategies.frameworks.pycil import PyCILConfig
 
     sources = {"batch_size": "default", "epoch_cap": "default", "args": "strategy"}
