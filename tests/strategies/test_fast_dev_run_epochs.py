@@ -140,7 +140,7 @@ def test_the_mammoth_adapter_trains_every_epoch_on_the_capped_batches(
 
 @pytest.mark.parametrize("cap, expected", [(K, [K, K]), (None, [6, 6])])
 def test_the_pycil_adapter_trains_every_epoch_on_the_capped_batches(stream, monkeypatch, cap, expected):
-    from strategies.frameworks.pycil import PyCILConfig
+    from strategies.frameworks.pycil_config import PyCILConfig
     from strategies.registry import get_strategy
 
     monkeypatch.syspath_prepend(str(pycil_habits.SHAPED))

@@ -150,7 +150,8 @@ def test_get_strategy_resolves_the_examples_in_their_adapters():
     from pycil_ncm.learner import NCM as NCMLearner
 
     from strategies.frameworks.mammoth import MammothAdapter
-    from strategies.frameworks.pycil import PyCILAdapter, PyCILConfig
+    from strategies.frameworks.pycil import PyCILAdapter
+    from strategies.frameworks.pycil_config import PyCILConfig
     from strategies.registry import get_strategy
 
     ncm, er = get_strategy(NCM), get_strategy(ER)

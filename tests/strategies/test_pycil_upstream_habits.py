@@ -60,7 +60,7 @@ def test_args_reach_the_learner_and_clip_is_its_convnet(stream):
 def test_the_module_constants_follow_the_epoch_scale_and_are_put_back(stream):
     import pycil_learners.icarl_like as module
 
-    from strategies.frameworks.pycil import PyCILConfig
+    from strategies.frameworks.pycil_config import PyCILConfig
 
     strategy = built(ICARL, stream, config=PyCILConfig(args={"memory_size": 12}).with_epoch_scale(0.25)[0])
     learn(strategy, stream, [0, 1])
@@ -70,7 +70,7 @@ def test_the_module_constants_follow_the_epoch_scale_and_are_put_back(stream):
 
 
 def test_the_fast_dev_run_caps_epoch_args_and_constants():
-    from strategies.frameworks.pycil import PyCILConfig
+    from strategies.frameworks.pycil_config import PyCILConfig
 
     config, changed = PyCILConfig(args={"init_epoch": 200, "tuned_epochs": 20, "lr": 0.1}).with_epoch_scale(
         0.125
@@ -241,7 +241,7 @@ def test_args_stay_a_dict_for_upstream_code_and_record_every_lookup():
     import json
     import pickle
 
-    from strategies.frameworks.pycil import ReadArgs
+    from strategies.frameworks.pycil_config import ReadArgs
 
     args = ReadArgs({"memory_size": 12, "convnet_type": "clip"})
     assert isinstance(args, dict) and json.dumps(args) == '{"memory_size": 12, "convnet_type": "clip"}'
@@ -293,7 +293,7 @@ def test_a_recipe_field_the_learner_never_reads_is_refused_in_one_line():
 def test_a_fast_dev_run_caps_the_learners_epochs_not_a_batch_size_it_never_reads():
     from benchmarks.runner.building import _limited_config
     from benchmarks.runner.limits import RunLimits
-    from strategies.frameworks.pycil import PyCILConfig
+    from strategies.frameworks.pycil_config import PyCILConfig
 
     sources = {"batch_size": "default", "epoch_cap": "default", "args": "strategy"}
     capped = _limited_config(PyCILConfig(args={"init_epoch": 20}), RunLimits.fast_dev_run(), sources)
