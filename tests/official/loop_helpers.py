@@ -154,6 +154,18 @@ def exceeded(diffs: dict[str, float], tolerances: dict[str, float]) -> dict[str,
     return {k: v for k, v in diffs.items() if not v <= tolerances.get(k, 0.0)}
 
 
+#: An unperturbed loop stays within this share of each tolerance, on every machine that runs the
+#: tests, while each perturbation must exceed the tolerance itself: a tolerance with a measured
+#: margin on both sides, never one a change of CPU kernels could cross unseen.
+MARGIN = 0.5
+
+
+def beyond_margin(diffs: dict[str, float], tolerances: dict[str, float]) -> dict[str, float]:
+    """The quantities whose difference is above ``MARGIN`` of their tolerance (an unperturbed loop
+    has none)."""
+    return exceeded(diffs, {k: MARGIN * v for k, v in tolerances.items()})
+
+
 def suite_run_fixture(suite_strategy, run):
     """A module fixture ``suite_run``: the unperturbed ``suite_strategy()`` and ``run(fixture,
     strategy)``, trained once for the module's tests."""

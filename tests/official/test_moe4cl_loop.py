@@ -22,15 +22,16 @@ from tests.official.goldens.moe_loop import BATCH, SEED, TASKS, suite_strategy, 
 # The same modules and draws, float32 operations in another order (prompt preparation, the
 # official forward around the suite's towers), over 6 Adam steps a task of lr up to 2e-4. The
 # parameters' differences depend on the CPU's kernels: at most sum 1.2e-5, projection 2.2e-5, norm
-# 1.8e-6 and entry 5.1e-7 with AVX-512 (an AMD EPYC, torch 2.14.1), under the former 1e-5, 1e-5,
-# 1e-6 and 1e-7 with ATEN_CPU_CAPABILITY=avx2 on the same machine; each perturbation still fails.
+# 1.8e-6 and entry 5.1e-7 with AVX-512 (an AMD EPYC, torch 2.14.1), 2-5 times less with
+# ATEN_CPU_CAPABILITY=avx2 on the same machine. Each tolerance is over twice the largest
+# (loop_helpers.MARGIN); the weight-decay perturbation, the smallest, is still 2.2 times the sum's.
 TOLERANCES = {
     "loss": 1e-5,  # CE of logits about 20
     "lr": 1e-9,  # the same closed form; the fixture stores float32
-    "sum": 2e-5,  # a tensor's change summed over up to 8,192 entries
-    "projection": 4e-5,
-    "norm": 3e-6,
-    "entry": 1e-6,  # one entry's change, Adam steps of at most the lr
+    "sum": 2.5e-5,  # a tensor's change summed over up to 8,192 entries
+    "projection": 5e-5,
+    "norm": 4e-6,
+    "entry": 1.2e-6,  # one entry's change, Adam steps of at most the lr
     "scores": 1e-4,  # logits about 20
 }
 
@@ -70,7 +71,7 @@ def test_every_step_and_task_equals_the_official_loop(fixture, suite_run):
     assert meta["sizes"]["batches"] > 30  # past the official warm-up
     assert [len(r.losses) for r in loop.records] == [meta["sizes"]["batches"]] * meta["sizes"]["tasks"]
     diffs = shared.loop_differences(loop, _without_the_extra_iteration(fixture))
-    assert not shared.exceeded(diffs, TOLERANCES), diffs
+    assert not shared.beyond_margin(diffs, TOLERANCES), diffs
     assert set(strategy.optimized_parameters) == set(trained(strategy.backbone))  # the MoE, both towers
 
 

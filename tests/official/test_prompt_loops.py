@@ -30,7 +30,7 @@ from tests.official.goldens.prompt_loops import (
     suite_tensors,
 )
 from tests.official.goldens.suite_loop import StepRecord, run_suite_loop
-from tests.official.loop_helpers import exceeded, extra_scheduler_step, record_differences
+from tests.official.loop_helpers import beyond_margin, exceeded, extra_scheduler_step, record_differences
 
 METHODS = ["l2p_pp", "dualprompt", "coda_prompt"]
 TOLERANCES = {
@@ -120,7 +120,7 @@ def test_every_step_and_task_equals_the_official_loop(method):
     name, (tensors, meta) = method
     assert meta["sizes"] == {"tasks": 2, "epochs": EPOCHS, "steps_per_epoch": STEPS, "batch": 4, "test": 6}
     diffs = suite_loop(name, tensors)
-    assert not exceeded(diffs, TOLERANCES), diffs
+    assert not beyond_margin(diffs, TOLERANCES), diffs
     print(f"{name}.loop max |suite - official|: {diffs}")
 
 
