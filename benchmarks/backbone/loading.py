@@ -18,9 +18,11 @@ from benchmarks.backbone.clip import CLIPBackbone
 from benchmarks.backbone.registry import live_open_clip
 from benchmarks.backbone.weights import (
     DEFAULT_MODEL,
+    SYNTHETIC_CHECKPOINTS,
     SYNTHETIC_TAG,
     SYNTHETIC_WEIGHTS,
     TINY_MODEL,
+    TINY_MODEL_512,
     BackboneSpec,
     check_model_config,
     check_names,
@@ -35,9 +37,11 @@ from benchmarks.core.errors import UserError
 
 __all__ = [  # the names of ``weights`` are the loader's too
     "DEFAULT_MODEL",
+    "SYNTHETIC_CHECKPOINTS",
     "SYNTHETIC_TAG",
     "SYNTHETIC_WEIGHTS",
     "TINY_MODEL",
+    "TINY_MODEL_512",
     "BackboneSpec",
     "check_names",
     "check_weights",

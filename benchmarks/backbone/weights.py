@@ -23,10 +23,17 @@ from benchmarks.core.errors import UserError, WeightsNotFoundError
 
 DEFAULT_MODEL = "ViT-B-16-quickgelu"
 TINY_MODEL = "tiny-clip-32"
-# pretrained="synthetic" for the tiny model: the shipped checkpoint of
-# `python -m benchmarks.miniature.pretrain`.
+# The same tiny CLIP with a 512-d joint embedding, as CLIP ViT-B/16's: for outside learners that
+# hard-code 512 (C3Box's RAPF, ENGINE, CLG-CBM; docs/adding-a-strategy.md).
+TINY_MODEL_512 = "tiny-clip-32-512"
+# pretrained="synthetic" for a tiny model: the shipped checkpoint of
+# `python -m benchmarks.miniature.pretrain --model MODEL`.
 SYNTHETIC_TAG = "synthetic"
-SYNTHETIC_WEIGHTS = Path(__file__).parent.parent / "assets" / "tiny-clip-32-synthetic.safetensors"
+_ASSETS = Path(__file__).parent.parent / "assets"
+SYNTHETIC_CHECKPOINTS = {
+    model: _ASSETS / f"{model}-synthetic.safetensors" for model in (TINY_MODEL, TINY_MODEL_512)
+}
+SYNTHETIC_WEIGHTS = SYNTHETIC_CHECKPOINTS[TINY_MODEL]
 _WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")
 
 
@@ -103,12 +110,14 @@ def resolve_weights(spec: BackboneSpec) -> tuple[Path | None, dict[str, Any]]:
     path = Path(spec.pretrained).expanduser()
     if path.is_file():
         return path, {}
-    if spec.model == TINY_MODEL and spec.pretrained == SYNTHETIC_TAG:
-        if not SYNTHETIC_WEIGHTS.is_file():
+    if spec.model in SYNTHETIC_CHECKPOINTS and spec.pretrained == SYNTHETIC_TAG:
+        shipped = SYNTHETIC_CHECKPOINTS[spec.model]
+        if not shipped.is_file():
             raise WeightsNotFoundError(
-                f"{SYNTHETIC_WEIGHTS} is missing; recreate it with: python -m benchmarks.miniature.pretrain"
+                f"{shipped} is missing; recreate it with: python -m benchmarks.miniature.pretrain "
+                f"--model {spec.model}"
             )
-        return SYNTHETIC_WEIGHTS, {}
+        return shipped, {}
     cfg = check_tag(spec.model, spec.pretrained)  # a listed tag, trained with the model's activation
     found, looked = _cached_checkpoint(cfg, spec.cache_dir)
     if found is None:
@@ -135,7 +144,7 @@ def check_names(model: str, pretrained: str | None) -> None:
     path_like = pretrained is not None and ("/" in pretrained or pretrained.endswith(_WEIGHT_SUFFIXES))
     if pretrained is None or path_like or pretrained.lower() == "none" or Path(pretrained).is_file():
         return
-    if (model, pretrained) != (TINY_MODEL, SYNTHETIC_TAG):
+    if not (model in SYNTHETIC_CHECKPOINTS and pretrained == SYNTHETIC_TAG):
         check_tag(model, pretrained)
 
 
@@ -146,16 +155,17 @@ def check_weights(spec: BackboneSpec) -> Path | None:
 
 
 def weights_digest(spec: BackboneSpec) -> str | None:
-    """SHA-256 (first 16 hex digits) of the shipped synthetic checkpoint; None for any other weights.
+    """SHA-256 (first 16 hex digits) of a shipped synthetic checkpoint; None for any other weights.
 
     The tag "synthetic" names a file that is re-pretrained whenever the miniature's world changes,
     so its digest joins the hashed run config: results of an older checkpoint are never reused.
     Real weights are fixed by their open_clip tag or by the path a user gives.
     """
-    if not (spec.model == TINY_MODEL and spec.pretrained == SYNTHETIC_TAG and SYNTHETIC_WEIGHTS.is_file()):
+    shipped = SYNTHETIC_CHECKPOINTS.get(spec.model)
+    if not (shipped is not None and spec.pretrained == SYNTHETIC_TAG and shipped.is_file()):
         return None
-    stat = SYNTHETIC_WEIGHTS.stat()
-    return _file_digest(str(SYNTHETIC_WEIGHTS), stat.st_size, stat.st_mtime_ns)
+    stat = shipped.stat()
+    return _file_digest(str(shipped), stat.st_size, stat.st_mtime_ns)
 
 
 def weights_file(spec: BackboneSpec) -> dict[str, str] | None:
@@ -174,7 +184,7 @@ def weights_file(spec: BackboneSpec) -> dict[str, str] | None:
 
 def recorded_backbone(backbone: dict) -> dict:
     """A run config's ``backbone`` entry (``model``, ``pretrained``, ...) as results record it:
-    with ``weights_sha256`` where the weights are the shipped synthetic checkpoint."""
+    with ``weights_sha256`` where the weights are a shipped synthetic checkpoint."""
     digest = weights_digest(BackboneSpec(backbone["model"], backbone["pretrained"]))
     return {**backbone, "weights_sha256": digest} if digest else dict(backbone)
 

@@ -1,12 +1,13 @@
 """Pretrain the tiny open_clip CLIP contrastively on synthetic image-caption pairs.
 
-    python -m benchmarks.miniature.pretrain [--steps N] [--batch-size B] [--seed S] [--out PATH]
-        [--log-every K]
+    python -m benchmarks.miniature.pretrain [--model MODEL] [--steps N] [--batch-size B] [--seed S]
+        [--out PATH] [--log-every K]
 
 Every batch is freshly generated (``benchmarks.data.synthetic.captions``) in the "photo" domain, so
 nothing is read from disk. The
 defaults reproduce the shipped checkpoint ``benchmarks/assets/tiny-clip-32-synthetic.safetensors``
-(fp16) and its JSON sidecar; the same arguments give the same loss trajectory on every run.
+(fp16) and its JSON sidecar, and ``--model tiny-clip-32-512`` the 512-d one beside it; the same
+arguments give the same loss trajectory on every run.
 """
 
 from __future__ import annotations
@@ -28,12 +29,11 @@ from open_clip.loss import ClipLoss
 from safetensors.torch import save_file
 from tqdm import tqdm
 
-from benchmarks.backbone import SYNTHETIC_WEIGHTS, TINY_MODEL, encode_clip_text
+from benchmarks.backbone import SYNTHETIC_CHECKPOINTS, TINY_MODEL, encode_clip_text
 from benchmarks.core.errors import CommandParser
 from benchmarks.data.synthetic.captions import pretraining_rng, sample_pretraining_pairs
 from benchmarks.data.transforms import CLIP_MEAN, CLIP_STD
 
-DEFAULT_OUT = SYNTHETIC_WEIGHTS
 MAX_LOGIT_SCALE = math.log(100.0)  # CLIP's clamp on the learnt temperature
 # open_clip starts the learnt scale at 1/0.07 and CLIP's long training drives it to the clamp. This
 # run is ~10^4 times shorter, so it starts where trained CLIP ends. Measured on this world: from
@@ -44,6 +44,12 @@ DEFAULT_INIT_LOGIT_SCALE = 100.0
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = CommandParser(prog="python -m benchmarks.miniature.pretrain", description=__doc__.split("\n")[0])
+    parser.add_argument(
+        "--model",
+        default=TINY_MODEL,
+        choices=sorted(SYNTHETIC_CHECKPOINTS),
+        help="the tiny model to pretrain (its width; the same recipe for each)",
+    )
     parser.add_argument("--steps", type=int, default=1300, help="optimizer steps")
     parser.add_argument("--batch-size", type=int, default=128, help="image-caption pairs per step")
     parser.add_argument("--lr", type=float, default=1e-3, help="peak learning rate (AdamW)")
@@ -63,9 +69,15 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         "--seed", type=int, default=0, help="seed of the initialisation and of the data stream"
     )
     parser.add_argument("--threads", type=int, default=2, help="torch CPU threads")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help="checkpoint path (.safetensors)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        default=None,
+        help="checkpoint path (.safetensors; default: the model's shipped one)",
+    )
     parser.add_argument("--log-every", type=int, default=100, help="print the mean loss every K steps")
     args = parser.parse_args(argv)
+    args.out = args.out or SYNTHETIC_CHECKPOINTS[args.model]
     parser.output_file(args.out)  # before the work, not after it
     for name in ("steps", "batch_size", "threads", "log_every"):
         if getattr(args, name) < 1:
@@ -137,9 +149,9 @@ def pretrain(args: argparse.Namespace) -> tuple[open_clip.CLIP, list[tuple[int, 
     with torch.random.fork_rng():  # seeds the initialisation without touching the caller's RNG
         torch.manual_seed(args.seed)
         model = open_clip.create_model(
-            TINY_MODEL, pretrained=None, init_logit_scale=math.log(args.init_logit_scale)
+            args.model, pretrained=None, init_logit_scale=math.log(args.init_logit_scale)
         )
-    tokenizer = open_clip.get_tokenizer(TINY_MODEL)
+    tokenizer = open_clip.get_tokenizer(args.model)
     model.train()
     loss_fn = ClipLoss()
     optimizer = build_optimizer(model, args.lr, args.weight_decay)
@@ -179,7 +191,7 @@ def save_checkpoint(model: torch.nn.Module, path: Path, metadata: dict[str, Any]
         name: tensor.detach().to(torch.float16).contiguous() for name, tensor in model.state_dict().items()
     }
     tmp = path.with_name(path.name + ".tmp")
-    save_file(state, str(tmp), metadata={"format": "pt", "model": TINY_MODEL})
+    save_file(state, str(tmp), metadata={"format": "pt", "model": metadata["model"]})
     os.replace(tmp, path)
 
     sidecar = path.with_suffix(".json")
@@ -205,7 +217,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     metadata = {
         "command": "python -m benchmarks.miniature.pretrain",
         "args": {k: _portable(v) if isinstance(v, Path) else v for k, v in vars(args).items()},
-        "model": TINY_MODEL,
+        "model": args.model,
         "steps": args.steps,
         "final_loss": trajectory[-1][1],  # mean over the last log window
         "logit_scale": model.logit_scale.exp().item(),

@@ -21,7 +21,7 @@ from typing import Callable, Iterable, Sequence
 
 import numpy as np
 
-from benchmarks.backbone.weights import TINY_MODEL
+from benchmarks.backbone.weights import SYNTHETIC_CHECKPOINTS
 from benchmarks.core.errors import UserError
 from benchmarks.data.protocols import DEFAULT_PROTOCOL
 from benchmarks.runner.result_record import RunResult, changed_entries
@@ -228,7 +228,7 @@ def cannot_rank(result: RunResult) -> str | None:
     reasons = []
     if result.dataset == OFFLINE_DATASET:
         reasons.append("the synthetic world")
-    if backbone.get("model") == TINY_MODEL:
+    if backbone.get("model") in SYNTHETIC_CHECKPOINTS:  # a tiny CLIP, 256-d or 512-d
         reasons.append("the tiny CLIP")
     elif "pretrained" in backbone and backbone["pretrained"] is None:  # recorded as a random init
         reasons.append("a randomly initialised backbone")

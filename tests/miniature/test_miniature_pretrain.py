@@ -10,12 +10,12 @@ import numpy as np
 import pytest
 import torch
 
-from benchmarks.backbone import SYNTHETIC_WEIGHTS, TINY_MODEL, BackboneSpec, create_clip
+from benchmarks.backbone import SYNTHETIC_CHECKPOINTS, TINY_MODEL, BackboneSpec, create_clip
 from benchmarks.data.synthetic import captions as C
 from benchmarks.data.synthetic import world as S
 from benchmarks.data.transforms import eval_transform
 from benchmarks.data.units.synthetic import load_synthetic
-from benchmarks.miniature.pretrain import images_to_tensor, main
+from benchmarks.miniature.pretrain import images_to_tensor, main, parse_args
 from benchmarks.miniature.report import evaluate_zero_shot
 
 
@@ -137,10 +137,19 @@ def test_short_pretraining_run_is_reproducible_and_loadable(tmp_path) -> None:
     assert features.shape == (1, backbone.model.text_projection.shape[1]) and torch.isfinite(features).all()
 
 
-def test_shipped_checkpoint_is_a_faithful_miniature() -> None:
-    assert SYNTHETIC_WEIGHTS.is_file(), "run: python -m benchmarks.miniature.pretrain"
-    assert SYNTHETIC_WEIGHTS.stat().st_size <= 15 * 2**20
-    backbone = create_clip(BackboneSpec(TINY_MODEL, "synthetic"))
+@pytest.mark.parametrize("model", sorted(SYNTHETIC_CHECKPOINTS))
+def test_shipped_checkpoint_is_a_faithful_miniature(model) -> None:
+    """Each tiny model's shipped checkpoint (256-d, and 512-d for learners that hard-code CLIP's
+    width): made by ``pretrain`` with its defaults, and a CLIP in miniature."""
+    shipped = SYNTHETIC_CHECKPOINTS[model]
+    assert shipped.is_file(), f"run: python -m benchmarks.miniature.pretrain --model {model}"
+    assert shipped.stat().st_size <= 15 * 2**20
+    sidecar = json.loads(shipped.with_suffix(".json").read_text())
+    defaults = {k: v for k, v in vars(parse_args(["--model", model])).items() if k not in ("out", "model")}
+    assert {k: sidecar["args"][k] for k in defaults} == defaults and sidecar["model"] == model
+    backbone = create_clip(BackboneSpec(model, "synthetic"))
+    width = 512 if model.endswith("-512") else 256
+    assert backbone.model.text_projection.shape[1] == backbone.model.visual.proj.shape[1] == width
     data = load_synthetic(n_train_per_class=1, n_test_per_class=5)
     stats = evaluate_zero_shot(backbone, data)
     chance = 1 / data.n_classes
