@@ -12,6 +12,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Literal
 
 from benchmarks.core.environment import check_threads, set_deterministic, usable_cores
 from benchmarks.core.errors import STORAGE_ERRORS, UserError
@@ -58,7 +59,7 @@ def dry_run_table(
     runs: list[RunSpec],
     store: ResultStore,
     data_root: str,
-    gpu_rates: Rates | None | bool = False,
+    gpu_rates: Rates | None | Literal[False] = False,
     reuse_from: tuple[str, ...] = (),
 ) -> str:
     """One row per run of the suite: its state in ``store`` and an estimate of what is left to
@@ -103,16 +104,18 @@ def dry_run_table(
         detail = f" ({state.detail})" if state.detail else ""
         lines.append(f"| {spec.key} | {state.state}{detail} | {estimate} |")
     if unknown and not estimated:  # a sum of no estimates is no estimate, not 0 s
-        left = f", {unknown} left to run; no estimate yet (no finished run of these strategies and datasets)"
+        time_left = (
+            f", {unknown} left to run; no estimate yet (no finished run of these strategies and datasets)"
+        )
     elif unknown:  # the runs without an estimate add to it
-        left = f"; at least {duration(total)} left, plus {unknown} run(s) without an estimate"
+        time_left = f"; at least {duration(total)} left, plus {unknown} run(s) without an estimate"
     else:
-        left = f"; estimated {duration(total)} left"
+        time_left = f"; estimated {duration(total)} left"
     gpu = [] if gpu_rates is False else [gpu_hours_line(pending, gpu_rates)]
     datasets = [name for spec in runs for name in (spec.dataset, *spec.zero_shot_targets)]
     needs = readiness(datasets, [backbone_spec(spec) for spec in runs], data_root)
     needs = ["", "What the runs read:", *(f"- {line}" for line in needs)] if needs else []
-    return "\n".join([*lines, *needs, "", f"{len(runs)} run(s){left}", *gpu])
+    return "\n".join([*lines, *needs, "", f"{len(runs)} run(s){time_left}", *gpu])
 
 
 def suite_title(suite: dict) -> str:
@@ -194,7 +197,7 @@ def _launcher(
     return InlineLauncher()
 
 
-def _gpu_rates(args: argparse.Namespace, suite: dict, results_dir: Path) -> Rates | bool:
+def _gpu_rates(args: argparse.Namespace, suite: dict, results_dir: Path) -> Rates | Literal[False]:
     """The GPU rates for a dry run's GPU-hours line: those of ``--rates`` or the newest GPU check,
     else the stored reference rates (named as such); False (no line) for a fast dev run, or a suite
     run on the CPU without ``--rates`` (the smoke suites: GPU-hours mean nothing there)."""

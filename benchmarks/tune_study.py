@@ -53,6 +53,7 @@ class Dimension:
             return trial.suggest_categorical(self.name, list(self.choices))
         if isinstance(self.low, int) and isinstance(self.high, int):
             return trial.suggest_int(self.name, self.low, self.high, log=self.log)
+        assert self.low is not None and self.high is not None  # a range (checked when the space is read)
         return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)
 
     def record(self) -> dict[str, Any]:

@@ -27,7 +27,7 @@ from benchmarks.core.errors import CommandParser, one_line_user_errors
 from benchmarks.core.metrics import predicted_classes
 from benchmarks.runner.building import build_run, resolve
 from benchmarks.runner.suites import expand, load_suite
-from strategies.methods.clap import task_mask
+from strategies.methods.clap import CLAP, task_mask
 
 
 def accuracy(scores: torch.Tensor, columns: list[int], targets: torch.Tensor) -> float:
@@ -55,6 +55,7 @@ def build(seed: int, epochs: int | None, suite: str = "smoke-baselines", n_tasks
         )
     built = build_run(resolved, "data")
     clap, stream = built.strategy, built.stream
+    assert isinstance(clap, CLAP)  # the suite's clap row
     features = clap.frozen_features(stream.test_set, "test", None).float()
     return clap, stream, features, torch.tensor(stream.test_targets)
 
@@ -89,11 +90,12 @@ def stage_report(clap, features, targets) -> dict:
     in_seen = torch.isin(targets, torch.tensor(seen))
     scores = clap.scores_from_features(features[in_seen])  # frozen features come normalised
     labels = targets[in_seen]
-    report = {"acc": accuracy(scores, seen, labels), "tasks": []}
+    tasks: list[dict] = []
+    report = {"acc": accuracy(scores, seen, labels), "tasks": tasks}
     for task in clap.task_classes:
         mine = torch.isin(labels, torch.tensor(task))
         columns = [seen.index(c) for c in task]
-        report["tasks"].append(
+        tasks.append(
             {
                 "acc": accuracy(scores[mine], seen, labels[mine]),
                 "within_task": accuracy(scores[mine][:, columns], task, labels[mine]),

@@ -27,9 +27,10 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Sequence
+from collections.abc import Sequence, Sized
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import cast
 
 import numpy as np
 import torch
@@ -85,8 +86,9 @@ def encode_images(backbone: CLIPBackbone, dataset: Dataset, batch_size: int = 50
     """Normalised image features of every item of ``dataset`` (PIL image, label), in order."""
     transform = eval_transform(backbone.image_size, backbone.mean, backbone.std)
     features = []
-    for start in range(0, len(dataset), batch_size):
-        stop = min(start + batch_size, len(dataset))
+    n = len(cast(Sized, dataset))  # a map-style dataset: torch's Dataset type declares no __len__
+    for start in range(0, n, batch_size):
+        stop = min(start + batch_size, n)
         images = torch.stack([transform(dataset[i][0]) for i in range(start, stop)])
         features.append(backbone.encode_image(images))
     return torch.cat(features)
@@ -262,24 +264,25 @@ def _report(args: argparse.Namespace) -> int:
             ).test,
         ),
     )
-    test_features, train_features = encode_images(backbone, data.test), encode_images(backbone, data.train)
+    train, train_targets = data.train, data.train_targets
+    assert train is not None and train_targets is not None  # the synthetic world has its training split
+    test_features, train_features = encode_images(backbone, data.test), encode_images(backbone, train)
     text = encode_prompts(backbone, data.class_names)
     stats = zero_shot_stats(test_features, text, data.test_targets, held_out_mask(data.n_classes))
-    probe, ncm = probe_accuracies(train_features, data.train_targets, test_features, data.test_targets)
+    probe, ncm = probe_accuracies(train_features, train_targets, test_features, data.test_targets)
     tasks = split_classes(
         resolve_class_order(spec.class_order, data.n_classes, "synthetic"), suite["tasks"][0]
     )
-    distances = [
-        frozen_subspace_distances(train_features, data.train_targets, text, classes) for classes in tasks
-    ]
+    distances = [frozen_subspace_distances(train_features, train_targets, text, classes) for classes in tasks]
 
     zero_shot = 100 * stats.accuracy
     low, high = ZERO_SHOT_TARGET
     n_held = int(held_out_mask(data.n_classes).sum())
+    n_train, n_test = len(cast(Sized, train)), len(cast(Sized, data.test))
     print(
         f"tiny-clip-32 weights={spec.backbone['pretrained']} on the {args.suite} suite's CIL data: "
         "synthetic, "
-        f"domain {domain}, {data.n_classes} classes, {len(data.train)} train / {len(data.test)} test images"
+        f"domain {domain}, {data.n_classes} classes, {n_train} train / {n_test} test images"
     )
     print(f"{'':28s}{domain:>8s}{'photo':>8s}")
     rows = [

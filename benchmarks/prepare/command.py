@@ -188,10 +188,12 @@ def _weights_target(weights: Weights) -> Target:
 
 def _dataset_target(unit: DatasetUnit) -> Target:
     """The target of a dataset unit's files: its own steps, run by this command."""
+    target, folder = unit.target, unit.folder
+    assert target is not None and folder is not None  # file_targets() holds units with files only
     return Target(
-        unit.target,
+        target,
         unit.describe_files(),
-        lambda ctx: ctx.data_root / unit.folder,
+        lambda ctx: ctx.data_root / folder,
         unit.state,
         unit.prepare,
         lambda: unit.archives(),

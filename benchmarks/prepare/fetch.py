@@ -235,8 +235,9 @@ class RateWatch:
                 return
 
 
-class _Watched:
-    """A connection whose socket the rate watch can close (a mixin before the HTTP(S) connection)."""
+class _Watched(http.client.HTTPConnection):
+    """A connection whose socket the rate watch can close (first in the bases of the HTTP(S)
+    connection, so that its ``connect`` wraps theirs)."""
 
     def __init__(self, *args, watch: RateWatch, **kwargs) -> None:
         super().__init__(*args, **kwargs)
@@ -247,7 +248,7 @@ class _Watched:
         self._watch.attach(self.sock)
 
 
-class _WatchedHTTP(_Watched, http.client.HTTPConnection):
+class _WatchedHTTP(_Watched):
     pass
 
 

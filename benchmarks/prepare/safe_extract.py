@@ -20,6 +20,7 @@ import stat
 import tarfile
 import zipfile
 from pathlib import Path
+from typing import Any
 
 from benchmarks.core.errors import UserError
 
@@ -125,7 +126,7 @@ def _extract_tar_checked(tar: tarfile.TarFile, archive: Path, into: Path) -> Non
     dest = os.path.realpath(into)
     # this Python may still know the filter argument (only the data filter was looked for): the
     # checks above are then the only ones, as on a Python without filters
-    trusted = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
+    trusted: dict[str, Any] = {"filter": "fully_trusted"} if hasattr(tarfile, "fully_trusted_filter") else {}
     directories = []
     for member in tar:
         safe = _checked_member(member, dest, archive)
