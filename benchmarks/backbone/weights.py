@@ -46,6 +46,12 @@ class BackboneSpec:
     cache_dir: str | None = None  # open_clip / Hugging Face cache to look in (default: theirs)
 
 
+def shipped_checkpoint(model: str, pretrained: str | None) -> Path | None:
+    """The shipped synthetic checkpoint that ``model`` with ``pretrained`` names (a tiny model with
+    the tag "synthetic"), whether or not the file is there; None for any other weights."""
+    return SYNTHETIC_CHECKPOINTS.get(model) if pretrained == SYNTHETIC_TAG else None
+
+
 def check_model_config(name: str) -> None:
     """Fail early (before any network-capable open_clip code runs) on names we cannot build offline."""
     if ":" in name:
@@ -110,8 +116,7 @@ def resolve_weights(spec: BackboneSpec) -> tuple[Path | None, dict[str, Any]]:
     path = Path(spec.pretrained).expanduser()
     if path.is_file():
         return path, {}
-    if spec.model in SYNTHETIC_CHECKPOINTS and spec.pretrained == SYNTHETIC_TAG:
-        shipped = SYNTHETIC_CHECKPOINTS[spec.model]
+    if (shipped := shipped_checkpoint(spec.model, spec.pretrained)) is not None:
         if not shipped.is_file():
             raise WeightsNotFoundError(
                 f"{shipped} is missing; recreate it with: python -m benchmarks.miniature.pretrain "
@@ -144,7 +149,7 @@ def check_names(model: str, pretrained: str | None) -> None:
     path_like = pretrained is not None and ("/" in pretrained or pretrained.endswith(_WEIGHT_SUFFIXES))
     if pretrained is None or path_like or pretrained.lower() == "none" or Path(pretrained).is_file():
         return
-    if not (model in SYNTHETIC_CHECKPOINTS and pretrained == SYNTHETIC_TAG):
+    if shipped_checkpoint(model, pretrained) is None:
         check_tag(model, pretrained)
 
 
@@ -161,8 +166,8 @@ def weights_digest(spec: BackboneSpec) -> str | None:
     so its digest joins the hashed run config: results of an older checkpoint are never reused.
     Real weights are fixed by their open_clip tag or by the path a user gives.
     """
-    shipped = SYNTHETIC_CHECKPOINTS.get(spec.model)
-    if not (shipped is not None and spec.pretrained == SYNTHETIC_TAG and shipped.is_file()):
+    shipped = shipped_checkpoint(spec.model, spec.pretrained)
+    if shipped is None or not shipped.is_file():
         return None
     stat = shipped.stat()
     return _file_digest(str(shipped), stat.st_size, stat.st_mtime_ns)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from benchmarks.backbone import SYNTHETIC_CHECKPOINTS, SYNTHETIC_TAG
+from benchmarks.backbone.weights import shipped_checkpoint
 from benchmarks.runner.run_spec import RunSpec
 from benchmarks.tools import reference
 from strategies.base import CLIPStrategy
@@ -84,10 +84,8 @@ def reference_model(spec: RunSpec) -> torch.nn.Module:
     shipped synthetic weights it trains from (for realism alone: speed does not depend on weights),
     a weight file where the run names one, else randomly initialised."""
     pretrained = spec.backbone.get("pretrained")
-    weights = None
-    if spec.backbone["model"] in SYNTHETIC_CHECKPOINTS and pretrained == SYNTHETIC_TAG:
-        weights = SYNTHETIC_CHECKPOINTS[spec.backbone["model"]]
-    elif pretrained and Path(str(pretrained)).expanduser().is_file():
+    weights = shipped_checkpoint(spec.backbone["model"], pretrained)
+    if weights is None and pretrained and Path(str(pretrained)).expanduser().is_file():
         weights = Path(str(pretrained)).expanduser()
     return reference.load_model(spec.backbone["model"], weights, spec.device)
 

@@ -388,9 +388,8 @@ class UpstreamAdapter(MammothAdapter):
         for epoch in range(args.n_epochs):
             if hasattr(model, "meta_begin_epoch"):
                 model.meta_begin_epoch(epoch, data)
-            for batch in first_batches(
-                loader, self.settings.train_batches
-            ):  # the model's train_loader is whole
+            # the model's train_loader is whole
+            for batch in first_batches(loader, self.settings.train_batches):
                 inputs, labels, not_aug_inputs = (t.to(self.device) for t in batch[:3])
                 # the model may name extra fields at its task's start (LwF: logits)
                 extra = {
