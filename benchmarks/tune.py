@@ -15,8 +15,9 @@ The search space is a TOML file, one table per strategy label, one entry per Con
     weight_decay = {low = 0.0, high = 0.2}
     lora_rank = {choices = [4, 8, 16]}           # a choice among values
 
-The study lives in SQLite under the results folder (``--storage``: an Optuna storage URL, for several
-workers on one study); each trial's runs in ``trials/<label>/<params digest>/``, so a killed tune
+The study lives in SQLite under the results folder (``--storage``: an Optuna storage URL). Several
+workers given the same command (local processes, a SLURM job array) share the study and its budget:
+together they run exactly ``--trials`` trials. Each trial's runs in ``trials/<label>/<params digest>/``, so a killed tune
 rerun with the same command resumes: a trial killed half-way is asked again with the same values and
 its runs resume from their checkpoints. At the end the best values of each strategy are written as a
 suite file (``tuned.toml``) that ``python -m benchmarks.run --suite <file>`` runs on the test set:

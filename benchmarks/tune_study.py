@@ -6,21 +6,28 @@ and Avalanche through the runner, so the parser leaves it until the command line
 from __future__ import annotations
 
 import argparse
+import contextlib
 import copy
 import dataclasses
+import functools
 import hashlib
 import json
 import math
+import os
 import re
+import socket
 import sys
+import time
 import tomllib
 import warnings
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from benchmarks.core.atomic_io import atomic_write_bytes
 from benchmarks.core.choices import DEFAULT_VALIDATION_FRACTION, OBJECTIVES
 from benchmarks.core.errors import UserError
+from benchmarks.core.heartbeat_lock import HeartbeatLock, slurm_job_id
 from benchmarks.runner.building import resolve
 from benchmarks.runner.execute import execute, preflight
 from benchmarks.runner.launcher import prepare_runner_process, restore_sigterm, stop_on_sigterm
@@ -34,6 +41,9 @@ from strategies.registry import get_strategy
 TUNED_SUFFIX = "-tuned"
 #: a run's error that makes its trial a failed one (counted in the budget) rather than stopping the tune
 TRIAL_ERROR = "error"
+#: how often a worker looks again at a study whose last trials run in other workers, or at a run that
+#: another worker computes
+POLL_SECONDS = 10.0
 #: suite keys a tuned suite drops: its rows train on every training image and are scored on the test set
 TUNING_ONLY_KEYS = ("validation_fraction", "validation_seed", "evaluate_test", "name", "path")
 
@@ -175,6 +185,13 @@ def counted(study) -> int:
     )
 
 
+def running(study) -> int:
+    """The trials under way in some worker: each holds its place in the budget."""
+    from optuna.trial import TrialState
+
+    return sum(t.state == TrialState.RUNNING for t in study.trials)
+
+
 def retry_killed_trials(study) -> int:
     """Ask again, with the same values, each trial a killed tune left failed or running: its runs
     resume from their checkpoints in the same folder. Returns how many were asked again."""
@@ -207,72 +224,113 @@ def storage_of(args: argparse.Namespace, results_dir: Path):
             f"--storage {url!r} is no storage URL; give e.g. sqlite:///tune.sqlite3 or postgresql://..."
         )
     results_dir.mkdir(parents=True, exist_ok=True)
-    try:
-        return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
+    try:  # workers started together would each create the new storage's tables: one does
+        with held(results_dir / ".storage.lock"):
+            return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
     except Exception as err:  # an unreachable database or a driver that is not installed
         raise UserError(
             f"--storage {url}: cannot open it ({type(err).__name__}: {str(err).splitlines()[0]})"
         ) from None
 
 
-def _trials_in(storage, name: str) -> int:
+@contextlib.contextmanager
+def held(path: Path) -> Iterator[HeartbeatLock]:
+    """A lock file that one of the workers sharing a tune's folder holds at a time, waited for."""
+    lock = HeartbeatLock(path)
+    while not lock.acquire():
+        time.sleep(0.2)
+    try:
+        yield lock
+    finally:
+        lock.release()  # a no-op once released, or where the file is another worker's
+
+
+def worker_name() -> str:
+    """This process, as a trial records who ran it: host and pid, and its SLURM job where it has one."""
+    job = slurm_job_id()
+    return f"{socket.gethostname()}:{os.getpid()}" + (f" (SLURM job {job})" if job else "")
+
+
+def _sampler(seed: int):
     import optuna
 
-    try:
-        return len(optuna.load_study(study_name=name, storage=storage).trials)
-    except KeyError:  # no such study yet
-        return 0
+    return optuna.samplers.TPESampler(seed=seed)
+
+
+def _execute_or_wait(run, store: ResultStore, args, label: str, number: int) -> RunResult:
+    """The run's result, computed here or, where another worker holds the run (the same values asked
+    by two workers), taken from that worker once it has stored it."""
+    said = False
+    while True:
+        result, status = execute(run, store, args.data_root, show_progress=False)
+        if result is not None:
+            return result
+        if not said and not args.quiet:
+            print(f"{label}: trial {number} waits for {run.spec.key}: {status}", file=sys.stderr)
+            said = True
+        time.sleep(POLL_SECONDS)
 
 
 def tune_strategy(args, suite, label, dimensions, storage, results_dir) -> Any:
     import optuna
 
     name = f"{suite['name']}-{label}-{args.objective}"
-    # A sampler seeded alike in a resumed process would draw the first values of the killed one again:
-    # it is seeded with the seed plus the trials the study already holds (the seed itself when new).
-    earlier = _trials_in(storage, name)
     study = optuna.create_study(
         study_name=name,
         storage=storage,
         direction="maximize",
-        sampler=optuna.samplers.TPESampler(seed=args.sampler_seed + earlier),
+        sampler=_sampler(args.sampler_seed),
         load_if_exists=True,
     )
-    if again := retry_killed_trials(study):
-        print(f"{label}: {again} trial(s) of a killed tune asked again with their values", file=sys.stderr)
+    ours: list[int] = []  # the trials this worker ran
 
-    def objective(trial) -> float:
+    def objective(trial, claim: HeartbeatLock) -> float:
+        claim.release()  # the trial is in the storage now: other workers count it
+        ours.append(trial.number)
+        # Each trial draws from its own seed, so workers that start together, or a resumed process,
+        # never draw the same values, and a study's draws do not depend on how many workers ran it.
+        trial.study.sampler = _sampler(args.sampler_seed + trial.number)
         params = {d.name: d.suggest(trial) for d in dimensions}
         store = ResultStore(results_dir / "trials" / label / params_digest(params))
         trial.set_user_attr("folder", str(store.root))
+        trial.set_user_attr("worker", worker_name())
         results = []
         for spec in trial_runs(args, suite, label, params):
             try:
                 run = resolve(spec, args.data_root)
-                result, status = execute(run, store, args.data_root, show_progress=False)
+                results.append(_execute_or_wait(run, store, args, label, trial.number))
             except UserError as err:  # a value that breaks the run (a diverging loss): a failed trial
                 trial.set_user_attr(TRIAL_ERROR, str(err))
                 print(f"{label}: trial {trial.number} {params} failed: {err}", file=sys.stderr)
                 raise
-            if result is None:  # another worker computes these very values: asked again on a rerun
-                why = f"{spec.key}: {status}; rerun when the other process has finished it"
-                print(f"{label}: trial {trial.number} stopped: {why}", file=sys.stderr)
-                raise UserError(why)
-            results.append(result)
         value = objective_value(results, args.objective)
         if not args.quiet:
             print(f"{label}: trial {trial.number} {params} -> {args.objective} {value:.2f}", file=sys.stderr)
         return value
 
-    while (done := counted(study)) < args.trials:
-        before = len(study.trials)
-        study.optimize(objective, n_trials=1, catch=(UserError,))
-        failed = [
-            t for t in study.trials[before:] if t.state.name == "FAIL" and TRIAL_ERROR not in t.user_attrs
-        ]
-        if failed and counted(study) == done:
-            raise UserError(f"{label}: trial {failed[0].number} did not finish (the line above says why)")
-    return study
+    said_waiting = False
+    while True:
+        # Held while this worker counts the trials and starts one, up to the moment its trial is in
+        # the storage: workers sharing the study never start more trials than the budget, nor ask a
+        # killed trial again twice.
+        with held(results_dir / f".{name}.claim.lock") as claim:
+            if again := retry_killed_trials(study):
+                print(f"{label}: {again} killed trial(s) asked again with their values", file=sys.stderr)
+            done, elsewhere = counted(study), running(study)
+            if done >= args.trials:
+                return study
+            if done + elsewhere >= args.trials:  # the rest of the budget is under way in other workers
+                claim.release()
+                if not said_waiting:
+                    print(f"{label}: waiting for {elsewhere} trial(s) of other workers", file=sys.stderr)
+                    said_waiting = True
+                time.sleep(POLL_SECONDS)
+                continue
+            started = len(ours)
+            study.optimize(functools.partial(objective, claim=claim), n_trials=1, catch=(UserError,))
+        trial = study.trials[ours[-1]] if len(ours) > started else None
+        if trial is not None and trial.state.name == "FAIL" and TRIAL_ERROR not in trial.user_attrs:
+            raise UserError(f"{label}: trial {trial.number} did not finish (the line above says why)")
 
 
 def best_params(study) -> tuple[Any, dict[str, Any]]:

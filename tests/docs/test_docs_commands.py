@@ -70,7 +70,17 @@ def test_the_documents_have_commands():
 
 @pytest.mark.parametrize("where, command", COMMANDS, ids=[f"{p}: {c[:60]}" for p, c in COMMANDS])
 def test_a_documented_command_matches_the_code(where, command, monkeypatch):
+    check_command(where, command, monkeypatch)
+
+
+def check_command(where: str, command: str, monkeypatch) -> None:
+    """Fail unless ``command`` parses as the code it names parses it (a loop or a SLURM job: the
+    command it runs)."""
+    if loop := re.fullmatch(r"for \w+ in [^;]+; do (.+?) &? ?done(; wait)?", command):
+        return check_command(where, loop.group(1), monkeypatch)  # workers started side by side
     words = shlex.split(command)
+    if words[0] == "sbatch":  # a job (array): the command it wraps
+        return check_command(where, words[words.index("--wrap") + 1], monkeypatch)
     while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # an environment prefix, e.g. PYTHONPATH=...
         words.pop(0)
     tool = words[0]
@@ -129,3 +139,17 @@ def test_a_documented_command_matches_the_code(where, command, monkeypatch):
 def test_the_check_catches_a_misspelled_flag(monkeypatch):
     with pytest.raises(SystemExit):
         parsed_arguments("benchmarks.run", ["--suite", "smoke", "--worker-count", "4"], monkeypatch)
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "for worker in 1 2; do python -m benchmarks.tune --suite smoke --strategies gr4cil --space s.toml "
+        "--trials 2 --trial-count 3 & done; wait",
+        'sbatch --array=0-1 --wrap "python -m benchmarks.tune --suite smoke --strategies gr4cil '
+        '--space s.toml --trials 2 --trial-count 3"',
+    ],
+)
+def test_the_check_reads_the_command_a_loop_or_a_job_runs(command, monkeypatch):
+    with pytest.raises(SystemExit):
+        check_command("here", command, monkeypatch)

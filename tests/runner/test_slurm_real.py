@@ -2,7 +2,8 @@
 suite run as a job array equals the inline run; a job requeued with ``scontrol requeue``, and one
 preempted by a job on the higher partition, each resume after their last finished task and end
 equal to inline; a job killed with ``kill -9`` is reported failed with SLURM's word, and a rerun
-resumes it. ``test_slurm.py`` covers the same launcher with SLURM's tools faked.
+resumes it. A job array of ``benchmarks.tune`` workers shares one study and its budget.
+``test_slurm.py`` covers the same launcher with SLURM's tools faked.
 
 Skipped where there is no ``sbatch``, or no controller answers; ``CIL_REQUIRE_SLURM=1`` (set by
 ``.ci/run``) turns a missing SLURM into a failure instead. The preemption test needs the partitions
@@ -11,6 +12,7 @@ Skipped where there is no ``sbatch``, or no controller answers; ``CIL_REQUIRE_SL
 
 import json
 import os
+import shlex
 import shutil
 import signal
 import subprocess
@@ -27,6 +29,7 @@ from benchmarks.runner.reading import iter_results
 from benchmarks.runner.results import ResultStore, RunKey
 from benchmarks.runner.status import run_state
 from tests.runner.test_slurm import SEED0, SEED1, SUITE
+from tests.runner.test_tune_workers import check_shared_study, shared_tune, study_trials
 
 LOW, HIGH = "cil-low", "cil-high"  # .ci/slurm/slurm.conf.in: HIGH's jobs preempt LOW's, which are requeued
 # The interrupted runs' suite: their first life waits before task 2 (tests/runner/first_life_pause.py)
@@ -241,3 +244,22 @@ def test_a_job_killed_with_kill_9_is_failed_and_a_rerun_resumes_it(
     _resumed(tmp_path, store)
     assert store.finished(SEED0, None).to_json()["stages"] == inline_stages[0]
     assert not store.lock(SEED0).queued_path.exists() and not store.lock(SEED0).error_path.exists()
+
+
+def test_a_job_array_of_tune_workers_shares_one_study_and_its_budget(tmp_path, partitions):
+    argv, results = shared_tune(tmp_path)
+    output = tmp_path / "worker-%a.out"
+    job = _slurm(
+        "sbatch", "--parsable", "--array=0-1", f"--partition={LOW}", "--cpus-per-task=1",
+        f"--output={output}", f"--chdir={os.getcwd()}", "--wrap", shlex.join(argv),
+    ).strip()  # fmt: skip
+
+    def ended() -> bool:
+        said = subprocess.run(["squeue", "--noheader", "--jobs", job], capture_output=True, text=True)
+        return said.returncode != 0 or not said.stdout.strip()  # gone from the queue (or purged)
+
+    _wait_for(ended, 600, f"the tune array {job}")
+    outputs = "\n".join(p.read_text()[-2000:] for p in sorted(tmp_path.glob("worker-*.out")))
+    assert _states(job) == ["COMPLETED", "COMPLETED"], outputs
+    check_shared_study(results, workers=2)
+    assert all("(SLURM job " in t.user_attrs["worker"] for t in study_trials(results)), outputs
