@@ -18,7 +18,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import numpy as np
 from PIL import Image
@@ -254,7 +254,7 @@ def torchvision_target(
     base: Path,
     split_file: str,
     extract: str,
-    split: Callable[[str], Dataset],
+    split: Callable[[str], Any],  # a torchvision dataset: its ``classes`` and ``_labels`` are read
     train_split: str,
     include_train: bool,
 ) -> ClassificationData:
@@ -285,8 +285,8 @@ def load_split_folders(
     ``<folder>/<train>/<class>/*`` and ``<folder>/<test>/<class>/*``. Classes are the test split's
     folders, sorted, their names cleaned; ``manual`` says how to provide the files by hand."""
     root = require_root(data_root, unit.name)
-    how = with_prepare_hint(unit.target, root, manual)
-    train_dir, test_dir = (root / unit.folder / split for split in splits)
+    how = with_prepare_hint(unit.files_name, root, manual)
+    train_dir, test_dir = (root / unit.disk_folder / split for split in splits)
     classes = class_folders(test_dir, unit.title, how)
     class_to_idx = {name: i for i, name in enumerate(classes)}
     train = FileListDataset(scan_folder(train_dir, class_to_idx, f"{unit.title} {splits[0]}", how))
@@ -307,11 +307,19 @@ def load_zero_shot_target(name: str, data_root: str | Path | None = None) -> Cla
     return load_dataset(name, data_root, **({"include_train": False} if accepts_train_flag else {}))
 
 
+class SizedDataset(Protocol):
+    """What a map-style dataset offers that torch's ``Dataset`` type leaves out: its length."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> Any: ...
+
+
 class TransformedDataset(Dataset):
     """``(transform(image), label)`` pairs of a dataset of ``(image, label)``; picklable, so the
     transform runs in DataLoader workers under every start method (fork, forkserver, spawn)."""
 
-    def __init__(self, dataset: Dataset, transform: Callable[[Any], Any]) -> None:
+    def __init__(self, dataset: SizedDataset, transform: Callable[[Any], Any]) -> None:
         self.dataset = dataset
         self.transform = transform
 

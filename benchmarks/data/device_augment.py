@@ -177,9 +177,8 @@ def flip_and_rotate(pixels: torch.Tensor, flip: torch.Tensor, rotation: torch.Te
     fixed-point coefficients ``rotation`` (``[B, 6]``), nearest neighbour, zero fill: one gather from
     the images framed by a zero border, which every source position outside the image reads."""
     batch, channels, size, _ = pixels.shape
-    rotation = rotation.tolist()
-    flips = flip.tolist()
-    coefficients = [flipped_coefficients(r, size) if f else r for r, f in zip(rotation, flips, strict=True)]
+    rotations, flips = rotation.tolist(), flip.tolist()
+    coefficients = [flipped_coefficients(r, size) if f else r for r, f in zip(rotations, flips, strict=True)]
     a0, a1, a2, a3, a4, a5 = (
         torch.tensor(coefficients, dtype=torch.int32, device=pixels.device).view(batch, 6, 1, 1).unbind(1)
     )

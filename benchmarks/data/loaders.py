@@ -30,7 +30,7 @@ import itertools
 import random
 import warnings
 import zlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import numpy as np
@@ -73,7 +73,7 @@ class SeededSampler(Sampler[tuple[int, int]]):
         seeds = seed_words((*self.key, epoch, "augment"), self.n)  # an array: 8 bytes a sample
         if self.shuffle:
             order = torch.Generator().manual_seed(derive_seed(*self.key, epoch, "order"))
-            indices = torch.randperm(self.n, generator=order).tolist()
+            indices: Sequence[int] = torch.randperm(self.n, generator=order).tolist()
         else:
             indices = range(self.n)
         for index in indices:
@@ -114,7 +114,7 @@ class SeededSamples(Dataset):
             item = self.dataset[index]
         finally:
             generator.set_state(saved)
-        if check:
+        if before is not None:
             self._checked = True
             if not _same_states(before, _global_states()):
                 SeededSamples._warned = True
@@ -209,7 +209,7 @@ def seeded_loader(
     full loader's first ones. With a ``device``, items a ``DeviceTransform`` left pending are finished there
     (``DeviceBatches``)."""
     sampler = SeededSampler(len(dataset), key, shuffle)  # type: ignore[arg-type]
-    batches = BatchSampler(sampler, batch_size, drop_last)
+    batches = BatchSampler(sampler, batch_size, drop_last)  # type: ignore[arg-type]  # typed for int indices; it batches our (seed, index) pairs alike
     workers_seed = torch.Generator().manual_seed(derive_seed(*key, "workers"))
     collate = collate_fn or getattr(dataset, "collate_fn", None)
     loader = DataLoader(

@@ -80,11 +80,14 @@ def build_stream(
     n_classes = len(data.class_names)
     if sorted(class_order) != list(range(n_classes)):
         raise UserError(f"class order for {data.name} is not a permutation of its {n_classes} classes")
-    tasks = split_classes(class_order, tasks, data.name)
+    task_classes = split_classes(class_order, tasks, data.name)
     groups = {"train": (train_transform, None), "eval": (eval_transform, None)}
-    if test_is_validation and validation is None:
+    if not test_is_validation:
+        test_images, test_targets = data.test, data.test_targets
+    elif validation is not None:
+        test_images, test_targets = validation
+    else:
         raise ValueError("a stream without its test split needs a validation split in its place")
-    test_images, test_targets = validation if test_is_validation else (data.test, data.test_targets)
     train, test = (
         _task_aware(images, targets, groups)
         for images, targets in ((data.train, data.train_targets), (test_images, test_targets))
@@ -96,15 +99,15 @@ def build_stream(
         class_incremental_benchmark(
             {"train": train, "test": test},
             class_order=list(class_order),
-            num_classes_per_exp=[len(t) for t in tasks],
+            num_classes_per_exp=[len(t) for t in task_classes],
         )
     )
-    for experience, classes in zip(benchmark.train_stream, tasks, strict=True):
+    for experience, classes in zip(benchmark.train_stream, task_classes, strict=True):
         experience.classes_in_order = list(classes)  # a set in Avalanche; a learner's positions follow it
     return CILStream(
         benchmark=benchmark,
         class_order=list(class_order),
-        tasks=tasks,
+        tasks=task_classes,
         class_names=list(data.class_names),
         test_set=test.eval(),
         test_targets=list(test_targets),

@@ -27,9 +27,12 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import Any, ClassVar, Protocol
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol
 
 import numpy as np
+
+if TYPE_CHECKING:  # the datasets module imports this one
+    from benchmarks.data.datasets import ClassificationData
 from PIL import Image
 
 from benchmarks.core.errors import UserError
@@ -128,12 +131,25 @@ class DatasetUnit:
     @property
     def target(self) -> str | None:
         """The name ``prepare`` and ``fake_data`` give its files; None with nothing on disk."""
-        return (self.files_target or self.name) if self.folder else None
+        return self.files_name if self.folder else None
+
+    @property
+    def files_name(self) -> str:
+        """``target`` for a unit with files: what its loading and preparing call them."""
+        return self.files_target or self.name
+
+    @property
+    def disk_folder(self) -> str:
+        """``folder`` for a unit with files (a unit with nothing on disk has none to read)."""
+        if self.folder is None:
+            raise TypeError(f"dataset {self.name!r} has nothing on disk")
+        return self.folder
 
     # --- loading ---
-    def load(self, data_root: Path | None, **options: Any):
-        """The dataset as a ``ClassificationData``; its options are this method's keyword
-        arguments (a suite's ``[dataset.NAME]`` table), checked by name before it is called."""
+    def load(self, *args: Any, **options: Any) -> ClassificationData:
+        """``load(data_root, **options)``: the dataset as a ``ClassificationData``, read under the
+        data root (``Path | None``); its options are a unit's own keyword arguments of this method (a
+        suite's ``[dataset.NAME]`` table), checked by name before it is called."""
         raise NotImplementedError
 
     def class_count(self, **options: Any) -> int | None:
@@ -160,16 +176,19 @@ class DatasetUnit:
 
     def state(self, ctx: PrepareContext) -> str:
         """``present``, ``missing`` or ``corrupt: <why>`` (``missing_or`` builds it from checks)."""
-        return missing_or([], ctx.data_root / self.folder)
+        return missing_or([], ctx.data_root / self.disk_folder)
 
     def prepare(self, ctx: PrepareContext) -> None:
         """Make ``state`` present: by default, download the archives (verified), extract them in
         staging and install the folder whole."""
         if not self.archives():  # nothing to download: only the user can provide the folder
             raise UserError(
-                f"{self.target} has no files to download; put its folder at {ctx.data_root / self.folder}"
+                f"{self.files_name} has no files to download; put its folder at "
+                f"{ctx.data_root / self.disk_folder}"
             )
-        ctx.download_and_install(self.target, self.archives(), self.folder, self.archives_hold_contents)
+        ctx.download_and_install(
+            self.files_name, self.archives(), self.disk_folder, self.archives_hold_contents
+        )
 
     def unavailable(self, ctx: PrepareContext) -> str | None:
         """Why ``prepare all`` skips it although missing (files only the user can get), or None."""

@@ -43,7 +43,7 @@ def load_lamda(
 ) -> ClassificationData:
     """The ``"lamda"`` layout: ImageFolder ``train/`` and ``test/`` (or ``val/``) under the unit's
     folder, its ``n_classes`` sorted class folders named as C3Box names them."""
-    base = Path(data_root or ".").expanduser() / unit.folder
+    base = Path(data_root or ".").expanduser() / unit.disk_folder
     test = held_out_folder(base).name
     manual = (
         f"or extract the LAMDA family's archive of {unit.title} so that {base}/train/ and "
@@ -77,7 +77,7 @@ def install_user_files(
     missing = missing_user_files(ctx, files)
     if missing:
         raise UserError(
-            f"{unit.target} needs files no official host serves any more ({how}); missing: "
+            f"{unit.files_name} needs files no official host serves any more ({how}); missing: "
             f"{', '.join(str(p) for p in missing)}. Put them there, or give their folder with --archives DIR"
         )
     for archive in files:
@@ -88,8 +88,8 @@ def install_user_files(
                 f"{path} fails its MD5 check (expected {archive.checksum}, got {found}); it is left where it "
                 "is: replace it with the official file"
             )
-    with ctx.staging(unit.target) as staging:
-        built = staging / unit.folder
+    with ctx.staging(unit.files_name) as staging:
+        built = staging / unit.disk_folder
         (built / inside).mkdir(parents=True)
         for archive in files:
             path = ctx.archives / archive.filename
@@ -97,4 +97,4 @@ def install_user_files(
                 ctx.extract(path, built / inside)
             else:
                 shutil.copyfile(path, built / inside / path.name)
-        ctx.install(built, ctx.data_root / unit.folder)
+        ctx.install(built, ctx.data_root / unit.disk_folder)

@@ -69,7 +69,7 @@ class Aircraft(DatasetUnit):
             return load_lamda(self, data_root, "aircraft", 100)
         root = require_root(data_root, self.name)
         base = root / self.folder
-        how = with_prepare_hint(self.target, root, f"or extract {AIRCRAFT_ARCHIVE.filename} into {base}")
+        how = with_prepare_hint(self.files_name, root, f"or extract {AIRCRAFT_ARCHIVE.filename} into {base}")
         for name in ("variants.txt", f"images_variant_{train_split}.txt", "images_variant_test.txt"):
             require(base / OFFICIAL / "data" / name, self.title, how)
         from torchvision.datasets import FGVCAircraft

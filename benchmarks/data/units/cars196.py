@@ -17,7 +17,7 @@ right only then), and the suite's ``seed1993`` is C3Box's order over them.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 import scipy.io
@@ -84,7 +84,7 @@ class Cars196(DatasetUnit):
     # zhoudw-zdw/PROOF@0bb2052 exps/car.json (init_cls 10, increment 10; carb100.json: 50, 10) and
     # LAMDA-CL/C3Box@1378ab2 report on the 100 classes of classes="c3box" (or layout="lamda") only:
     # with this default of 196 classes no published split applies.
-    published_splits: dict[str, str] = {}
+    published_splits: ClassVar[dict[str, str]] = {}
 
     def class_count(self, layout: str = "official", classes: str = "all", **options: Any) -> int:
         """196, or the LAMDA archive's 100 (``classes = "c3box"`` or ``layout = "lamda"``)."""
@@ -105,7 +105,7 @@ class Cars196(DatasetUnit):
         root = require_root(data_root, self.name)
         base = root / self.folder
         files = ", ".join(a.filename for a in CARS_FILES)
-        how = with_prepare_hint(self.target, root, f"from the official {files}")
+        how = with_prepare_hint(self.files_name, root, f"from the official {files}")
         for name in ("devkit/cars_meta.mat", "devkit/cars_train_annos.mat", "cars_test_annos_withlabels.mat"):
             require(base / OFFICIAL / name, self.title, how)
         train, test = (StanfordCars(str(base), split=split) for split in ("train", "test"))
@@ -173,7 +173,7 @@ class Cars196(DatasetUnit):
             ("test", n_test, base / "cars_test_annos_withlabels.mat"),
         ):
             (base / f"cars_{split}").mkdir(exist_ok=True)
-            rows = []
+            rows: list[tuple[int, str]] = []
             for label in range(1, len(names) + 1):
                 for i in range(count):
                     fname = f"{len(rows) + 1:05d}.jpg"

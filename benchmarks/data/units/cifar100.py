@@ -126,7 +126,7 @@ class Cifar100(DatasetUnit):
         check_choice(self.name, "class_names", class_names, ("clean", "torchvision"))
         root = require_root(data_root, self.name)
         how = with_prepare_hint(
-            self.target, root, f"or extract the official cifar-100-python.tar.gz into {root}"
+            self.files_name, root, f"or extract the official cifar-100-python.tar.gz into {root}"
         )
         for name in ("train", "test", "meta"):
             require(root / self.folder / name, self.title, how)

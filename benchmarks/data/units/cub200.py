@@ -76,7 +76,9 @@ class Cub200(DatasetUnit):
             return load_lamda(self, data_root, "cub200", 200)
         root = require_root(data_root, self.name)
         base = root / self.folder / OFFICIAL
-        how = with_prepare_hint(self.target, root, f"or extract CUB_200_2011.tgz into {root / self.folder}")
+        how = with_prepare_hint(
+            self.files_name, root, f"or extract CUB_200_2011.tgz into {root / self.folder}"
+        )
         for name in METADATA:
             require(base / name, self.title, how)
         classes = _table(base / "classes.txt")

@@ -43,7 +43,8 @@ class Food100(DatasetUnit):
             return load_lamda(self, data_root, "food101", FOOD100_CLASSES)
         full = dataset_unit("food101").load(data_root, include_train=True)
         parts = []
-        for split in (full.train, full.test):
+        splits: tuple[Any, Any] = (full.train, full.test)  # torchvision's Food101: its private lists
+        for split in splits:
             samples = [(str(p), label) for p, label in zip(split._image_files, split._labels) if label < 100]
             parts.append(FileListDataset(samples))
         train, test = parts

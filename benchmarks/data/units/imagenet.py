@@ -89,7 +89,7 @@ class ImageNet(DatasetUnit):
         root = require_root(data_root, name)
         train_dir, val_dir = root / self.folder / "train", root / self.folder / "val"
         how = with_prepare_hint(
-            self.target,
+            self.files_name,
             root,
             f"from your ILSVRC2012 archives, into {root / self.folder}/{{train,val}}/<wnid>/",
         )
@@ -141,7 +141,7 @@ class ImageNet(DatasetUnit):
                 f"(image-net.org); missing: {', '.join(missing)}. Put them there, or give their folder "
                 "with --archives DIR"
             )
-        with ctx.staging(self.target) as staging:
+        with ctx.staging(self.files_name) as staging:
             for path in files.values():
                 (staging / path.name).symlink_to(path.resolve())
             if ctx.progress:

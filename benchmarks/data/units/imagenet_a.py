@@ -101,7 +101,7 @@ class ImagenetA(DatasetUnit):
             )
             train, test = read_split_folders(base, wnids, self.title, how)
         else:
-            how = with_prepare_hint(self.target, root, f"or extract imagenet-a.tar into {root}")
+            how = with_prepare_hint(self.files_name, root, f"or extract imagenet-a.tar into {root}")
             require(base, self.title, how, is_dir=True)
             missing = [w for w in wnids if not (base / w).is_dir()]
             if missing:

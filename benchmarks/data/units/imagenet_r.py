@@ -164,7 +164,7 @@ class ImagenetR(DatasetUnit):
         if not 0 <= split_seed < 2**32:  # numpy's RandomState takes no other seed
             raise UserError(f"{name} option split_seed must be between 0 and {2**32 - 1}, got {split_seed}")
         folder = root / self.folder
-        how = with_prepare_hint(self.target, root, f"or extract imagenet-r.tar into {root}")
+        how = with_prepare_hint(self.files_name, root, f"or extract imagenet-r.tar into {root}")
         wnids = class_folders(folder, self.title, how)
         samples = scan_folder(folder, {w: i for i, w in enumerate(wnids)}, self.title, how)
         if split_file is not None:

@@ -123,7 +123,7 @@ class Sun397(DatasetUnit):
     def _official(self, root: Path, split_seed: int, train_fraction: float) -> ClassificationData:
         from torchvision.datasets import SUN397
 
-        how = with_prepare_hint(self.target, root, f"or extract SUN397.tar.gz into {root}")
+        how = with_prepare_hint(self.files_name, root, f"or extract SUN397.tar.gz into {root}")
         require(root / self.folder / "ClassName.txt", self.title, how)
         full = SUN397(str(root))
         paths = [str(path) for path in full._image_files]  # torchvision keeps them only here

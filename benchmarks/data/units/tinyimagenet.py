@@ -84,7 +84,7 @@ class TinyImageNet(DatasetUnit):
         """TinyImageNet from ``{data_root}/tiny-imagenet-200``: train, and val as the test split."""
         root = require_root(data_root, self.name)
         base = root / self.folder
-        how = with_prepare_hint(self.target, root, f"or extract tiny-imagenet-200.zip into {root}")
+        how = with_prepare_hint(self.files_name, root, f"or extract tiny-imagenet-200.zip into {root}")
         wnids = tinyimagenet_wnids()
         require(base / "wnids.txt", self.title, how)
         found = (base / "wnids.txt").read_text(encoding="utf-8").split()
@@ -134,7 +134,7 @@ class TinyImageNet(DatasetUnit):
         wnids = tinyimagenet_wnids()
         (base / "val" / "images").mkdir(parents=True, exist_ok=True)
         (base / "wnids.txt").write_text("\n".join(wnids) + "\n")
-        annotations = []
+        annotations: list[str] = []
         for wnid in wnids:
             (base / "train" / wnid / "images").mkdir(parents=True, exist_ok=True)
             boxes = []

@@ -67,7 +67,9 @@ class Ucf101(DatasetUnit):
         root = require_root(data_root, self.name)
         base = root / self.folder
         how = with_prepare_hint(
-            self.target, root, f"or extract UCF-101-midframes.zip and UCF-101's {SPLITS} folder into {base}"
+            self.files_name,
+            root,
+            f"or extract UCF-101-midframes.zip and UCF-101's {SPLITS} folder into {base}",
         )
         for name in LISTS:
             require(base / SPLITS / name, self.title, how)
