@@ -9,6 +9,7 @@ and how the differences' variance splits between orders and seeds), also written
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -123,6 +124,8 @@ def orders_frame(comparisons: list[Comparison]) -> pd.DataFrame:
     rows = []
     for c in comparisons:
         split = c.order_split
+        if split is None:  # one class order: no row of its own
+            continue
         for row in c.by_order:
             d = row.difference
             rows.append(
@@ -152,6 +155,8 @@ def orders_frame(comparisons: list[Comparison]) -> pd.DataFrame:
 def split_sentence(c: Comparison) -> str:
     """How the paired differences spread between class orders and seeds, in words."""
     s = c.order_split
+    if s is None:
+        return "one class order: nothing to split"
     if math.isnan(s.seed_variance):
         return (
             f"{s.n_orders} orders, one paired seed each: how much is the order's and how much the "
@@ -216,7 +221,7 @@ def direction(metric: str) -> str:
     return "Higher is better: a positive difference is 'better'."
 
 
-def render_markdown(comparisons: list[Comparison], problems: list[str] = ()) -> str:
+def render_markdown(comparisons: list[Comparison], problems: Sequence[str] = ()) -> str:
     metric = comparisons[0].metric
     baseline = comparisons[0].baseline
     offline = sorted({c.cannot_rank for c in comparisons if c.cannot_rank})
@@ -288,7 +293,7 @@ def draw_figure(comparisons: list[Comparison], label: str, out_dir: Path) -> lis
         fig = Figure(figsize=(3.4 * (len(mine) + 1), 3.4), layout="constrained")
         axes = fig.subplots(1, len(mine) + 1, squeeze=False)[0]
         for ax, c in zip(axes, mine):
-            drawn = []
+            drawn: list[np.ndarray] = []
             # the baseline first, in a heavier line; the strategy over it, so that where both are
             # equal the baseline's wider line still shows around it
             for name, highlighted in ((baseline, True), (c.label, False)):
@@ -348,7 +353,7 @@ def draw_figure(comparisons: list[Comparison], label: str, out_dir: Path) -> lis
 def write_comparison(
     comparisons: list[Comparison],
     out_dir: str | Path,
-    problems: list[str] = (),
+    problems: Sequence[str] = (),
     table_dir: str | Path | None = None,
     stem: str = "compare",
 ) -> list[Path]:

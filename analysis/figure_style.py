@@ -200,7 +200,7 @@ def _add_caveat_strip(fig: Figure, caveat: str) -> None:
     scale = height / (height + CAVEAT_STRIP)
     for ax in fig.axes:
         box = ax.get_position()
-        ax.set_position([box.x0, box.y0 * scale, box.width, box.height * scale])
+        ax.set_position((box.x0, box.y0 * scale, box.width, box.height * scale))
     # fig.texts holds the suptitle, supxlabel, supylabel and fig.text's: in fractions of the height
     for text in fig.texts:
         text.set_y(text.get_position()[1] * scale)

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import textwrap
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -114,7 +115,7 @@ def _run_title(run: RunResult) -> str:
 def fig2_gap_training(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     """Mean image-text cosine per epoch while training task 1: all, positive and negative pairs."""
     run = _gap_run(inputs)
-    epochs = pd.DataFrame(run.diagnostics["modality_gap"][0])
+    epochs = pd.DataFrame((run.diagnostics or {})["modality_gap"][0])
     with figure_style():
         fig = Figure(figsize=FIGSIZES["fig2_gap_training"], layout="constrained")
         ax = fig.subplots()
@@ -142,7 +143,7 @@ def fig3_gap_final(inputs: ReportInputs, out_dir: Path) -> list[Path]:
     run = _gap_run(inputs)
     finals = [
         (task, epochs[-1]["overall"])
-        for task, epochs in enumerate(run.diagnostics["modality_gap"], start=1)
+        for task, epochs in enumerate((run.diagnostics or {})["modality_gap"], start=1)
         if epochs
     ]
     with figure_style():
@@ -160,8 +161,8 @@ def fig3_gap_final(inputs: ReportInputs, out_dir: Path) -> list[Path]:
 
 
 def _stage_mean(run: RunResult, key: str) -> float | None:
-    values = [s.diagnostics.get(key) for s in run.stages if s.diagnostics]
-    values = [v for v in values if v is not None]
+    found = [s.diagnostics.get(key) for s in run.stages if s.diagnostics]
+    values = [v for v in found if v is not None]
     return float(np.mean(values)) if values else None
 
 
@@ -246,7 +247,7 @@ def cost_frame(inputs: ReportInputs) -> tuple[str, pd.DataFrame]:
         [
             {
                 "label": row_label(r.label),
-                "params": r.cost.trainable_params / 1e6,
+                "params": np.nan if r.cost.trainable_params is None else r.cost.trainable_params / 1e6,
                 "memory": r.cost.peak_memory_bytes or np.nan,
                 "kind": r.cost.peak_memory_kind or "unknown",
                 "train_minutes": r.cost.train_seconds / 60,
@@ -382,7 +383,7 @@ def _stagepanel_grid(
     for ax, panel in zip(axes, panels):
         in_panel = frame[frame["panel"] == panel]
         present = set(in_panel["series"])
-        drawn = []
+        drawn: list[np.ndarray] = []
         # the highlighted series last, so it is drawn over the others
         for name in sorted((n for n in styles if n in present), key=lambda n: n == highlight):
             values = in_panel[in_panel["series"] == name].groupby("stage")["value"]
@@ -403,7 +404,7 @@ def _stagepanel_grid(
         ax.set_ylabel(ylabel)
         ax.xaxis.set_major_locator(MaxNLocator(integer=True))
     # one legend for all panels, under them, with every series in ``styles`` order
-    handles = {}
+    handles: dict[str, Any] = {}
     for ax in axes:
         lines, names = ax.get_legend_handles_labels()
         handles.update(zip(names, lines))
@@ -470,8 +471,8 @@ def _heat_map(matrix: np.ndarray, title: str) -> Figure:
                     fontsize=7,
                     color="black" if value > 60 else "white",
                 )
-    ax.set_xticks(range(columns), range(1, columns + 1))
-    ax.set_yticks(range(rows), range(1, rows + 1))
+    ax.set_xticks(range(columns), [str(t) for t in range(1, columns + 1)])
+    ax.set_yticks(range(rows), [str(t) for t in range(1, rows + 1)])
     ax.grid(False)
     ax.set_xlabel("Evaluated task")
     ax.set_ylabel("Stage (tasks learned)")

@@ -81,6 +81,12 @@ class Run:
     def stage_accuracy(self) -> np.ndarray:
         return np.array([stage.acc for stage in self.result.stages])
 
+    def predicted(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """``correct``, ``targets`` and ``image_ids``, where the caller has checked that it has them."""
+        if self.correct is None or self.targets is None or self.image_ids is None:
+            raise ValueError(f"{self.result.strategy}: this run stored no predictions")
+        return self.correct, self.targets, self.image_ids
+
 
 def protocol(run: Run) -> dict:
     """What must be equal for two runs to be compared, by the name a refusal gives it."""
@@ -91,7 +97,10 @@ def protocol(run: Run) -> dict:
         backbone.pop("weights_sha256", None),
         backbone.pop("weights", None),
     )
-    test_set = (run.image_ids.tolist(), run.targets.tolist()) if run.targets is not None else None
+    test_set = None
+    if run.correct is not None:
+        _, targets, image_ids = run.predicted()
+        test_set = (image_ids.tolist(), targets.tolist())
     return {
         "evaluation protocol": protocol_of(result),  # benchmarks.data.protocols
         "class order": list(result.class_order),
@@ -193,9 +202,9 @@ def _values(runs: dict[Unit, Run], metric: str) -> dict[Unit, float]:
 def _same_test_set(runs: list[Run]) -> bool:
     """Whether every run scored the same images in the same places: what crossing the image
     resample with the units needs (in each class order alike)."""
-    first = runs[0]
+    _, targets, image_ids = runs[0].predicted()
     return all(
-        np.array_equal(run.image_ids, first.image_ids) and np.array_equal(run.targets, first.targets)
+        np.array_equal(run.predicted()[2], image_ids) and np.array_equal(run.predicted()[1], targets)
         for run in runs
     )
 
@@ -205,8 +214,8 @@ def _stage_band(runs: list[Run], draws: int) -> np.ndarray:
     each run counts the images of the classes its own order has shown."""
     mean = np.mean([run.stage_accuracy for run in runs], axis=0)
     if all(run.correct is not None for run in runs) and _same_test_set(runs):
-        values = np.stack([run.correct for run in runs]).astype(float)
-        counted = np.stack([counted_images(run.result, run.targets) for run in runs])
+        values = np.stack([run.predicted()[0] for run in runs]).astype(float)
+        counted = np.stack([counted_images(run.result, run.predicted()[1]) for run in runs])
         replicates = bootstrap_stage_means(values, counted, draws)
     else:
         replicates = bootstrap_stage_means(
@@ -230,22 +239,23 @@ def image_tasks(result: RunResult, targets: np.ndarray) -> np.ndarray:
 def _paired_image_replicates(pairs: list[tuple[Run, Run]], metric: str, draws: int) -> np.ndarray:
     """``[draws]`` replicates of the mean paired difference of ``metric``, over units and test
     images, both strategies scored on the same resampled images (each pair's tasks: its order's)."""
-    first = pairs[0][0]
+    correct = [(a.predicted()[0].astype(float), b.predicted()[0].astype(float)) for a, b in pairs]
+    targets = [a.predicted()[1] for a, _ in pairs]
     if metric not in TASK_METRICS:
-        values = np.stack([a.correct.astype(float) - b.correct for a, b in pairs])
-        counted = np.stack([counted_images(a.result, a.targets) for a, _ in pairs])
+        values = np.stack([a - b for a, b in correct])
+        counted = np.stack([counted_images(a.result, t) for (a, _), t in zip(pairs, targets, strict=True)])
         stage_means = bootstrap_stage_means(values, counted, draws)
         return metric_of_stages(stage_means, metric)
     of_matrix = TASK_METRICS[metric]
-    tasks = [image_tasks(a.result, a.targets) for a, _ in pairs]
+    tasks = [image_tasks(a.result, t) for (a, _), t in zip(pairs, targets, strict=True)]
 
     def difference(unit: int, weights: np.ndarray) -> np.ndarray:
-        a, b = pairs[unit]
-        return of_matrix(task_accuracies(a.correct.astype(float), tasks[unit], weights)) - of_matrix(
-            task_accuracies(b.correct.astype(float), tasks[unit], weights)
+        a, b = correct[unit]
+        return of_matrix(task_accuracies(a, tasks[unit], weights)) - of_matrix(
+            task_accuracies(b, tasks[unit], weights)
         )
 
-    return bootstrap_seed_means(difference, len(pairs), len(first.targets), draws)
+    return bootstrap_seed_means(difference, len(pairs), len(targets[0]), draws)
 
 
 def _paired_seed_replicates(pairs: list[tuple[Run, Run]], metric: str, draws: int) -> np.ndarray:
@@ -282,7 +292,7 @@ def _check_protocols(
     baseline's first run, the class order and test set against the first run of the same order."""
     first = next(iter(baseline_runs))
     reference = protocol(baseline_runs[first])
-    in_order = {}
+    in_order: dict[str, tuple[Unit, dict]] = {}  # each class order: its first run and protocol
     for group in (baseline_runs, runs):
         for unit, run in group.items():
             in_order.setdefault(unit.order, (unit, protocol(run)))
@@ -496,7 +506,8 @@ def compare_all(
             else f"only the baseline {baseline!r} has runs under {results_dir}: nothing to compare it with; "
             "run another strategy there, or pick another --baseline"
         )
-    comparisons, baseline_bands = [], {}
+    comparisons: list[Comparison] = []
+    baseline_bands: dict[tuple[str, int], np.ndarray] = {}
     for (dataset, n_tasks, label), group in sorted(runs.items()):
         if label in wanted and label != baseline and (dataset, n_tasks, baseline) in runs:
             if metric in TASK_METRICS and _undefined(metric, [group, runs[(dataset, n_tasks, baseline)]]):

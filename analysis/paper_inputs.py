@@ -104,7 +104,7 @@ def load_inputs(results_dir: str | Path | Results) -> ReportInputs:
     every_order = [file.result for file in one_protocol.runs]
     # a paper table holds one class order, the paper's where it was run: other orders are read by
     # the order figure and the comparison against GR4CIL, which pair them over (order, seed)
-    table_order = {}
+    table_order: dict[tuple, str] = {}
     for file in sorted(one_protocol.found, key=lambda file: (file.key.order != "", file.key.order)):
         key = file.key
         table_order.setdefault((key.label, key.dataset, key.split, key.n_tasks), key.order)

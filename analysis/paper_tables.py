@@ -180,7 +180,7 @@ def table3_zeroshot(inputs: ReportInputs) -> ReportTable:
         else:
             row = f"{r.label} ({dataset_name(r.dataset)})"
         rows.append(row)
-        for target, accs in r.zero_shot.items():
+        for target, accs in (r.zero_shot or {}).items():
             records.append(("CLIP", target, "acc", r.seed, accs.get("clip")))  # the same CLIP in every run
             records.append((row, target, "acc", r.seed, accs.get("fusion")))
     targets = ordered_datasets({rec[1] for rec in records}, first=ZERO_SHOT_TARGETS)
@@ -270,8 +270,8 @@ def _swept_rows(
     swept = []
     for run in _runs_with(inputs, 10):
         differing = differing_switches(run)
-        if differing is not None and differing <= keys:
-            setting = gr4cil_setting(run)
+        setting = gr4cil_setting(run)
+        if differing is not None and differing <= keys and setting is not None:
             swept.append((tuple(setting[k] for k in sorted(keys)), name(setting), run))
     return [(row, run) for _, row, run in sorted(swept, key=lambda item: item[0])]
 

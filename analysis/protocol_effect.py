@@ -16,6 +16,7 @@ images or other class orders, so images are not paired). With one paired seed th
 from __future__ import annotations
 
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 import numpy as np
@@ -112,7 +113,7 @@ def protocol_effect(
     return pd.DataFrame(rows), problems
 
 
-def write_protocol_effect(frame: pd.DataFrame, out_dir: Path, notes: list[str] = ()) -> list[Path]:
+def write_protocol_effect(frame: pd.DataFrame, out_dir: Path, notes: Sequence[str] = ()) -> list[Path]:
     """``protocol_effect.md`` (with the notes), ``.csv`` and ``.tex`` in ``out_dir``."""
     title = "How much the protocol moves each row (as-published minus one protocol, percentage points)"
     cells = frame.set_index("strategy")

@@ -94,8 +94,9 @@ def build_report(
     if unknown:
         raise UserError(f"unknown table or figure {sorted(unknown)}; choose from {', '.join(names)}")
     inputs = load_inputs(results_dir)
-    for note in inputs.notes if log else []:
-        log(f"note: {note}")
+    if log is not None:
+        for note in inputs.notes:
+            log(f"note: {note}")
     out_dir = Path(out_dir)
     paper = load_paper_reference() if with_paper else None
     items: list[ReportItem] = []
@@ -153,14 +154,19 @@ def build_report(
 AGAINST_GR4CIL = "against_gr4cil"
 
 
-def _against_gr4cil(results_dir: str | Path, loaded: Results, out_dir: Path) -> tuple[ReportItem, list[str]]:
+def _against_gr4cil(
+    results_dir: str | Path, loaded: Results | None, out_dir: Path
+) -> tuple[ReportItem, list[str]]:
     """Every strategy against GR4CIL (``analysis.compare``), for Last and Avg accuracy, forgetting
     and backward transfer."""
     from analysis import pairing
     from analysis.comparison_output import render_markdown, write_comparison
 
-    paths, texts, read_problems = [], [], []
-    runs = pairing.load_runs(loaded, read_problems)  # the results the tables read, for every metric
+    paths: list[Path] = []
+    texts: list[str] = []
+    read_problems: list[str] = []
+    # the results the tables read, for every metric
+    runs = pairing.load_runs(results_dir if loaded is None else loaded, read_problems)
     for metric in pairing.METRICS:
         problems = list(read_problems)  # each table's own notes: none repeated from another metric's
         try:

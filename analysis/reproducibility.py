@@ -197,6 +197,8 @@ def reproducibility_markdown(results_dir: str | Path, loaded: Results | None = N
     root = Path(results_dir)
     skipped_suites: list[str] = []
     not_counted: dict[str, list[tuple[str, RunResult]]] = {}
+    # each read: its results, the datasets whose cells it fills (None: all) and its suite's name
+    reads: list[tuple[Results, tuple[str, ...] | None, str | None]]
     if root.is_dir():
         folders = result_folders(root)
         if any(folder.name in available_suites() for folder in folders):
@@ -266,8 +268,8 @@ def reproducibility_markdown(results_dir: str | Path, loaded: Results | None = N
             f"`{REAL_SUITE}`'s alone.",
             "",
         ]
-    for suite, runs in not_counted.items():
-        lines += [_not_counted_line(root, suite, runs), ""]
+    for suite, uncounted in not_counted.items():
+        lines += [_not_counted_line(root, suite, uncounted), ""]
     stale = _stale_miniature_results(results)
     if stale:
         lines += [stale, ""]

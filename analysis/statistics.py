@@ -108,6 +108,8 @@ def bootstrap_seed_means(
         if out is None:
             out = np.empty((draws, *per_seed.shape[2:]))
         out[rows] = np.einsum("ds,ds...->d...", seed_weights[rows], per_seed)
+    if out is None:
+        raise ValueError(f"draws is {draws}: at least 1 is needed")
     return out
 
 
@@ -207,15 +209,15 @@ def order_variance(groups: list[list[float]]) -> OrderSplit:
     cannot be told apart: the seed variance, F and p are NaN."""
     from scipy.stats import f as f_distribution
 
-    groups = [np.asarray(g, dtype=float) for g in groups]
-    k, n = len(groups), sum(len(g) for g in groups)
-    grand = np.concatenate(groups).mean()
-    between = float(sum(len(g) * (g.mean() - grand) ** 2 for g in groups))
-    within = float(sum(((g - g.mean()) ** 2).sum() for g in groups))
+    arrays = [np.asarray(g, dtype=float) for g in groups]
+    k, n = len(arrays), sum(len(g) for g in arrays)
+    grand = np.concatenate(arrays).mean()
+    between = float(sum(len(g) * (g.mean() - grand) ** 2 for g in arrays))
+    within = float(sum(((g - g.mean()) ** 2).sum() for g in arrays))
     if k < 2 or n <= k:
         return OrderSplit(k, n, between, within, math.nan, math.nan, math.nan, math.nan)
     ms_between, ms_within = between / (k - 1), within / (n - k)
-    n0 = (n - sum(len(g) ** 2 for g in groups) / n) / (k - 1)  # the mean group size, unbalanced
+    n0 = (n - sum(len(g) ** 2 for g in arrays) / n) / (k - 1)  # the mean group size, unbalanced
     if ms_within > 0:
         f_statistic = ms_between / ms_within
         p_value = float(f_distribution.sf(f_statistic, k - 1, n - k))

@@ -18,6 +18,7 @@ from __future__ import annotations
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import pandas as pd
 
@@ -109,7 +110,8 @@ def accuracy_table(runs: pd.DataFrame) -> pd.DataFrame:
     several_t = bool(runs["n_tasks"].nunique() > 1 or runs["split"].astype(bool).any())
     by_order = split_by_order(runs)
     default = set(runs.query("default_order")["order"]) if "default_order" in runs else set()
-    cells, place = {}, {}
+    cells: dict[str, dict[tuple[str, str], str]] = {}
+    place: dict[Any, tuple] = {}  # a dataset's key, and each column: where it goes
     for (label, dataset, n_tasks, split, order), row in stats.iterrows():
         shown = [tasks_label(n_tasks, split)] * several_t
         shown += [f"order {order}"] * ((dataset, n_tasks, split) in by_order)
@@ -205,7 +207,8 @@ def to_latex(table: pd.DataFrame) -> str:
 def write_tables(results_dir: str | Path, keys: list[RunKey] | None = None) -> str:
     """Write table.md/.csv/.tex into ``results_dir`` and return the Markdown."""
     results_dir = results_folder(results_dir)
-    runs = load_runs(results_dir, keys, notes := [])
+    notes: list[str] = []
+    runs = load_runs(results_dir, keys, notes)
     if runs.empty:
         raise UserError(
             f"no result JSON found under {results_dir}{skipped_clause(notes)}; run python -m "
