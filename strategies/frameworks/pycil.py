@@ -299,6 +299,8 @@ class PyCILAdapter(FrameworkAdapter[PyCILConfig]):
             "args_named_unread": sorted(self._args_named),
         }
         meta["network_untouched"] = untouched
+        meta["network_shapes"] = {key: list(value.shape) for key, value in self.network.state_dict().items()}
+        meta["network_tensors"] = _plain_tensors(self.network)
         manager = self.data_manager
         meta["data_manager"] = {"task_sizes": manager.task_sizes, "nb_tasks": manager.nb_tasks}
         return tensors, meta
@@ -368,6 +370,24 @@ class PyCILAdapter(FrameworkAdapter[PyCILConfig]):
         unsaved = meta.get("learner", {}).get("unsaved", [])
         if unsaved:
             return f"the learner's attributes {unsaved} cannot be saved in a checkpoint"
+        return self._unrebuilt(meta)
+
+    def _unrebuilt(self, meta: dict[str, Any]) -> str | None:
+        """Why this fresh network, grown by its ``update_fc`` to the saved size (all a resume can
+        replay), cannot hold the checkpoint's network: modules or tensors the learner added another way
+        (C3Box's PROOF: a projection per task by ``extend_task``, prototypes as a plain tensor)."""
+        if "network_shapes" not in meta:  # written before this check: loading it says whether it fits
+            return None
+        with self._upstream("checking a checkpoint"):
+            probe: Any = copy.deepcopy(self.network)  # this network stays as built, for a start over
+            if hasattr(probe, "update_fc"):
+                probe.update_fc(meta["learner"]["total_classes"])
+        shapes = {key: list(value.shape) for key, value in probe.state_dict().items()}
+        saved = meta["network_shapes"]
+        if differ := sorted(key for key in saved.keys() | shapes.keys() if saved.get(key) != shapes.get(key)):
+            return f"its network grows what update_fc does not rebuild ({', '.join(differ[:3])})"
+        if outside := sorted(set(meta["network_tensors"]) - set(_plain_tensors(probe))):
+            return f"its network holds tensors outside its state dict ({', '.join(outside[:3])})"
         return None
 
     def load_checkpoint_state(self, tensors: dict[str, torch.Tensor], meta: dict[str, Any]) -> None:
@@ -426,6 +446,16 @@ def _clip_or(factory, key: str):
         return factory(args, *rest, **options)
 
     return build
+
+
+def _plain_tensors(network: nn.Module) -> list[str]:
+    """The tensors a network and its modules hold as plain attributes, outside their state dict."""
+    return sorted(
+        f"{prefix}.{attr}" if prefix else attr
+        for prefix, module in network.named_modules()
+        for attr, value in vars(module).items()
+        if isinstance(value, torch.Tensor)
+    )
 
 
 def _is_devices(value: Any) -> bool:

@@ -214,6 +214,21 @@ def test_a_learner_whose_state_cannot_be_saved_starts_over_and_the_result_says_s
     assert resumed["cost"]["resumed_from"] == [0] and len(resumed["stages"]) == 3
 
 
+@pytest.mark.slow
+def test_a_network_grown_outside_update_fc_starts_over_and_says_why(tmp_path, monkeypatch):
+    from strategies.registry import get_strategy
+    from tests.helpers import killed_and_resumed, run_one_run_suite, three_task_suite
+
+    name = "pycil:pycil_learners.habits:GrowsOutsideUpdateFc"
+    text = three_task_suite(name, 'args = { memory_size = 0, convnet_type = "tinyconv" }')
+    suite, _, reference = run_one_run_suite(tmp_path, text)
+    with pytest.warns(UserWarning, match=r"ran again from task 1 \(its network grows what update_fc does not "
+                      r"rebuild \(projs\.0\.bias, projs\.0\.weight\)\)"):  # fmt: skip
+        resumed = killed_and_resumed(monkeypatch, get_strategy(name), suite, tmp_path / "again", task=2)
+    assert resumed["cost"]["resumed_from"] == [0]  # before: "the checkpoint does not fit" ended the rerun
+    assert resumed["stages"] == reference["stages"]
+
+
 def test_a_learner_keeping_aliases_is_checkpointed_and_restored_with_its_aliases(stream, tmp_path):
     from strategies.checkpointing import load_model, save_model
 

@@ -2,7 +2,7 @@
 
 import numpy as np
 import torch
-from pycil_nets.inc_net import IncrementalNet
+from pycil_nets.inc_net import IncrementalNet, ProjectedNet
 
 from pycil_learners.base import BaseLearner
 
@@ -32,3 +32,20 @@ class KeepsAGenerator(NeedsCuda):
         self._total_classes = self._known_classes + data_manager.get_task_size(self._cur_task)
         self._network.update_fc(self._total_classes)
         self.draws = (x for x in np.arange(3))
+
+
+class GrowsOutsideUpdateFc(BaseLearner):
+    """Grows its network each task outside ``update_fc`` (``extend_task``), as C3Box's PROOF does."""
+
+    def __init__(self, args):
+        super().__init__(args)
+        self._network = ProjectedNet(args, False)
+
+    def incremental_train(self, data_manager):
+        self._cur_task += 1
+        self._total_classes = self._known_classes + data_manager.get_task_size(self._cur_task)
+        self._network.update_fc(self._total_classes)
+        self._network.extend_task(self._total_classes)
+
+    def after_task(self):
+        self._known_classes = self._total_classes

@@ -60,3 +60,23 @@ class IncrementalNet(nn.Module):
             p.requires_grad = False
         self.eval()
         return self
+
+
+class ProjectedNet(IncrementalNet):
+    """IncrementalNet with a projection added each task by ``extend_task`` and prototypes kept as a
+    plain tensor, as C3Box's ``Proof_Net`` keeps them: ``update_fc`` alone does not rebuild it."""
+
+    def __init__(self, args, pretrained):
+        super().__init__(args, pretrained)
+        self.projs = nn.ModuleList()
+        self.prototypes = None
+
+    def extend_task(self, nb_classes):
+        self.projs.append(nn.Linear(self.feature_dim, self.feature_dim))
+        self.prototypes = torch.zeros(nb_classes, self.feature_dim)
+
+    def forward(self, x):
+        features = self.convnet(x)["features"]
+        for proj in self.projs:
+            features = features + proj(features)
+        return {"logits": self.fc(features), "features": features}
