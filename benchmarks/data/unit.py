@@ -27,12 +27,9 @@ from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
 from importlib import resources
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol
+from typing import Any, ClassVar, Protocol
 
 import numpy as np
-
-if TYPE_CHECKING:  # the datasets module imports this one
-    from benchmarks.data.datasets import ClassificationData
 from PIL import Image
 
 from benchmarks.core.errors import UserError
@@ -146,7 +143,7 @@ class DatasetUnit:
         return self.folder
 
     # --- loading ---
-    def load(self, *args: Any, **options: Any) -> ClassificationData:
+    def load(self, *args: Any, **options: Any) -> Any:
         """``load(data_root, **options)``: the dataset as a ``ClassificationData``, read under the
         data root (``Path | None``); its options are a unit's own keyword arguments of this method (a
         suite's ``[dataset.NAME]`` table), checked by name before it is called."""
