@@ -18,7 +18,7 @@ import torch
 
 from benchmarks.core.atomic_io import read_json, read_tensors, write_json, write_tensors
 
-StateValue = torch.Tensor | list | dict | torch.nn.Module | int | float | str | bool | None
+StateValue = torch.Tensor | list | dict | torch.nn.Module | torch.dtype | int | float | str | bool | None
 #: how ``unpack_state`` rebuilds a value: a name ("tensor", "list", ...), or for a value with parts
 #: that are not tensors a JSON dict that holds those parts (kinds "dataclasses" and "json")
 StateKind = str | dict[str, Any]
@@ -35,8 +35,9 @@ def pack_state(value: StateValue) -> tuple[StateKind, dict[str, torch.Tensor]]:
     A tensor is saved under "" (key ``state/<name>``), a list of tensors under "/<i>", a dict of
     tensors under "/<key>", a module under "/<state_dict key>"; None saves nothing. A list of
     dataclasses (one class) saves each item's tensor fields under "/<i>/<field>" and its other
-    fields, JSON values, in the kind. A value without tensors (ids, per-epoch statistics: JSON)
-    is kept whole in the kind. ``unpack_state`` inverts it.
+    fields, JSON values, in the kind; a list of tuples (or lists) of tensors, each item under
+    "/<i>/<j>" (RAPF's per-class distances). A value without tensors (ids, per-epoch statistics:
+    JSON) is kept whole in the kind, a ``torch.dtype`` by its name. ``unpack_state`` inverts it.
     """
     if value is None:
         return "none", {}
@@ -50,7 +51,18 @@ def pack_state(value: StateValue) -> tuple[StateKind, dict[str, torch.Tensor]]:
         return "dict", {f"/{k}": _cpu(v) for k, v in value.items()}
     if isinstance(value, (list, tuple)) and all(_is_dataclass_instance(v) for v in value):
         return _pack_dataclasses(value)
+    if isinstance(value, (list, tuple)) and all(_is_tensor_row(v) for v in value):
+        rows = [{"length": len(row), "tuple": isinstance(row, tuple)} for row in value]
+        return {"kind": "rows", "rows": rows}, {
+            f"/{i}/{j}": _cpu(tensor) for i, row in enumerate(value) for j, tensor in enumerate(row)
+        }
+    if isinstance(value, torch.dtype):
+        return {"kind": "dtype", "value": str(value).removeprefix("torch.")}, {}
     return {"kind": "json", "value": _json_value(value)}, {}
+
+
+def _is_tensor_row(value: Any) -> bool:
+    return isinstance(value, (list, tuple)) and all(isinstance(v, torch.Tensor) for v in value)
 
 
 def _is_dataclass_instance(value: Any) -> bool:
@@ -135,6 +147,14 @@ def unpack_state(kind: StateKind, packed: dict[str, torch.Tensor], current: Stat
             return _json_value(kind["value"])
         if kind["kind"] == "dataclasses":
             return _unpack_dataclasses(kind, packed)
+        if kind["kind"] == "rows":
+            rows = [[packed[f"/{i}/{j}"] for j in range(row["length"])] for i, row in enumerate(kind["rows"])]
+            return [tuple(r) if row["tuple"] else r for r, row in zip(rows, kind["rows"], strict=True)]
+        if kind["kind"] == "dtype":
+            dtype = getattr(torch, kind["value"], None)
+            if not isinstance(dtype, torch.dtype):
+                raise ValueError(f"unknown torch dtype {kind['value']!r} in a checkpoint")
+            return dtype
         raise ValueError(f"unknown checkpoint state kind {kind['kind']!r}")
     if kind == "none":
         return None

@@ -44,6 +44,17 @@ from strategies.frameworks.common import FrameworkAdapter, refuse_plugins, task_
 from strategies.frameworks.pycil_clip import C3BoxShape, RunCLIP, builds_whole_clip, whole_clip_factories
 from strategies.frameworks.pycil_config import PyCILConfig, ReadArgs
 from strategies.frameworks.pycil_data import VALIDATION_PER_CLASS, DataManager, ItemImages
+from strategies.frameworks.pycil_state import (
+    class_name,
+    load_exactly,
+    module_mode,
+    on_accelerator,
+    packed_under,
+    plain_tensors,
+    set_mode,
+    state_shapes,
+    to_device,
+)
 from strategies.frameworks.upstream import (
     modules_under,
     root_of,
@@ -259,7 +270,8 @@ class PyCILAdapter(FrameworkAdapter[PyCILConfig]):
                 untouched.append(key)
             else:
                 tensors[f"network/{key}"] = value.detach().cpu().contiguous()
-        saved, unsaved = {}, []
+        saved: dict[str, dict[str, Any]] = {}
+        unsaved: list[str] = []
         known = self._network_objects()
         for attr, value in vars(self.learner).items():
             if attr != "_network" and (alias := known.get(id(value))) is not None:
@@ -277,16 +289,18 @@ class PyCILAdapter(FrameworkAdapter[PyCILConfig]):
                 value = torch.from_numpy(np.ascontiguousarray(value))
             if kind == "numpy_list":
                 value = [torch.from_numpy(np.ascontiguousarray(v)) for v in value]
-            meta_kind: Any  # JSON: pack_state's kind, or a copy's trainable names and mode
+            meta_kind: Any  # JSON: pack_state's kind, or a module's class, trainable names and mode
             if kind == "copy":
                 packed = self._copy_state(value)
-                meta_kind = {
-                    "trainable": [n for n, p in value.named_parameters() if p.requires_grad],
-                    "training": value.training,
-                }
+                meta_kind = module_mode(value)
+            elif kind == "module":  # a module of its own (RAPF's adapter): its whole state
+                packed = {f"/{k}": v.detach().cpu().contiguous() for k, v in value.state_dict().items()}
+                meta_kind = {**module_mode(value), "class": class_name(value)}
             else:
                 meta_kind, packed = pack_state(value)
             saved[attr] = {"as": kind, "kind": meta_kind}
+            if kind == "value" and on_accelerator(value):  # packed on the CPU: put back on the device
+                saved[attr]["on_device"] = True
             if isinstance(vars(self.learner)[attr], (nn.Module, torch.Tensor)):  # a later one may alias it
                 known[id(vars(self.learner)[attr])] = attr
             tensors.update({f"learner/{attr}{suffix}": t for suffix, t in packed.items()})
@@ -299,8 +313,8 @@ class PyCILAdapter(FrameworkAdapter[PyCILConfig]):
             "args_named_unread": sorted(self._args_named),
         }
         meta["network_untouched"] = untouched
-        meta["network_shapes"] = {key: list(value.shape) for key, value in self.network.state_dict().items()}
-        meta["network_tensors"] = _plain_tensors(self.network)
+        meta["network_shapes"] = state_shapes(self.network)
+        meta["network_tensors"] = plain_tensors(self.network)
         manager = self.data_manager
         meta["data_manager"] = {"task_sizes": manager.task_sizes, "nb_tasks": manager.nb_tasks}
         return tensors, meta
@@ -323,8 +337,8 @@ class PyCILAdapter(FrameworkAdapter[PyCILConfig]):
 
     def _learner_kind(self, attr: str, value: Any) -> str | None:
         """How a learner attribute is saved: None (the run's, or rebuilt each task), "numpy",
-        "numpy_list", "copy" (a module that is a copy of the network: its changed tensors), "value" or
-        "unsaved"."""
+        "numpy_list", "copy" (a module that is a copy of the network: its changed tensors), "module"
+        (another module: its whole state), "value" or "unsaved"."""
         if attr in ("args", "_network") or value is self.data_manager:
             return None
         if isinstance(value, (DataLoader, Dataset, torch.device)) or _is_devices(value):
@@ -336,7 +350,7 @@ class PyCILAdapter(FrameworkAdapter[PyCILConfig]):
         if isinstance(value, (list, tuple)) and value and all(isinstance(v, np.ndarray) for v in value):
             return "unsaved" if any(v.dtype == object for v in value) else "numpy_list"
         if isinstance(value, nn.Module):
-            return "copy" if type(value) is type(self.network) else "unsaved"
+            return "copy" if type(value) is type(self.network) else "module"
         if callable(value):
             return None
         try:
@@ -370,23 +384,42 @@ class PyCILAdapter(FrameworkAdapter[PyCILConfig]):
         unsaved = meta.get("learner", {}).get("unsaved", [])
         if unsaved:
             return f"the learner's attributes {unsaved} cannot be saved in a checkpoint"
+        for attr, how in meta.get("learner", {}).get("attributes", {}).items():
+            if how["as"] == "module" and self._module_like(attr, how["kind"]["class"], copy_it=False) is None:
+                return (
+                    f"the learner's {attr} ({how['kind']['class']}) has no module of its class in a "
+                    "fresh learner to be loaded into"
+                )
         return self._unrebuilt(meta)
 
+    def _module_like(self, attr: str, of_class: str, copy_it: bool = True) -> Any:
+        """The module a saved one of class ``of_class`` loads into: the fresh learner's own ``attr`` (built
+        in its ``__init__``), else a copy of another of its modules of that class (RAPF's
+        ``old_adapter``, a copy of its ``adapter`` made after a task); None where it has neither."""
+        current = getattr(self.learner, attr, None)
+        if isinstance(current, nn.Module) and class_name(current) == of_class:
+            return current
+        for value in vars(self.learner).values():
+            if isinstance(value, nn.Module) and class_name(value) == of_class:
+                return copy.deepcopy(value) if copy_it else value
+        return None
+
     def _unrebuilt(self, meta: dict[str, Any]) -> str | None:
-        """Why this fresh network, grown by its ``update_fc`` to the saved size (all a resume can
-        replay), cannot hold the checkpoint's network: modules or tensors the learner added another way
-        (C3Box's PROOF: a projection per task by ``extend_task``, prototypes as a plain tensor)."""
+        """Why this fresh network, as built or grown by its ``update_fc`` to the saved size (all a
+        resume can replay), cannot hold the checkpoint's network: modules or tensors the learner
+        added another way (C3Box's PROOF: a projection a task by ``extend_task``, prototypes as a
+        plain tensor)."""
         if "network_shapes" not in meta:  # written before this check: loading it says whether it fits
             return None
-        with self._upstream("checking a checkpoint"):
-            probe: Any = copy.deepcopy(self.network)  # this network stays as built, for a start over
-            if hasattr(probe, "update_fc"):
+        probe: Any = self.network
+        if state_shapes(probe) != meta["network_shapes"] and hasattr(probe, "update_fc"):
+            with self._upstream("checking a checkpoint"):
+                probe = copy.deepcopy(self.network)  # this network stays as built, for a start over
                 probe.update_fc(meta["learner"]["total_classes"])
-        shapes = {key: list(value.shape) for key, value in probe.state_dict().items()}
-        saved = meta["network_shapes"]
+        shapes, saved = state_shapes(probe), meta["network_shapes"]
         if differ := sorted(key for key in saved.keys() | shapes.keys() if saved.get(key) != shapes.get(key)):
             return f"its network grows what update_fc does not rebuild ({', '.join(differ[:3])})"
-        if outside := sorted(set(meta["network_tensors"]) - set(_plain_tensors(probe))):
+        if outside := sorted(set(meta["network_tensors"]) - set(plain_tensors(probe))):
             return f"its network holds tensors outside its state dict ({', '.join(outside[:3])})"
         return None
 
@@ -395,25 +428,30 @@ class PyCILAdapter(FrameworkAdapter[PyCILConfig]):
         saved = meta["learner"]
         with self._upstream("restoring a checkpoint"):
             network: Any = self.network  # the learner's own network class, its members untyped here
-            if hasattr(network, "update_fc"):  # a growing network takes the saved size first
+            grown = state_shapes(network) != meta.get("network_shapes")  # always, for an older checkpoint
+            if grown and hasattr(network, "update_fc"):  # a growing network takes the saved size first
                 network.update_fc(saved["total_classes"])
-            _load_exactly(
-                self.network, _packed(tensors, "network/", sep=""), meta["network_untouched"], self.name
+            load_exactly(
+                self.network, packed_under(tensors, "network/", sep=""), meta["network_untouched"], self.name
             )
             pristine_copy = copy.deepcopy(self.network)  # taken before a later attribute changes it
         for attr, how in saved["attributes"].items():
-            packed = _packed(tensors, f"learner/{attr}")
+            packed = packed_under(tensors, f"learner/{attr}")
             value: Any  # whatever the learner held: a module, a tensor, an array, a list, a number
             if how["as"] == "alias":  # saved in order, so what it names is restored already
                 value = self._aliased(how["of"])
             elif how["as"] == "copy":
                 value = copy.deepcopy(pristine_copy)
-                _load_exactly(value, {k.lstrip("/"): t for k, t in packed.items()}, None, self.name)
-                for name, parameter in value.named_parameters():
-                    parameter.requires_grad_(name in how["kind"]["trainable"])
-                value.train(how["kind"]["training"])
+                load_exactly(value, {k.lstrip("/"): t for k, t in packed.items()}, None, self.name)
+                set_mode(value, how["kind"])
+            elif how["as"] == "module":
+                value = self._module_like(attr, how["kind"]["class"])
+                load_exactly(value, {k.lstrip("/"): t for k, t in packed.items()}, (), self.name)
+                set_mode(value, how["kind"])
             else:
                 value = unpack_state(how["kind"], packed, getattr(self.learner, attr, None))
+                if how.get("on_device"):
+                    value = to_device(value, self.device)
                 if how["as"] == "numpy":
                     value = value.numpy()
                 elif how["as"] == "numpy_list":
@@ -448,39 +486,10 @@ def _clip_or(factory, key: str):
     return build
 
 
-def _plain_tensors(network: nn.Module) -> list[str]:
-    """The tensors a network and its modules hold as plain attributes, outside their state dict."""
-    return sorted(
-        f"{prefix}.{attr}" if prefix else attr
-        for prefix, module in network.named_modules()
-        for attr, value in vars(module).items()
-        if isinstance(value, torch.Tensor)
-    )
-
-
 def _is_devices(value: Any) -> bool:
     return (
         isinstance(value, (list, tuple)) and bool(value) and all(isinstance(v, torch.device) for v in value)
     )
-
-
-def _load_exactly(module: nn.Module, state: dict[str, torch.Tensor], untouched, name: str) -> None:
-    """``state`` into ``module``; any key missing (other than ``untouched``, when given) or extra is
-    a checkpoint that does not fit."""
-    loaded = module.load_state_dict(state, strict=False)
-    lost = [] if untouched is None else sorted(set(loaded.missing_keys) - set(untouched))
-    if lost or loaded.unexpected_keys:
-        raise ValueError(
-            f"{name}: the checkpoint does not fit the learner's network (missing {lost[:3]}, "
-            f"unexpected {loaded.unexpected_keys[:3]}); rebuild the network's modules in __init__"
-        )
-
-
-def _packed(tensors: dict[str, torch.Tensor], prefix: str, sep: str = "/") -> dict[str, torch.Tensor]:
-    """The tensors saved under ``prefix``, keyed by what follows it."""
-    if not sep:
-        return {k[len(prefix) :]: t for k, t in tensors.items() if k.startswith(prefix)}
-    return {k[len(prefix) :]: t for k, t in tensors.items() if k == prefix or k.startswith(prefix + sep)}
 
 
 def adapt(cls: type, name: str) -> type:

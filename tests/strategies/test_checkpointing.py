@@ -313,3 +313,20 @@ def test_pack_state_loads_a_module_into_its_recreated_twin():
     assert unpack_state(kind, packed, fresh) is fresh and torch.equal(fresh.weight, saved.weight)
     with pytest.raises(ValueError, match="re-create"):
         unpack_state(kind, packed, None)
+
+
+def test_rows_of_tensors_and_a_dtype_round_trip_exactly(tmp_path):
+    """RAPF keeps a tuple of three 0-d tensors a class, and the dtype it computes in."""
+    rows = [(torch.tensor(0.5), torch.tensor(1.25), torch.tensor(2.0)), [torch.ones(2, dtype=torch.float64)]]
+    kind, packed = pack_state(rows)
+    assert kind == {"kind": "rows", "rows": [{"length": 3, "tuple": True}, {"length": 1, "tuple": False}]}
+    assert sorted(packed) == ["/0/0", "/0/1", "/0/2", "/1/0"]
+    restored = _through_disk(rows, tmp_path)
+    assert isinstance(restored[0], tuple) and isinstance(restored[1], list)
+    for a, b in zip(restored, rows, strict=True):
+        assert all(x.dtype == y.dtype and torch.equal(x, y) for x, y in zip(a, b, strict=True))
+    for dtype in (torch.float32, torch.bfloat16, torch.int64):
+        assert pack_state(dtype) == ({"kind": "dtype", "value": str(dtype)[len("torch.") :]}, {})
+        assert _through_disk(dtype, tmp_path) is dtype
+    with pytest.raises(ValueError, match="unknown torch dtype 'nn'"):
+        unpack_state({"kind": "dtype", "value": "nn"}, {})

@@ -251,6 +251,31 @@ def test_a_learner_keeping_aliases_is_checkpointed_and_restored_with_its_aliases
     assert torch.equal(strategy.scores(images), fresh.scores(images))
 
 
+def test_a_learners_own_modules_dtype_and_rows_of_tensors_are_checkpointed_and_restored(stream, tmp_path):
+    from strategies.checkpointing import load_model, save_model
+
+    name = "pycil:pycil_learners.own_state:KeepsItsOwnModules"
+    options = {"args": {"memory_size": 0, "convnet_type": "tinyconv"}}
+    strategy = built(name, stream, **options)
+    learn(strategy, stream, [0])
+    save_model(strategy, tmp_path / "after-task-1")  # these were "cannot be saved": a start over
+    fresh = built(name, stream, **options)
+    assert fresh.resume_refusal(strategy.checkpoint_state()[1]) is None
+    load_model(fresh, tmp_path / "after-task-1")
+    learner, saved = fresh.learner, strategy.learner
+    assert learner.dtype is torch.float32
+    assert torch.equal(learner.adapter.weight, saved.adapter.weight)
+    assert learner.adapter.weight.requires_grad and learner.adapter.training
+    old = learner.old_adapter  # None in a fresh learner: a copy of its adapter, loaded
+    assert old is not learner.adapter and torch.equal(old.weight, saved.old_adapter.weight)
+    assert not old.weight.requires_grad and not old.training
+    assert [tuple(map(float, row)) for row in learner.edges] == [tuple(map(float, r)) for r in saved.edges]
+    assert all(isinstance(row, tuple) for row in learner.edges)
+    learn(strategy, stream, [1])
+    learn(fresh, stream, [1])
+    assert torch.equal(fresh.learner.adapter.weight, strategy.learner.adapter.weight)
+
+
 def test_args_stay_a_dict_for_upstream_code_and_record_every_lookup():
     import copy
     import json
