@@ -35,8 +35,9 @@ Writes ``compare-<metric>.md``, ``.csv`` and ``.tex``, and per strategy a figure
 and ``-`` in the label become ``_``) (accuracy per stage with 95 % bands, and a forest plot of
 the differences), into ``--out`` (default: ``DIR/compare``).
 
-The pairing and its statistics are ``analysis.pairing``; the tables and figures
-``analysis.comparison_output``; this module is the command.
+The runs and what they must share are ``analysis.paired_runs``; the pairing and its statistics
+``analysis.pairing``; the tables and figures ``analysis.comparison_output``; this module is the
+command.
 """
 
 from __future__ import annotations

@@ -23,7 +23,9 @@ import numpy as np
 import pandas as pd
 
 from analysis.formatting import MISSING, latex_table, markdown_table, mean_std_cell, population_std
-from analysis.pairing import DRAWS, METRICS, TASK_METRICS, Run, Unit, check_draws, load_runs
+from analysis.orders import Unit
+from analysis.paired_runs import Run, load_runs
+from analysis.pairing import DRAWS, METRICS, TASK_METRICS, check_draws
 from analysis.statistics import bootstrap_stage_means, interval, metric_of_stages
 from benchmarks.core.atomic_io import atomic_write_text
 from benchmarks.core.errors import (

@@ -159,14 +159,14 @@ def _against_gr4cil(
 ) -> tuple[ReportItem, list[str]]:
     """Every strategy against GR4CIL (``analysis.compare``), for Last and Avg accuracy, forgetting
     and backward transfer."""
-    from analysis import pairing
+    from analysis import paired_runs, pairing
     from analysis.comparison_output import render_markdown, write_comparison
 
     paths: list[Path] = []
     texts: list[str] = []
     read_problems: list[str] = []
     # the results the tables read, for every metric
-    runs = pairing.load_runs(results_dir if loaded is None else loaded, read_problems)
+    runs = paired_runs.load_runs(results_dir if loaded is None else loaded, read_problems)
     for metric in pairing.METRICS:
         problems = list(read_problems)  # each table's own notes: none repeated from another metric's
         try:

@@ -66,7 +66,7 @@ def test_a_half_base_runs_figures_say_its_split():
 def test_comparisons_pair_a_half_base_run_only_with_the_same_split(tmp_path):
     """A B50-Inc10 run (6 tasks) and a T6 run share a task count but not a stream: ``load_runs``
     keeps them in two groups, the split's named as the comparison names it."""
-    from analysis.pairing import load_runs
+    from analysis.paired_runs import load_runs
 
     for stem, split in (("B50-Inc10-T6-seed0", "B50-Inc10"), ("T6-seed0", "")):
         for label in ("gr4cil", "finetune"):

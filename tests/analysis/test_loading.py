@@ -6,7 +6,7 @@ import json
 import numpy as np
 import pytest
 
-from analysis import pairing, report, reproducibility, tables
+from analysis import paired_runs, report, reproducibility, tables
 from analysis.orders import Unit
 from analysis.paper_inputs import load_inputs
 from benchmarks.core.errors import UserError
@@ -88,7 +88,7 @@ def test_every_reader_counts_one_seed_in_the_mixed_suites_folder(tmp_path):
     assert "Note: 2 results for gr4cil" in markdown
 
     problems: list[str] = []
-    compared = pairing.load_runs(runs, problems)
+    compared = paired_runs.load_runs(runs, problems)
     assert list(compared) == [("cifar100", 2, "gr4cil")]
     assert [run.result.summary["last_acc"] for run in compared["cifar100", 2, "gr4cil"].values()] == [80.0]
     assert sum("2 results for gr4cil" in line for line in problems) == 1
@@ -244,7 +244,7 @@ def test_every_reader_reads_every_schema_version(every_version):
         ("v1", "v2", "v3"), "T2-seed0.json"
     )
     assert [run.cost.peak_memory_kind for run in inputs.runs] == ["cpu_max_rss", None, None]
-    runs = pairing.load_runs(every_version, problems := [])
+    runs = paired_runs.load_runs(every_version, problems := [])
     assert problems == []
     by_label = {label: units[Unit("", 0)] for (_, _, label), units in runs.items()}
     assert by_label["v1"].correct is None and by_label["v2"].correct is not None  # no sidecar in version 1

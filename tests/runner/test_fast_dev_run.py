@@ -4,7 +4,7 @@ and comparison that never take its results for measurements."""
 import pytest
 import torch
 
-from analysis import pairing, tables
+from analysis import paired_runs, pairing, tables
 from analysis.paper_inputs import load_inputs
 from benchmarks import run
 from benchmarks.data.loaders import seeded_loader
@@ -119,9 +119,9 @@ def test_tables_report_and_comparison_never_take_a_fast_dev_run_for_a_measuremen
     notes = load_inputs(runs / "mini-fast-dev-run").notes
     assert any(note.startswith("2 result(s) are a fast dev run") for note in notes)
     # a fast dev run and a real run are two protocols: the comparison refuses to pair them
-    fast = pairing.Run(RunResult.from_json(result_of(runs / "mini-fast-dev-run", "finetune")))
-    (real,) = [pairing.Run(RunResult.from_json(r)) for _, r in iter_results(runs / "mini")]
-    assert pairing.protocol_difference(pairing.protocol(fast), real) == "fast dev run"
+    fast = paired_runs.Run(RunResult.from_json(result_of(runs / "mini-fast-dev-run", "finetune")))
+    (real,) = [paired_runs.Run(RunResult.from_json(r)) for _, r in iter_results(runs / "mini")]
+    assert paired_runs.protocol_difference(paired_runs.protocol(fast), real) == "fast dev run"
     # among fast dev runs alone, it compares and warns
     problems: list[str] = []
     pairing.compare_all(runs / "mini-fast-dev-run", "finetune", draws=100, problems=problems)
