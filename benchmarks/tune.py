@@ -17,12 +17,13 @@ The search space is a TOML file, one table per strategy label, one entry per Con
 
 The study lives in SQLite under the results folder (``--storage``: an Optuna storage URL). Several
 workers given the same command (local processes, a SLURM job array) share the study and its budget:
-together they run exactly ``--trials`` trials. Each trial's runs in ``trials/<label>/<params digest>/``, so a killed tune
-rerun with the same command resumes: a trial killed half-way is asked again with the same values and
-its runs resume from their checkpoints. At the end the best values of each strategy are written as a
-suite file (``tuned.toml``) that ``python -m benchmarks.run --suite <file>`` runs on the test set:
-each official row beside its ``<label>-tuned`` variant, whose ``[tuned.<label>-tuned]`` table records
-the space, budget, sampler, seed and every trial. Mistakes print one line and exit with 2.
+together they run exactly ``--trials`` trials. Each trial's runs go in
+``trials/<label>/<params digest>/``, so a killed tune rerun with the same command resumes: a trial
+killed half-way is asked again with the same values and its runs resume from their checkpoints.
+At the end the best values of each strategy are written as a suite file (``tuned.toml``) that
+``python -m benchmarks.run --suite <file>`` runs on the test set: each official row beside its
+``<label>-tuned`` variant, whose ``[tuned.<label>-tuned]`` table records the space, budget,
+sampler, seed and every trial. Mistakes print one line and exit with 2.
 """
 
 from __future__ import annotations
