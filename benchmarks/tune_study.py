@@ -288,7 +288,7 @@ def tune_strategy(args, suite, label, dimensions, storage, results_dir) -> Any:
         claim.release()  # the trial is in the storage now: other workers count it
         ours.append(trial.number)
         # Each trial draws from its own seed, so workers that start together, or a resumed process,
-        # never draw the same values, and a study's draws do not depend on how many workers ran it.
+        # never draw alike (a sampler seeded once per process would give each the same draws).
         trial.study.sampler = _sampler(args.sampler_seed + trial.number)
         params = {d.name: d.suggest(trial) for d in dimensions}
         store = ResultStore(results_dir / "trials" / label / params_digest(params))
