@@ -115,6 +115,8 @@ class SplitAttention(nn.Module):
     def _join_prefix(self, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, batch: int):
         """Keys and values [B, H, P + S, d] with the prefix first, and the mask with P columns that
         every query may attend."""
+        if self.prefix is None:
+            raise ValueError("no prefix to join: set one with visual_prefix")
         prefix_k, prefix_v = self.prefix
         if prefix_k.shape[0] not in (1, batch):
             raise ValueError(

@@ -10,20 +10,22 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+from benchmarks.backbone.open_clip_types import OpenCLIP
+
 VisualState = dict[str, torch.Tensor]
 
 
-def visual_parameters(model: nn.Module) -> dict[str, nn.Parameter]:
+def visual_parameters(model: OpenCLIP) -> dict[str, nn.Parameter]:
     """The visual tower's parameters by name (LoRA layers excluded: they are adapters, not weights)."""
     return {name: p for name, p in model.visual.named_parameters() if "lora_" not in name}
 
 
-def visual_state(model: nn.Module) -> VisualState:
+def visual_state(model: OpenCLIP) -> VisualState:
     """A CPU copy of the visual tower's weights."""
     return {name: p.detach().cpu().clone() for name, p in visual_parameters(model).items()}
 
 
-def load_visual_state(model: nn.Module, state: VisualState) -> None:
+def load_visual_state(model: OpenCLIP, state: VisualState) -> None:
     """Copy ``state`` into the visual tower's weights (names and shapes must match)."""
     params = visual_parameters(model)
     if params.keys() != state.keys():
@@ -35,7 +37,7 @@ def load_visual_state(model: nn.Module, state: VisualState) -> None:
             param.copy_(state[name])
 
 
-def set_visual_trainable(model: nn.Module, trainable: bool) -> None:
+def set_visual_trainable(model: OpenCLIP, trainable: bool) -> None:
     """Make every weight of the visual tower trainable (or frozen again)."""
     for param in visual_parameters(model).values():
         param.requires_grad_(trainable)

@@ -8,13 +8,14 @@ import contextlib
 import re
 import warnings
 from collections.abc import Iterable, Iterator
-from typing import Any, Literal
+from typing import Any, Literal, cast
 
 import torch
 from peft import LoraConfig, inject_adapter_in_model
 from peft.tuners.lora import LoraLayer
 from torch import nn
 
+from benchmarks.backbone.open_clip_types import OpenCLIP
 from benchmarks.core.errors import UserError
 
 LORA_INITS = ("kaiming", "xavier")  # initialisations of LoRA's A (B is always 0)
@@ -33,7 +34,7 @@ class LoRAAdapters:
     ``_trainable``). peft flips ``requires_grad`` whenever an adapter is added or activated, so the
     active adapters and the trainable set are re-applied after every peft call."""
 
-    model: nn.Module
+    model: OpenCLIP
     _towers: dict[str, Tower]
     _active: dict[Tower, str | None]
     _trainable: set[str]
@@ -57,7 +58,8 @@ class LoRAAdapters:
             return args, {**kwargs, "adapter_names": per_sample}
 
         handles = [
-            layer.register_forward_pre_hook(inject, with_kwargs=True) for layer in self._lora_layers("visual")
+            _module(layer).register_forward_pre_hook(inject, with_kwargs=True)
+            for layer in self._lora_layers("visual")
         ]
         try:
             yield
@@ -80,7 +82,11 @@ class LoRAAdapters:
         if name in self._towers or name == BASE_ADAPTER:
             raise ValueError(f"adapter name {name!r} is taken")
         config = LoraConfig(
-            r=rank, lora_alpha=alpha, lora_dropout=0.0, target_modules=_LORA_TARGETS[tower], bias="none"
+            r=rank,
+            lora_alpha=alpha,  # type: ignore[arg-type]  # peft types it int; it takes a float
+            lora_dropout=0.0,
+            target_modules=_LORA_TARGETS[tower],
+            bias="none",
         )
         with warnings.catch_warnings():
             # Several adapters on one model is the point here, not an accident peft should warn about.
@@ -90,7 +96,7 @@ class LoRAAdapters:
         if init_a == "xavier":
             with torch.no_grad():
                 for _, layer in self._named_lora_layers(tower):
-                    nn.init.xavier_uniform_(layer.lora_A[name].weight)
+                    nn.init.xavier_uniform_(_weights(layer, name)[0])
         self._sync_adapter_state()
 
     def adapter_names(self, tower: Tower) -> list[str]:
@@ -99,7 +105,8 @@ class LoRAAdapters:
 
     def set_adapters(self, visual: str | None, text: str | None) -> None:
         """Choose the active adapter of each tower (None = base weights); trainability is unchanged."""
-        for name, tower in ((visual, "visual"), (text, "text")):
+        chosen: tuple[tuple[str | None, Tower], ...] = ((visual, "visual"), (text, "text"))
+        for name, tower in chosen:
             if name is not None:
                 self._check_adapter(name, tower)
         self._active = {"visual": visual, "text": text}
@@ -120,11 +127,7 @@ class LoRAAdapters:
     def lora_parameters(self, name: str) -> list[nn.Parameter]:
         """The LoRA A and B weights of adapter ``name``, in module order."""
         tower = self._check_adapter(name)
-        return [
-            param
-            for _, layer in self._named_lora_layers(tower)
-            for param in (layer.lora_A[name].weight, layer.lora_B[name].weight)
-        ]
+        return [param for _, layer in self._named_lora_layers(tower) for param in _weights(layer, name)]
 
     def copy_lora(self, src: str, dst: str) -> None:
         """Overwrite the weights of adapter ``dst`` with those of ``src`` (same tower, rank and alpha)."""
@@ -134,8 +137,8 @@ class LoRAAdapters:
             for path, layer in self._named_lora_layers(tower):
                 if layer.r[src] != layer.r[dst] or layer.scaling[src] != layer.scaling[dst]:
                     raise ValueError(f"cannot copy LoRA {src!r} to {dst!r}: rank or alpha differ at {path}")
-                layer.lora_A[dst].weight.copy_(layer.lora_A[src].weight)
-                layer.lora_B[dst].weight.copy_(layer.lora_B[src].weight)
+                for to, source in zip(_weights(layer, dst), _weights(layer, src), strict=True):
+                    to.copy_(source)
 
     def lora_state_dict(self, name: str) -> dict[str, torch.Tensor]:
         """Adapter weights as CPU tensors keyed ``<module path>.lora_A`` / ``.lora_B``
@@ -143,8 +146,9 @@ class LoRAAdapters:
         tower = self._check_adapter(name)
         state: dict[str, torch.Tensor] = {}
         for path, layer in self._named_lora_layers(tower):
-            state[f"{path}.lora_A"] = layer.lora_A[name].weight.detach().cpu().clone()
-            state[f"{path}.lora_B"] = layer.lora_B[name].weight.detach().cpu().clone()
+            lora_a, lora_b = _weights(layer, name)
+            state[f"{path}.lora_A"] = lora_a.detach().cpu().clone()
+            state[f"{path}.lora_B"] = lora_b.detach().cpu().clone()
         return state
 
     def load_lora_state_dict(self, name: str, state: dict[str, torch.Tensor]) -> None:
@@ -197,3 +201,17 @@ class LoRAAdapters:
                 layer.set_adapter([active] if active is not None else [])
                 for adapter, module in (*layer.lora_A.items(), *layer.lora_B.items()):
                     module.requires_grad_(adapter in self._trainable)
+
+
+def _weights(layer: LoraLayer, name: str) -> tuple[nn.Parameter, nn.Parameter]:
+    """The A and B weights of adapter ``name`` at ``layer`` (peft keeps each an ``nn.Linear`` in a
+    ``ModuleDict``, which its types leave as ``Module``)."""
+    lora_a, lora_b = layer.lora_A[name], layer.lora_B[name]
+    assert isinstance(lora_a, nn.Linear) and isinstance(lora_b, nn.Linear)
+    return cast(nn.Parameter, lora_a.weight), cast(nn.Parameter, lora_b.weight)
+
+
+def _module(layer: LoraLayer) -> nn.Module:
+    """A LoRA layer as the module it is (peft's types give ``LoraLayer`` no ``nn.Module`` base)."""
+    assert isinstance(layer, nn.Module)
+    return layer

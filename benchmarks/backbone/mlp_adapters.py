@@ -18,12 +18,14 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
+from typing import cast
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.backbone.lora import Tower
+from benchmarks.backbone.open_clip_types import OpenCLIP, OpenCLIPBlock, OpenCLIPTransformer
 
 
 class Expert(nn.Module):
@@ -107,14 +109,14 @@ class ParallelAdapter(nn.Module):
         return sum(gates[..., e : e + 1].to(h.dtype) * expert(h) for e, expert in enumerate(self.experts))
 
 
-def _transformer(model: nn.Module, tower: Tower) -> nn.Module:
+def _transformer(model: OpenCLIP, tower: Tower) -> OpenCLIPTransformer:
     return model.visual.transformer if tower == "visual" else model.transformer
 
 
 class MLPAdapters:
     """The parallel-adapter part of ``CLIPBackbone`` (a mixin; the backbone is an nn.Module)."""
 
-    model: nn.Module
+    model: OpenCLIP
     mlp_adapter_modules: nn.ModuleDict  # tower -> one ParallelAdapter per block
 
     def add_mlp_adapters(
@@ -150,7 +152,9 @@ class MLPAdapters:
         transformer.parallel_adapters_active = True
         return adapters
 
-    def _hook_block(self, block: nn.Module, adapter: ParallelAdapter, transformer: nn.Module) -> None:
+    def _hook_block(
+        self, block: OpenCLIPBlock, adapter: ParallelAdapter, transformer: OpenCLIPTransformer
+    ) -> None:
         captured: list[torch.Tensor] = []
 
         def keep_residual(_module: nn.Module, args: tuple[torch.Tensor, ...]) -> None:
@@ -178,7 +182,7 @@ class MLPAdapters:
     @contextlib.contextmanager
     def mlp_adapters(self, enabled: bool) -> Iterator[None]:
         """Within the block, every tower's MLP adapters are on (``enabled``) or off (plain CLIP)."""
-        transformers = [_transformer(self.model, tower) for tower in self.mlp_adapter_modules]
+        transformers = [_transformer(self.model, cast(Tower, tower)) for tower in self.mlp_adapter_modules]
         before = [t.parallel_adapters_active for t in transformers]
         for transformer in transformers:
             transformer.parallel_adapters_active = enabled

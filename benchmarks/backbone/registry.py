@@ -26,6 +26,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from benchmarks.core.errors import UserError
+
 #: the suite's own model configs (the tiny CLIP), added to open_clip's by ``live_open_clip``
 MODEL_CONFIG_DIR = Path(__file__).parent.parent / "model_configs"
 STORED_TAGS = Path(__file__).parent.parent / "assets" / "open_clip_pretrained.json"
@@ -67,7 +69,7 @@ def hub_weight_names() -> tuple[str, str]:
         from open_clip.constants import HF_SAFE_WEIGHTS_NAME, HF_WEIGHTS_NAME
 
         return HF_WEIGHTS_NAME, HF_SAFE_WEIGHTS_NAME
-    names = _stored()["hub_weight_names"]
+    names = _stored_table()["hub_weight_names"]
     return names["weights"], names["safetensors"]
 
 
@@ -96,8 +98,16 @@ def _stored() -> dict[str, Any] | None:
     return stored if stored["open_clip_version"] == installed else None
 
 
+def _stored_table() -> dict[str, Any]:
+    """The stored table, read where ``_live`` left the answer to it (so it is of this version)."""
+    stored = _stored()
+    if stored is None:
+        raise RuntimeError("the stored open_clip table is of another open_clip version; ask open_clip")
+    return stored
+
+
 def _stored_tags() -> dict[str, dict[str, dict[str, Any]]]:
-    return _stored()["pretrained"]
+    return _stored_table()["pretrained"]
 
 
 def _natural_key(name: str) -> list[int | str]:  # open_clip's order of model names
@@ -109,6 +119,8 @@ def _model_configs() -> dict[str, dict[str, Any]]:
     """Every config file open_clip would list, in its order: a file is a model config when it
     names ``embed_dim``, ``vision_cfg`` and ``text_cfg``, as open_clip's scan requires."""
     spec = importlib.util.find_spec("open_clip")  # finds the package without running it
+    if spec is None or not spec.submodule_search_locations:
+        raise UserError("open_clip is not installed; install the suite with pip install -e .")
     folders = [Path(spec.submodule_search_locations[0]) / "model_configs", MODEL_CONFIG_DIR]
     configs: dict[str, dict[str, Any]] = {}
     for folder in folders:

@@ -55,7 +55,7 @@ def check_tag(model: str, tag: str) -> dict[str, Any]:
             f"{', '.join(tags) or 'none'}); pass a path to a weight file, or 'none' for random init"
         )
     trained = bool(cfg.get("quick_gelu", False))
-    builds = bool(registry.get_model_config(model).get("quick_gelu", False))
+    builds = bool((registry.get_model_config(model) or {}).get("quick_gelu", False))
     if trained != builds:
         use = f"use model = {sibling!r}" if sibling else "choose another tag"
         raise UserError(
@@ -82,6 +82,13 @@ def url_checksum(cfg: dict[str, Any]) -> str | None:
     return None
 
 
+def hub_files_of(cfg: dict[str, Any]) -> tuple[str, list[str]]:
+    """``hub_files`` of a tag that has no URL, so that it is on the hub."""
+    if (files := hub_files(cfg)) is None:
+        raise ValueError(f"a pretrained tag with neither a URL nor a hub file: {cfg}")
+    return files
+
+
 def hub_files(cfg: dict[str, Any]) -> tuple[str, list[str]] | None:
     """A tag's Hugging Face hub repository and its file names, the safetensors twin first (open_clip
     prefers it); None for a tag that is not on the hub."""
@@ -104,7 +111,7 @@ def manual_file(cfg: dict[str, Any], cache_dir: str | None = None) -> Path:
     root = Path(cache_dir or CLIP_CACHE).expanduser()
     if cfg.get("url"):
         return root / os.path.basename(cfg["url"])
-    repo, names = hub_files(cfg)
+    repo, names = hub_files_of(cfg)
     return root / repo / names[0]
 
 
@@ -112,5 +119,5 @@ def download_url(cfg: dict[str, Any]) -> str:
     """Where the tag's file can be downloaded by hand: its URL, else its hub file's address."""
     if cfg.get("url"):
         return cfg["url"]
-    repo, names = hub_files(cfg)
+    repo, names = hub_files_of(cfg)
     return f"{HUB_URL}/{repo}/resolve/main/{names[0]}"

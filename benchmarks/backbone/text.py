@@ -12,6 +12,7 @@ from open_clip.transformer import ResidualAttentionBlock
 from torch import nn
 
 from benchmarks.backbone.attention import SplitAttention
+from benchmarks.backbone.open_clip_types import OpenCLIPTransformer
 
 
 def shared_prefix_length(tokens: torch.Tensor, eot: torch.Tensor) -> int:
@@ -28,7 +29,7 @@ def shared_prefix_length(tokens: torch.Tensor, eot: torch.Tensor) -> int:
     return min(common, int(eot.min()))
 
 
-def _prefix_sharing_applies(transformer: nn.Module) -> bool:
+def _prefix_sharing_applies(transformer: OpenCLIPTransformer) -> bool:
     """Whether the text transformer is the plain batch-first stack the shared-prefix path rebuilds
     (not while parallel MLP adapters are on: they route on token 0, which the path runs apart)."""
     return (
@@ -44,7 +45,11 @@ def _prefix_sharing_applies(transformer: nn.Module) -> bool:
 
 
 def _text_transformer_with_shared_prefix(
-    transformer: nn.Module, x: torch.Tensor, causal_mask: torch.Tensor, prefix: int, pooled: torch.Tensor
+    transformer: OpenCLIPTransformer,
+    x: torch.Tensor,
+    causal_mask: torch.Tensor,
+    prefix: int,
+    pooled: torch.Tensor,
 ) -> torch.Tensor:
     """open_clip's causal text transformer on ``x`` ``[N, L, D]`` whose first ``prefix`` positions
     are the same in every row: the prefix runs once, the rest attends to it. Returns the output at

@@ -16,13 +16,14 @@ from collections.abc import Iterator, Mapping
 import torch
 
 from benchmarks.backbone.attention import SplitAttention
+from benchmarks.backbone.open_clip_types import OpenCLIP
 from benchmarks.core.errors import UserError
 
 
 class VisualPrefix:
     """Mixin of ``CLIPBackbone``: ``visual_prefix``."""
 
-    model: torch.nn.Module
+    model: OpenCLIP
 
     @contextlib.contextmanager
     def visual_prefix(self, prefixes: Mapping[int, tuple[torch.Tensor, torch.Tensor]]) -> Iterator[None]:

@@ -18,7 +18,7 @@ from huggingface_hub import constants as hf_constants
 from huggingface_hub import try_to_load_from_cache
 
 from benchmarks.backbone import registry
-from benchmarks.backbone.tags import check_tag, hub_files, manual_file
+from benchmarks.backbone.tags import check_tag, hub_files_of, manual_file
 from benchmarks.core.errors import UserError, WeightsNotFoundError
 
 DEFAULT_MODEL = "ViT-B-16-quickgelu"
@@ -89,7 +89,7 @@ def _cached_checkpoint(cfg: dict[str, Any], cache_dir: str | None) -> tuple[Path
             return Path(cfg["file"]), looked
         looked.append(str(cfg["file"]))
     if cfg.get("hf_hub"):
-        repo_id, names = hub_files(cfg)  # open_clip prefers a safetensors twin of the listed file; either
+        repo_id, names = hub_files_of(cfg)  # open_clip prefers a safetensors twin of the listed file; either
         for name in names:
             hit = try_to_load_from_cache(repo_id, name, cache_dir=cache_dir)
             if isinstance(hit, str):
