@@ -30,11 +30,8 @@ from benchmarks.runner.launcher import (
     InlineLauncher,
     Launcher,
     RunOptions,
-    Terminated,
     nothing_finished,
     prepare_runner_process,
-    restore_sigterm,
-    stop_on_sigterm,
     watch_launcher,
 )
 from benchmarks.runner.limits import RunLimits
@@ -53,6 +50,7 @@ from benchmarks.runner.status import run_state, slurm_view
 from benchmarks.runner.suite_files import SUITES_DIR
 from benchmarks.runner.suite_progress import duration, why_workers
 from benchmarks.runner.suites import expand, load_suite, suite_bases
+from benchmarks.runner.termination import Terminated, restore_sigterm, stop_on_sigterm
 
 
 def dry_run_table(

@@ -30,11 +30,12 @@ from benchmarks.core.errors import UserError
 from benchmarks.core.heartbeat_lock import HeartbeatLock, slurm_job_id
 from benchmarks.runner.building import resolve
 from benchmarks.runner.execute import execute, preflight
-from benchmarks.runner.launcher import prepare_runner_process, restore_sigterm, stop_on_sigterm
+from benchmarks.runner.launcher import prepare_runner_process
 from benchmarks.runner.result_record import RunResult
 from benchmarks.runner.results import ResultStore
 from benchmarks.runner.run_spec import RunSpec
 from benchmarks.runner.suites import expand, load_suite
+from benchmarks.runner.termination import restore_sigterm, stop_on_sigterm
 from strategies.contract import config_class
 from strategies.registry import get_strategy
 

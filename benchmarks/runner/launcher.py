@@ -32,6 +32,7 @@ from benchmarks.core.heartbeat_lock import read_holder, this_command
 from benchmarks.runner.result_record import RunResult
 from benchmarks.runner.results import ResultStore, RunKey
 from benchmarks.runner.suite_progress import SuiteProgress
+from benchmarks.runner.termination import stop_if_terminated
 
 if TYPE_CHECKING:  # the launchers' module stays light: building imports torch, open_clip, Avalanche
     from benchmarks.runner.building import ResolvedRun
@@ -113,42 +114,6 @@ def run_log(store: ResultStore, key: RunKey) -> Iterator[None]:
             os.close(saved)
 
 
-class Terminated(KeyboardInterrupt):
-    """SIGTERM (``timeout``, a CI cancel, ``kill``, a local launcher ending its workers), raised in
-    the main thread: the command stops as on Ctrl-C, so a run releases its lock and keeps its
-    finished tasks, and a local launcher ends its workers first."""
-
-
-#: SIGTERMs this soon after the first are its echoes (a worker whose launcher died hears it from
-#: Linux and from the pipe at once), not a second request: the clean-up goes on
-ECHO_SECONDS = 5.0
-_first_sigterm: list[float] = []
-
-
-def _raise_terminated(signum, frame) -> None:
-    if not _first_sigterm:
-        _first_sigterm.append(time.monotonic())
-        raise Terminated()
-    if time.monotonic() - _first_sigterm[0] > ECHO_SECONDS:  # asked again: end now, without a clean-up
-        signal.signal(signal.SIGTERM, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGTERM)
-
-
-def stop_on_sigterm():
-    """Make SIGTERM raise ``Terminated`` in this process (from its main thread only, as Python
-    allows); without it, SIGTERM ends Python without a clean-up, leaving the lock to go stale.
-    Returns the handler it replaced, for ``restore_sigterm`` (a command called in-process, by a test)."""
-    if threading.current_thread() is not threading.main_thread():
-        return None
-    return signal.signal(signal.SIGTERM, _raise_terminated)
-
-
-def restore_sigterm(previous) -> None:
-    _first_sigterm.clear()
-    if previous is not None and threading.current_thread() is threading.main_thread():
-        signal.signal(signal.SIGTERM, previous)
-
-
 #: set by the local launcher in a worker's environment: the read end of a pipe whose write end only
 #: the launcher holds, so that it reads end-of-file once the launcher is gone, however it ended
 PARENT_PIPE_ENV = "CIL_BENCH_LAUNCHER_PIPE"
@@ -215,6 +180,7 @@ class InlineLauncher:
         finished, held = [], []
         progress = SuiteProgress([run.spec for run in runs])
         for run in tqdm(runs, desc=f"suite {options.suite_name}", disable=options.quiet):
+            stop_if_terminated()
             spec = run.spec
             set_threads(options.threads, spec.device)
             began = time.monotonic()

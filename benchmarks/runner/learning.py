@@ -29,6 +29,7 @@ from benchmarks.runner.live_log import LiveLog, TrainingLog
 from benchmarks.runner.result_record import SCHEMA_VERSION, RunCost, RunResult, StageResult
 from benchmarks.runner.results import Predictions, ResultStore, RunProgress
 from benchmarks.runner.run_spec import RunSpec
+from benchmarks.runner.termination import stop_if_terminated
 from benchmarks.runner.zero_shot import zero_shot_accuracy
 from strategies.contract import OptionalMembers, Strategy, evaluate
 
@@ -152,6 +153,7 @@ def learn_tasks(context: RunContext, stream: CILStream, strategy: Strategy, prog
         total=spec.n_tasks,
     )
     for task in tasks:
+        stop_if_terminated()  # a SIGTERM whose Terminated a library swallowed: stop before the task
         seed_everything(spec.seed, task)
         start = time.perf_counter()
         try:

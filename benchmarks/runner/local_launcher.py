@@ -216,7 +216,7 @@ class LocalLauncher:
                 )
                 processes.append((worker, log))
             return self._watch(runs, store, options, hashes, states, processes, paths, progress)
-        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (``launcher.Terminated``): the workers end first
+        except KeyboardInterrupt:  # Ctrl-C or SIGTERM (``termination.Terminated``): the workers end first
             _stop(processes)
             raise
         finally:

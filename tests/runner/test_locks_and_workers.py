@@ -107,7 +107,7 @@ def test_sigterm_stops_as_ctrl_c_and_its_echo_is_ignored():
     """A worker whose launcher died hears SIGTERM twice (Linux's PR_SET_PDEATHSIG and the pipe): the
     first stops it as Ctrl-C does (its lock released on the way out), the second must not cut that
     clean-up short."""
-    from benchmarks.runner.launcher import Terminated, restore_sigterm, stop_on_sigterm
+    from benchmarks.runner.termination import Terminated, restore_sigterm, stop_on_sigterm
 
     previous = stop_on_sigterm()
     try:
@@ -119,6 +119,34 @@ def test_sigterm_stops_as_ctrl_c_and_its_echo_is_ignored():
     finally:
         restore_sigterm(previous)
     assert signal.getsignal(signal.SIGTERM) == previous
+
+
+def test_a_sigterm_whose_terminated_was_swallowed_stops_the_run_before_its_next_task(tmp_path, monkeypatch):
+    """A library's bare ``except:`` (or a finaliser) may swallow the ``Terminated`` a SIGTERM raises:
+    seen in CI, a local worker then finished both its runs after its launcher had ended. The runner
+    asks again before each run and each task, so the run stops with its finished tasks kept."""
+    from benchmarks import run
+    from benchmarks.runner import learning
+    from benchmarks.runner.termination import Terminated, restore_sigterm, stop_on_sigterm
+
+    previous = stop_on_sigterm()
+    try:
+        try:  # as a library's bare except does
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(1)
+        except BaseException:
+            pass
+        tasks = []
+        real = learning.seed_everything
+        monkeypatch.setattr(learning, "seed_everything", lambda *a: (tasks.append(a), real(*a))[1])
+        with pytest.raises(Terminated):
+            learning.stop_if_terminated()
+        suite = tmp_path / "suite.toml"
+        suite.write_text(SUITE)
+        code = run.main(["--suite", str(suite), "--results-dir", str(tmp_path / "results"), "--quiet"])
+        assert code == 143 and tasks == []  # stopped before its first run, nothing learned
+    finally:
+        restore_sigterm(previous)
 
 
 def _one_local_worker(suite: Path, results: Path) -> subprocess.CompletedProcess:
