@@ -6,7 +6,6 @@ and Avalanche through the runner, so the parser leaves it until the command line
 from __future__ import annotations
 
 import argparse
-import contextlib
 import copy
 import dataclasses
 import functools
@@ -20,7 +19,6 @@ import sys
 import time
 import tomllib
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +43,9 @@ TRIAL_ERROR = "error"
 #: how often a worker looks again at a study whose last trials run in other workers, or at a run that
 #: another worker computes
 POLL_SECONDS = 10.0
+#: how often a worker tries a lock that another holds for a moment (while it creates the storage, or
+#: counts the trials and starts one)
+CLAIM_POLL_SECONDS = 0.2
 #: suite keys a tuned suite drops: its rows train on every training image and are scored on the test set
 TUNING_ONLY_KEYS = ("validation_fraction", "validation_seed", "evaluate_test", "name", "path")
 
@@ -176,21 +177,21 @@ def objective_value(results: list[RunResult], objective: str) -> float:
     return sum((r.validation_summary or {})[OBJECTIVES[objective]] for r in results) / len(results)
 
 
-def counted(study) -> int:
+def counted(trials: list) -> int:
     """The trials that spent the budget: finished, or failed by their run's own error."""
     from optuna.trial import TrialState
 
     return sum(
         t.state == TrialState.COMPLETE or (t.state == TrialState.FAIL and TRIAL_ERROR in t.user_attrs)
-        for t in study.trials
+        for t in trials
     )
 
 
-def running(study) -> int:
+def running(trials: list) -> int:
     """The trials under way in some worker: each holds its place in the budget."""
     from optuna.trial import TrialState
 
-    return sum(t.state == TrialState.RUNNING for t in study.trials)
+    return sum(t.state == TrialState.RUNNING for t in trials)
 
 
 def retry_killed_trials(study) -> int:
@@ -226,24 +227,12 @@ def storage_of(args: argparse.Namespace, results_dir: Path):
         )
     results_dir.mkdir(parents=True, exist_ok=True)
     try:  # workers started together would each create the new storage's tables: one does
-        with held(results_dir / ".storage.lock"):
+        with HeartbeatLock(results_dir / ".storage.lock").held(CLAIM_POLL_SECONDS):
             return optuna.storages.RDBStorage(url, heartbeat_interval=60, grace_period=180)
     except Exception as err:  # an unreachable database or a driver that is not installed
         raise UserError(
             f"--storage {url}: cannot open it ({type(err).__name__}: {str(err).splitlines()[0]})"
         ) from None
-
-
-@contextlib.contextmanager
-def held(path: Path) -> Iterator[HeartbeatLock]:
-    """A lock file that one of the workers sharing a tune's folder holds at a time, waited for."""
-    lock = HeartbeatLock(path)
-    while not lock.acquire():
-        time.sleep(0.2)
-    try:
-        yield lock
-    finally:
-        lock.release()  # a no-op once released, or where the file is another worker's
 
 
 def worker_name() -> str:
@@ -314,10 +303,11 @@ def tune_strategy(args, suite, label, dimensions, storage, results_dir) -> Any:
         # Held while this worker counts the trials and starts one, up to the moment its trial is in
         # the storage: workers sharing the study never start more trials than the budget, nor ask a
         # killed trial again twice.
-        with held(results_dir / f".{name}.claim.lock") as claim:
+        with HeartbeatLock(results_dir / f".{name}.claim.lock").held(CLAIM_POLL_SECONDS) as claim:
             if again := retry_killed_trials(study):
                 print(f"{label}: {again} killed trial(s) asked again with their values", file=sys.stderr)
-            done, elsewhere = counted(study), running(study)
+            trials = study.trials  # read once: each read asks the storage for every trial
+            done, elsewhere = counted(trials), running(trials)
             if done >= args.trials:
                 return study
             if done + elsewhere >= args.trials:  # the rest of the budget is under way in other workers

@@ -21,12 +21,14 @@ worker inherits its launcher's (``COMMAND_ENV``), so a rerun can name the comman
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import socket
 import threading
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -179,6 +181,22 @@ class HeartbeatLock:
             aside.unlink(missing_ok=True)
             self.took_over = holder
         return False
+
+    @contextlib.contextmanager
+    def held(
+        self, poll: float, while_held: Callable[[Holder | None], None] | None = None
+    ) -> Iterator[HeartbeatLock]:
+        """The lock, held for the block, taken as soon as it is free (tried every ``poll`` seconds);
+        ``while_held`` hears its holder each time another has it, and may raise to stop waiting. The
+        block may ``release`` it early; it is released at the end either way."""
+        while not self.acquire():
+            if while_held is not None:
+                while_held(read_holder(self.path))
+            time.sleep(poll)
+        try:
+            yield self
+        finally:
+            self.release()  # a no-op where released already, or where the file is another's
 
     def _create(self) -> bool:
         try:

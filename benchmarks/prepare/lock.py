@@ -20,7 +20,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from benchmarks.core.errors import UserError
-from benchmarks.core.heartbeat_lock import HeartbeatLock, Holder, read_holder
+from benchmarks.core.heartbeat_lock import HeartbeatLock, Holder
 
 POLL_SECONDS = 2.0
 
@@ -53,9 +53,9 @@ def target_lock(folder: Path, target: str, wait: bool = True) -> Iterator[None]:
     """Hold ``target``'s lock in ``folder`` for the block; wait for another holder (saying who, once)
     or, without ``wait``, raise ``TargetBusyError``."""
     lock = target_lock_file(folder, target)
-    said = False
-    while not lock.acquire():
-        holder = read_holder(lock.path)
+    said: list[bool] = []
+
+    def waiting(holder: Holder | None) -> None:
         if not wait:
             raise TargetBusyError(
                 f"{target} is being prepared by {describe(holder)} (lock {lock.path}); rerun when it "
@@ -63,9 +63,7 @@ def target_lock(folder: Path, target: str, wait: bool = True) -> Iterator[None]:
             )
         if not said:
             print(f"{target}: waiting for {describe(holder)}, which is preparing it", file=sys.stderr)
-            said = True
-        time.sleep(POLL_SECONDS)
-    try:
+            said.append(True)
+
+    with lock.held(POLL_SECONDS, waiting):
         yield
-    finally:
-        lock.release()

@@ -294,7 +294,7 @@ class PyCILAdapter(FrameworkAdapter[PyCILConfig]):
                 packed = self._copy_state(value)
                 meta_kind = module_mode(value)
             elif kind == "module":  # a module of its own (RAPF's adapter): its whole state
-                packed = {f"/{k}": v.detach().cpu().contiguous() for k, v in value.state_dict().items()}
+                packed = pack_state(value)[1]
                 meta_kind = {**module_mode(value), "class": class_name(value)}
             else:
                 meta_kind, packed = pack_state(value)
