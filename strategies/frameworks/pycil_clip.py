@@ -142,8 +142,9 @@ class C3BoxShape:
         """``upstream`` (the adapter's running of its code), in its working directory, with its
         ``.cuda()`` on the run's device where that is no GPU."""
         with contextlib.ExitStack() as stack:
-            stack.enter_context(upstream)
+            # the working directory first, so that an error's one line can read the files it names
             stack.enter_context(contextlib.chdir(self.workdir))
+            stack.enter_context(upstream)
             if self.device.type != "cuda":
                 device = self.device
 

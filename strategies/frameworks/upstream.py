@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import re
 import sys
@@ -23,8 +24,9 @@ from typing import Any
 from benchmarks.core.errors import UserError
 
 # Epoch counts and the epochs of a multi-step schedule, as the LAMDA family names them
-# (init_epoch, epochs, boosting_epochs, tuned_epoch; init_milestones, milestones).
-_EPOCH_NAME = re.compile(r"(?:^|_)epochs?$")
+# (init_epoch, epochs, boosting_epochs, tuned_epoch, CLG-CBM's FB_epoch_inc; init_milestones,
+# milestones): "epoch" or "epochs" as a word of the name.
+_EPOCH_NAME = re.compile(r"(?:^|_)epochs?(?:_|$)")
 _MILESTONE_NAME = re.compile(r"(?:^|_)milestones$")
 
 
@@ -157,6 +159,9 @@ def upstream_error(err: BaseException, root: Path, name: str, doing: str, passed
     where = frames[-1]
     at = f"{Path(where.filename).resolve().relative_to(root)}:{where.lineno} ({where.name})"
     message = str(err).splitlines()[0] if str(err) else ""
+    parsed = _file_being_parsed(err)
+    if parsed is not None:
+        message += f" in {parsed}"
     if _needs_cuda(err):
         return UserError(
             f"{name}: its code calls CUDA at {at} while {doing}, and this run has no CUDA device "
@@ -172,6 +177,23 @@ def _under(filename: str, root: Path) -> bool:
         return Path(filename).resolve().is_relative_to(root)
     except (OSError, ValueError):
         return False
+
+
+def _file_being_parsed(err: BaseException) -> str | None:
+    """The file ``json.load`` was reading when ``err`` (a JSONDecodeError) was raised, with its size:
+    the decoder's message names a line and column but not the file (C3Box's ENGINE reads one a
+    dataset, and an empty one reads as ``Expecting value: line 1 column 1``)."""
+    if not isinstance(err, json.JSONDecodeError):
+        return None
+    for frame, _ in traceback.walk_tb(err.__traceback__):
+        source = frame.f_locals.get("fp") if frame.f_code.co_name == "load" else None
+        name = getattr(source, "name", None)
+        if isinstance(name, str):
+            try:
+                return f"{name} ({Path(name).stat().st_size} bytes)"
+            except OSError:
+                return name
+    return None
 
 
 def _needs_cuda(err: BaseException) -> bool:

@@ -83,6 +83,15 @@ def test_the_fast_dev_run_caps_epoch_args_and_constants():
     assert capped.args["init_epoch"] == 1 and capped.epoch_cap == 1
 
 
+def test_an_epoch_word_anywhere_in_a_name_makes_it_an_epoch_count():
+    from strategies.frameworks.pycil_config import PyCILConfig
+
+    # C3Box's CLG-CBM: FB_epoch for the first task, FB_epoch_inc for the others (both epochs)
+    args = {"FB_epoch": 60, "FB_epoch_inc": 60, "epochs_x": 8, "epochal": 7, "repoch": 5, "sg_num": 1}
+    config, _ = PyCILConfig(args=args).with_epoch_scale(0.125)
+    assert config.args == {"FB_epoch": 8, "FB_epoch_inc": 8, "epochs_x": 1, "epochal": 7, "repoch": 5, "sg_num": 1}
+
+
 def test_its_own_test_loader_gets_training_images_never_the_test_set(stream):
     strategy = built(ICARL, stream, args={"memory_size": 12})
     with pytest.warns(UserWarning, match="not the test set"):
@@ -420,3 +429,29 @@ def test_a_run_killed_while_its_loader_has_workers_leaves_no_worker_behind(tmp_p
     while not all(map(ended, workers)) and time.monotonic() < deadline:
         time.sleep(0.5)
     assert all(map(ended, workers)), [w.pid for w in workers if not ended(w)]
+
+
+def test_a_file_its_code_cannot_parse_is_named_with_its_size(tmp_path):
+    from strategies.frameworks.upstream import running_upstream
+
+    # C3Box's ENGINE json.load()s one description file a dataset; an empty one reads as
+    # "Expecting value: line 1 column 1", which names no file
+    (tmp_path / "chat").mkdir()
+    (tmp_path / "chat" / "aircraft_des.json").write_text("")
+    (tmp_path / "engine_like.py").write_text(
+        "import json\ndef read(name):\n    with open(name) as f:\n        return json.load(f)\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import engine_like
+
+        with pytest.raises(UserError) as caught:
+            with running_upstream(tmp_path, "engine", "building the learner", lambda: "{}"):
+                engine_like.read(str(tmp_path / "chat" / "aircraft_des.json"))
+    finally:
+        sys.path.remove(str(tmp_path))
+        sys.modules.pop("engine_like", None)
+    assert str(caught.value).startswith(
+        f"engine: JSONDecodeError: Expecting value: line 1 column 1 (char 0) in "
+        f"{tmp_path / 'chat' / 'aircraft_des.json'} (0 bytes) at engine_like.py:4 (read)"
+    )
