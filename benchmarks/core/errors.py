@@ -16,7 +16,10 @@ import math
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Callable, NoReturn
+from typing import Callable, NoReturn, ParamSpec, TypeVar
+
+P = ParamSpec("P")
+R = TypeVar("R")
 
 #: ``OSError`` numbers that are the machine's problem, which the user fixes, not a bug: a full disk
 #: or quota, a folder one may not write, or a path under (or over) a file
@@ -56,13 +59,13 @@ class WeightsNotFoundError(UserError):
     """Pretrained CLIP weights are neither in the cache nor at the given path."""
 
 
-def one_line_user_errors(main: Callable[..., int]) -> Callable[..., int]:
+def one_line_user_errors(main: Callable[P, R]) -> Callable[P, R | int]:
     """Wrap a command's ``main``: a ``UserError`` prints ``error: <message>`` on stderr and the
     command returns 2, with no traceback. A character the terminal's encoding lacks (a label
     ``café`` on an ASCII stdout) is printed escaped, never a ``UnicodeEncodeError``."""
 
     @functools.wraps(main)
-    def command(*args, **kwargs) -> int:
+    def command(*args: P.args, **kwargs: P.kwargs) -> R | int:
         for stream in (sys.stdout, sys.stderr):
             if getattr(stream, "errors", None) == "strict" and hasattr(stream, "reconfigure"):
                 stream.reconfigure(errors="backslashreplace")

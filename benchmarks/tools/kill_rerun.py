@@ -232,7 +232,14 @@ def _main(argv: list[str] | None) -> int:
         for index in tqdm(range(args.kills), desc="kill -9 and rerun", unit="trial"):
             rows.append(trial(suite, root / f"trial-{index}", draw, wall, reference, args.timeout))
     print(f"uninterrupted: {wall:.0f} s, {len(reference)} file(s) to reproduce")
-    columns = ("trial", "killed after (s)", "killed", "resumed from", "results equal", "stray files")
+    columns: tuple[str, ...] = (
+        "trial",
+        "killed after (s)",
+        "killed",
+        "resumed from",
+        "results equal",
+        "stray files",
+    )
     columns += ("processes left",)
     print("\n| " + " | ".join(columns) + " |")
     print("|---|---|---|---|---|---|---|")

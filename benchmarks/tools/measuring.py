@@ -11,7 +11,11 @@ from typing import Callable
 
 import torch
 
+from benchmarks.core.errors import UserError
 from benchmarks.data.datasets import imagenet_wnid_names
+from strategies.base import CLIPStrategy
+from strategies.contract import Strategy
+from strategies.registry import get_strategy
 
 
 def class_names(n_classes: int) -> list[str]:
@@ -20,6 +24,24 @@ def class_names(n_classes: int) -> list[str]:
     if n_classes > len(names):
         raise ValueError(f"at most {len(names)} classes (ImageNet-1K names), not {n_classes}")
     return names[:n_classes]
+
+
+def own_strategy_class(name: str) -> type[CLIPStrategy]:
+    """The strategy registered as ``name``, which the speed tools time step by step: one built on
+    ``CLIPStrategy`` (the suite's own and its adapters); anything else is one line."""
+    cls = get_strategy(name)
+    if not issubclass(cls, CLIPStrategy):
+        raise UserError(f"{name}: the speed tools time strategies built on strategies.base.CLIPStrategy")
+    return cls
+
+
+def own_strategy(strategy: Strategy) -> CLIPStrategy:
+    """``strategy`` as the runner built it, read as the ``CLIPStrategy`` the speed tools time."""
+    if not isinstance(strategy, CLIPStrategy):
+        raise UserError(
+            f"the speed tools time strategies built on CLIPStrategy, not {type(strategy).__name__}"
+        )
+    return strategy
 
 
 def wait_for_device() -> None:

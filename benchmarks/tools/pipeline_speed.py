@@ -53,6 +53,7 @@ from benchmarks.runner.run_spec import RunSpec
 from benchmarks.runner.suites import expand, load_suite
 from benchmarks.tools import reference
 from benchmarks.tools.fake_data import fake_targets, make_fake_data
+from benchmarks.tools.measuring import own_strategy, own_strategy_class
 from benchmarks.tools.reference_pairing import StepProbe, probe_step, reference_model
 from benchmarks.tools.speed_report import machine, outcome_of, published, table_number
 from strategies.registry import get_strategy
@@ -119,7 +120,7 @@ def measure_run(spec: RunSpec, data_root: str, results_dir: Path, options: Optio
     resolved = resolve(spec, data_root)
     timer = EpochTimer()
     built = build_run(resolved, data_root, plugins=[timer])
-    stream, strategy = built.stream, built.strategy
+    stream, strategy = built.stream, own_strategy(built.strategy)
     context = RunContext(resolved, ResultStore(results_dir), data_root, show_progress=False)
     progress = RunProgress()
     start = time.perf_counter()
@@ -194,7 +195,7 @@ def run_specs(args) -> list[RunSpec]:
     tables = suite.setdefault("strategy", {})
     for name in args.strategies:
         table = dict(tables.get(name, {}))
-        if get_strategy(name).Config().epochs > 0:  # a strategy that trains nothing keeps its 0
+        if own_strategy_class(name).Config().epochs > 0:  # a strategy that trains nothing keeps its 0
             table["epochs"] = args.epochs
         if args.batch_size is not None:
             table["batch_size"] = args.batch_size

@@ -47,7 +47,7 @@ import math
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import Literal
+from typing import TYPE_CHECKING, Literal
 
 import open_clip
 import torch
@@ -55,6 +55,11 @@ import torch.nn.functional as F
 from torch import nn
 from torch.nn.utils import parametrize
 from torch.utils._python_dispatch import TorchDispatchMode
+
+if TYPE_CHECKING:  # open_clip's own classes, which it ships untyped: Any to the checker, where
+    # nn.Module's annotation would make every read of a submodule Tensor | Module
+    from open_clip import CLIP
+    from open_clip.transformer import ResidualAttentionBlock
 
 StepKind = Literal["lora_kv", "mlp_adapter", "full_visual", "forward"]
 STEP_KINDS: tuple[str, ...] = ("lora_kv", "mlp_adapter", "full_visual", "forward")
@@ -146,7 +151,7 @@ class MixtureAdapter(nn.Module):
         return sum(gates[..., e : e + 1] * expert(x) for e, expert in enumerate(self.experts))
 
 
-def load_model(name: str, weights: str | Path | None = None, device: str | torch.device = "cpu") -> nn.Module:
+def load_model(name: str, weights: str | Path | None = None, device: str | torch.device = "cpu") -> CLIP:
     """``open_clip.create_model(name, pretrained=None)``, with the state dict of ``weights`` (a
     safetensors file in open_clip's own layout) if given; frozen, in eval mode (CLIP has no dropout,
     so the mode changes no number), on ``device``. ``name`` must be known to open_clip (the suite's
@@ -172,14 +177,12 @@ def tokenize(name: str, prompts: list[str], device: str | torch.device = "cpu") 
     return open_clip.get_tokenizer(name)(prompts).to(device)
 
 
-def _blocks(model: nn.Module, tower: str) -> list[nn.Module]:
+def _blocks(model: CLIP, tower: str) -> list[ResidualAttentionBlock]:
     transformer = model.visual.transformer if tower == "visual" else model.transformer
     return list(transformer.resblocks)
 
 
-def add_kv_lora(
-    model: nn.Module, towers: tuple[str, ...], rank: int, scaling: float = 1.0
-) -> list[nn.Parameter]:
+def add_kv_lora(model: CLIP, towers: tuple[str, ...], rank: int, scaling: float = 1.0) -> list[nn.Parameter]:
     """Register a ``KVLoRA`` on ``in_proj_weight`` of every block of ``towers``; returns its
     parameters (4 a block: A_k, A_v, B_k, B_v)."""
     params = []
@@ -195,7 +198,7 @@ def add_kv_lora(
 
 
 def add_mlp_adapters(
-    model: nn.Module, towers: tuple[str, ...], bottleneck: int, experts: int = 1, top_k: int = 0
+    model: CLIP, towers: tuple[str, ...], bottleneck: int, experts: int = 1, top_k: int = 0
 ) -> list[nn.Parameter]:
     """A ``BottleneckAdapter`` (a ``MixtureAdapter`` of ``experts`` when ``top_k`` names a router) on
     every block of ``towers``: a forward hook on ``block.mlp`` that adds the adapter of the MLP's
@@ -221,7 +224,7 @@ def add_mlp_adapters(
     return params
 
 
-def prepare(model: nn.Module, kind: str, trainable: TrainableSet | None = None) -> tuple[nn.Module, list]:
+def prepare(model: CLIP, kind: str, trainable: TrainableSet | None = None) -> tuple[CLIP, list]:
     """A copy of the frozen ``model`` made ready for one of the reference's steps, and what its
     optimiser holds: ``kind`` is ``step`` (``trainable``'s set), ``full_step`` or
     ``frozen_backward`` (module docstring)."""
@@ -254,7 +257,7 @@ def _autocast(precision: str, device: torch.device):
     return torch.autocast(device.type, dtype=_AUTOCAST[precision])
 
 
-def _device_of(model: nn.Module) -> torch.device:
+def _device_of(model: CLIP) -> torch.device:
     return model.visual.class_embedding.device
 
 
@@ -264,7 +267,7 @@ def _features(encode: Callable[[torch.Tensor], torch.Tensor], inputs: torch.Tens
     return F.normalize(features.float(), dim=-1)
 
 
-def forward_pass(model: nn.Module, precision: str) -> Callable[[torch.Tensor], torch.Tensor]:
+def forward_pass(model: CLIP, precision: str) -> Callable[[torch.Tensor], torch.Tensor]:
     """``encode_image`` of a batch under ``no_grad`` at ``precision``: the forward reference."""
 
     @torch.no_grad()
@@ -276,7 +279,7 @@ def forward_pass(model: nn.Module, precision: str) -> Callable[[torch.Tensor], t
 
 
 def loss_pass(
-    model: nn.Module,
+    model: CLIP,
     images: torch.Tensor,
     targets: torch.Tensor,
     tokens: torch.Tensor,
@@ -301,7 +304,7 @@ def loss_pass(
 
 
 def training_step(
-    model: nn.Module,
+    model: CLIP,
     params: list[nn.Parameter],
     images: torch.Tensor,
     targets: torch.Tensor,
@@ -353,7 +356,7 @@ def images_per_second(function: Callable[[], object], images: int, warmup: int, 
 
 
 def measure_steps(
-    model: nn.Module,
+    model: CLIP,
     trainable: TrainableSet,
     images: torch.Tensor,
     targets: torch.Tensor,
@@ -395,7 +398,7 @@ def count_aten_ops(function: Callable[[], object]) -> collections.Counter:
 
 
 def step_ops(
-    model: nn.Module,
+    model: CLIP,
     trainable: TrainableSet,
     images: torch.Tensor,
     targets: torch.Tensor,

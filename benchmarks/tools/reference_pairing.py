@@ -16,6 +16,7 @@ from pathlib import Path
 
 import torch
 
+from benchmarks.backbone.mlp_adapters import Expert, ParallelAdapter
 from benchmarks.backbone.weights import shipped_checkpoint
 from benchmarks.runner.run_spec import RunSpec
 from benchmarks.tools import reference
@@ -41,11 +42,14 @@ def trainable_set(strategy: CLIPStrategy) -> reference.TrainableSet:
     adapter_towers = {name[len(prefix) :].split(".")[0] for name in named if name.startswith(prefix)}
     if adapter_towers:
         towers = tuple(t for t in reference.TOWERS if t in adapter_towers)
-        block = strategy.backbone.mlp_adapter_modules[towers[0]][0]
+        block = next(iter(strategy.backbone.mlp_adapter_modules[towers[0]].children()))
+        assert isinstance(block, ParallelAdapter)  # the first block's
+        expert = block.experts[0]
+        assert isinstance(expert, Expert)
         return reference.TrainableSet(
             "mlp_adapter",
             towers,
-            bottleneck=block.experts[0].down.out_features,
+            bottleneck=expert.down.out_features,
             experts=len(block.experts),
             top_k=block.router.top_k if block.router is not None else 0,
         )
@@ -130,6 +134,8 @@ def reference_steps(
     and the aten ops of its step's forward and backward."""
     tokens = reference.tokenize(spec.backbone["model"], probe.prompts, spec.device)
     images, targets = batch[0], probe.targets
+    if targets is None:
+        raise RuntimeError("no step of the strategy was probed (probe_step) before its reference")
     trainable = probe.trainable
     measured = reference.measure_steps(model, trainable, images, targets, tokens, precision, warmup, steps)
     ops = sum(reference.step_ops(model, trainable, images, targets, tokens, precision).values())

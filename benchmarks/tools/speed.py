@@ -209,11 +209,11 @@ def training_step(
         strategy.current_classes = list(range(t * per_task, (t + 1) * per_task))
         strategy.anchors = F.normalize(torch.randn(len(strategy.seen_classes), d), dim=1)
 
-    model = strategy.backbone.model
+    clip = strategy.backbone.model
 
     def open_clip_text(classes: list[int]) -> torch.Tensor:  # open_clip's own pass: all 77 positions
         with strategy.backbone.autocast():
-            return model.encode_text(strategy.prompt_tokens[classes].to(device), normalize=True).float()
+            return clip.encode_text(strategy.prompt_tokens[classes].to(device), normalize=True).float()
 
     def bare_step(encode_text: Callable[[list[int]], torch.Tensor]):
         """One visual and one text LoRA, the current task's prompts, CLIP loss only."""

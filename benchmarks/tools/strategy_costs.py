@@ -16,9 +16,9 @@ from benchmarks.data.class_orders import seeded_order
 from benchmarks.data.datasets import load_dataset
 from benchmarks.data.streams import build_stream
 from benchmarks.data.transforms import eval_transform
-from benchmarks.tools.measuring import class_names, saved_tensor_bytes
+from benchmarks.tools.measuring import class_names, own_strategy_class, saved_tensor_bytes
 from strategies.methods.magmax import MagMax
-from strategies.registry import available, get_strategy
+from strategies.registry import available
 from strategies.settings import RunSettings
 
 # Each strategy's evaluation limit in visual-tower images over T stages, as (once per stream, once
@@ -37,7 +37,7 @@ EVALUATION_LIMIT = {
 
 # Training options that keep this count fast (the count does not depend on them), and prompt blocks
 # that fit the tiny model (4 visual blocks), and fewer CODA components than its default.
-QUICK_TRAINING = {
+QUICK_TRAINING: dict[str, dict[str, int | list[int]]] = {
     "continual_clip": {},
     "gr4cil": {"epochs": 1, "compensation_epochs": 1},
     "mg_clip": {"epochs": 1, "visual_epochs": 1},
@@ -56,8 +56,12 @@ def strategy_evaluation_forwards(n_tasks: int, per_task: int, strategies: list[s
         backbone = create_clip(BackboneSpec(TINY_MODEL, "synthetic"))
         transform = eval_transform(backbone.image_size, backbone.mean, backbone.std)
         stream = build_stream(data, n_tasks, seeded_order(n_classes), transform, transform)
-        cls = get_strategy(name)
-        options = {"batch_size": 8, "eval_batch_size": 64, **QUICK_TRAINING.get(name, {"epochs": 1})}
+        cls = own_strategy_class(name)
+        options: dict[str, object] = {
+            "batch_size": 8,
+            "eval_batch_size": 64,
+            **QUICK_TRAINING.get(name, {"epochs": 1}),
+        }
         strategy = cls(
             backbone=backbone,
             class_names=stream.class_names,

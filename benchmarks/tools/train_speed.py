@@ -64,7 +64,7 @@ from benchmarks.runner.execute import preflight
 from benchmarks.runner.run_spec import RunSpec
 from benchmarks.runner.suites import expand, load_suite
 from benchmarks.tools import reference
-from benchmarks.tools.measuring import interleaved
+from benchmarks.tools.measuring import interleaved, own_strategy
 from benchmarks.tools.reference_pairing import StepProbe, probe_step, reference_model, reference_steps
 from benchmarks.tools.speed_report import machine, outcome_of, published, table_number
 from strategies.base import CLIPStrategy
@@ -152,30 +152,36 @@ class RepeatedBatch:
         return itertools.repeat(self.batch, self.length)
 
 
-def on_one_batch(strategy_cls: type[CLIPStrategy]) -> type[CLIPStrategy]:
-    """``strategy_cls`` whose train loader is a ``RepeatedBatch`` of its ``one_batch`` (set before
-    training), as long as the real loader; it records the purposes of the loaders it makes for its
-    own use during a step (such a loader still loads real images), and skips ``finish_task``."""
+class OnOneBatch(CLIPStrategy):
+    """Put before a strategy class by ``on_one_batch``: its train loader is a ``RepeatedBatch`` of
+    its ``one_batch`` (set before training), as long as the real loader; it records the purposes of
+    the loaders it makes for its own use during a step (such a loader still loads real images), and
+    skips ``finish_task``."""
 
-    class OnOneBatch(strategy_cls):
-        one_batch: list[torch.Tensor]
-        timer: StepTimer | None = None
-        loaders_in_steps: tuple[str, ...] = ()
+    one_batch: list[torch.Tensor]
+    timer: StepTimer | None = None
+    loaders_in_steps: tuple[str, ...] = ()
 
-        def make_train_dataloader(self, *args, **kwargs):
-            super().make_train_dataloader(*args, **kwargs)  # for its length alone
-            self.dataloader = RepeatedBatch(self.one_batch, len(self.dataloader))
+    def make_train_dataloader(self, *args, **kwargs):
+        super().make_train_dataloader(*args, **kwargs)  # for its length alone
+        self.dataloader = RepeatedBatch(self.one_batch, len(self.dataloader))
 
-        def data_loader(self, dataset, batch_size=None, shuffle=False, passes=1, purpose="eval", **kwargs):
-            if self.timer is not None and self.timer.in_step:
-                self.loaders_in_steps = (*self.loaders_in_steps, purpose)
-            return super().data_loader(dataset, batch_size, shuffle, passes, purpose, **kwargs)
+    def data_loader(self, dataset, batch_size=None, shuffle=False, passes=1, purpose="eval", **kwargs):
+        if self.timer is not None and self.timer.in_step:
+            self.loaders_in_steps = (*self.loaders_in_steps, purpose)
+        return super().data_loader(dataset, batch_size, shuffle, passes, purpose, **kwargs)
 
-        def finish_task(self, task: int, classes: list[int]) -> None:
-            """Nothing: this copy is dropped after its steps, so its second stages would only cost time."""
+    def finish_task(self, task: int, classes: list[int]) -> None:
+        """Nothing: this copy is dropped after its steps, so its second stages would only cost time."""
 
-    OnOneBatch.__name__ = OnOneBatch.__qualname__ = f"{strategy_cls.__name__}OnOneBatch"
-    return OnOneBatch
+
+def on_one_batch(strategy_cls: type[CLIPStrategy]) -> type[OnOneBatch]:
+    """``strategy_cls`` trained on one batch: ``OnOneBatch`` first in its order, so that its three
+    methods run the strategy's own through ``super()``."""
+    name = f"{strategy_cls.__name__}OnOneBatch"
+    return type(
+        name, (OnOneBatch, strategy_cls), {"__qualname__": name, "__module__": strategy_cls.__module__}
+    )
 
 
 def evaluation_speed(strategy: CLIPStrategy, stream, repeats: int, model: torch.nn.Module) -> dict:
@@ -223,8 +229,9 @@ def _train(spec: RunSpec, resolved: ResolvedRun, timer: StepTimer, one_batch=Non
     batch when ``one_batch`` is given), trained on task 1 under ``timer``. Returns the strategy, the
     stream and a note if the training diverged."""
     built = build_run(resolved, DATA_ROOT, plugins=[timer])
-    stream, strategy = built.stream, built.strategy
+    stream, strategy = built.stream, own_strategy(built.strategy)
     if one_batch is not None:
+        assert isinstance(strategy, OnOneBatch)  # resolved.strategy_cls is on_one_batch's
         strategy.one_batch, strategy.timer = one_batch, timer
     seed_everything(spec.seed, 0)
     try:
