@@ -200,6 +200,9 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)  # --help and a refused option end here, before torch is imported
     suite_file(args.suite)  # and a misspelt suite
+    from benchmarks.runner.suites import check_strategy_names, load_suite  # no torch either
+
+    check_strategy_names(load_suite(args.suite), args.strategies)  # and a slip in the suite or a name
     from benchmarks.run_suite import run_suite  # torch, open_clip and Avalanche: seconds to import
 
     return run_suite(args, argv)

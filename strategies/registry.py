@@ -1,8 +1,9 @@
 """Strategies by name. Adding a strategy is one file in ``strategies/methods/`` with
-``@register("name")``.
+``@register("name")``, the file named as the strategy (``gr4cil.py`` registers ``gr4cil``).
 
-Every module of ``strategies.methods`` is imported on first lookup, so a new file needs no edit
-elsewhere; the rest of ``strategies`` is the base the methods build on, never searched. A strategy
+The names are the files' names, so a new file needs no edit elsewhere, a lookup imports that one
+file, and an unknown name is refused without importing any (torch, open_clip and Avalanche take
+seconds); the rest of ``strategies`` is the base the methods build on, never searched. A strategy
 outside the package can be named as ``module.path:ClassName``, and one written for another
 framework through its adapter (``strategies.frameworks``):
 ``avalanche:LwF`` (a strategy of ``avalanche.training``), ``avalanche:module.path:ClassName``,
@@ -15,11 +16,11 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib
+import pkgutil
 import traceback
 
 from benchmarks.core.errors import UserError
 from benchmarks.core.registry import Registry
-from strategies.contract import check_strategy
 
 #: name prefix -> the module whose ``adapt(cls, name)`` brings that framework's strategies in
 FRAMEWORKS = {
@@ -40,6 +41,12 @@ def register(name: str):
     """Class decorator: make a ``CLIPStrategy`` subclass available under ``name``."""
 
     def wrap(cls):
+        package, _, stem = cls.__module__.rpartition(".")
+        if package == STRATEGIES.package and stem != name:
+            raise ValueError(
+                f"{cls.__module__} registers {name!r}: a method's name is its file's ({stem!r}), so "
+                "that a lookup imports that file alone"
+            )
         STRATEGIES.add(name, cls)
         cls.name = name
         return cls
@@ -47,8 +54,15 @@ def register(name: str):
     return wrap
 
 
+def method_files() -> list[str]:
+    """The methods' names: the modules of ``strategies/methods/``, found without importing them."""
+    package = importlib.import_module(STRATEGIES.package)  # its __init__ holds nothing but a docstring
+    return [m.name for m in pkgutil.iter_modules(package.__path__) if STRATEGIES.holds_members(m.name)]
+
+
 def available() -> list[str]:
-    return sorted(STRATEGIES.all())
+    """Every strategy's name: the methods' files and anything registered from elsewhere."""
+    return sorted({*method_files(), *STRATEGIES.members})
 
 
 def import_class(name: str, what: str = "strategy") -> type:
@@ -128,15 +142,26 @@ def get_strategy(name: str) -> type:
     if framework in FRAMEWORKS:
         return _adapted(framework, rest, name)
     if ":" in name:
+        from strategies.contract import check_strategy  # torch: a name's check needs none
+
         return check_strategy(import_class(name), name)
-    strategies = STRATEGIES.all()
-    if name not in strategies:
+    check_name(name)
+    if name not in STRATEGIES.members:
+        STRATEGIES.importer(f"{STRATEGIES.package}.{name}")  # its file registers it
+    return STRATEGIES.members[name]
+
+
+def check_name(name: str) -> None:
+    """A strategy's name that is neither a method's file nor registered, refused in one line without
+    importing a method; a ``module:Class`` or framework name is checked where it is imported."""
+    if ":" not in name and name not in STRATEGIES.members and name not in method_files():
         raise UserError(f"unknown strategy {name!r}; available: {', '.join(available())}")
-    return strategies[name]
 
 
 def _adapted(framework: str, rest: str, name: str) -> type:
     """The adapter class of ``framework`` around the class ``rest`` names, one per name."""
+    from strategies.contract import check_strategy
+
     if name not in _ADAPTED:
         if framework == "avalanche" and ":" not in rest:  # a strategy Avalanche ships
             rest = f"avalanche.training:{rest}"

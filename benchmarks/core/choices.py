@@ -10,6 +10,8 @@ from __future__ import annotations
 import typing
 from typing import Literal
 
+from benchmarks.core.errors import UserError
+
 #: a run's numeric precision (``benchmarks.core.precision``)
 PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 
@@ -18,6 +20,15 @@ PRECISIONS = ("fp32", "tf32", "fp16", "bf16")
 #: give the same pixels
 AugmentOn = Literal["device", "pil"]
 AUGMENT_ON: tuple[str, ...] = typing.get_args(AugmentOn)
+
+
+def check_augment_on(value: object) -> AugmentOn:
+    """``value`` if it is an ``AugmentOn``, else one line naming the choices. A run's value is
+    checked once, where it enters (``benchmarks.runner.suites.expand``), and travels typed."""
+    if value not in AUGMENT_ON:
+        raise UserError(f"augment_on must be one of {', '.join(AUGMENT_ON)}, not {value!r}")
+    return typing.cast(AugmentOn, value)
+
 
 #: where a suite's runs execute (``benchmarks.runner.launcher``)
 LAUNCHERS = ("inline", "local", "slurm")

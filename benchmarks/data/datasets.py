@@ -18,14 +18,15 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
-from PIL import Image
-from torch.utils.data import Dataset, Subset
 
 from benchmarks.core.errors import DataNotFoundError, UserError
 from benchmarks.data.unit import DatasetUnit, dataset_unit
+
+if TYPE_CHECKING:  # torch is imported where images are built (benchmarks.data.image_lists)
+    from torch.utils.data import Dataset
 
 ROOT_HINT = "or pass --data-root DIR"
 #: written at the root of a data folder by ``python -m benchmarks.tools.fake_data``: its files are
@@ -34,13 +35,6 @@ ROOT_HINT = "or pass --data-root DIR"
 FAKE_DATA_MARKER = "FAKE_DATA.json"
 # torchvision and open_clip are imported where they are used: every dataset unit imports this module,
 # and ``prepare`` or ``--help`` must not wait seconds for them.
-
-
-def default_loader(path: str) -> Any:
-    """torchvision's image loader (an RGB PIL image, or accimage where torchvision is set to it)."""
-    from torchvision.datasets.folder import default_loader as torchvision_loader
-
-    return torchvision_loader(path)
 
 
 def image_extensions() -> tuple[str, ...]:
@@ -77,6 +71,8 @@ class ClassificationData:
 
     def subset(self, train: list[int] | None = None, test: list[int] | None = None) -> ClassificationData:
         """The same classes, with only the train and test images at these indices (None: all)."""
+        from torch.utils.data import Subset
+
         train_set, train_targets = self.train, self.train_targets
         if train is not None and train_set is not None and train_targets is not None:
             train_set, train_targets = Subset(train_set, train), [train_targets[i] for i in train]
@@ -86,22 +82,6 @@ class ClassificationData:
         return ClassificationData(
             self.name, train_set, test_set, self.class_names, train_targets, test_targets
         )
-
-
-class FileListDataset(Dataset):
-    """Images listed as ``(path, label)`` pairs, opened lazily as RGB PIL images."""
-
-    def __init__(self, samples: list[tuple[str, int]], loader: Callable[[str], Any] = default_loader) -> None:
-        self.samples = samples
-        self.targets = [label for _, label in samples]
-        self.loader = loader
-
-    def __len__(self) -> int:
-        return len(self.samples)
-
-    def __getitem__(self, index: int) -> tuple[Image.Image, int]:
-        path, label = self.samples[index]
-        return self.loader(path), label
 
 
 def clean_class_name(name: str) -> str:
@@ -235,6 +215,8 @@ def read_split_list(text: str, source: str) -> dict[str, list[str]]:
 def folder_data(
     name: str, wnids: list[str], train: list[tuple[str, int]] | None, test: list[tuple[str, int]]
 ) -> ClassificationData:
+    from benchmarks.data.image_lists import FileListDataset  # torch, where images are built
+
     train_set = FileListDataset(train) if train is not None else None
     test_set = FileListDataset(test)
     return ClassificationData(
@@ -289,6 +271,8 @@ def load_split_folders(
     train_dir, test_dir = (root / unit.disk_folder / split for split in splits)
     classes = class_folders(test_dir, unit.title, how)
     class_to_idx = {name: i for i, name in enumerate(classes)}
+    from benchmarks.data.image_lists import FileListDataset  # torch, where images are built
+
     train = FileListDataset(scan_folder(train_dir, class_to_idx, f"{unit.title} {splits[0]}", how))
     test = FileListDataset(scan_folder(test_dir, class_to_idx, f"{unit.title} {splits[1]}", how))
     return ClassificationData(
@@ -305,30 +289,6 @@ def load_zero_shot_target(name: str, data_root: str | Path | None = None) -> Cla
     """A zero-shot target: only its test split is read where the loader can skip the rest."""
     accepts_train_flag = "include_train" in inspect.signature(dataset_unit(name).load).parameters
     return load_dataset(name, data_root, **({"include_train": False} if accepts_train_flag else {}))
-
-
-class SizedDataset(Protocol):
-    """What a map-style dataset offers that torch's ``Dataset`` type leaves out: its length."""
-
-    def __len__(self) -> int: ...
-
-    def __getitem__(self, index: int) -> Any: ...
-
-
-class TransformedDataset(Dataset):
-    """``(transform(image), label)`` pairs of a dataset of ``(image, label)``; picklable, so the
-    transform runs in DataLoader workers under every start method (fork, forkserver, spawn)."""
-
-    def __init__(self, dataset: SizedDataset, transform: Callable[[Any], Any]) -> None:
-        self.dataset = dataset
-        self.transform = transform
-
-    def __len__(self) -> int:
-        return len(self.dataset)
-
-    def __getitem__(self, index: int) -> tuple[Any, int]:
-        image, label = self.dataset[index]
-        return self.transform(image), int(label)
 
 
 def load_dataset(name: str, data_root: str | Path | None = None, **options: Any) -> ClassificationData:

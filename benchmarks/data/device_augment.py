@@ -27,7 +27,6 @@ augmentations (whose crop box is drawn on the original, unresized image) stay on
 from __future__ import annotations
 
 import math
-import typing
 from collections.abc import Callable, Sequence
 from typing import NamedTuple
 
@@ -39,7 +38,6 @@ from torchvision import transforms as T
 
 from benchmarks.core.choices import AUGMENT_ON as AUGMENT_ON
 from benchmarks.core.choices import AugmentOn as AugmentOn
-from benchmarks.core.errors import UserError
 from benchmarks.data.transforms import (
     CLIP_MEAN,
     CLIP_STD,
@@ -203,14 +201,6 @@ def finish_batch(pending: DevicePending, device: torch.device | str) -> torch.Te
     mean_std = pending.mean_std[0].to(torch.float32)  # every sample of a batch shares them
     mean, std = (v.view(1, 3, 1, 1).to(device) for v in (mean_std[:3], mean_std[3:]))
     return pixels.to(torch.float32).div(255).sub_(mean).div_(std)
-
-
-def check_augment_on(value: object) -> AugmentOn:
-    """``value`` if it is an ``AugmentOn``, else one line naming the choices. A run's value is
-    checked once, where it enters (``benchmarks.runner.suites.expand``), and travels typed."""
-    if value not in AUGMENT_ON:
-        raise UserError(f"augment_on must be one of {', '.join(AUGMENT_ON)}, not {value!r}")
-    return typing.cast(AugmentOn, value)
 
 
 def stream_transforms(

@@ -37,7 +37,7 @@ from torchvision.datasets.folder import default_loader
 from tqdm.auto import tqdm
 
 from benchmarks.core.errors import UserError
-from benchmarks.data.datasets import FileListDataset
+from benchmarks.data.image_lists import FileListDataset
 from benchmarks.data.transforms import RESIZE_FIRST
 
 CACHE_FOLDER = ".resized"

@@ -39,7 +39,6 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 import numpy as np
-import torch
 from safetensors import SafetensorError
 
 from benchmarks.core.atomic_io import atomic_write_bytes, read_json, read_tensors, write_json, write_tensors
@@ -62,6 +61,8 @@ from benchmarks.runner.run_key import RunKey, safe_label
 from benchmarks.runner.run_key import default_class_order as default_class_order
 
 if TYPE_CHECKING:
+    import torch
+
     from benchmarks.runner.locking import RunLock
 
 PREDICTIONS_SUFFIX = ".predictions.safetensors"
@@ -359,6 +360,8 @@ class ResultStore:
             except FileNotFoundError:
                 if attempt == 2:
                     raise
+        import torch  # here: reading results needs no torch
+
         predictions = torch.from_numpy(np.stack(progress.predictions).astype(np.int32))
         tensor_file = f"task-{progress.tasks_done:02d}.safetensors"
         write_tensors(directory / tensor_file, {**strategy_tensors, PREDICTIONS_KEY: predictions})

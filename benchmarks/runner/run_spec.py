@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from benchmarks.data.device_augment import AugmentOn
+from benchmarks.core.choices import AugmentOn
 from benchmarks.data.splits import Tasks
 from benchmarks.runner.limits import RunLimits
 from benchmarks.runner.run_key import RunKey, key_of_config

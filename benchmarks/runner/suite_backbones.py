@@ -14,7 +14,7 @@ DEFAULT_BACKBONE = {"model": "ViT-B-16-quickgelu", "pretrained": "openai"}  # Op
 def check_backbones(suite: dict[str, Any], path: Path) -> None:
     """The suite's ``[backbone]`` and each variant's own ``backbone``: their keys, and their model
     and tag against open_clip's registry (offline, before any run looks for a file)."""
-    from benchmarks.backbone import check_names
+    from benchmarks.backbone.weights import check_names  # offline, without open_clip or torch
 
     tables = {"[backbone]": suite.get("backbone", {})}
     for label, variant in suite.get("variants", {}).items():

@@ -67,11 +67,9 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from benchmarks.core.choices import MAX_SEED
+from benchmarks.core.choices import MAX_SEED, AugmentOn, check_augment_on
 from benchmarks.core.errors import UserError
-from benchmarks.core.precision import resolve_precision
 from benchmarks.data.class_orders import DEFAULT_CLASS_ORDER
-from benchmarks.data.device_augment import AugmentOn, check_augment_on
 from benchmarks.data.protocols import DEFAULT_PROTOCOL, ProtocolLayer, check_protocol, protocol_layer
 from benchmarks.runner.limits import RunLimits
 from benchmarks.runner.run_spec import DATASET_LEVEL_OPTIONS, RunSpec
@@ -358,6 +356,16 @@ def _resolve_device(device: str, check: bool = True) -> str:
     return device
 
 
+def check_strategy_names(suite: dict[str, Any], strategies: list[str] | None = None) -> None:
+    """The strategy of each label to run (``strategies``, else the suite's; a variant's own), known
+    by name: a misspelt one is one line before any method, torch or Avalanche is imported."""
+    from strategies.registry import check_name
+
+    variants = suite.get("variants", {})
+    for label in strategies or suite["strategies"]:
+        check_name(variants.get(label, {}).get("strategy", label))
+
+
 def expand(
     suite: dict[str, Any],
     *,
@@ -379,6 +387,8 @@ def expand(
     ``limits``: each run's (``RunLimits.fast_dev_run`` for ``--fast-dev-run``), recorded in its config.
     ``class_order``: one order name or several (``--class-order seed1993,seed0``): one run per
     (order, seed), the orders outside the seeds."""
+    from benchmarks.core.precision import resolve_precision  # torch: loading a suite needs none
+
     variants = suite.get("variants", {})
     resolved_device = _resolve_device(device or suite.get("device", "auto"), check_device)
     # The suite's setting, checked here; "auto" is resolved per run (``building.resolve``), where the

@@ -15,7 +15,8 @@ from tqdm.auto import tqdm
 
 from benchmarks.backbone import CLIPBackbone
 from benchmarks.core.errors import UserError
-from benchmarks.data.datasets import TransformedDataset, load_zero_shot_target
+from benchmarks.data.datasets import load_zero_shot_target
+from benchmarks.data.image_lists import TransformedDataset
 from benchmarks.data.loaders import seeded_loader
 from benchmarks.data.streams import spread_indices
 from benchmarks.data.transforms import eval_transform

@@ -12,7 +12,8 @@ from __future__ import annotations
 import sys
 
 from benchmarks.core.errors import CommandParser, UserError, one_line_storage_errors, one_line_user_errors
-from benchmarks.data.datasets import FileListDataset, load_dataset
+from benchmarks.data.datasets import load_dataset
+from benchmarks.data.image_lists import FileListDataset
 from benchmarks.data.resized_cache import build_resized_cache, cache_folder, dataset_paths
 
 

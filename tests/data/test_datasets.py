@@ -16,13 +16,13 @@ from torchvision import transforms as T
 
 from benchmarks.core.errors import DataNotFoundError, UserError
 from benchmarks.data.datasets import (
-    TransformedDataset,
     clean_class_name,
     imagenet_wnid_names,
     load_dataset,
     load_zero_shot_target,
     stratified_split,
 )
+from benchmarks.data.image_lists import TransformedDataset
 from benchmarks.data.transforms import CLIP_MEAN, CLIP_STD, crop_padding, eval_transform, train_transform
 from benchmarks.data.unit import dataset_names
 from benchmarks.data.units import imagenet as imagenet_unit

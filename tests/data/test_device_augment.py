@@ -148,8 +148,8 @@ def test_stream_transforms_choose_the_device_where_it_covers_the_augmentation():
 
 
 def test_augment_on_is_checked_in_one_line():
+    from benchmarks.core.choices import check_augment_on
     from benchmarks.core.errors import UserError
-    from benchmarks.data.device_augment import check_augment_on
 
     assert [check_augment_on(v) for v in ("device", "pil")] == ["device", "pil"]
     with pytest.raises(UserError, match="augment_on must be one of device, pil, not 'gpu'"):

@@ -13,10 +13,10 @@ from torch.utils.data import default_collate
 from benchmarks.data.datasets import (
     FAKE_DATA_MARKER,
     ClassificationData,
-    FileListDataset,
     load_dataset,
 )
 from benchmarks.data.device_augment import finish_batch, stream_transforms
+from benchmarks.data.image_lists import FileListDataset
 from benchmarks.data.resized_cache import (
     CachedImages,
     build_resized_cache,

@@ -82,8 +82,35 @@ def _one_line_without_torch(done, names, message):
     assert names & HEAVY == set()
 
 
-@pytest.mark.parametrize("command", ["analysis.tables", "analysis.compare", "benchmarks.runner.status"])
-def test_reading_results_never_loads_avalanche_or_open_clip(command):
+TORCH_AND_UP = {"torch", "torchvision", "avalanche", "open_clip", "peft", "sklearn"}
+
+
+@pytest.mark.parametrize(
+    "command", ["analysis.tables", "analysis.compare", "benchmarks.runner.status", "benchmarks.prepare"]
+)
+def test_reading_results_and_prepare_never_load_torch(command):
     done, names = imported(command, "--help")
     assert done.returncode == 0
-    assert names & {"avalanche", "open_clip", "sklearn"} == set()
+    assert names & TORCH_AND_UP == set()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--strategies", "gr4cl"], "error: unknown strategy 'gr4cl'; available: adaptervlm, "),
+        (["--strategies", "finetune,gr4cl"], "error: unknown strategy 'gr4cl'; available: "),
+        (["--datasets", "synthetic"], None),  # a known name goes on to the run's own imports
+    ],
+)
+def test_a_misspelt_strategy_is_one_line_before_torch(argv, message, tmp_path):
+    """The suite is read and each run's strategy name checked against the methods' files before a
+    method, torch or Avalanche is imported (a dry run of a known one does import them)."""
+    done, names = imported(
+        "benchmarks.run", "--suite", "smoke", *argv, "--dry-run", "--results-dir", str(tmp_path)
+    )
+    if message is None:
+        assert done.returncode == 0 and {"torch", "avalanche"} <= names
+        return
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+    assert done.returncode == 2 and len(errors) == 1 and message in errors[0], errors
+    assert names & TORCH_AND_UP == set()

@@ -1,6 +1,7 @@
 """``strategies.registry``: strategies by name, found without an edit elsewhere, and a
 ``module.path:ClassName`` from outside whose every way of failing is one line that says why."""
 
+import subprocess
 import sys
 import typing
 
@@ -226,3 +227,32 @@ def test_every_method_types_its_config_as_the_config_it_declares():
         Config = type(get_strategy("gr4cil").Config())
 
     assert _type_argument(Mismatched) is not Mismatched.Config
+
+
+def test_a_method_file_registers_its_own_name_and_a_lookup_imports_that_file_alone(tmp_path, monkeypatch):
+    (tmp_path / "registry_misnamed.py").write_text(
+        "from strategies.base import CLIPStrategy\n"
+        "from strategies.registry import register\n\n\n"
+        '@register("another_name")\n'
+        "class Misnamed(CLIPStrategy):\n"
+        "    pass\n"
+    )
+    methods = strategies.methods
+    monkeypatch.setattr(methods, "__path__", [*methods.__path__, str(tmp_path)])
+    try:
+        message = _import_error("registry_misnamed")
+    finally:
+        sys.modules.pop("strategies.methods.registry_misnamed", None)
+    assert (
+        "strategies.methods.registry_misnamed registers 'another_name': a method's name is its file's"
+        in message
+    )
+    # in a fresh process: one lookup imports one method's file, and a misspelt name none
+    probe = (
+        "import sys\n"
+        "from strategies.registry import get_strategy\n"
+        "get_strategy('finetune')\n"
+        "print(sorted(m for m in sys.modules if m.startswith('strategies.methods.')))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=300)
+    assert done.stdout.split() == ["['strategies.methods.finetune']"], done.stderr

@@ -24,7 +24,6 @@ import scipy.io
 
 from benchmarks.data.datasets import (
     ClassificationData,
-    FileListDataset,
     check_choice,
     require,
     require_root,
@@ -97,6 +96,8 @@ class Cars196(DatasetUnit):
         classes or (``classes="c3box"``) the LAMDA archive's 100; ``"lamda"``, the LAMDA family's
         folders (100 classes). Names: the official ones, which C3Box's list repeats."""
         from torchvision.datasets import StanfordCars
+
+        from benchmarks.data.image_lists import FileListDataset  # torch, where images are built
 
         check_layout(self, layout)
         check_choice(self.name, "classes", classes, CLASS_SETS)

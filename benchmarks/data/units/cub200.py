@@ -18,7 +18,6 @@ import numpy as np
 from benchmarks.core.errors import DataNotFoundError
 from benchmarks.data.datasets import (
     ClassificationData,
-    FileListDataset,
     require,
     require_root,
     with_prepare_hint,
@@ -71,6 +70,8 @@ class Cub200(DatasetUnit):
     def load(self, data_root: Path | None, layout: str = "official") -> ClassificationData:
         """CUB-200-2011: ``layout="official"``, the archive's own split (5,994 / 5,794); ``"lamda"``,
         the LAMDA family's ``train/`` and ``test/`` folders. Names: C3Box's (``labels.json``)."""
+        from benchmarks.data.image_lists import FileListDataset  # torch, where images are built
+
         check_layout(self, layout)
         if layout == "lamda":
             return load_lamda(self, data_root, "cub200", 200)

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from benchmarks.data.datasets import ClassificationData, FileListDataset
+from benchmarks.data.datasets import ClassificationData
 from benchmarks.data.unit import DatasetUnit, dataset_unit, register_dataset
 from benchmarks.data.units._lamda import c3box_names, check_layout, load_lamda
 
@@ -38,6 +38,8 @@ class Food100(DatasetUnit):
         """``layout="official"``: Food-101's official split (750 and 250 images a dish) of its first
         100 sorted dishes; ``"lamda"``: the LAMDA family's ``food-101/{train,test}/`` folders.
         Names: C3Box's (Food-101's, underscores as spaces)."""
+        from benchmarks.data.image_lists import FileListDataset  # torch, where images are built
+
         check_layout(self, layout)
         if layout == "lamda":
             return load_lamda(self, data_root, "food101", FOOD100_CLASSES)

@@ -39,7 +39,6 @@ from benchmarks.core.errors import DataNotFoundError
 from benchmarks.data.datasets import (
     ROOT_HINT,
     ClassificationData,
-    FileListDataset,
     check_choice,
     class_folders,
     clean_class_name,
@@ -136,6 +135,8 @@ class Sun397(DatasetUnit):
     def _data(
         self, names: list[str], train: list[tuple[str, int]], test: list[tuple[str, int]]
     ) -> ClassificationData:
+        from benchmarks.data.image_lists import FileListDataset  # torch, where images are built
+
         train_set, test_set = FileListDataset(train), FileListDataset(test)
         return ClassificationData(
             self.name, train_set, test_set, list(names), list(train_set.targets), list(test_set.targets)

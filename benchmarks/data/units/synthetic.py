@@ -5,7 +5,6 @@ from __future__ import annotations
 from pathlib import Path
 
 from benchmarks.data.datasets import ClassificationData
-from benchmarks.data.synthetic import world
 from benchmarks.data.unit import DatasetUnit, dataset_unit, register_dataset
 
 
@@ -26,6 +25,8 @@ class Synthetic(DatasetUnit):
     ) -> ClassificationData:
         """The offline synthetic dataset (``benchmarks.miniature``) in ``domain`` ("photo", the tiny
         CLIP's pretraining domain, or "faded", the shifted CIL domain); ``data_root`` is ignored."""
+        from benchmarks.data.synthetic import world  # torch (its Dataset), where images are built
+
         train, test, class_names = world.make_splits(
             n_train_per_class, n_test_per_class, seed, n_classes, domain
         )

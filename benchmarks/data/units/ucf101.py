@@ -25,7 +25,6 @@ import numpy as np
 from benchmarks.core.errors import DataNotFoundError, UserError
 from benchmarks.data.datasets import (
     ClassificationData,
-    FileListDataset,
     require,
     require_root,
     with_prepare_hint,
@@ -61,6 +60,8 @@ class Ucf101(DatasetUnit):
         """100 actions named as C3Box names them (``Apply Eye Makeup``): ``layout="lamda"``, the LAMDA
         family's ``ucf101/train/`` and ``test/`` (or ``val/``) frame folders; ``"midframes"``, CoOp's
         middle frames split by the official ``trainlist01.txt`` and ``testlist01.txt``."""
+        from benchmarks.data.image_lists import FileListDataset  # torch, where images are built
+
         check_layout(self, layout, LAYOUTS)
         if layout == "lamda":
             return load_lamda(self, data_root, "ucf101", UCF_CLASSES)
