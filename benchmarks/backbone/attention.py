@@ -3,12 +3,16 @@
 
 from __future__ import annotations
 
-import open_clip
+from typing import TYPE_CHECKING
+
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 from benchmarks.core.errors import UserError
+
+if TYPE_CHECKING:
+    import open_clip
 
 
 class SplitAttention(nn.Module):

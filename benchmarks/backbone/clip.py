@@ -6,9 +6,8 @@ from __future__ import annotations
 import contextlib
 import math
 from collections.abc import Iterator, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import open_clip
 import torch
 import torch.nn.functional as F
 from torch import nn
@@ -30,6 +29,9 @@ from benchmarks.backbone.text import (
 from benchmarks.backbone.visual_prefix import VisualPrefix
 from benchmarks.core import precision as amp
 from benchmarks.core.errors import UserError
+
+if TYPE_CHECKING:  # open_clip is imported where a model is built (loading): resolving runs needs none
+    import open_clip
 
 
 def _fp32_features(features: torch.Tensor, normalize: bool) -> torch.Tensor:

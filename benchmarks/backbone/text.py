@@ -4,15 +4,17 @@ buckets with the shared prompt prefix run once), then encoded exactly as open_cl
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
-import open_clip
 import torch
 import torch.nn.functional as F
-from open_clip.transformer import ResidualAttentionBlock
 from torch import nn
 
 from benchmarks.backbone.attention import SplitAttention
 from benchmarks.backbone.open_clip_types import OpenCLIPTransformer
+
+if TYPE_CHECKING:
+    import open_clip
 
 
 def shared_prefix_length(tokens: torch.Tensor, eot: torch.Tensor) -> int:
@@ -32,6 +34,8 @@ def shared_prefix_length(tokens: torch.Tensor, eot: torch.Tensor) -> int:
 def _prefix_sharing_applies(transformer: OpenCLIPTransformer) -> bool:
     """Whether the text transformer is the plain batch-first stack the shared-prefix path rebuilds
     (not while parallel MLP adapters are on: they route on token 0, which the path runs apart)."""
+    from open_clip.transformer import ResidualAttentionBlock
+
     return (
         transformer.batch_first
         and not getattr(transformer, "parallel_adapters_active", False)

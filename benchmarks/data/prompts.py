@@ -12,8 +12,6 @@ from __future__ import annotations
 import typing
 from typing import Literal
 
-from open_clip.zero_shot_metadata import OPENAI_IMAGENET_TEMPLATES
-
 from benchmarks.core.errors import UserError
 
 CIFAR_TEMPLATES: tuple[str, ...] = (
@@ -31,6 +29,8 @@ PROMPT_ENSEMBLES = typing.get_args(PromptEnsemble)
 
 def imagenet_templates() -> tuple[str, ...]:
     """open_clip's 80 ImageNet templates as format strings (it ships them as functions of the name)."""
+    from open_clip.zero_shot_metadata import OPENAI_IMAGENET_TEMPLATES  # open_clip: seconds to import
+
     return tuple(template("{}") for template in OPENAI_IMAGENET_TEMPLATES)
 
 

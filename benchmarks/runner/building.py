@@ -13,10 +13,11 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property, lru_cache
+from typing import TYPE_CHECKING
 
 from torch.utils.data import Subset
 
-from benchmarks.backbone import BackboneSpec, CLIPBackbone, create_clip, recorded_backbone, weights_file
+from benchmarks.backbone.weights import BackboneSpec, recorded_backbone, weights_file
 from benchmarks.core.environment import seed_everything, set_deterministic
 from benchmarks.core.errors import UserError
 from benchmarks.core.precision import resolve_precision
@@ -35,6 +36,9 @@ from strategies.plugins import OPTION as PLUGINS
 from strategies.plugins import build_plugins, plugin_table
 from strategies.registry import get_strategy
 from strategies.settings import RunSettings
+
+if TYPE_CHECKING:
+    from benchmarks.backbone import CLIPBackbone
 
 
 @lru_cache(maxsize=4)
@@ -306,6 +310,8 @@ def build_run(
     class_order = resolve_class_order(spec.class_order, len(data.class_names), spec.dataset)
     set_deterministic(spec.deterministic)
     seed_everything(spec.seed, -1)  # a randomly initialised backbone is the same on every (re)run
+    from benchmarks.backbone import create_clip  # open_clip: resolving a run (a dry run) needs none
+
     backbone = create_clip(backbone_spec(spec), spec.device)
     # folder images from their resized cache where one was built (the same pixels, decoded once)
     data = with_resized_cache(data, data_root, backbone.image_size, strategy_cfg.train_augmentation)

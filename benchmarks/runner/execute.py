@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import contextlib
 
-from benchmarks.backbone import check_weights
+from benchmarks.backbone.weights import check_weights  # offline: preflight needs no open_clip
 from benchmarks.core.environment import Threads
 from benchmarks.core.errors import UserError
 from benchmarks.core.heartbeat_lock import read_holder
