@@ -155,7 +155,9 @@ def check_name(name: str) -> None:
     """A strategy's name that is neither a method's file nor registered, refused in one line without
     importing a method; a ``module:Class`` or framework name is checked where it is imported."""
     if ":" not in name and name not in STRATEGIES.members and name not in method_files():
-        raise UserError(f"unknown strategy {name!r}; available: {', '.join(available())}")
+        close = difflib.get_close_matches(name, available(), n=1)
+        guess = f"did you mean {close[0]!r}? " if close else ""
+        raise UserError(f"unknown strategy {name!r}; {guess}available: {', '.join(available())}")
 
 
 def _adapted(framework: str, rest: str, name: str) -> type:

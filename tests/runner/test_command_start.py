@@ -97,8 +97,11 @@ def test_reading_results_and_prepare_never_load_torch(command):
 @pytest.mark.parametrize(
     "argv, message",
     [
-        (["--strategies", "gr4cl"], "error: unknown strategy 'gr4cl'; available: adaptervlm, "),
-        (["--strategies", "finetune,gr4cl"], "error: unknown strategy 'gr4cl'; available: "),
+        (
+            ["--strategies", "gr4cl"],
+            "error: unknown strategy 'gr4cl'; did you mean 'gr4cil'? available: adaptervlm, ",
+        ),
+        (["--strategies", "finetune,gr4cl"], "error: unknown strategy 'gr4cl'; did you mean"),
         # a known name goes on: the dry run resolves each run against its strategy's config (torch
         # and Avalanche) and checks its weights offline, without open_clip
         (["--datasets", "synthetic"], None),

@@ -57,7 +57,12 @@ def test_every_registered_strategy_is_named_as_registered_and_listed_in_order():
 def test_an_unknown_name_lists_every_available_strategy():
     with pytest.raises(UserError) as error:
         get_strategy("gr4cl")
-    assert str(error.value) == f"unknown strategy 'gr4cl'; available: {', '.join(available())}"
+    assert str(error.value) == (
+        f"unknown strategy 'gr4cl'; did you mean 'gr4cil'? available: {', '.join(available())}"
+    )
+    with pytest.raises(UserError) as error:
+        get_strategy("zzz")  # nothing close: no guess
+    assert str(error.value) == f"unknown strategy 'zzz'; available: {', '.join(available())}"
 
 
 def test_register_names_the_class_and_refuses_a_second_class_under_one_name(fresh_registry):
@@ -74,18 +79,23 @@ def test_register_names_the_class_and_refuses_a_second_class_under_one_name(fres
     assert get_strategy("registry_test") is First and "registry_test" in available()
 
 
-def test_a_new_file_in_the_methods_folder_is_found_with_no_edit_elsewhere(
-    tmp_path, monkeypatch, fresh_registry
-):
-    (tmp_path / "registry_probe.py").write_text(
+def _method_file(folder, monkeypatch, file: str, name: str, cls: str) -> None:
+    """``folder/file.py``, a method registering class ``cls`` as ``name``, in the methods' folder."""
+    (folder / f"{file}.py").write_text(
         "from strategies.base import CLIPStrategy\n"
         "from strategies.registry import register\n\n\n"
-        '@register("registry_probe")\n'
-        "class RegistryProbe(CLIPStrategy):\n"
+        f'@register("{name}")\n'
+        f"class {cls}(CLIPStrategy):\n"
         "    pass\n"
     )
     methods = strategies.methods
-    monkeypatch.setattr(methods, "__path__", [*methods.__path__, str(tmp_path)])
+    monkeypatch.setattr(methods, "__path__", [*methods.__path__, str(folder)])
+
+
+def test_a_new_file_in_the_methods_folder_is_found_with_no_edit_elsewhere(
+    tmp_path, monkeypatch, fresh_registry
+):
+    _method_file(tmp_path, monkeypatch, "registry_probe", "registry_probe", "RegistryProbe")
     monkeypatch.setattr(registry.STRATEGIES, "discovered", False)
     try:
         assert get_strategy("registry_probe").__name__ == "RegistryProbe"
@@ -230,15 +240,7 @@ def test_every_method_types_its_config_as_the_config_it_declares():
 
 
 def test_a_method_file_registers_its_own_name_and_a_lookup_imports_that_file_alone(tmp_path, monkeypatch):
-    (tmp_path / "registry_misnamed.py").write_text(
-        "from strategies.base import CLIPStrategy\n"
-        "from strategies.registry import register\n\n\n"
-        '@register("another_name")\n'
-        "class Misnamed(CLIPStrategy):\n"
-        "    pass\n"
-    )
-    methods = strategies.methods
-    monkeypatch.setattr(methods, "__path__", [*methods.__path__, str(tmp_path)])
+    _method_file(tmp_path, monkeypatch, "registry_misnamed", "another_name", "Misnamed")
     try:
         message = _import_error("registry_misnamed")
     finally:
