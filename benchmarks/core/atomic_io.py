@@ -8,9 +8,11 @@ a dead writer's file from one still being written by another process."""
 
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
+import shutil
 import socket
 import tempfile
 import time
@@ -53,6 +55,19 @@ def _pid_alive(pid: int) -> bool:
     except (PermissionError, OverflowError, ValueError):  # another user's process, or no pid at all
         return pid > 0
     return True
+
+
+def owned_temp_dir(prefix: str) -> Path:
+    """A new folder in the system's temporary folder, ``<prefix><host>-<pid>-<random>``, for this
+    process to remove when done. The ones that processes on this host left when they died (a run
+    killed with SIGKILL removes nothing) are removed first; another host's are left alone."""
+    root = Path(tempfile.gettempdir())
+    own = re.compile(rf"{re.escape(prefix)}{re.escape(_host())}-(?P<pid>\d+)-[^/]+")
+    for folder in root.glob(f"{glob.escape(prefix)}*"):
+        match = own.fullmatch(folder.name)
+        if match is not None and not _pid_alive(int(match["pid"])):
+            shutil.rmtree(folder, ignore_errors=True)
+    return Path(tempfile.mkdtemp(prefix=f"{prefix}{_host()}-{os.getpid()}-"))
 
 
 def remove_stale_temps(path: Path) -> list[Path]:

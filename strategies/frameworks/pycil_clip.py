@@ -27,10 +27,8 @@ import contextlib
 import copy
 import shutil
 import sys
-import tempfile
 import weakref
 from collections.abc import Iterator
-from pathlib import Path
 from types import FunctionType, ModuleType
 from typing import Any
 from unittest import mock
@@ -39,6 +37,7 @@ import open_clip
 import torch
 from torch import nn
 
+from benchmarks.core.atomic_io import owned_temp_dir
 from benchmarks.core.errors import UserError
 
 # What C3Box's DataManager reads from its labels.json and templates.json, here from the run.
@@ -107,6 +106,9 @@ def _class_attributes(cls: type, values: dict[str, Any]) -> Iterator[None]:
                 delattr(cls, name)
 
 
+WORKDIR_PREFIX = "c3box-run-"
+
+
 class C3BoxShape:
     """What a learner in C3Box's shape gets from the adapter ``adapter`` (see the module)."""
 
@@ -115,8 +117,9 @@ class C3BoxShape:
         self.clip = RunCLIP(adapter.backbone)
         self.device = torch.device(adapter.device)
         self.said_cuda = False
-        # its own working directory: files it writes stay there; the checkout's utils/ is reachable
-        self.workdir = Path(tempfile.mkdtemp(prefix="c3box-run-"))
+        # its own working directory: files it writes stay there; the checkout's utils/ is reachable.
+        # Named after this process, so that the next run removes it if this one is killed.
+        self.workdir = owned_temp_dir(WORKDIR_PREFIX)
         weakref.finalize(self, shutil.rmtree, str(self.workdir), True)
         utils = adapter.root / "utils"
         if utils.is_dir():

@@ -268,3 +268,30 @@ def test_a_damaged_record_reads_as_none_whatever_its_damage(tmp_path, content):
     assert read_json_object(tmp_path) is None  # a folder where the record belongs
     path.write_text('{"tasks_done": 2, "config_hash": "ab"}')
     assert read_json_object(path, tasks_done=int) == {"tasks_done": 2, "config_hash": "ab"}
+
+
+def test_an_owned_temp_dir_removes_those_dead_processes_of_this_host_left(tmp_path, monkeypatch):
+    import subprocess
+    import sys
+    import tempfile
+
+    from benchmarks.core.atomic_io import _host, owned_temp_dir
+
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))
+    dead = subprocess.Popen([sys.executable, "-c", "pass"])
+    dead.wait()  # its pid is free now (reused only after the kernel wraps around)
+    checkout = tmp_path / "checkout-utils"
+    (checkout / "keep.json").parent.mkdir()
+    (checkout / "keep.json").write_text("{}")
+    left = tmp_path / f"run-{_host()}-{dead.pid}-abc"
+    left.mkdir()
+    (left / "utils").symlink_to(checkout, target_is_directory=True)  # as a C3Box run's folder holds
+    alive = tmp_path / f"run-{_host()}-{os.getpid()}-def"
+    other_host = tmp_path / f"run-elsewhere.example-{dead.pid}-ghi"
+    alive.mkdir()
+    other_host.mkdir()
+
+    new = owned_temp_dir("run-")
+    assert new.is_dir() and new.parent == tmp_path and new.name.startswith(f"run-{_host()}-{os.getpid()}-")
+    assert not left.exists() and (checkout / "keep.json").exists()  # the link went, not what it names
+    assert alive.is_dir() and other_host.is_dir()
