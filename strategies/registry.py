@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import difflib
 import importlib
-import pkgutil
 import traceback
 
 from benchmarks.core.errors import UserError
@@ -55,9 +54,9 @@ def register(name: str):
 
 
 def method_files() -> list[str]:
-    """The methods' names: the modules of ``strategies/methods/``, found without importing them."""
-    package = importlib.import_module(STRATEGIES.package)  # its __init__ holds nothing but a docstring
-    return [m.name for m in pkgutil.iter_modules(package.__path__) if STRATEGIES.holds_members(m.name)]
+    """The methods' names: the modules of ``strategies/methods/`` (whose __init__ holds nothing but
+    a docstring), found without importing them."""
+    return STRATEGIES.module_names()
 
 
 def available() -> list[str]:
@@ -155,9 +154,10 @@ def check_name(name: str) -> None:
     """A strategy's name that is neither a method's file nor registered, refused in one line without
     importing a method; a ``module:Class`` or framework name is checked where it is imported."""
     if ":" not in name and name not in STRATEGIES.members and name not in method_files():
-        close = difflib.get_close_matches(name, available(), n=1)
+        names = available()
+        close = difflib.get_close_matches(name, names, n=1)
         guess = f"did you mean {close[0]!r}? " if close else ""
-        raise UserError(f"unknown strategy {name!r}; {guess}available: {', '.join(available())}")
+        raise UserError(f"unknown strategy {name!r}; {guess}available: {', '.join(names)}")
 
 
 def _adapted(framework: str, rest: str, name: str) -> type:

@@ -54,13 +54,16 @@ class Registry(Generic[Member]):
             raise ValueError(f"{self.kind} name {name!r} is registered twice")
         self.members[name] = member
 
+    def module_names(self) -> list[str]:
+        """The package's modules that hold members (their last names), found without importing them."""
+        package = importlib.import_module(self.package)
+        return [m.name for m in pkgutil.iter_modules(package.__path__) if self.holds_members(m.name)]
+
     def all(self) -> dict[str, Member]:
         """Every member by name, the package's modules imported the first time."""
         if not self.discovered:
-            package = importlib.import_module(self.package)
-            for module in pkgutil.iter_modules(package.__path__):
-                if self.holds_members(module.name):
-                    self.importer(f"{self.package}.{module.name}")
+            for name in self.module_names():
+                self.importer(f"{self.package}.{name}")
             self.discovered = True
         return self.members
 

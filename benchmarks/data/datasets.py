@@ -266,13 +266,13 @@ def load_split_folders(
     """A unit's dataset stored as torchvision's ImageFolder layout, one per split:
     ``<folder>/<train>/<class>/*`` and ``<folder>/<test>/<class>/*``. Classes are the test split's
     folders, sorted, their names cleaned; ``manual`` says how to provide the files by hand."""
+    from benchmarks.data.image_lists import FileListDataset  # torch, where images are built
+
     root = require_root(data_root, unit.name)
     how = with_prepare_hint(unit.files_name, root, manual)
     train_dir, test_dir = (root / unit.disk_folder / split for split in splits)
     classes = class_folders(test_dir, unit.title, how)
     class_to_idx = {name: i for i, name in enumerate(classes)}
-    from benchmarks.data.image_lists import FileListDataset  # torch, where images are built
-
     train = FileListDataset(scan_folder(train_dir, class_to_idx, f"{unit.title} {splits[0]}", how))
     test = FileListDataset(scan_folder(test_dir, class_to_idx, f"{unit.title} {splits[1]}", how))
     return ClassificationData(

@@ -39,14 +39,7 @@ def fake_targets() -> dict[str, DatasetUnit]:
 
 def dataset_folders() -> dict[str, str]:
     """The folder each fake-data target's loader reads under the data root (its unit's ``folder``)."""
-    return {name: folder_of(unit) for name, unit in fake_targets().items()}
-
-
-def folder_of(unit: DatasetUnit) -> str:
-    """The folder under the data root that ``unit`` (a target's unit: it has files) reads."""
-    if unit.folder is None:
-        raise ValueError(f"{type(unit).__name__} names files ({unit.target}) but no folder")
-    return unit.folder
+    return {name: unit.disk_folder for name, unit in fake_targets().items()}
 
 
 #: what ``python -m benchmarks.prepare`` leaves beside real data: its downloads and its staging folders
@@ -89,7 +82,7 @@ def real_data_in(root: Path) -> list[str]:
     marker does not list as its own, whichever datasets are asked for now, and ``prepare``'s traces."""
     own = _own_folders(root)
     # every unit's folder, whether or not it writes fake data: any real dataset is refused
-    folders = dict.fromkeys(folder_of(unit) for unit in file_targets().values())
+    folders = dict.fromkeys(unit.disk_folder for unit in file_targets().values())
     found = [f"{folder}/" for folder in folders if (root / folder).exists() and folder not in own]
     for pattern in PREPARE_TRACES:
         found += sorted(f"{path.name}/" for path in root.glob(pattern))
