@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 if TYPE_CHECKING:
     from benchmarks.backbone.attention import (
         SplitAttention,
+        fuse_attention_,
         split_attention_,
     )
     from benchmarks.backbone.budgets import (
@@ -74,6 +75,7 @@ if TYPE_CHECKING:
 _MODULE_OF = {
     "SplitAttention": "attention",
     "split_attention_": "attention",
+    "fuse_attention_": "attention",
     "ACTIVATION_BUDGET": "budgets",
     "COMPACT_TEXT_MIN_WORK": "budgets",
     "TEXT_BACKWARD_BUDGET": "budgets",
@@ -128,6 +130,7 @@ __all__ = [
     "efficient_prompts_per_backward",
     "encode_clip_text",
     "encode_prompts",
+    "fuse_attention_",
     "prepare_prompts",
     "recorded_backbone",
     "shared_prefix_length",

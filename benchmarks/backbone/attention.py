@@ -116,6 +116,32 @@ class SplitAttention(nn.Module):
         out = self.out_proj(out.transpose(1, 2).reshape(rows, -1, dim))
         return out if query_index is None else out[:, 0]
 
+    def fused(self) -> nn.MultiheadAttention:
+        """The ``nn.MultiheadAttention`` this module was split from: its weights, dropout and layout."""
+        if (
+            type(self.q_proj) is not nn.Linear
+            or type(self.k_proj) is not nn.Linear
+            or type(self.v_proj) is not nn.Linear
+        ):
+            raise ValueError("an attention with adapters on its projections has no fused form")
+        dim = self.num_heads * self.head_dim
+        q, k, v, out = self.q_proj, self.k_proj, self.v_proj, self.out_proj
+        mha = nn.MultiheadAttention(
+            dim,
+            self.num_heads,
+            dropout=self.dropout,
+            batch_first=self.batch_first,
+            device=q.weight.device,
+            dtype=q.weight.dtype,
+        )
+        with torch.no_grad():
+            mha.in_proj_weight.copy_(torch.cat([q.weight, k.weight, v.weight]))
+            mha.in_proj_bias.copy_(torch.cat([q.bias, k.bias, v.bias]))
+            mha.out_proj.weight.copy_(out.weight)
+            mha.out_proj.bias.copy_(out.bias)
+        mha.train(self.training)
+        return mha
+
     def _join_prefix(self, k: torch.Tensor, v: torch.Tensor, mask: torch.Tensor | None, batch: int):
         """Keys and values [B, H, P + S, d] with the prefix first, and the mask with P columns that
         every query may attend."""
@@ -174,3 +200,13 @@ def split_attention_(model: open_clip.CLIP) -> None:
         raise UserError(
             "models with attention outside the residual blocks (attentional pooler) are not supported"
         )
+
+
+def fuse_attention_(model: nn.Module) -> None:
+    """Undo ``split_attention_`` in place: every ``SplitAttention`` of ``model`` becomes the fused
+    ``nn.MultiheadAttention`` open_clip builds, so the model has open_clip's own modules and state-dict
+    keys (``attn.in_proj_weight``), for code written against open_clip's layout."""
+    for module in list(model.modules()):
+        for name, child in list(module.named_children()):
+            if isinstance(child, SplitAttention):
+                setattr(module, name, child.fused())

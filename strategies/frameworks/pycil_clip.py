@@ -16,7 +16,9 @@ C3Box's shape (``C3BoxShape``), and the adapter gives it:
 - **task sizes**: ``init_cls`` and ``increment`` in ``args``, from the stream;
 - **its ``.cuda()`` calls** on the run's device, where that is not a GPU (said once);
 - **a working directory of its own** for each run, with the checkout's ``utils/`` reachable
-  (ENGINE's descriptions, CLG-CBM's concepts are read relative to it; files it writes stay there);
+  (ENGINE's descriptions, CLG-CBM's concepts are read relative to it; files it writes stay there),
+  and the run's CLIP weights where C3Box's PTM networks load theirs (``./c.pth``, TUNA's
+  ``.p/c.pth``), as the state dict of the model its factory gets;
 - **scores**: the logits its ``_eval_cnn`` ranks (captured at its ``torch.topk``) over the seen
   classes, for each batch the runner scores.
 """
@@ -25,10 +27,12 @@ from __future__ import annotations
 
 import contextlib
 import copy
+import os
 import shutil
 import sys
 import weakref
 from collections.abc import Iterator
+from pathlib import Path
 from types import FunctionType, ModuleType
 from typing import Any
 from unittest import mock
@@ -37,11 +41,15 @@ import open_clip
 import torch
 from torch import nn
 
+from benchmarks.backbone import fuse_attention_
 from benchmarks.core.atomic_io import owned_temp_dir
 from benchmarks.core.errors import UserError
 
 # What C3Box's DataManager reads from its labels.json and templates.json, here from the run.
 TASK_SIZE_ARGS = ("init_cls", "increment")
+# Where C3Box's PTM networks (utils/inc_net.py: APER's, EASE's, the prompt methods', MEMO's, TUNA's)
+# load their CLIP's state dict from, relative to the working directory.
+CLIP_STATE_FILES = ("c.pth", ".p/c.pth")
 
 
 def builds_whole_clip(factory: FunctionType) -> bool:
@@ -63,16 +71,27 @@ def whole_clip_factories(modules: list[ModuleType]) -> list[FunctionType]:
 
 class RunCLIP:
     """The run's CLIP as C3Box's factory gives it: each call a trainable copy of the backbone's
-    open_clip model (``out_dim`` its embedding width), an eval transform and the run's tokenizer."""
+    open_clip model in open_clip's own layout (fused attention, as ``create_model_and_transforms``
+    builds it; ``out_dim`` its embedding width), an eval transform and the run's tokenizer."""
 
     def __init__(self, backbone: nn.Module) -> None:
         self.backbone = backbone
 
     def model(self) -> nn.Module:
         model: Any = copy.deepcopy(self.backbone.model)  # an open_clip CLIP, given out_dim below
+        fuse_attention_(model)  # C3Box counts `attn.in_proj_weight` keys and MultiheadAttention modules
         model.requires_grad_(True)
         model.out_dim = self.backbone.embed_dim
         return model
+
+    def save_state(self, workdir: Path) -> None:
+        """The model's state dict in each of ``CLIP_STATE_FILES`` under ``workdir`` (one file,
+        linked), where C3Box's PTM networks read their CLIP's weights."""
+        first, *others = (workdir / name for name in CLIP_STATE_FILES)
+        torch.save(self.model().state_dict(), first)
+        for path in others:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            os.link(first, path)
 
     def preprocess(self):
         size, mean, std = self.backbone.image_size, self.backbone.mean, self.backbone.std
@@ -124,6 +143,7 @@ class C3BoxShape:
         utils = adapter.root / "utils"
         if utils.is_dir():
             (self.workdir / "utils").symlink_to(utils, target_is_directory=True)
+        self.clip.save_state(self.workdir)
         self._dress(adapter.data_manager)
 
     # --- the learner's code running ---
@@ -166,8 +186,9 @@ class C3BoxShape:
             self.said_cuda = True
             self.adapter._say(
                 f"{self.adapter.name}: C3Box's shape (its get_convnet builds a whole CLIP): each of its "
-                "networks gets a trainable copy of the run's CLIP, its .cuda() calls run on "
-                f"{self.device}, and it runs in a working directory of its own ({self.workdir})"
+                "networks gets a trainable copy of the run's CLIP (its weights also in ./c.pth, where "
+                f"C3Box's PTM networks read them), its .cuda() calls run on {self.device}, and it runs "
+                f"in a working directory of its own ({self.workdir})"
             )
 
     # --- its DataManager ---

@@ -22,6 +22,7 @@ from benchmarks.backbone import (
     create_clip,
     efficient_images_per_forward,
     shared_prefix_length,
+    fuse_attention_,
     split_attention_,
 )
 from benchmarks.core.errors import UserError, WeightsNotFoundError
@@ -213,6 +214,29 @@ def test_split_attention_module_matches_multihead_attention(batch_first, mask_ki
 def test_split_attention_matches_fused_tiny(tiny_reference, images) -> None:
     image_diff, text_diff = _check_surgery(tiny_reference, images, TINY_MODEL)
     assert image_diff < 1e-5 and text_diff < 1e-5
+
+
+def test_fusing_the_split_attention_gives_back_open_clips_model(tiny_reference, images) -> None:
+    # Code written against open_clip's layout (C3Box's) reads `attn.in_proj_weight` keys and counts
+    # nn.MultiheadAttention modules: the fused copy must be open_clip's model again, key for key.
+    model = copy.deepcopy(tiny_reference).train()
+    split_attention_(model)
+    fuse_attention_(model)
+    assert not any(isinstance(m, SplitAttention) for m in model.modules())
+    expected, actual = tiny_reference.state_dict(), model.state_dict()
+    assert list(actual) == list(expected)
+    assert all(torch.equal(actual[k], expected[k]) for k in expected)
+    attns = [m for m in model.modules() if isinstance(m, torch.nn.MultiheadAttention)]
+    assert len(attns) == 8 and all(a.training and a.batch_first == attns[0].batch_first for a in attns)
+    model.eval()
+    with torch.no_grad():
+        assert torch.equal(model.encode_image(images), tiny_reference.encode_image(images))
+
+
+def test_an_attention_with_lora_has_no_fused_form(tiny: CLIPBackbone) -> None:
+    tiny.add_lora("vis", "visual")
+    with pytest.raises(ValueError, match="no fused form"):
+        fuse_attention_(tiny.model)
 
 
 @pytest.mark.slow

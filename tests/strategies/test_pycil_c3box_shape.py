@@ -37,6 +37,17 @@ def built(stream, **options):
     )
 
 
+def open_clip_layout(model: torch.nn.Module) -> torch.nn.Module:
+    """``model`` (the run's CLIP, attention split) as open_clip builds it: fused attention."""
+    import copy
+
+    from benchmarks.backbone import fuse_attention_
+
+    model = copy.deepcopy(model)
+    fuse_attention_(model)
+    return model
+
+
 def same_tensors(a: torch.nn.Module, b: torch.nn.Module) -> bool:
     sa, sb = a.state_dict(), b.state_dict()
     return sa.keys() == sb.keys() and all(torch.equal(sa[k], sb[k]) for k in sa)
@@ -46,14 +57,20 @@ def test_each_factory_call_gets_a_trainable_copy_of_the_run_clip(stream):
     with pytest.warns(UserWarning, match="C3Box's shape"):
         strategy = built(stream)
     network, run = strategy.learner._network, strategy.backbone.model
-    assert network.convnet is not run and same_tensors(network.convnet, run)
+    as_built = open_clip_layout(run)  # open_clip's own modules and keys, as C3Box's code expects
+    assert network.convnet is not run and same_tensors(network.convnet, as_built)
     assert network.feature_dim == strategy.backbone.embed_dim  # not the 512 the factory wrote
     assert network.tokenizer is strategy.backbone.tokenizer
     # the network called the factory twice: two copies, none shared with the run's frozen model
     assert all(p.requires_grad for p in network.convnet.parameters())
     assert not any(p.requires_grad for p in run.parameters())
     # a network that calls open_clip itself got the run's model too, not a download
-    assert same_tensors(strategy.learner.direct.clip, run)
+    assert same_tensors(strategy.learner.direct.clip, as_built)
+    # and one that reads ./c.pth found the run's weights there, every block counted by its keys
+    ptm = strategy.learner.ptm
+    assert same_tensors(ptm.clip, as_built) and ptm.vision_layers == len(run.visual.transformer.resblocks)
+    workdir = strategy.c3box.workdir
+    assert os.path.samefile(workdir / "c.pth", workdir / ".p" / "c.pth")  # TUNA's path: one file
     import open_clip
 
     assert open_clip.create_model_and_transforms.__module__ == "open_clip.factory"  # put back

@@ -1,4 +1,5 @@
-"""C3Box's network habits: a factory that builds the whole CLIP, called twice by one network."""
+"""C3Box's network habits: a factory that builds the whole CLIP, called twice by one network; a
+network that calls open_clip itself; one that then reads its weights from ./c.pth."""
 
 import open_clip
 import torch
@@ -49,3 +50,17 @@ class DirectNet(nn.Module):
     def __init__(self):
         super().__init__()
         self.clip, _, _ = open_clip.create_model_and_transforms("ViT-B-16", pretrained="laion400m_e32")
+
+
+class PtmNet(nn.Module):
+    """C3Box's PTM networks (APER's, EASE's, the prompt methods'): the CLIP built, its weights read
+    from ./c.pth, its depth counted from open_clip's state-dict keys."""
+
+    def __init__(self):
+        super().__init__()
+        self.clip, _, _ = open_clip.create_model_and_transforms("ViT-B-16", pretrained="laion400m_e32")
+        self.clip.load_state_dict(torch.load("./c.pth", map_location="cpu", weights_only=True))
+        state = self.clip.state_dict()
+        self.vision_layers = len(
+            [k for k in state if k.startswith("visual.") and k.endswith(".attn.in_proj_weight")]
+        )

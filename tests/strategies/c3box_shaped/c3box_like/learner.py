@@ -8,7 +8,7 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
-from c3box_like.inc_net import ClipNet, DirectNet
+from c3box_like.inc_net import ClipNet, DirectNet, PtmNet
 
 num_workers = 0
 tuned_epoch = 8
@@ -25,6 +25,7 @@ class Learner:
         self.topk = 2
         self._network = ClipNet(args, True)
         self.direct = DirectNet()
+        self.ptm = PtmNet()
         self.epochs_run = []
         self.sizes_seen = []
         self.cwds = []  # where its code ran (C3Box reads ./utils/... and writes into it)
