@@ -21,8 +21,8 @@ from benchmarks.backbone import (
     SplitAttention,
     create_clip,
     efficient_images_per_forward,
-    shared_prefix_length,
     fuse_attention_,
+    shared_prefix_length,
     split_attention_,
 )
 from benchmarks.core.errors import UserError, WeightsNotFoundError
