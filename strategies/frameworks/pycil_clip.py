@@ -45,11 +45,16 @@ from benchmarks.backbone import fuse_attention_
 from benchmarks.core.atomic_io import owned_temp_dir
 from benchmarks.core.errors import UserError
 
+TORCH_LOAD = torch.load  # the real one, called by the watch that stands in for it
+
 # What C3Box's DataManager reads from its labels.json and templates.json, here from the run.
 TASK_SIZE_ARGS = ("init_cls", "increment")
 # Where C3Box's PTM networks (utils/inc_net.py: APER's, EASE's, the prompt methods', MEMO's, TUNA's)
 # load their CLIP's state dict from, relative to the working directory.
 CLIP_STATE_FILES = ("c.pth", ".p/c.pth")
+# ...and rebuild its image tower from that state dict with `heads = width // 64` (ViT-B/16's and
+# ViT-L/14's head width), loading it with strict=False: a CLIP of other heads is silently another model.
+C3BOX_HEAD_WIDTH = 64
 
 
 def builds_whole_clip(factory: FunctionType) -> bool:
@@ -83,6 +88,11 @@ class RunCLIP:
         model.requires_grad_(True)
         model.out_dim = self.backbone.embed_dim
         return model
+
+    def head_width(self) -> int:
+        """The width of each attention head of the run's image tower."""
+        attn = self.backbone.model.visual.transformer.resblocks[0].attn
+        return int(attn.head_dim)
 
     def save_state(self, workdir: Path) -> None:
         """The model's state dict in each of ``CLIP_STATE_FILES`` under ``workdir`` (one file,
@@ -136,6 +146,7 @@ class C3BoxShape:
         self.clip = RunCLIP(adapter.backbone)
         self.device = torch.device(adapter.device)
         self.said_cuda = False
+        self.said_heads = False
         # its own working directory: files it writes stay there; the checkout's utils/ is reachable.
         # Named after this process, so that the next run removes it if this one is killed.
         self.workdir = owned_temp_dir(WORKDIR_PREFIX)
@@ -149,7 +160,8 @@ class C3BoxShape:
     # --- the learner's code running ---
 
     def patches(self) -> list[tuple[Any, dict[str, Any]]]:
-        """open_clip's builders answer with the run's model while the learner's code runs."""
+        """open_clip's builders answer with the run's model while the learner's code runs, and its
+        reading of ``CLIP_STATE_FILES`` is watched (``_watched_load``)."""
         return [
             (
                 open_clip,
@@ -157,8 +169,25 @@ class C3BoxShape:
                     "create_model_and_transforms": self.clip.create_model_and_transforms,
                     "get_tokenizer": self.clip.get_tokenizer,
                 },
-            )
+            ),
+            (torch, {"load": self._watched_load}),
         ]
+
+    def _watched_load(self, f: Any, *args: Any, **kwargs: Any) -> Any:
+        """``torch.load``; reading the run's CLIP state file, a network rebuilds the image tower with
+        C3Box's head width, which it says once where the run's CLIP has another."""
+        if isinstance(f, (str, os.PathLike)) and not self.said_heads:
+            state_files = {os.path.realpath(self.workdir / name) for name in CLIP_STATE_FILES}
+            width = self.clip.head_width()
+            if os.path.realpath(f) in state_files and width != C3BOX_HEAD_WIDTH:
+                self.said_heads = True
+                self.adapter._say(
+                    f"{self.adapter.name}: its network rebuilds the image tower from {os.fspath(f)} "
+                    f"with {C3BOX_HEAD_WIDTH}-wide attention heads (C3Box's utils/inc_net.py: heads = "
+                    f"width // {C3BOX_HEAD_WIDTH}); the run's CLIP has {width}-wide heads, so that "
+                    "tower is not the run's CLIP (a CLIP of 64-wide heads, such as ViT-B/16, is)"
+                )
+        return TORCH_LOAD(f, *args, **kwargs)
 
     @contextlib.contextmanager
     def running(self, upstream: contextlib.AbstractContextManager) -> Iterator[None]:

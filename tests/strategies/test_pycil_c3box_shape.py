@@ -54,8 +54,13 @@ def same_tensors(a: torch.nn.Module, b: torch.nn.Module) -> bool:
 
 
 def test_each_factory_call_gets_a_trainable_copy_of_the_run_clip(stream):
-    with pytest.warns(UserWarning, match="C3Box's shape"):
+    with pytest.warns(UserWarning) as said:
         strategy = built(stream)
+    lines = [str(w.message) for w in said]
+    assert any("C3Box's shape" in line for line in lines)
+    # its PtmNet rebuilds the tower with 64-wide heads; the tiny CLIP's are 32 wide: said once
+    (heads,) = [line for line in lines if "attention heads" in line]
+    assert "with 64-wide attention heads" in heads and "the run's CLIP has 32-wide heads" in heads
     network, run = strategy.learner._network, strategy.backbone.model
     as_built = open_clip_layout(run)  # open_clip's own modules and keys, as C3Box's code expects
     assert network.convnet is not run and same_tensors(network.convnet, as_built)
@@ -74,6 +79,19 @@ def test_each_factory_call_gets_a_trainable_copy_of_the_run_clip(stream):
     import open_clip
 
     assert open_clip.create_model_and_transforms.__module__ == "open_clip.factory"  # put back
+
+
+def test_a_clip_of_c3box_head_width_reads_its_state_file_without_a_word(stream, monkeypatch):
+    import warnings
+
+    from strategies.frameworks import pycil_clip
+
+    monkeypatch.setattr(pycil_clip, "C3BOX_HEAD_WIDTH", 32)  # as if C3Box's heads were the tiny CLIP's
+    with warnings.catch_warnings(record=True) as said:
+        warnings.simplefilter("always")
+        strategy = built(stream)
+    assert not [w for w in said if "attention heads" in str(w.message)]
+    assert strategy.learner.ptm.vision_layers == 4  # it did read ./c.pth
 
 
 @pytest.mark.slow
