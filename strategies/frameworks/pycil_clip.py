@@ -91,8 +91,8 @@ class RunCLIP:
 
     def head_width(self) -> int:
         """The width of each attention head of the run's image tower."""
-        attn = self.backbone.model.visual.transformer.resblocks[0].attn
-        return int(attn.head_dim)
+        model: Any = self.backbone.model  # an open_clip CLIP
+        return int(model.visual.transformer.resblocks[0].attn.head_dim)
 
     def save_state(self, workdir: Path) -> None:
         """The model's state dict in each of ``CLIP_STATE_FILES`` under ``workdir`` (one file,
