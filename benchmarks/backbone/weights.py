@@ -26,12 +26,15 @@ TINY_MODEL = "tiny-clip-32"
 # The same tiny CLIP with a 512-d joint embedding, as CLIP ViT-B/16's: for outside learners that
 # hard-code 512 (C3Box's RAPF, ENGINE, CLG-CBM; docs/adding-a-strategy.md).
 TINY_MODEL_512 = "tiny-clip-32-512"
+# ...and with ViT-B/16's 64-wide attention heads in both towers too: for outside code that rebuilds
+# the towers with heads = width // 64 (C3Box's PTM networks; docs/adding-a-strategy.md).
+TINY_MODEL_512_H64 = "tiny-clip-32-512-h64"
 # pretrained="synthetic" for a tiny model: the shipped checkpoint of
 # `python -m benchmarks.miniature.pretrain --model MODEL`.
 SYNTHETIC_TAG = "synthetic"
 _ASSETS = Path(__file__).parent.parent / "assets"
 SYNTHETIC_CHECKPOINTS = {
-    model: _ASSETS / f"{model}-synthetic.safetensors" for model in (TINY_MODEL, TINY_MODEL_512)
+    model: _ASSETS / f"{model}-synthetic.safetensors" for model in (TINY_MODEL, TINY_MODEL_512, TINY_MODEL_512_H64)
 }
 SYNTHETIC_WEIGHTS = SYNTHETIC_CHECKPOINTS[TINY_MODEL]
 _WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")

@@ -6,7 +6,8 @@
 Every batch is freshly generated (``benchmarks.data.synthetic.captions``) in the "photo" domain, so
 nothing is read from disk. The
 defaults reproduce the shipped checkpoint ``benchmarks/assets/tiny-clip-32-synthetic.safetensors``
-(fp16) and its JSON sidecar, and ``--model tiny-clip-32-512`` the 512-d one beside it; the same
+(fp16) and its JSON sidecar, ``--model tiny-clip-32-512`` the 512-d one beside it (and
+``--model tiny-clip-32-512-h64`` its twin with 64-wide heads); the same
 arguments give the same loss trajectory on every run.
 """
 

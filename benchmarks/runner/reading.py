@@ -228,7 +228,7 @@ def cannot_rank(result: RunResult) -> str | None:
     reasons = []
     if result.dataset == OFFLINE_DATASET:
         reasons.append("the synthetic world")
-    if backbone.get("model") in SYNTHETIC_CHECKPOINTS:  # a tiny CLIP, 256-d or 512-d
+    if backbone.get("model") in SYNTHETIC_CHECKPOINTS:  # a tiny CLIP, any of its twins
         reasons.append("the tiny CLIP")
     elif "pretrained" in backbone and backbone["pretrained"] is None:  # recorded as a random init
         reasons.append("a randomly initialised backbone")

@@ -174,6 +174,7 @@ def test_a_consistent_gain_is_better_and_a_loss_worse(tmp_path):
     [
         ({"model": "tiny-clip-32", "pretrained": "synthetic"}, "the tiny CLIP"),
         ({"model": "tiny-clip-32-512", "pretrained": "synthetic"}, "the tiny CLIP"),  # its 512-d twin
+        ({"model": "tiny-clip-32-512-h64", "pretrained": "synthetic"}, "the tiny CLIP"),  # 64-wide heads
         ({"model": "ViT-B-16-quickgelu", "pretrained": None}, "a randomly initialised backbone"),
     ],
 )

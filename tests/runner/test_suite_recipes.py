@@ -125,23 +125,29 @@ def test_the_shipped_checkpoints_digest_joins_the_hashed_config(tmp_path):
     }
 
 
-def test_the_512_d_tiny_clip_is_a_synthetic_checkpoint_of_its_own(tmp_path):
-    """``tiny-clip-32-512`` with ``pretrained = "synthetic"`` loads its own shipped file, whose
-    digest joins the hashed config as the 256-d one's does; 512-d features, as CLIP ViT-B/16's."""
+@pytest.mark.parametrize(
+    "model, heads", [("tiny-clip-32-512", (4, 4)), ("tiny-clip-32-512-h64", (2, 1))]
+)
+def test_the_512_d_tiny_clips_are_synthetic_checkpoints_of_their_own(model, heads):
+    """``tiny-clip-32-512`` (and its twin with 64-wide heads) with ``pretrained = "synthetic"`` loads
+    its own shipped file, whose digest joins the hashed config as the 256-d one's does; 512-d
+    features, as CLIP ViT-B/16's, and the heads of its config (image tower, text tower)."""
     import hashlib
 
     from benchmarks.backbone import SYNTHETIC_CHECKPOINTS, BackboneSpec, check_names, create_clip
 
-    check_names("tiny-clip-32-512", "synthetic")  # not an open_clip tag, and no error
+    check_names(model, "synthetic")  # not an open_clip tag, and no error
     suite = load_suite("smoke")
-    suite["backbone"] = {"model": "tiny-clip-32-512", "pretrained": "synthetic"}
+    suite["backbone"] = {"model": model, "pretrained": "synthetic"}
     (spec,) = expand(suite, strategies=["gr4cil"], device="cpu")
     config = resolve(spec, data_root=".").config
-    shipped = SYNTHETIC_CHECKPOINTS["tiny-clip-32-512"]
+    shipped = SYNTHETIC_CHECKPOINTS[model]
     assert config["backbone"]["weights_sha256"] == hashlib.sha256(shipped.read_bytes()).hexdigest()[:16]
     assert config["weights_file"]["file"] == shipped.name
-    backbone = create_clip(BackboneSpec("tiny-clip-32-512", "synthetic"))
+    backbone = create_clip(BackboneSpec(model, "synthetic"))
     assert backbone.encode_text(backbone.tokenize(["a photo of a red triangle."])).shape == (1, 512)
+    towers = (backbone.model.visual.transformer, backbone.model.transformer)
+    assert tuple(t.resblocks[0].attn.num_heads for t in towers) == heads
 
 
 def test_the_ablation_suites_full_gr4cil_row_is_the_smokes_run():
