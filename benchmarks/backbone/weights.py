@@ -34,7 +34,8 @@ TINY_MODEL_512_H64 = "tiny-clip-32-512-h64"
 SYNTHETIC_TAG = "synthetic"
 _ASSETS = Path(__file__).parent.parent / "assets"
 SYNTHETIC_CHECKPOINTS = {
-    model: _ASSETS / f"{model}-synthetic.safetensors" for model in (TINY_MODEL, TINY_MODEL_512, TINY_MODEL_512_H64)
+    model: _ASSETS / f"{model}-synthetic.safetensors"
+    for model in (TINY_MODEL, TINY_MODEL_512, TINY_MODEL_512_H64)
 }
 SYNTHETIC_WEIGHTS = SYNTHETIC_CHECKPOINTS[TINY_MODEL]
 _WEIGHT_SUFFIXES = (".pt", ".pth", ".bin", ".safetensors", ".ckpt")

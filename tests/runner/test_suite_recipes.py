@@ -125,9 +125,7 @@ def test_the_shipped_checkpoints_digest_joins_the_hashed_config(tmp_path):
     }
 
 
-@pytest.mark.parametrize(
-    "model, heads", [("tiny-clip-32-512", (4, 4)), ("tiny-clip-32-512-h64", (2, 1))]
-)
+@pytest.mark.parametrize("model, heads", [("tiny-clip-32-512", (4, 4)), ("tiny-clip-32-512-h64", (2, 1))])
 def test_the_512_d_tiny_clips_are_synthetic_checkpoints_of_their_own(model, heads):
     """``tiny-clip-32-512`` (and its twin with 64-wide heads) with ``pretrained = "synthetic"`` loads
     its own shipped file, whose digest joins the hashed config as the 256-d one's does; 512-d
