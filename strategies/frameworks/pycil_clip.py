@@ -155,6 +155,7 @@ class C3BoxShape:
         if utils.is_dir():
             (self.workdir / "utils").symlink_to(utils, target_is_directory=True)
         self.clip.save_state(self.workdir)
+        self.state_files = {os.path.realpath(self.workdir / name) for name in CLIP_STATE_FILES}
         self._dress(adapter.data_manager)
 
     # --- the learner's code running ---
@@ -176,16 +177,20 @@ class C3BoxShape:
     def _watched_load(self, f: Any, *args: Any, **kwargs: Any) -> Any:
         """``torch.load``; reading the run's CLIP state file, a network rebuilds the image tower with
         C3Box's head width, which it says once where the run's CLIP has another."""
-        if isinstance(f, (str, os.PathLike)) and not self.said_heads:
-            state_files = {os.path.realpath(self.workdir / name) for name in CLIP_STATE_FILES}
+        if (
+            isinstance(f, (str, os.PathLike))
+            and not self.said_heads
+            and os.path.realpath(f) in self.state_files
+        ):
             width = self.clip.head_width()
-            if os.path.realpath(f) in state_files and width != C3BOX_HEAD_WIDTH:
+            if width != C3BOX_HEAD_WIDTH:
                 self.said_heads = True
                 self.adapter._say(
                     f"{self.adapter.name}: its network rebuilds the image tower from {os.fspath(f)} "
                     f"with {C3BOX_HEAD_WIDTH}-wide attention heads (C3Box's utils/inc_net.py: heads = "
                     f"width // {C3BOX_HEAD_WIDTH}); the run's CLIP has {width}-wide heads, so that "
-                    "tower is not the run's CLIP (a CLIP of 64-wide heads, such as ViT-B/16, is)"
+                    f"tower is not the run's CLIP (a CLIP of {C3BOX_HEAD_WIDTH}-wide heads, such as "
+                    "ViT-B/16, is)"
                 )
         return TORCH_LOAD(f, *args, **kwargs)
 
