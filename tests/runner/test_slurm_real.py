@@ -153,6 +153,23 @@ def _states(job_id: str) -> list[str]:
     ).split()
 
 
+ACTIVE_STATES = {"PENDING", "RUNNING", "COMPLETING", "CONFIGURING", "RESIZING", "SUSPENDED"}
+
+
+def _final_states(job_id: str, seconds: float = 60.0) -> list[str]:
+    """The job's states once the accounting has caught up: squeue forgets a job before slurmdbd
+    records its end, so a job gone from the queue can still read RUNNING in sacct for a moment."""
+
+    def settled():
+        states = _states(job_id)
+        return states if states and not ACTIVE_STATES.intersection(states) else None
+
+    try:
+        return _wait_for(settled, seconds, f"the accounting of job {job_id}")
+    except AssertionError:
+        return _states(job_id)  # still unsettled: let the caller's assertion show them
+
+
 def _resumed(tmp_path, store: ResultStore, suite: str = SUITE) -> str:
     """Wait for seed 0 through the launcher; return its run log, which tells it resumed."""
     assert run.main(_argv(tmp_path, "--seeds", "0", suite=suite)) == 0
@@ -260,6 +277,6 @@ def test_a_job_array_of_tune_workers_shares_one_study_and_its_budget(tmp_path, p
 
     _wait_for(ended, 600, f"the tune array {job}")
     outputs = "\n".join(p.read_text()[-2000:] for p in sorted(tmp_path.glob("worker-*.out")))
-    assert _states(job) == ["COMPLETED", "COMPLETED"], outputs
+    assert _final_states(job) == ["COMPLETED", "COMPLETED"], outputs
     check_shared_study(results, workers=2)
     assert all("(SLURM job " in t.user_attrs["worker"] for t in study_trials(results)), outputs
