@@ -1,7 +1,8 @@
 """A lock file that at most one live process holds, even across machines sharing a network file
 system: the run lock (``benchmarks.runner.locking``) and ``prepare``'s lock are both this one.
 
-A lock is a file created exclusively (``O_CREAT | O_EXCL``, atomic on local disks and on NFS v3+).
+A lock is a file created exclusively and whole (written under a private name, then hard-linked to
+the lock's: atomic on local disks and on NFS; ``O_CREAT | O_EXCL`` where there are no hard links).
 It holds who took it (host, pid, SLURM job id where the lock records one, since when, the command
 it belongs to) and its mtime is a heartbeat, refreshed by a daemon thread. A lock whose heartbeat
 is older than ``stale_after`` seconds, or whose process is gone from this host, is stale: another
@@ -22,6 +23,7 @@ worker inherits its launcher's (``COMMAND_ENV``), so a rerun can name the comman
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import os
 import socket
@@ -34,6 +36,8 @@ from pathlib import Path
 
 HEARTBEAT_SECONDS = 30.0
 STALE_AFTER_SECONDS = 300.0  # ten missed heartbeats
+#: ``link`` failing this way: a file system without hard links (FAT, some FUSE and object-store mounts)
+NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP}
 #: set by the local launcher for its workers: "<pid> <start time>" of the command they belong to
 COMMAND_ENV = "CIL_BENCH_COMMAND"
 _STARTED = time.time()  # this process's start, near enough: the runner imports this module early
@@ -199,25 +203,53 @@ class HeartbeatLock:
             self.release()  # a no-op where released already, or where the file is another's
 
     def _create(self) -> bool:
+        """Create the lock whole: the holder written to a private file, then linked to the lock's name
+        (``link`` fails where the name exists: exclusive, as ``O_EXCL``, on local disks and NFS). A
+        SIGTERM can raise in the main thread as any call returns; so the lock exists holding this
+        process's token from its first instant, and ``release`` removes it (and the private file)
+        however early the signal lands. Where the file system has no hard links, ``O_EXCL``."""
+        private = self._private_path()
+        try:
+            with open(private, "x") as handle:
+                json.dump(self._holder_record(), handle)
+                handle.flush()
+                os.fsync(handle.fileno())
+            os.link(private, self.path)
+        except FileExistsError:
+            return self._ours()  # NFS may answer a retried link "exists" when the first one made it
+        except OSError as err:
+            if err.errno not in NO_HARD_LINKS:
+                raise
+            return self._create_exclusively()
+        finally:
+            private.unlink(missing_ok=True)
+        return True
+
+    def _private_path(self) -> Path:
+        return self.path.with_name(f"{self.path.name}.new-{self.token}")
+
+    def _holder_record(self) -> dict:
+        command_pid, command_started = this_command()
+        return {
+            "host": socket.gethostname(),
+            "pid": os.getpid(),
+            "job_id": self.job_id,
+            "since": time.time(),
+            "token": self.token,
+            "command_pid": command_pid,
+            "command_started": command_started,
+        }
+
+    def _create_exclusively(self) -> bool:
+        """``_create`` on a file system without hard links: the file is empty for an instant, and a
+        signal landing in it leaves an empty lock, judged by its age as a damaged one."""
         try:
             fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
         except FileExistsError:
             return False
         try:
-            command_pid, command_started = this_command()
             with os.fdopen(fd, "w") as handle:
-                json.dump(
-                    {
-                        "host": socket.gethostname(),
-                        "pid": os.getpid(),
-                        "job_id": self.job_id,
-                        "since": time.time(),
-                        "token": self.token,
-                        "command_pid": command_pid,
-                        "command_started": command_started,
-                    },
-                    handle,
-                )
+                json.dump(self._holder_record(), handle)
                 handle.flush()
                 os.fsync(handle.fileno())
         except BaseException:  # this process created it a moment ago: a half-written lock is no lock
@@ -251,7 +283,9 @@ class HeartbeatLock:
         return isinstance(data, dict) and data.get("token") == self.token
 
     def release(self) -> None:
-        """Stop the heartbeat and remove the lock if it is still ours."""
+        """Stop the heartbeat and remove the lock if it is still ours (and a private file that an
+        interrupted ``_create`` left)."""
         self._stop_heartbeat()
         if self._ours():
             self.path.unlink(missing_ok=True)
+        self._private_path().unlink(missing_ok=True)

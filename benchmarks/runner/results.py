@@ -305,12 +305,19 @@ class ResultStore:
 
     def leftovers(self) -> list[Path]:
         """What a store whose every run ended, and ended cleanly, does not hold: temporary files of
-        interrupted writes (``benchmarks.core.atomic_io``), locks, and checkpoints."""
+        interrupted writes (``benchmarks.core.atomic_io``), locks (with a lock's private and set-aside
+        files: ``HeartbeatLock``), and checkpoints."""
         return sorted(
             path
             for path in self.root.rglob("*")
             if path.is_file()
-            and (path.name.endswith(".tmp") or path.suffix == ".lock" or ".checkpoints" in path.parts)
+            and (
+                path.name.endswith(".tmp")
+                or path.suffix == ".lock"
+                or ".lock.new-" in path.name
+                or ".lock.stale-" in path.name
+                or ".checkpoints" in path.parts
+            )
         )
 
     def clear_checkpoint(self, key: RunKey) -> None:

@@ -1,6 +1,7 @@
 """Run locks (exclusive, heartbeat, stale takeover), runners sharing a results folder, and the
 views of a sweep: ``benchmarks.runner.status`` and ``benchmarks.run --dry-run``."""
 
+import errno
 import json
 import os
 import socket
@@ -74,25 +75,73 @@ def test_the_heartbeat_refreshes_the_lock(tmp_path):
     lock.release()
 
 
-@pytest.mark.parametrize("where", ["writing the lock file", "starting the heartbeat"])
+@pytest.mark.parametrize(
+    "where", ["writing the lock file", "as the lock's name is made", "starting the heartbeat"]
+)
 def test_a_signal_during_the_acquisition_leaves_no_lock_behind(tmp_path, monkeypatch, where):
-    """SIGTERM raises in the main thread (``stop_on_sigterm``), at any point: in the middle of the
-    new lock file's JSON, or once the file is whole; either way no file of this process remains."""
+    """SIGTERM raises in the main thread (``stop_on_sigterm``) as any call returns: in the middle of
+    the new lock's JSON, the instant its name exists, or once it is whole; whichever, no file of this
+    process remains. (The lock was once created empty and then written: a signal landing as the
+    creating call returned left an empty lock that nobody removed, and a local launcher's worker
+    killed with its launcher left one, tests/runner/test_locks_and_workers.py.)"""
     from benchmarks.core import heartbeat_lock
 
     def interrupted(*args, **kwargs):
         raise KeyboardInterrupt
 
+    link = os.link
+
+    def linked_then_interrupted(*args, **kwargs):
+        link(*args, **kwargs)
+        raise KeyboardInterrupt
+
     if where == "writing the lock file":
         monkeypatch.setattr(heartbeat_lock.json, "dump", interrupted)
+    elif where == "as the lock's name is made":
+        monkeypatch.setattr(heartbeat_lock.os, "link", linked_then_interrupted)
     else:
         monkeypatch.setattr(heartbeat_lock.HeartbeatLock, "_start_heartbeat", interrupted)
     lock = RunLock(tmp_path / "run.lock")
     with pytest.raises(KeyboardInterrupt):
         lock.acquire()
-    assert not lock.path.exists() and lock._thread is None
     monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == [] and lock._thread is None
     assert RunLock(lock.path).acquire()  # free for the next command at once, not after going stale
+
+
+@pytest.mark.parametrize("refusal", [errno.EPERM, errno.EOPNOTSUPP])
+def test_a_file_system_without_hard_links_gets_an_exclusive_create(tmp_path, monkeypatch, refusal):
+    """FAT, some FUSE and object-store mounts refuse ``link``: the lock is still exclusive."""
+    from benchmarks.core import heartbeat_lock
+
+    def refused(*args, **kwargs):
+        raise OSError(refusal, os.strerror(refusal))
+
+    monkeypatch.setattr(heartbeat_lock.os, "link", refused)
+    first, second = RunLock(tmp_path / "run.lock"), RunLock(tmp_path / "run.lock")
+    assert first.acquire() and not second.acquire()
+    assert read_holder(first.path).pid == os.getpid()
+    first.release()
+    monkeypatch.undo()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_link_answered_exists_for_this_lock_itself_is_taken(tmp_path, monkeypatch):
+    """NFS can answer a retried ``link`` "exists" when its first try made the lock: the lock holds
+    this process's token, so it is this process's, not another's."""
+    from benchmarks.core import heartbeat_lock
+
+    link = os.link
+
+    def linked_then_exists(*args, **kwargs):
+        link(*args, **kwargs)
+        raise FileExistsError(errno.EEXIST, "File exists")
+
+    monkeypatch.setattr(heartbeat_lock.os, "link", linked_then_exists)
+    lock = RunLock(tmp_path / "run.lock")
+    assert lock.acquire() and not RunLock(lock.path).acquire()
+    lock.release()
+    assert list(tmp_path.iterdir()) == []
 
 
 def test_an_interrupted_acquisition_leaves_another_holders_lock_alone(tmp_path, monkeypatch):

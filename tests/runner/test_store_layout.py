@@ -75,3 +75,15 @@ def test_an_interrupted_write_is_a_leftover(tmp_path):
     temp.write_text("{")
     assert temp in store.leftovers()
     assert [key for key, _ in store.result_files()] == [keys["result"]]
+
+
+def test_a_locks_private_and_set_aside_files_are_leftovers(tmp_path):
+    """What an interrupted ``HeartbeatLock._create`` or takeover could leave beside a lock."""
+    store, keys = _store(tmp_path)
+    lock = store.lock(keys["lock"]).path
+    private = lock.with_name(f"{lock.name}.new-0123abcd")
+    aside = lock.with_name(f"{lock.name}.stale-0123abcd")
+    private.write_text("{}")
+    aside.write_text("{}")
+    assert {private, aside} <= set(store.leftovers())
+    assert store.run_keys() == set(keys.values())  # neither is a run of its own
