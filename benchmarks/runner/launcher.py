@@ -28,7 +28,7 @@ from tqdm.auto import tqdm
 from benchmarks.core.choices import LAUNCHERS as LAUNCHERS
 from benchmarks.core.environment import Threads, set_threads
 from benchmarks.core.errors import UserError
-from benchmarks.core.heartbeat_lock import read_holder, this_command
+from benchmarks.core.heartbeat_lock import Holder, read_holder, this_command
 from benchmarks.runner.result_record import RunResult
 from benchmarks.runner.results import ResultStore, RunKey
 from benchmarks.runner.suite_progress import SuiteProgress
@@ -141,8 +141,17 @@ def watch_launcher() -> None:
 def held_elsewhere(store: ResultStore, key: RunKey) -> str:
     """The line for a run another live command holds: the one rule of every launcher (not an error
     of this command: the holder computes it, and a rerun or the holder's table collects it)."""
-    holder = read_holder(store.lock(key).path)
-    if holder is not None and holder.command_pid == this_command()[0] and not holder.damaged:
+    return holder_line(read_holder(store.lock(key).path))
+
+
+def of_this_command(holder: Holder) -> bool:
+    """Whether ``holder`` is this command itself or one of its local workers (``this_command``)."""
+    return holder.command_pid == this_command()[0] and not holder.damaged
+
+
+def holder_line(holder: Holder | None) -> str:
+    """``held_elsewhere``'s line for a holder already read (None: the lock was gone when read)."""
+    if holder is not None and of_this_command(holder):
         return f"computed by another worker of this command ({holder.describe()})"
     return f"computed by another command ({holder.describe() if holder else 'lock released meanwhile'})"
 

@@ -41,16 +41,19 @@ from tqdm.auto import tqdm
 
 from benchmarks.core.environment import Threads, auto_threads, check_count_or_auto, idle_cores
 from benchmarks.core.errors import UserError
-from benchmarks.core.heartbeat_lock import COMMAND_ENV, this_command
+from benchmarks.core.heartbeat_lock import COMMAND_ENV, Holder, read_holder, this_command
 from benchmarks.runner.launcher import (
     PARENT_PIPE_ENV,
     Outcome,
     RunOptions,
     held_elsewhere,
+    holder_line,
     how_it_ran,
+    of_this_command,
     run_log_path,
 )
 from benchmarks.runner.results import ResultStore, reuse_under_lock, reused_status
+from benchmarks.runner.run_key import RunKey
 from benchmarks.runner.run_spec import RunSpec
 from benchmarks.runner.status import RunState, run_state
 from benchmarks.runner.suite_progress import SuiteProgress
@@ -238,11 +241,7 @@ class LocalLauncher:
                 previous, states = states, self._states(runs, store, hashes)
                 for spec, before, now in zip(runs, previous, states, strict=True):
                     if now.state == "running":
-                        held = held_elsewhere(store, spec.key)
-                        if held.startswith("computed by another command"):
-                            others[spec.key] = held
-                        else:
-                            others.pop(spec.key, None)
+                        note_other_command(others, spec.key, read_holder(store.lock(spec.key).path))
                     if now.state != before.state and now.state in ("finished", "failed"):
                         # a line per run as it ends, as the inline launcher writes (a log gets no bar)
                         log = run_log_path(store, spec.key)
@@ -298,6 +297,19 @@ class LocalLauncher:
     @staticmethod
     def _states(runs: list[RunSpec], store: ResultStore, hashes: dict) -> list[RunState]:
         return [run_state(store, spec.key, hashes[spec.key]) for spec in runs]
+
+
+def note_other_command(others: dict, key: RunKey, holder: Holder | None) -> None:
+    """Keep in ``others`` the line of another command seen holding ``key`` (its run ends as that
+    command's), or forget it once this command's worker holds it. None (the lock released since the
+    run's state was read, by whichever worker or command computed it) changes nothing: the run is
+    not said to be another command's for having ended between two reads."""
+    if holder is None:
+        return
+    if of_this_command(holder):
+        others.pop(key, None)
+    else:
+        others[key] = holder_line(holder)
 
 
 def _stop(processes: list) -> None:

@@ -436,3 +436,26 @@ def _exit_code(argv) -> int:
         return run.main(argv)
     except SystemExit as exit_:
         return exit_.code
+
+
+def test_a_run_that_ends_between_two_reads_is_not_said_to_be_another_commands():
+    """The local launcher's watch reads a run's state, then its lock's holder: a run finished by this
+    command's own worker in between left no holder to read, and was once said to be "computed by
+    another command (lock released meanwhile)" (the side-by-side suite, 2026-11-30)."""
+    from benchmarks.core.heartbeat_lock import Holder, this_command
+    from benchmarks.runner.local_launcher import note_other_command
+
+    now = time.time()
+    ours = Holder(socket.gethostname(), os.getpid() + 1, None, now, now, command_pid=this_command()[0])
+    theirs = Holder("another-node", 4242, None, now, now, command_pid=4242, command_started=now)
+    others: dict = {}
+    note_other_command(others, KEY, None)  # released between the two reads
+    assert others == {}
+    note_other_command(others, KEY, ours)
+    assert others == {}
+    note_other_command(others, KEY, theirs)
+    assert others[KEY].startswith("computed by another command (another-node, pid 4242")
+    note_other_command(others, KEY, None)  # the other command finished it: still its run
+    assert others[KEY].startswith("computed by another command (another-node")
+    note_other_command(others, KEY, ours)  # taken over by this command's worker
+    assert others == {}
