@@ -99,8 +99,13 @@ def check_command(where: str, command: str, monkeypatch) -> None:
         declared = {marker.split(":")[0] for marker in markers}
         argv = words[1:]
         for index, word in enumerate(argv):
-            if index and argv[index - 1] == "-m":
+            option = argv[index - 1] if index else None
+            if option == "-m":
                 assert set(re.findall(r"\w+", word)) - {"not", "and", "or"} <= declared, command
+            elif option == "-p":  # a plugin of the checkout, named as a module
+                assert (ROOT / (word.replace(".", "/") + ".py")).exists(), command
+            elif option in ("-k", "-n"):  # a test-name expression, a worker count
+                continue
             elif not word.startswith("-"):
                 assert (ROOT / word).exists(), command
     elif tool == "ruff":
