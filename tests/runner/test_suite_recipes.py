@@ -7,6 +7,8 @@ adapts it to the miniature. A new strategy in both suites is covered without edi
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from benchmarks.data.protocols import PROMPTS, SOURCES
@@ -152,3 +154,38 @@ def test_the_ablation_suites_full_gr4cil_row_is_the_smokes_run():
     (full,) = expand(load_suite("smoke-ablation"), strategies=["gr4cil"], device="cpu")
     (smoke,) = expand(load_suite("smoke"), strategies=["gr4cil"], device="cpu")
     assert resolve(full, ".").config_hash == resolve(smoke, ".").config_hash
+
+
+FRAMEWORKS = Path(__file__).resolve().parents[2] / "examples" / "frameworks"
+SIDE_BY_SIDE = str(FRAMEWORKS / "side-by-side.toml")
+C3BOX_SOURCES = (str(FRAMEWORKS / "c3box-smoke.toml"), str(FRAMEWORKS / "c3box-ptm.toml"))
+
+
+def test_the_side_by_side_suite_runs_each_method_as_its_own_suite_does():
+    """examples/frameworks/side-by-side.toml sets the suite's methods beside C3Box's learners on one
+    protocol: the suite's own on smoke-baselines' recipes times the smoke's epoch_scale (as the smoke
+    runs them), each C3Box learner on its table in c3box-smoke.toml or c3box-ptm.toml, unchanged,
+    and the world, class order and tiny CLIP of c3box-ptm.toml, where those learners ran first."""
+    side = load_suite(SIDE_BY_SIDE)
+    ptm = load_suite(C3BOX_SOURCES[1])
+    for key in ("datasets", "tasks", "seeds", "class_order", "epoch_scale", "backbone", "common"):
+        assert side[key] == ptm[key], key
+    assert side["dataset"]["synthetic"] == ptm["dataset"]["synthetic"]
+
+    outside = [name for name in side["strategies"] if name.startswith("pycil:")]
+    tables = {path: load_suite(path)["strategy"] for path in C3BOX_SOURCES}
+    for name in outside:
+        sources = [path for path, table in tables.items() if name in table]
+        assert len(sources) == 1, (name, sources)
+        assert side["strategy"][name] == tables[sources[0]][name], name
+
+    ours = [name for name in side["strategies"] if ":" not in name]
+    assert ours == load_suite("smoke-baselines")["strategies"]
+    scale = side["epoch_scale"]
+    specs = expand(side, strategies=ours, datasets=["synthetic"], tasks=[10], seeds=[0])
+    baselines = _resolved("smoke-baselines", "synthetic")
+    for spec in specs:
+        config, full = resolve(spec, data_root=".").config["strategy_config"], baselines[spec.strategy]
+        expected_epochs = max(1, round(full["epochs"] * scale)) if full["epochs"] else 0
+        assert config == {**full, "epochs": expected_epochs}, spec.strategy
+    assert len(ours) + len(outside) >= 20
