@@ -38,6 +38,9 @@ HEARTBEAT_SECONDS = 30.0
 STALE_AFTER_SECONDS = 300.0  # ten missed heartbeats
 #: ``link`` failing this way: a file system without hard links (FAT, some FUSE and object-store mounts)
 NO_HARD_LINKS = {errno.EPERM, errno.ENOTSUP, errno.EOPNOTSUPP}
+#: what a lock's side files add to its name: the private file ``_create`` links from, and the name a
+#: stale lock is set aside under during a takeover (``is_side_file``)
+PRIVATE_MARK, ASIDE_MARK = ".new-", ".stale-"
 #: set by the local launcher for its workers: "<pid> <start time>" of the command they belong to
 COMMAND_ENV = "CIL_BENCH_COMMAND"
 _STARTED = time.time()  # this process's start, near enough: the runner imports this module early
@@ -136,6 +139,12 @@ def is_stale(holder: Holder, stale_after: float = STALE_AFTER_SECONDS, now: floa
     return (now or time.time()) - holder.heartbeat > stale_after or _process_gone(holder)
 
 
+def is_side_file(path: Path, lock_suffix: str = ".lock") -> bool:
+    """Whether ``path`` is a side file of a lock named ``*<lock_suffix>`` (a private or set-aside
+    file that an interrupted acquisition or takeover can leave)."""
+    return any(f"{lock_suffix}{mark}" in path.name for mark in (PRIVATE_MARK, ASIDE_MARK))
+
+
 class HeartbeatLock:
     """One lock file. ``acquire()`` returns False if another live process holds it; ``job_id`` is
     the SLURM job recorded as the holder (a later life of that job takes the lock over), or None."""
@@ -177,7 +186,7 @@ class HeartbeatLock:
             ours = holder.job_id is not None and holder.job_id == self.job_id  # this job before a requeue
             if not ours and not is_stale(holder, self.stale_after):
                 return False
-            aside = self.path.with_name(f"{self.path.name}.stale-{self.token}")
+            aside = self.path.with_name(f"{self.path.name}{ASIDE_MARK}{self.token}")
             try:
                 os.rename(self.path, aside)  # only one process's rename of this file succeeds
             except FileNotFoundError:
@@ -211,9 +220,7 @@ class HeartbeatLock:
         private = self._private_path()
         try:
             with open(private, "x") as handle:
-                json.dump(self._holder_record(), handle)
-                handle.flush()
-                os.fsync(handle.fileno())
+                self._write_holder(handle)
             os.link(private, self.path)
         except FileExistsError:
             return self._ours()  # NFS may answer a retried link "exists" when the first one made it
@@ -226,11 +233,12 @@ class HeartbeatLock:
         return True
 
     def _private_path(self) -> Path:
-        return self.path.with_name(f"{self.path.name}.new-{self.token}")
+        return self.path.with_name(f"{self.path.name}{PRIVATE_MARK}{self.token}")
 
-    def _holder_record(self) -> dict:
+    def _write_holder(self, handle) -> None:
+        """This process as the holder, written to ``handle`` and on disk before the lock counts."""
         command_pid, command_started = this_command()
-        return {
+        record = {
             "host": socket.gethostname(),
             "pid": os.getpid(),
             "job_id": self.job_id,
@@ -239,6 +247,9 @@ class HeartbeatLock:
             "command_pid": command_pid,
             "command_started": command_started,
         }
+        json.dump(record, handle)
+        handle.flush()
+        os.fsync(handle.fileno())
 
     def _create_exclusively(self) -> bool:
         """``_create`` on a file system without hard links: the file is empty for an instant, and a
@@ -249,9 +260,7 @@ class HeartbeatLock:
             return False
         try:
             with os.fdopen(fd, "w") as handle:
-                json.dump(self._holder_record(), handle)
-                handle.flush()
-                os.fsync(handle.fileno())
+                self._write_holder(handle)
         except BaseException:  # this process created it a moment ago: a half-written lock is no lock
             self.path.unlink(missing_ok=True)
             raise

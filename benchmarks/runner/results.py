@@ -43,6 +43,7 @@ from safetensors import SafetensorError
 
 from benchmarks.core.atomic_io import atomic_write_bytes, read_json, read_tensors, write_json, write_tensors
 from benchmarks.core.errors import UserError
+from benchmarks.core.heartbeat_lock import is_side_file
 from benchmarks.runner.result_record import (
     RunCost,
     RunResult,
@@ -314,8 +315,7 @@ class ResultStore:
             and (
                 path.name.endswith(".tmp")
                 or path.suffix == ".lock"
-                or ".lock.new-" in path.name
-                or ".lock.stale-" in path.name
+                or is_side_file(path)
                 or ".checkpoints" in path.parts
             )
         )
