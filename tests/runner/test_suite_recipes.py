@@ -62,14 +62,17 @@ def test_every_recipe_field_is_official_or_converted_by_a_named_rule(recipes, st
             assert got == value, f"{strategy}.{field}: smoke-baselines {got!r}, CIFAR-100 recipe {value!r}"
 
 
-def test_the_smoke_runs_smoke_baselines_recipes_with_one_common_epoch_factor():
+def _scaled(config: dict, scale: float) -> dict:
+    """``config`` with its epochs times the suite's ``epoch_scale``: rounded, at least one, 0 kept."""
+    return {**config, "epochs": max(1, round(config["epochs"] * scale)) if config["epochs"] else 0}
+
+
+def test_the_smoke_runs_smoke_baselines_recipes_with_one_common_epoch_factor(recipes):
     """The smoke's only departure from smoke-baselines is the suite's epoch_scale, alike for all."""
     scale = load_suite("smoke")["epoch_scale"]
-    baselines, smoke = _resolved("smoke-baselines", "synthetic"), _resolved("smoke", "synthetic")
+    baselines, smoke = recipes[1], _resolved("smoke", "synthetic")
     for strategy, config in smoke.items():
-        full = baselines[strategy]
-        expected_epochs = max(1, round(full["epochs"] * scale)) if full["epochs"] else 0
-        assert config == {**full, "epochs": expected_epochs}, strategy
+        assert config == _scaled(baselines[strategy], scale), strategy
 
 
 def _write_suite(tmp_path, scale) -> str:
@@ -161,7 +164,7 @@ SIDE_BY_SIDE = str(FRAMEWORKS / "side-by-side.toml")
 C3BOX_SOURCES = (str(FRAMEWORKS / "c3box-smoke.toml"), str(FRAMEWORKS / "c3box-ptm.toml"))
 
 
-def test_the_side_by_side_suite_runs_each_method_as_its_own_suite_does():
+def test_the_side_by_side_suite_runs_each_method_as_its_own_suite_does(recipes):
     """examples/frameworks/side-by-side.toml sets the suite's methods beside C3Box's learners on one
     protocol: the suite's own on smoke-baselines' recipes times the smoke's epoch_scale (as the smoke
     runs them), each C3Box learner on its table in c3box-smoke.toml or c3box-ptm.toml, unchanged,
@@ -182,11 +185,7 @@ def test_the_side_by_side_suite_runs_each_method_as_its_own_suite_does():
 
     ours = [name for name in side["strategies"] if ":" not in name]
     assert ours == load_suite("smoke-baselines")["strategies"]
-    scale = side["epoch_scale"]
-    specs = expand(side, strategies=ours, datasets=["synthetic"], tasks=[10], seeds=[0])
-    baselines = _resolved("smoke-baselines", "synthetic")
-    for spec in specs:
-        config, full = resolve(spec, data_root=".").config["strategy_config"], baselines[spec.strategy]
-        expected_epochs = max(1, round(full["epochs"] * scale)) if full["epochs"] else 0
-        assert config == {**full, "epochs": expected_epochs}, spec.strategy
+    for spec in expand(side, strategies=ours, datasets=["synthetic"], tasks=[10], seeds=[0]):
+        config = resolve(spec, data_root=".").config["strategy_config"]
+        assert config == _scaled(recipes[1][spec.strategy], side["epoch_scale"]), spec.strategy
     assert len(ours) + len(outside) >= 20
