@@ -11,9 +11,9 @@ checks this over the tree, and that this list names every part):
 4. ``runner``: suites, results store and its reader, locks, executing a run, launchers, status, live logs
 5. ``analysis`` (top-level package: tables, report, comparison), ``miniature`` (the tiny CLIP's
    pretraining and measurements) and ``tools`` (measurements and data commands built on the runner)
-6. the command line: ``run`` (its parser) and ``run_suite`` (its body), ``tune`` (its parser) and
-   ``tune_study`` (Optuna studies on a validation split), ``prepare`` (the only downloads) and
-   ``tools.walk`` (which drives ``run`` as a user would)
+6. the command line: ``run`` (its parser) and ``run_suite`` (its body), ``tune`` (its parser),
+   ``tune_space`` (its search space) and ``tune_study`` (Optuna studies on a validation split),
+   ``prepare`` (the only downloads) and ``tools.walk`` (which drives ``run`` as a user would)
 """
 
 import warnings

@@ -29,9 +29,10 @@ sampler, seed and every trial. Mistakes print one line and exit with 2.
 from __future__ import annotations
 
 import argparse
+import math
 import sys
 
-from benchmarks.core.choices import DEFAULT_VALIDATION_FRACTION, OBJECTIVES
+from benchmarks.core.choices import DEFAULT_VALIDATION_FRACTION, MAX_VALIDATION_FRACTION, OBJECTIVES
 from benchmarks.core.errors import CommandParser, one_line_user_errors
 from benchmarks.runner.suite_files import suite_file
 
@@ -48,6 +49,22 @@ def _csv(kind):
 
 def _task(text: str) -> int | str:
     return int(text) if text.isdigit() else text
+
+
+def _fraction(text: str) -> float:
+    try:
+        fraction = float(text)
+    except ValueError:
+        fraction = math.nan
+    if not 0 < fraction <= MAX_VALIDATION_FRACTION:
+        raise argparse.ArgumentTypeError(f"a fraction in (0, {MAX_VALIDATION_FRACTION}], not {text!r}")
+    return fraction
+
+
+def _whole(text: str) -> int:
+    if not text.isdigit():
+        raise argparse.ArgumentTypeError(f"a whole number >= 0, not {text!r}")
+    return int(text)
 
 
 def _positive(text: str) -> int:
@@ -71,12 +88,12 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--sampler-seed", type=int, default=0, help="the TPE sampler's seed (default 0)")
     parser.add_argument(
         "--validation-fraction",
-        type=float,
+        type=_fraction,
         help="held out of each class's training images "
         f"(default: the suite's, else {DEFAULT_VALIDATION_FRACTION})",
     )
     parser.add_argument(
-        "--validation-seed", type=int, help="which images are held out (default: the suite's, else 0)"
+        "--validation-seed", type=_whole, help="which images are held out (default: the suite's, else 0)"
     )
     parser.add_argument(
         "--datasets", type=_csv(str), help="comma-separated dataset names (default: the suite's)"
@@ -98,9 +115,19 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)  # --help and a refused option end here, before torch is imported
     suite_file(args.suite)  # and a misspelt suite
+    from benchmarks.runner.suites import check_strategy_names, load_suite  # no torch either
+    from benchmarks.tune_space import space_tables
+
+    suite = load_suite(args.suite)  # and a slip in the suite, a strategy's name or the space's tables
+    check_strategy_names(suite, args.strategies)
+    if args.validation_fraction is None:
+        args.validation_fraction = suite.get("validation_fraction", DEFAULT_VALIDATION_FRACTION)
+    if args.validation_seed is None:
+        args.validation_seed = suite.get("validation_seed", 0)
+    tables = space_tables(args.space, args.strategies, suite)
     from benchmarks.tune_study import run_tune  # the runner: torch, open_clip and Avalanche
 
-    return run_tune(args, argv)
+    return run_tune(args, argv, suite, tables)
 
 
 if __name__ == "__main__":

@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import argparse
 import copy
-import dataclasses
 import functools
 import hashlib
 import json
@@ -17,13 +16,12 @@ import re
 import socket
 import sys
 import time
-import tomllib
 import warnings
 from pathlib import Path
 from typing import Any
 
 from benchmarks.core.atomic_io import atomic_write_bytes
-from benchmarks.core.choices import DEFAULT_VALIDATION_FRACTION, OBJECTIVES
+from benchmarks.core.choices import OBJECTIVES
 from benchmarks.core.errors import UserError
 from benchmarks.core.heartbeat_lock import HeartbeatLock, slurm_job_id
 from benchmarks.runner.building import resolve
@@ -34,8 +32,7 @@ from benchmarks.runner.results import ResultStore
 from benchmarks.runner.run_spec import RunSpec
 from benchmarks.runner.suites import expand, load_suite
 from benchmarks.runner.termination import restore_sigterm, stop_on_sigterm
-from strategies.contract import config_class
-from strategies.registry import get_strategy
+from benchmarks.tune_space import Dimension, read_space
 
 TUNED_SUFFIX = "-tuned"
 #: a run's error that makes its trial a failed one (counted in the budget) rather than stopping the tune
@@ -48,105 +45,6 @@ POLL_SECONDS = 10.0
 CLAIM_POLL_SECONDS = 0.2
 #: suite keys a tuned suite drops: its rows train on every training image and are scored on the test set
 TUNING_ONLY_KEYS = ("validation_fraction", "validation_seed", "evaluate_test", "name", "path")
-
-
-@dataclasses.dataclass(frozen=True)
-class Dimension:
-    """One Config field of the search space: a range (``low``, ``high``, ``log``) or ``choices``."""
-
-    name: str
-    low: float | int | None = None
-    high: float | int | None = None
-    log: bool = False
-    choices: tuple | None = None
-
-    def suggest(self, trial) -> Any:
-        if self.choices is not None:
-            return trial.suggest_categorical(self.name, list(self.choices))
-        if isinstance(self.low, int) and isinstance(self.high, int):
-            return trial.suggest_int(self.name, self.low, self.high, log=self.log)
-        assert self.low is not None and self.high is not None  # a range (checked when the space is read)
-        return trial.suggest_float(self.name, float(self.low), float(self.high), log=self.log)
-
-    def record(self) -> dict[str, Any]:
-        if self.choices is not None:
-            return {"choices": list(self.choices)}
-        return {"low": self.low, "high": self.high, "log": self.log}
-
-
-def read_space(path: str, labels: list[str], suite: dict[str, Any]) -> dict[str, list[Dimension]]:
-    """The search space of each label, checked against its strategy's Config: an unknown field, a
-    range of the wrong type or an empty one is one line."""
-    try:
-        table = tomllib.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as err:
-        raise UserError(f"cannot read search space {path}: {err.strerror}") from None
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as err:
-        raise UserError(f"search space {path} is not valid UTF-8 TOML ({err}); fix the file") from None
-    known = {*suite["strategies"], *suite.get("variants", {}), *labels}  # one file may serve several tunes
-    if unknown := sorted(set(table) - known):
-        raise UserError(
-            f"search space {path} has table(s) {unknown} for no row of the suite; rows: {sorted(known)}"
-        )
-    space = {}
-    for label in labels:
-        if not table.get(label):
-            raise UserError(
-                f"search space {path} has no [{label}] table; add e.g. lr = {{low = 1e-4, high = 1e-2}}"
-            )
-        strategy = suite.get("variants", {}).get(label, {}).get("strategy", label)
-        space[label] = [
-            _dimension(path, label, strategy, name, entry) for name, entry in table[label].items()
-        ]
-    return space
-
-
-def _dimension(path: str, label: str, strategy: str, name: str, entry: Any) -> Dimension:
-    where = f"search space {path}: [{label}] {name}"
-    cls = config_class(get_strategy(strategy))
-    fields = {f.name: f for f in dataclasses.fields(cls)}
-    if name not in fields:
-        raise UserError(
-            f"{where}: {strategy}'s Config has no field {name!r}; valid: {', '.join(sorted(fields))}"
-        )
-    if not isinstance(entry, dict) or set(entry) not in (
-        {"choices"},
-        {"low", "high"},
-        {"low", "high", "log"},
-    ):
-        raise UserError(
-            f"{where} must be {{low = .., high = ..}} (log = true optional) or {{choices = [..]}}"
-        )
-    default = fields[name].default
-    if "choices" in entry:
-        choices = entry["choices"]
-        if not isinstance(choices, list) or not choices or any(isinstance(c, (list, dict)) for c in choices):
-            raise UserError(f"{where}: choices must be a non-empty list of plain values; got {choices!r}")
-        dimension = Dimension(name, choices=tuple(choices))
-        values = choices
-    else:
-        low, high, log = entry["low"], entry["high"], entry.get("log", False)
-        numbers = all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in (low, high))
-        if not numbers or isinstance(default, bool) or not isinstance(default, (int, float)):
-            raise UserError(
-                f"{where}: a range needs numbers on a numeric field ({name} defaults to {default!r}); "
-                f"got low = {low!r}, high = {high!r}"
-            )
-        if isinstance(default, int) and not (isinstance(low, int) and isinstance(high, int)):
-            raise UserError(
-                f"{where}: {name} is a whole number; give whole-number low and high, not {low!r}, {high!r}"
-            )
-        if not isinstance(log, bool) or not low < high or (log and low <= 0):
-            raise UserError(f"{where}: needs low < high (and low > 0 with log = true); got {entry!r}")
-        if isinstance(default, float):
-            low, high = float(low), float(high)
-        dimension, values = Dimension(name, low, high, log), [low, high]
-    for value in values:  # the Config's own checks, on the ends of the range
-        try:
-            cls.from_dict({name: value}, strategy)
-        except UserError as err:
-            raise UserError(f"{where}: {value!r} is refused by {strategy}'s Config ({err})") from None
-    return dimension
 
 
 def params_digest(params: dict[str, Any]) -> str:
@@ -431,9 +329,12 @@ def suite_toml(suite: dict[str, Any], header: str) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run_tune(args: argparse.Namespace, argv: list[str] | None) -> int:
-    """The tune ``benchmarks.tune``'s parsed ``args`` ask for (``argv``: the command line, for the
-    tuned suite's header)."""
+def run_tune(
+    args: argparse.Namespace, argv: list[str] | None, suite: dict[str, Any], tables: dict[str, dict]
+) -> int:
+    """The tune ``benchmarks.tune``'s parsed ``args`` ask for, of ``suite`` (loaded, its names and
+    validation split checked) over the search space's ``tables`` (``tune_space.space_tables``);
+    ``argv``: the command line, for the tuned suite's header."""
     prepare_runner_process()
     import optuna
 
@@ -443,12 +344,7 @@ def run_tune(args: argparse.Namespace, argv: list[str] | None) -> int:
     warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)
     sigterm = stop_on_sigterm()
     try:
-        suite = load_suite(args.suite)
-        if args.validation_fraction is None:
-            args.validation_fraction = suite.get("validation_fraction", DEFAULT_VALIDATION_FRACTION)
-        if args.validation_seed is None:
-            args.validation_seed = suite.get("validation_seed", 0)
-        space = read_space(args.space, args.strategies, suite)
+        space = read_space(args.space, tables, suite)
         results_dir = Path(args.results_dir or Path("runs") / "tune" / suite["name"])
         for label in args.strategies:  # every mistake before the first trial: the ends of each range
             lows = {d.name: d.choices[0] if d.choices else d.low for d in space[label]}

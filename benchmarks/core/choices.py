@@ -45,3 +45,5 @@ OBJECTIVES = {"val_avg": "avg_acc", "val_last": "last_acc"}
 
 #: the share of each class's training images a tune holds out when its suite names none
 DEFAULT_VALIDATION_FRACTION = 0.1
+#: a validation split holds at most half of a class's training images
+MAX_VALIDATION_FRACTION = 0.5

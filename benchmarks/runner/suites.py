@@ -67,7 +67,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
-from benchmarks.core.choices import MAX_SEED, AugmentOn, check_augment_on
+from benchmarks.core.choices import MAX_SEED, MAX_VALIDATION_FRACTION, AugmentOn, check_augment_on
 from benchmarks.core.errors import UserError
 from benchmarks.data.class_orders import DEFAULT_CLASS_ORDER
 from benchmarks.data.protocols import DEFAULT_PROTOCOL, ProtocolLayer, check_protocol, protocol_layer
@@ -107,8 +107,6 @@ KNOWN_KEYS = {
     "evaluate_test",
     "tuned",
 }
-#: a validation split holds at most half of a class's training images
-MAX_VALIDATION_FRACTION = 0.5
 
 
 def check_seeds(seeds: list[int], where: str) -> None:

@@ -23,6 +23,7 @@ LAYERS = {
     "benchmarks.run_suite": 6,
     "benchmarks.tune": 6,
     "benchmarks.tune_study": 6,
+    "benchmarks.tune_space": 6,
     "benchmarks.prepare": 6,
     "benchmarks": 0,  # the package's own __init__
 }

@@ -61,6 +61,8 @@ def test_a_refused_option_is_one_line_before_torch(argv, message):
 
 
 TUNE = ["--strategies", "finetune", "--space", "space.toml", "--trials", "2"]
+# the suite and the space file read, a strategy's name and the space's tables checked: still no torch
+SPACE = ["--space", "examples/tuning/smoke-baselines-space.toml", "--trials", "2"]
 
 
 @pytest.mark.parametrize(
@@ -69,6 +71,8 @@ TUNE = ["--strategies", "finetune", "--space", "space.toml", "--trials", "2"]
         (["--suite", "smoke", *TUNE, "--objective", "val_best"], "argument --objective: invalid choice"),
         (["--suite", "smoke", *TUNE[:-1], "0"], "a trial budget is a whole number >= 1, not '0'"),
         (["--suite", "smoek", *TUNE], "error: unknown suite 'smoek'; available: "),
+        (["--suite", "smoke", *TUNE, "--validation-fraction", "0.9"], "a fraction in (0, 0.5], not '0.9'"),
+        (["--suite", "smoke", *TUNE, "--validation-seed", "-1"], "a whole number >= 0, not '-1'"),
     ],
 )
 def test_a_refused_tune_option_is_one_line_before_torch(argv, message):
@@ -116,6 +120,23 @@ def test_a_misspelt_strategy_is_one_line_before_torch(argv, message, tmp_path):
     if message is None:
         assert done.returncode == 0 and {"torch", "avalanche"} <= names and "open_clip" not in names
         return
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+    assert done.returncode == 2 and len(errors) == 1 and message in errors[0], errors
+    assert names & TORCH_AND_UP == set()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
+        (["--suite", "smoke", "--strategies", "gr4ci"], "unknown strategy 'gr4ci'; did you mean 'gr4cil'?"),
+        (["--suite", "smoke-baselines", "--strategies", "finetune"], "has no [finetune] table"),
+        (["--suite", "smoke", "--strategies", "gr4cil"], "has table(s) ['moe4cl'] for no row"),
+    ],
+)
+def test_a_slip_in_a_tune_s_names_or_space_tables_is_one_line_before_torch(argv, message):
+    """The suite is loaded, each name checked and the space file's tables matched to the suite's rows
+    before a method, torch or Avalanche is imported (a field's check reads its strategy's Config)."""
+    done, names = imported("benchmarks.tune", *argv, *SPACE)
     errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
     assert done.returncode == 2 and len(errors) == 1 and message in errors[0], errors
     assert names & TORCH_AND_UP == set()
