@@ -162,6 +162,9 @@ def upstream_error(err: BaseException, root: Path, name: str, doing: str, passed
     parsed = _file_being_parsed(err)
     if parsed is not None:
         message += f" in {parsed}"
+    empty = _empty_module_file(err, root)
+    if empty is not None:
+        message += f" (its file {empty} is empty: 0 bytes in the checkout)"
     if _needs_cuda(err):
         return UserError(
             f"{name}: its code calls CUDA at {at} while {doing}, and this run has no CUDA device "
@@ -194,6 +197,23 @@ def _file_being_parsed(err: BaseException) -> str | None:
             except OSError:
                 return name
     return None
+
+
+def _empty_module_file(err: BaseException, root: Path) -> str | None:
+    """The file, relative to ``root``, of the module whose missing attribute raised ``err`` when
+    that file is empty: its name is all a "has no attribute" line can point at (C3Box's
+    ``backbone/loraclip/loralib/utils.py`` is the empty blob at 1378ab2)."""
+    module = getattr(err, "obj", None) if isinstance(err, AttributeError) else None
+    filename = getattr(module, "__file__", None) if isinstance(module, ModuleType) else None
+    if not isinstance(filename, str):
+        return None
+    try:
+        path = Path(filename).resolve()
+        if path.stat().st_size != 0:
+            return None
+    except OSError:
+        return None
+    return str(path.relative_to(root)) if path.is_relative_to(root) else str(path)
 
 
 def _needs_cuda(err: BaseException) -> bool:

@@ -456,3 +456,38 @@ def test_a_file_its_code_cannot_parse_is_named_with_its_size(tmp_path):
         f"engine: JSONDecodeError: Expecting value: line 1 column 1 (char 0) in "
         f"{tmp_path / 'chat' / 'aircraft_des.json'} (0 bytes) at engine_like.py:4 (read)"
     )
+
+
+def test_a_function_missing_from_an_empty_module_file_names_that_file(tmp_path):
+    from strategies.frameworks.upstream import running_upstream
+
+    # C3Box's MG-CLIP calls loralib.utils.mark_only_lora_as_trainable, and its loralib/utils.py is
+    # the empty blob: "has no attribute" alone does not say the checkout lacks the file's content
+    package = tmp_path / "lora_like"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "utils.py").write_text("")
+    (tmp_path / "model_like.py").write_text(
+        "from lora_like import utils\ndef build():\n    utils.mark_only_lora_as_trainable(None)\n"
+    )
+    sys.path.insert(0, str(tmp_path))
+    try:
+        import model_like
+
+        with pytest.raises(UserError) as caught:
+            with running_upstream(tmp_path, "mind", "building the learner", lambda: "{}"):
+                model_like.build()
+        (package / "utils.py").write_text("# not empty\n")  # a file with content: the line as before
+        with pytest.raises(UserError) as unchanged:
+            with running_upstream(tmp_path, "mind", "building the learner", lambda: "{}"):
+                model_like.build()
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in ("model_like", "lora_like", "lora_like.utils"):
+            sys.modules.pop(name, None)
+    assert str(caught.value).startswith(
+        "mind: AttributeError: module 'lora_like.utils' has no attribute 'mark_only_lora_as_trainable' "
+        f"(its file {Path('lora_like') / 'utils.py'} is empty: 0 bytes in the checkout) "
+        "at model_like.py:3 (build)"
+    )
+    assert "is empty" not in str(unchanged.value)
