@@ -45,14 +45,18 @@ from strategies.frameworks.pycil_clip import C3BoxShape, RunCLIP, builds_whole_c
 from strategies.frameworks.pycil_config import PyCILConfig, ReadArgs
 from strategies.frameworks.pycil_data import VALIDATION_PER_CLASS, DataManager, ItemImages
 from strategies.frameworks.pycil_state import (
+    changed_outside,
     class_name,
+    fingerprint,
     load_exactly,
     module_mode,
+    modules_outside_state_dict,
     on_accelerator,
     packed_under,
     plain_tensors,
     set_mode,
     state_shapes,
+    tensors_as_built,
     to_device,
 )
 from strategies.frameworks.upstream import (
@@ -144,6 +148,13 @@ class PyCILAdapter(FrameworkAdapter[PyCILConfig]):
         self._pristine = {id(t): (t, t._version) for t in self.backbone.state_dict(keep_vars=True).values()}
         with self._upstream("building the learner"):
             self.learner = self.wrapped(self.args)
+        # modules its network keeps outside its state dict, as built: one trained later, or made
+        # later, is state a checkpoint cannot hold (checkpoint_state)
+        self._outside_built = tensors_as_built(modules_outside_state_dict(self.network))
+        # ...or a fresh copy of the run's CLIP, as its factory gives one (a network rebuilt in a task)
+        self._pristine_outside = (
+            frozenset() if self.c3box is None else frozenset({fingerprint(self.c3box.clip.model())})
+        )
 
     def _say(self, line: str) -> None:
         # a warning: the commands print it as one line, and --quiet drops it with the rest
@@ -304,6 +315,9 @@ class PyCILAdapter(FrameworkAdapter[PyCILConfig]):
             if isinstance(vars(self.learner)[attr], (nn.Module, torch.Tensor)):  # a later one may alias it
                 known[id(vars(self.learner)[attr])] = attr
             tensors.update({f"learner/{attr}{suffix}": t for suffix, t in packed.items()})
+        unsaved += changed_outside(
+            self.network, self._outside_built, self._pristine_outside
+        )  # in no state dict: starts over
         meta["learner"] = {
             "total_classes": self.learner._total_classes,
             "attributes": saved,

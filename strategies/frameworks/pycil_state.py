@@ -63,6 +63,65 @@ def plain_tensors(network: nn.Module) -> list[str]:
     )
 
 
+def modules_outside_state_dict(network: nn.Module) -> dict[str, list[nn.Module]]:
+    """The modules a network and its modules hold in plain lists, tuples or dicts, by the path of
+    the attribute holding them, where the network's state dict does not see them (C3Box's EASE
+    keeps each task's trained adapters in ``backbone.adapter_list``, a list). Modules registered
+    elsewhere in the network (a list that names its own blocks) are left out."""
+    registered = {id(module) for module in network.modules()}
+    found: dict[str, list[nn.Module]] = {}
+    for prefix, module in network.named_modules():
+        for attr, value in vars(module).items():
+            if attr in ("_modules", "_parameters", "_buffers") or not isinstance(value, (list, tuple, dict)):
+                continue
+            items = value.values() if isinstance(value, dict) else value
+            outside = [v for v in items if isinstance(v, nn.Module) and id(v) not in registered]
+            if outside:
+                found[f"{prefix}.{attr}" if prefix else attr] = outside
+    return found
+
+
+def tensors_as_built(modules: dict[str, list[nn.Module]]) -> dict[int, tuple[torch.Tensor, int]]:
+    """Each tensor of ``modules`` by id, with its version counter: what ``changed_outside`` compares."""
+    return {
+        id(t): (t, t._version)
+        for held in modules.values()
+        for module in held
+        for t in module.state_dict(keep_vars=True).values()
+    }
+
+
+def fingerprint(module: nn.Module) -> tuple:
+    """A module's state by value, small enough to keep: each key's shape and the sum and sum of
+    squares of its values (in float64). Two modules with the same fingerprint hold the same state."""
+    return tuple(
+        (key, tuple(t.shape), float(t.double().sum()), float(t.double().square().sum()))
+        for key, t in sorted(module.state_dict().items())
+    )
+
+
+def changed_outside(
+    network: nn.Module, built: dict[int, tuple[torch.Tensor, int]], pristine: frozenset[tuple] = frozenset()
+) -> list[str]:
+    """The attributes of ``network`` holding modules outside its state dict that hold state a
+    checkpoint would lose: a module made since ``built`` was taken, or one trained since (a tensor
+    changed in place), unless it equals one of the ``pristine`` fingerprints (a fresh copy of the
+    run's CLIP). An untouched one (C3Box's networks keep the first of the two CLIPs its factory
+    builds in a tuple, and the run's backbone in their ``args``) loses nothing."""
+    lost = []
+    for path, modules in modules_outside_state_dict(network).items():
+        if not all(_as_built(module, built) or fingerprint(module) in pristine for module in modules):
+            lost.append(f"_network.{path} ({len(modules)} module(s) outside its state dict)")
+    return sorted(lost)
+
+
+def _as_built(module: nn.Module, built: dict[int, tuple[torch.Tensor, int]]) -> bool:
+    return all(
+        (mine := built.get(id(t))) is not None and mine[0] is t and t._version == mine[1]
+        for t in module.state_dict(keep_vars=True).values()
+    )
+
+
 def load_exactly(module: nn.Module, state: dict[str, torch.Tensor], untouched, name: str) -> None:
     """``state`` into ``module``; any key missing (other than ``untouched``, when given) or extra is
     a checkpoint that does not fit."""

@@ -5,6 +5,7 @@ the run's CLIP, its own test loader served without the test set, exemplars throu
 ``--quiet``, one-line errors for ``.cuda()`` and a missing option, and resumes that keep the
 numbers (or start over and say so)."""
 
+import copy
 import sys
 from pathlib import Path
 
@@ -145,6 +146,40 @@ def test_state_a_checkpoint_cannot_hold_means_starting_over(stream):
     _, meta = strategy.checkpoint_state()
     assert meta["learner"]["unsaved"] == ["draws"]
     assert "draws" in strategy.resume_refusal(meta)
+
+
+def test_modules_kept_outside_the_networks_state_dict_mean_starting_over(stream):
+    strategy = built("pycil:pycil_learners.habits:KeepsAdaptersInAList", stream, args={"memory_size": 0})
+    learn(strategy, stream, [0, 1])
+    _, meta = strategy.checkpoint_state()
+    assert meta["learner"]["unsaved"] == ["_network.finished (2 module(s) outside its state dict)"]
+    assert "_network.finished" in strategy.resume_refusal(meta)
+    # a network whose lists hold only its own registered modules saves whole, and resumes
+    strategy = built("pycil:pycil_learners.habits:NeedsCuda", stream, args={"memory_size": 0})
+    strategy.network.blocks = [strategy.network.fc]
+    _, meta = strategy.checkpoint_state()
+    assert meta["learner"]["unsaved"] == [] and strategy.resume_refusal(meta) is None
+
+
+def test_a_fresh_copy_of_the_runs_clip_outside_the_state_dict_loses_nothing():
+    from strategies.frameworks.pycil_state import (
+        changed_outside,
+        fingerprint,
+        modules_outside_state_dict,
+        tensors_as_built,
+    )
+
+    # C3Box's APER rebuilds its network in a task; the new one keeps a fresh factory copy of the
+    # run's CLIP in a tuple: made after the learner was built, yet equal to the run's CLIP
+    clip = torch.nn.Linear(3, 3)
+    network = torch.nn.Module()
+    built = tensors_as_built(modules_outside_state_dict(network))
+    network.convnet = (copy.deepcopy(clip), "preprocess", "tokenizer")
+    assert changed_outside(network, built) == ["_network.convnet (1 module(s) outside its state dict)"]
+    assert changed_outside(network, built, frozenset({fingerprint(clip)})) == []
+    with torch.no_grad():
+        network.convnet[0].weight[0, 0] += 1e-3  # trained: no longer the run's CLIP
+    assert changed_outside(network, built, frozenset({fingerprint(clip)})) != []
 
 
 def test_cuda_on_a_cpu_machine_is_one_line(stream):
