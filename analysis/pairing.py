@@ -38,6 +38,7 @@ from benchmarks.runner.reading import (
     cannot_rank,
     counted,
     not_a_measurement,
+    skipped_clause,
 )
 from benchmarks.runner.result_record import RunResult
 
@@ -336,8 +337,8 @@ def compare_all(
     runs = load_runs(results_dir, problems) if runs is None else runs
     if not runs:
         raise UserError(
-            f"no result JSON found under {results_dir}; run python -m benchmarks.run first "
-            "or point --results-dir at a folder of results"
+            f"no result JSON found under {results_dir}{skipped_clause(problems)}; run python -m "
+            "benchmarks.run first or point --results-dir at a folder of results"
         )
     caveats = [
         why for seeds in runs.values() for run in seeds.values() if (why := not_a_measurement(run.result))

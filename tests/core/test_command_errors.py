@@ -141,6 +141,17 @@ def test_a_bad_argument_is_one_line_and_exit_2(module, argv, fragment, tmp_path,
     assert err[0].startswith("error: ") and fragment in err[0], err
 
 
+@pytest.mark.parametrize("module", ["analysis.tables", "analysis.compare"])
+def test_a_folder_of_damaged_results_only_names_them_in_its_one_line(module, tmp_path, capsys):
+    damaged = tmp_path / "synthetic" / "gr4cil" / "T10-seed0.json"
+    damaged.parent.mkdir(parents=True)
+    damaged.write_bytes(b"\xff\xfe")  # not UTF-8
+    assert importlib.import_module(module).main(["--results-dir", str(tmp_path)]) == 2
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("error: no result JSON found under ")
+    assert f"(skipped corrupt result file {damaged} (not UTF-8 text" in line
+
+
 # A run whose class order numpy cannot seed stops before any run, in one line (preflight).
 RUN_ARGV = ["--suite", "smoke", "--strategies", "continual_clip", "--seeds", "0", "--tasks", "2", "--quiet"]
 
