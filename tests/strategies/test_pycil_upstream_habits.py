@@ -6,6 +6,7 @@ the run's CLIP, its own test loader served without the test set, exemplars throu
 numbers (or start over and say so)."""
 
 import copy
+import importlib
 import sys
 from pathlib import Path
 
@@ -467,9 +468,25 @@ def test_a_run_killed_while_its_loader_has_workers_leaves_no_worker_behind(tmp_p
     assert all(map(ended, workers)), [w.pid for w in workers if not ended(w)]
 
 
-def test_a_file_its_code_cannot_parse_is_named_with_its_size(tmp_path):
+def _upstream_line(tmp_path, learner: str, module: str, call, forget: tuple[str, ...] = ()) -> str:
+    """The one line ``running_upstream`` gives for ``call(module)``, ``module`` imported from files
+    under ``tmp_path`` (and forgotten after, with ``forget``)."""
     from strategies.frameworks.upstream import running_upstream
 
+    sys.path.insert(0, str(tmp_path))
+    try:
+        imported = importlib.import_module(module)
+        with pytest.raises(UserError) as caught:
+            with running_upstream(tmp_path, learner, "building the learner", lambda: "{}"):
+                call(imported)
+    finally:
+        sys.path.remove(str(tmp_path))
+        for name in (module, *forget):
+            sys.modules.pop(name, None)
+    return str(caught.value)
+
+
+def test_a_file_its_code_cannot_parse_is_named_with_its_size(tmp_path):
     # C3Box's ENGINE json.load()s one description file a dataset; an empty one reads as
     # "Expecting value: line 1 column 1", which names no file
     (tmp_path / "chat").mkdir()
@@ -477,25 +494,15 @@ def test_a_file_its_code_cannot_parse_is_named_with_its_size(tmp_path):
     (tmp_path / "engine_like.py").write_text(
         "import json\ndef read(name):\n    with open(name) as f:\n        return json.load(f)\n"
     )
-    sys.path.insert(0, str(tmp_path))
-    try:
-        import engine_like
-
-        with pytest.raises(UserError) as caught:
-            with running_upstream(tmp_path, "engine", "building the learner", lambda: "{}"):
-                engine_like.read(str(tmp_path / "chat" / "aircraft_des.json"))
-    finally:
-        sys.path.remove(str(tmp_path))
-        sys.modules.pop("engine_like", None)
-    assert str(caught.value).startswith(
+    described = tmp_path / "chat" / "aircraft_des.json"
+    line = _upstream_line(tmp_path, "engine", "engine_like", lambda engine: engine.read(str(described)))
+    assert line.startswith(
         f"engine: JSONDecodeError: Expecting value: line 1 column 1 (char 0) in "
-        f"{tmp_path / 'chat' / 'aircraft_des.json'} (0 bytes) at engine_like.py:4 (read)"
+        f"{described} (0 bytes) at engine_like.py:4 (read)"
     )
 
 
 def test_a_function_missing_from_an_empty_module_file_names_that_file(tmp_path):
-    from strategies.frameworks.upstream import running_upstream
-
     # C3Box's MG-CLIP calls loralib.utils.mark_only_lora_as_trainable, and its loralib/utils.py is
     # the empty blob: "has no attribute" alone does not say the checkout lacks the file's content
     package = tmp_path / "lora_like"
@@ -505,24 +512,13 @@ def test_a_function_missing_from_an_empty_module_file_names_that_file(tmp_path):
     (tmp_path / "model_like.py").write_text(
         "from lora_like import utils\ndef build():\n    utils.mark_only_lora_as_trainable(None)\n"
     )
-    sys.path.insert(0, str(tmp_path))
-    try:
-        import model_like
-
-        with pytest.raises(UserError) as caught:
-            with running_upstream(tmp_path, "mind", "building the learner", lambda: "{}"):
-                model_like.build()
-        (package / "utils.py").write_text("# not empty\n")  # a file with content: the line as before
-        with pytest.raises(UserError) as unchanged:
-            with running_upstream(tmp_path, "mind", "building the learner", lambda: "{}"):
-                model_like.build()
-    finally:
-        sys.path.remove(str(tmp_path))
-        for name in ("model_like", "lora_like", "lora_like.utils"):
-            sys.modules.pop(name, None)
-    assert str(caught.value).startswith(
+    forget = ("lora_like", "lora_like.utils")
+    line = _upstream_line(tmp_path, "mind", "model_like", lambda model: model.build(), forget)
+    assert line.startswith(
         "mind: AttributeError: module 'lora_like.utils' has no attribute 'mark_only_lora_as_trainable' "
         f"(its file {Path('lora_like') / 'utils.py'} is empty: 0 bytes in the checkout) "
         "at model_like.py:3 (build)"
     )
-    assert "is empty" not in str(unchanged.value)
+    (package / "utils.py").write_text("# not empty\n")  # a file with content: the line as before
+    line = _upstream_line(tmp_path, "mind", "model_like", lambda model: model.build(), forget)
+    assert "has no attribute 'mark_only_lora_as_trainable'" in line and "is empty" not in line
