@@ -84,6 +84,8 @@ def check_command(where: str, command: str, monkeypatch) -> None:
     while words and re.fullmatch(r"[A-Z_]+=\S*", words[0]):  # an environment prefix, e.g. PYTHONPATH=...
         words.pop(0)
     tool = words[0]
+    if words[:3] == ["python", "-m", "pytest"]:  # pytest with the checkout's root on sys.path
+        tool, words = "python -m pytest", ["pytest", *words[3:]]
     if tool == "python":
         assert words[1] == "-m", command
         module, argv = words[2], words[3:]
@@ -92,7 +94,7 @@ def check_command(where: str, command: str, monkeypatch) -> None:
             from benchmarks.runner.suites import load_suite
 
             assert load_suite(namespace.suite)["name"]
-    elif tool == "pytest":
+    elif tool in ("pytest", "python -m pytest"):
         markers = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["pytest"]["ini_options"][
             "markers"
         ]
@@ -104,6 +106,8 @@ def check_command(where: str, command: str, monkeypatch) -> None:
                 assert set(re.findall(r"\w+", word)) - {"not", "and", "or"} <= declared, command
             elif option == "-p":  # a plugin of the checkout, named as a module
                 assert (ROOT / (word.replace(".", "/") + ".py")).exists(), command
+                # the pytest script does not put the checkout's root on sys.path; python -m does
+                assert tool == "python -m pytest", f"{command}: python -m pytest finds the plugin"
             elif option in ("-k", "-n"):  # a test-name expression, a worker count
                 continue
             elif not word.startswith("-"):

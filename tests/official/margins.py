@@ -1,7 +1,9 @@
 """How near each unperturbed training loop comes to its tolerances, as a share of each: a pytest
 plugin for measuring the margins docs/baselines.md gives, on any machine or torch build:
 
-    pytest tests/official -k "loop or loops" -n 0 -p tests.official.margins
+    python -m pytest tests/official -k "loop or loops" -n 0 -p tests.official.margins
+
+(``python -m``: the checkout's root on the path, where ``-p`` finds the plugin.)
 
 It records every quantity that ``loop_helpers.beyond_margin`` judges (the unperturbed loops only) and
 prints the nearest at the end. Loaded with ``-p``, it wraps ``beyond_margin`` before any test module

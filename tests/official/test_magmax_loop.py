@@ -22,7 +22,7 @@ TOLERANCES = {
     # a tensor's change summed over up to 49,152 entries, each with the float32 rounding (about 1e-7)
     # of the weight it is the change of, over 10 steps
     "sum": 2e-4,
-    "projection": 4e-4,
+    "projection": 6e-4,  # 2.1e-4 measured on an Intel Xeon with AMX (MKL's AVX-512 path), 2.5 times
     "norm": 2e-6,
     "entry": 5e-7,  # one entry's change: rounding of a weight of about 1 (ulp 1.2e-7), a few steps
     "scores": 1e-4,  # logits about 25, the merged model's float32 rounding times 100

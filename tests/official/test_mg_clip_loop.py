@@ -21,7 +21,9 @@ from tests.official.goldens.mg_clip_loop import TASKS, lora, suite_strategy, vis
 # suite's towers, class means summed in another order), over 10 Adam steps a task (lr 1e-3) and 6
 # of the visual stage (lr 5e-4).
 TOLERANCES = {
-    "loss": 1e-5,  # CE of logits about 20 and of raw cosines
+    # CE of logits about 20 and of raw cosines; 5.3e-6 on an Intel Xeon with AMX (MKL's AVX-512
+    # path), whose norms differ by up to 1.3e-6 (ATEN_CPU_CAPABILITY=avx2): 2.5 times each
+    "loss": 1.5e-5,
     "lr": 1e-9,  # CosineAnnealingLR against the closed form; the fixture stores float32
     # a LoRA tensor's change summed over up to 1,024 entries; the classifier's 256-entry rows summed
     # as they are (entries up to about 1, each with float32 rounding of the class means). And one
@@ -32,7 +34,7 @@ TOLERANCES = {
     # (projection), all of it that one entry (its gradient set to 1.79e-10: 8.1e-6 and 5.6e-6).
     "sum": 1e-4,
     "projection": 1e-4,
-    "norm": 1e-6,
+    "norm": 4e-6,
     "entry": 1e-6,  # one entry's change; the classifier's rows are compared as they are (about 1)
     "scores": 1e-6,  # probabilities
 }

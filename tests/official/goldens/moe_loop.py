@@ -9,7 +9,7 @@ the suite's tiny CLIP with the suite's experts and routers (equal to the officia
 ``router_list``, ``w_noise_list``) so that the official selection of what trains applies. The
 recipe's values (AdamW, lr 1e-3, wd 0, the official hard-coded 30 warm-up steps, CE without label
 smoothing) over 40 batches a task, CIFAR-100's (5,000 / 128): 30 steps in the warm-up and 10 of the
-cosine, long enough for a weight decay of 1e-4 to show. The gate noise and the dropout draw
+cosine, long enough for a weight decay of 1e-3 to show on any CPU. The gate noise and dropout draw
 from the global generator, seeded before each task on both sides, in the same order (image tower,
 then text tower, as the official CLIP's forward).
 """
