@@ -35,8 +35,9 @@ if TYPE_CHECKING:  # open_clip is imported where a model is built (loading): res
 
 
 def _fp32_features(features: torch.Tensor, normalize: bool) -> torch.Tensor:
-    """Tower outputs in fp32, L2-normalised in fp32 (unit norm to fp32 rounding under any autocast)."""
-    features = features.float()
+    """Tower outputs in fp32, L2-normalised in fp32 (unit norm to fp32 rounding under any autocast).
+    A float64 model's stay float64 (the official loop tests compare in float64 on any CPU)."""
+    features = features if features.dtype == torch.float64 else features.float()
     return F.normalize(features, dim=-1) if normalize else features
 
 

@@ -5,7 +5,7 @@ the tensors under names that say their role (``input.*``, ``param.*``, ``output.
 ``state.*``) and, in the file's metadata under ``"golden"``, a JSON record: the official
 repository, commit, file and function, how the module was loaded (what was stubbed), the input
 seed, the sizes and notes. Tensors are stored in float32 or int64, as the official code computed
-them.
+them; a golden computed in float64 keeps its outputs in float64 (``Golden.float64``).
 """
 
 from __future__ import annotations
@@ -63,6 +63,8 @@ class Golden:
     sizes: dict[str, int]
     tensors: dict[str, torch.Tensor]
     notes: str = ""
+    # name prefixes of tensors stored in float64 (a loop computed in float64, compared to 1e-12)
+    float64: tuple[str, ...] = ()
 
     def metadata(self) -> dict:
         return {
@@ -84,7 +86,7 @@ def save_golden(golden: Golden, folder: Path = FIXTURES) -> Path:
         raise ValueError(f"tensor names must start with one of {ROLES}: {bad}")
     folder.mkdir(parents=True, exist_ok=True)
     path = folder / f"{golden.component}.safetensors"
-    tensors = {name: _stored(t) for name, t in golden.tensors.items()}
+    tensors = {name: _stored(t, name.startswith(golden.float64)) for name, t in golden.tensors.items()}
     partial = path.with_suffix(".partial")
     save_file(tensors, str(partial), metadata={"golden": json.dumps(golden.metadata(), sort_keys=True)})
     partial.replace(path)  # written beside, renamed into place: never a half-written fixture
@@ -105,12 +107,12 @@ def fixture_components(folder: Path = FIXTURES) -> set[str]:
     return {path.stem for path in folder.glob("*.safetensors")}
 
 
-def _stored(tensor: torch.Tensor) -> torch.Tensor:
+def _stored(tensor: torch.Tensor, float64: bool = False) -> torch.Tensor:
     tensor = tensor.detach().cpu()
     if tensor.dtype == torch.bool:
         tensor = tensor.to(torch.int64)
     elif tensor.is_floating_point():
-        tensor = tensor.to(torch.float32)
+        tensor = tensor.to(torch.float64 if float64 else torch.float32)
     elif tensor.dtype != torch.int64:
         tensor = tensor.to(torch.int64)
     return tensor.contiguous()
