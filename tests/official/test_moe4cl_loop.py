@@ -17,7 +17,8 @@ from strategies.methods.moe4cl import MOE4CLConfig
 from strategies.optim import build_scheduler
 from tests.official import loop_helpers as shared
 from tests.official.goldens.golden import load_golden
-from tests.official.goldens.moe_loop import BATCH, SEED, TASKS, in_float64, suite_strategy, trained
+from tests.official.goldens.loop import in_float64
+from tests.official.goldens.moe_loop import BATCH, SEED, TASKS, suite_strategy, trained
 
 # The same modules and draws, operations in another order (prompt preparation, the official
 # forward around the suite's towers), over 40 Adam steps a task of lr up to 1e-3, both sides in

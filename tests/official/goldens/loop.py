@@ -69,6 +69,14 @@ def loop_inputs(image_size: int, steps: int, batch: int) -> dict[str, torch.Tens
     return tensors
 
 
+def in_float64(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+    """A fixture's float32 inputs (images) as a loop run in float64 reads them: the loops whose
+    float32 rounding, carried through Adam, differs between CPUs by more than a perturbation moves
+    (MoE4CL, MagMax) run both sides in float64."""
+    floats = {k for k, v in tensors.items() if k.startswith("input.") and v.is_floating_point()}
+    return {k: v.double() if k in floats else v for k, v in tensors.items()}
+
+
 def tiny_clip_strategy(cls, config):
     """``cls`` on the suite's tiny CLIP with a class for each of ``TASKS``' ids, seeded ``SEED``."""
     from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip

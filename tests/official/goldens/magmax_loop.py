@@ -10,7 +10,9 @@ the suite builds it: AdamW is elementwise, so the split changes no step) and see
 batches in the same order. The loop's hyper-parameters are the recipe's (AdamW, wd 0.1, clipping
 at 1.0, plain CE, warm-up then cosine per iteration, restarted per task) but for a larger learning
 rate (1e-3, so that five steps move the weights far above float32 rounding) and a warm-up of 2
-steps (so that the cosine branch runs within the task's 5 steps).
+steps (so that the cosine branch runs within the task's 5 steps). Both sides run in float64 (the
+tiny CLIP and the batches): in float32, the clipping norm's perturbation (x1.01) stood only 1.3 times
+its tolerance above the rounding that two CPUs carry through Adam differently.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ def suite_strategy(**changes):
     from strategies.methods.magmax import MagMax, MagMaxConfig
 
     config = MagMaxConfig(epochs=1, batch_size=BATCH, prompt_ensemble="cifar", **{**LOOP, **changes})
-    return shared.tiny_clip_strategy(MagMax, config)
+    strategy = shared.tiny_clip_strategy(MagMax, config)
+    strategy.backbone.to(torch.float64)
+    return strategy
 
 
 @contextlib.contextmanager
@@ -104,7 +108,7 @@ def loop(checkout: Path) -> Golden:
         head_cls = __import__("sys").modules["src.modeling"].ClassificationHead
         batches = [
             (
-                shared.on_host(tensors[f"input.task{split_idx}.x{s}"]),
+                shared.on_host(tensors[f"input.task{split_idx}.x{s}"].double()),
                 shared.on_host(tensors[f"input.task{split_idx}.y{s}"] - min(TASKS[split_idx])),
             )
             for s in range(STEPS)
@@ -133,6 +137,9 @@ def loop(checkout: Path) -> Golden:
             _replaced(open_clip, "create_model_and_transforms", lambda *a, **k: (official_model, None, None))
         )
         stack.enter_context(_replaced(torch.nn.Module, "cuda", lambda self, *a, **k: self))
+        # float64 throughout: the official ClassificationHead makes its bias in the default dtype
+        stack.callback(torch.set_default_dtype, torch.get_default_dtype())
+        torch.set_default_dtype(torch.float64)
         load = stack.enter_context(official_import_path(checkout, stubs))
         handle = torch.nn.modules.module.register_module_forward_hook(forward_hook)
         stack.callback(handle.remove)
@@ -152,7 +159,7 @@ def loop(checkout: Path) -> Golden:
             seen += len(TASKS[t])
             head = modeling.ClassificationHead(normalize=True, weights=seen_head[:seen])
             with torch.no_grad():
-                tensors[f"output.task{t}.scores"] = head(encoder.eval()(tensors["input.test_x"]))
+                tensors[f"output.task{t}.scores"] = head(encoder.eval()(tensors["input.test_x"].double()))
     return Golden(
         component="magmax.loop",
         official=MAGMAX,
@@ -171,7 +178,8 @@ def loop(checkout: Path) -> Golden:
             "evaluate (no-op); open_clip.create_model_and_transforms returns the suite's tiny CLIP "
             "(all parameters trainable, as open_clip builds it); nn.Module.cuda and the inputs' "
             ".to('cuda:0') stay on the CPU (DataParallel with no device is the module itself); "
-            "checkpoints written by the official torch.save into a temporary cwd"
+            "checkpoints written by the official torch.save into a temporary cwd; torch's default dtype "
+            "float64 while it runs (the official head makes its bias in it)"
         ),
         seed=SEED,
         sizes={"tasks": len(TASKS), "steps": STEPS, "batch": BATCH, "test_images": N_TEST},
@@ -183,6 +191,8 @@ def loop(checkout: Path) -> Golden:
             "(tests/official/goldens/loop.py) of each visual tensor's change from the "
             "pretrained weights after the step. output.task{t}.scores: the merged model "
             "(theta_0 + 0.5 merge_max_abs(tau_1..tau_t+1)) on input.test_x against the head of the "
-            "classes seen so far."
+            "classes seen so far. The model, heads and batches in float64 on both sides; the outputs "
+            "and heads stored in float64."
         ),
+        float64=("output.", "input.head"),
     )

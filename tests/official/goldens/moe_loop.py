@@ -53,12 +53,6 @@ def suite_strategy(**changes):
     return strategy
 
 
-def in_float64(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """The fixture's float32 inputs (images) as the float64 loop reads them."""
-    floats = {k for k, v in tensors.items() if k.startswith("input.") and v.is_floating_point()}
-    return {k: v.double() if k in floats else v for k, v in tensors.items()}
-
-
 def trained(backbone: nn.Module) -> dict[str, torch.Tensor]:
     """The experts and routers of both towers, by the suite's names."""
     return {f"backbone.{n}": p for n, p in backbone.named_parameters() if "mlp_adapter_modules" in n}
