@@ -245,7 +245,9 @@ class CLIPStrategy(
         key = (tuple(columns), logits.device)
         if key not in self._column_index:  # once per class list, not a host-to-device copy per step
             self._column_index[key] = torch.tensor(columns, dtype=torch.long, device=logits.device)
-        out = torch.full((logits.shape[0], len(self.class_names)), float("-inf"), device=logits.device)
+        out = torch.full(
+            (logits.shape[0], len(self.class_names)), float("-inf"), dtype=torch.float32, device=logits.device
+        )
         out[:, self._column_index[key]] = logits.detach().float()
         return out
 

@@ -76,7 +76,7 @@ class _FeatureCLIP(nn.Module):
         self.text_projection = nn.Parameter(torch.eye(DIM))
         self.logit_scale = nn.Parameter(torch.tensor(math.log(logit_scale)))
         self.register_buffer("features", features)
-        self.dtype = torch.float32
+        self.dtype = features.dtype  # OpenAI CLIP's dtype, which the official modules are cast to
 
     def encode_text(self, rows: torch.Tensor) -> torch.Tensor:
         return self.features[rows]

@@ -70,11 +70,23 @@ def loop_inputs(image_size: int, steps: int, batch: int) -> dict[str, torch.Tens
 
 
 def in_float64(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A fixture's float32 inputs (images) as a loop run in float64 reads them: the loops whose
-    float32 rounding, carried through Adam, differs between CPUs by more than a perturbation moves
-    (MoE4CL, MagMax) run both sides in float64."""
+    """A fixture's float32 inputs (images, features, noise) as a loop run in float64 reads them: the
+    loops whose float32 rounding, carried through the optimiser, differs between CPUs by about as
+    much as a perturbation moves (MoE4CL, MagMax, CLAP) run both sides in float64."""
     floats = {k for k, v in tensors.items() if k.startswith("input.") and v.is_floating_point()}
     return {k: v.double() if k in floats else v for k, v in tensors.items()}
+
+
+@contextlib.contextmanager
+def default_float64() -> Iterator[None]:
+    """torch's default dtype float64 while open: what a float64 loop's code creates (an official
+    head's bias, a strategy's new modules) is float64 too."""
+    old = torch.get_default_dtype()
+    torch.set_default_dtype(torch.float64)
+    try:
+        yield
+    finally:
+        torch.set_default_dtype(old)
 
 
 def tiny_clip_strategy(cls, config):

@@ -138,8 +138,7 @@ def loop(checkout: Path) -> Golden:
         )
         stack.enter_context(_replaced(torch.nn.Module, "cuda", lambda self, *a, **k: self))
         # float64 throughout: the official ClassificationHead makes its bias in the default dtype
-        stack.callback(torch.set_default_dtype, torch.get_default_dtype())
-        torch.set_default_dtype(torch.float64)
+        stack.enter_context(shared.default_float64())
         load = stack.enter_context(official_import_path(checkout, stubs))
         handle = torch.nn.modules.module.register_module_forward_hook(forward_hook)
         stack.callback(handle.remove)

@@ -19,6 +19,11 @@ from avalanche.core import SupervisedPlugin
 Epochs = Sequence[Sequence[tuple[torch.Tensor, torch.Tensor]]]
 
 
+def _kept(tensor: torch.Tensor) -> torch.Tensor:
+    """A copy in float32, or in float64 where the loop runs in float64."""
+    return tensor.detach().to(torch.promote_types(tensor.dtype, torch.float32)).clone()
+
+
 class EpochBatches:
     """A train loader that yields epoch e's batches on its e-th pass (Avalanche's ``[x, y, t]``)."""
 
@@ -51,9 +56,9 @@ class StepRecord(SupervisedPlugin):
     def after_training_iteration(self, strategy, **kwargs):
         self.steps.append(
             {
-                "loss": strategy.loss.detach().float().clone(),
+                "loss": _kept(strategy.loss),
                 "lr": torch.tensor(self._lrs, dtype=torch.float64),
-                "tensors": {n: t.detach().float().clone() for n, t in self.named().items()},
+                "tensors": {n: _kept(t) for n, t in self.named().items()},
             }
         )
 
@@ -95,5 +100,5 @@ def run_suite_loop(
         strategy.learn(experience)
         assert loader.passes == len(batches[task]), "the loop ran another number of epochs"
         with torch.no_grad():
-            out.append((scores or strategy.scores)(test_images).float().clone())
+            out.append(_kept((scores or strategy.scores)(test_images)))
     return out
