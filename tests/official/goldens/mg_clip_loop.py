@@ -9,7 +9,9 @@ The official CLIP is OpenAI's with ``loraclip``'s LoRA; here its model is the su
 with the suite's LoRA on k and v of both towers (equal to loraclip's by ``mg_clip.lora``), driven
 by the official ``forward_clip`` and ``ClassIncrementalCLIP``. The recipe's values but for the
 sizes: 2 epochs of 5 batches a task (so the per-epoch cosine steps), visual stage 3 epochs of 2
-batches of 10.
+batches of 10. Both sides run in float64 (torch's default dtype while they run, the tiny CLIP and
+its LoRA, the batches): in float32 two CPUs carried rounding apart by more than the tolerances
+measured on one.
 """
 
 from __future__ import annotations
@@ -42,7 +44,9 @@ def suite_strategy(**changes):
     from strategies.methods.mg_clip import MGCLIP, MGCLIPConfig
 
     config = MGCLIPConfig(epochs=EPOCHS, batch_size=BATCH, visual_batch_size=VISUAL_BATCH, **changes)
-    return shared.tiny_clip_strategy(MGCLIP, config)
+    strategy = shared.tiny_clip_strategy(MGCLIP, config)
+    strategy.backbone.to(torch.float64)
+    return strategy
 
 
 def lora(backbone: nn.Module) -> dict[str, torch.Tensor]:
@@ -92,8 +96,15 @@ class _Logger:
 @component("mg_clip.loop", MINDTHEGAP)
 def loop(checkout: Path) -> Golden:
     strategy = suite_strategy()
+    stored = shared.loop_inputs(strategy.backbone.image_size, STEPS, BATCH)  # float32, as kept
+    with shared.default_float64():  # both sides in float64; the inputs read in float64
+        golden = _official_loop(checkout, strategy, shared.in_float64(stored))
+    golden.tensors.update(stored)
+    return golden
+
+
+def _official_loop(checkout: Path, strategy, tensors: dict[str, torch.Tensor]) -> Golden:
     backbone = strategy.backbone
-    tensors = shared.loop_inputs(backbone.image_size, STEPS, BATCH)
     strategy.current_classes = list(TASKS[0])
     torch.manual_seed(SEED)
     strategy.setup_task(0, list(TASKS[0]))  # the suite's LoRA (A xavier, B 0), active and trainable
@@ -280,6 +291,8 @@ def loop(checkout: Path) -> Golden:
             "output.task{t}.visual.step{s}: the loss, the lr and the fingerprint of the new rows "
             "themselves (not their change: they start from class means). output.task{t}.scores: "
             "(softmax(softmax(text logits)) + 4 softmax(visual cosines)) / 5 over the seen classes "
-            "on input.test_x, from the two softmaxes main.py computes."
+            "on input.test_x, from the two softmaxes main.py computes. Both sides in float64 (torch's "
+            "default dtype while they run); param.* and outputs stored in float64."
         ),
+        float64=("output.", "param."),
     )
