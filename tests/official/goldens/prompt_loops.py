@@ -37,6 +37,7 @@ from tests.official.goldens.coda_prompt_repo import (
     timm_stubs,
 )
 from tests.official.goldens.golden import Golden, official_import_path, stub_module
+from tests.official.goldens.loop import default_float64, in_float64
 from tests.official.goldens.suite_loop import EpochBatches
 
 TASKS = [[0, 1], [2, 3]]
@@ -102,7 +103,7 @@ def official_tensors(method: str, model) -> dict[str, torch.Tensor]:
             out[f"components.{name}"] = torch.stack(
                 [getattr(p, f"{short}_{layer}") for layer in range(LAYERS)]
             )
-    return {n: t.detach().float().clone() for n, t in out.items()}
+    return {n: t.detach().clone() for n, t in out.items()}
 
 
 def _load_official(method: str, model, tensors: dict[str, torch.Tensor]) -> None:
@@ -220,10 +221,19 @@ def _learner_config(method: str, config: dict) -> dict:
 
 
 def prompt_loop(method: str, checkout: Path) -> Golden:
+    stored = draw_batches(SEEDS[method])  # float32, as the fixture keeps them
+    with default_float64():  # both sides in float64 (the tiny CLIP built in it); inputs read in float64
+        golden = _prompt_loop(method, checkout, in_float64(stored))
+    golden.tensors.update(stored)
+    return golden
+
+
+def _prompt_loop(method: str, checkout: Path, batches: dict[str, torch.Tensor]) -> Golden:
     seed = SEEDS[method]
     strategy = suite_start(method, seed)
+    strategy.backbone.to(torch.float64)  # open_clip builds it in float32 whatever the default
     start = {f"param.{n}": t.detach().clone() for n, t in suite_tensors(method, strategy).items()}
-    tensors = {**draw_batches(seed), **start}
+    tensors = {**batches, **start}
     learner_name, prompt_name, prompt_param = OFFICIAL[method]
     with_zoo: dict = {}
 
@@ -247,6 +257,7 @@ def prompt_loop(method: str, checkout: Path) -> Golden:
         learner = getattr(learners, learner_name)(_learner_config(method, CONFIGS[method]))
         learner.cuda = False  # see LOADING
         model = learner.model
+        model.to(torch.float64)  # zoo.tensor_prompt makes its parameters as FloatTensor, float32
         _load_official(method, model, {n[len("param.") :]: t for n, t in start.items()})
         step = [0]
         update_model = learner.update_model
@@ -299,8 +310,11 @@ def prompt_loop(method: str, checkout: Path) -> Golden:
             "lr of every group as used by that step, every trainable tensor (suite names and layouts). "
             "output.task{t}.scores: model(test images)[:, :valid_out_dim] after task t (eval). CODA: "
             "state.task1.draws.* the official process_task_count's torch.randn_like draws (layers 0-3 of "
-            "0-4, K, A, P), for the suite to replay."
+            "0-4, K, A, P), for the suite to replay. Both sides in float64 (torch's default dtype while "
+            "they run: the tiny CLIP, the prompts and head are built in it); param.*, state.* and "
+            "outputs stored in float64."
         ),
+        float64=("output.", "param.", "state."),
     )
 
 
