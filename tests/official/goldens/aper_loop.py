@@ -36,13 +36,21 @@ EPOCHS = 3
 CONVNET = "pretrained_vit_b16_224_in21k_adapter"
 
 
+def randn32(*size: int, generator: torch.Generator) -> torch.Tensor:
+    """Standard normal float32 draws in float64: the fixture keeps them in float32 exactly."""
+    return torch.randn(*size, generator=generator, dtype=torch.float32).double()
+
+
 def suite_strategy(**changes):
     """The suite's APER on the tiny CLIP with the loop's options (``changes`` on top)."""
     from strategies.methods.aper_adapter import AperAdapter, AperConfig
 
     config = AperConfig(epochs=EPOCHS, batch_size=BATCH, adapter_dropout=0.0, **changes)
-    torch.manual_seed(SEED)  # the adapters' initial values
-    return shared.tiny_clip_strategy(AperAdapter, config)
+    torch.manual_seed(SEED)  # the adapters' initial values, drawn in float64 wherever it is called
+    with shared.default_float64():
+        strategy = shared.tiny_clip_strategy(AperAdapter, config)
+    strategy.backbone.to(torch.float64)
+    return strategy
 
 
 def trained(backbone: nn.Module, head) -> dict[str, torch.Tensor]:
@@ -75,6 +83,11 @@ class _Dataset(list):
 
 @component("aper_adapter.loop", OFFICIAL)
 def loop(checkout: Path) -> Golden:
+    with shared.default_float64():  # both sides in float64 (torch's default while they run)
+        return _official_loop(checkout)
+
+
+def _official_loop(checkout: Path) -> Golden:
     strategy = suite_strategy()
     backbone = strategy.backbone
     size = backbone.image_size
@@ -84,9 +97,9 @@ def loop(checkout: Path) -> Golden:
         labels = torch.tensor(classes).repeat(STEPS * BATCH // len(classes))
         labels = labels[torch.randperm(len(labels), generator=g)]
         for s in range(STEPS):
-            tensors[f"input.task{t}.x{s}"] = torch.randn(BATCH, 3, size, size, generator=g)
+            tensors[f"input.task{t}.x{s}"] = randn32(BATCH, 3, size, size, generator=g)
             tensors[f"input.task{t}.y{s}"] = labels[s * BATCH : (s + 1) * BATCH]
-    tensors["input.test_x"] = torch.randn(N_TEST, 3, size, size, generator=g)
+    tensors["input.test_x"] = randn32(N_TEST, 3, size, size, generator=g)
     from strategies.methods.aper_adapter import CosineHead
 
     head = CosineHead(backbone.embed_dim, len(TASKS[0]))  # the suite's draw; copied into the official fc
@@ -203,6 +216,9 @@ def loop(checkout: Path) -> Golden:
             "output.task0.step{s} (s = 0..14: 3 epochs of the same 5 batches): the CE loss, the lr of the "
             "one param group as the step used it, and the fingerprint (loop.py) of each adapter tensor "
             "and of the head's weight and sigma after the step (suite names). output.task{t}.scores: "
-            "the dual-branch prototype logits after task t; output.prototypes: the rows after task 2."
+            "the dual-branch prototype logits after task t; output.prototypes: the rows after task 2. "
+            "Both sides in float64 (torch's default dtype while they run; the inputs float32 draws); "
+            "param.* and outputs stored in float64."
         ),
+        float64=("output.", "param."),
     )
