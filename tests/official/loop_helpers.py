@@ -108,14 +108,10 @@ def run_suite_loop(
     return out
 
 
-def loop_differences(
-    loop: SuiteLoop, tensors, noise: tuple[str, ...] = (), stage: str = ""
-) -> dict[str, float]:
+def loop_differences(loop: SuiteLoop, tensors, stage: str = "") -> dict[str, float]:
     """The largest |suite - official| of each compared quantity over every step and task: loss, lr
     (every group), each fingerprint entry (over every tensor) and the scores. A step or a tensor
-    one side lacks is infinite. Tensors whose name contains one of ``noise`` (a gradient that is zero
-    but for rounding, which Adam scales up to lr-sized steps on both sides) are reported apart, under
-    "noise": the largest difference of their sampled entries. ``stage``: the prefix of the loop's
+    one side lacks is infinite. ``stage``: the prefix of the loop's
     steps in the fixture (``output.task{t}.{stage}step{s}``); ``loop.stages[t][name]`` are compared
     with ``output.task{t}.{name}.step{s}``."""
     diffs: dict[str, float] = {}
@@ -139,8 +135,6 @@ def loop_differences(
             kind = key.rsplit(".", 1)[-1] if ".fp." not in key else None
             if kind is not None:
                 worst(kind, (a - b).abs().max().item())
-            elif any(n in key for n in noise):
-                worst("noise", (a[3:] - b[3:]).abs().max().item())
             else:
                 for i, entry in enumerate(FINGERPRINT):
                     worst("entry" if entry.startswith("entry") else entry, (a[i] - b[i]).abs().item())

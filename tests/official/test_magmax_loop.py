@@ -36,7 +36,6 @@ TOLERANCES = {
 # which Adam scales by lr / eps. In float32 that made steps of up to the lr, and the tensor was only
 # bounded; in float64 its rounding (about 1e-17) makes steps of about 1e-12, and it is compared as
 # every other tensor.
-NOISE: tuple[str, ...] = ()
 
 
 @pytest.fixture(scope="module")
@@ -60,7 +59,7 @@ def test_every_step_and_task_equals_the_official_loop(fixture, suite_run):
     tensors, meta = fixture
     strategy, loop = suite_run
     assert [len(r.losses) for r in loop.records] == [meta["sizes"]["steps"]] * meta["sizes"]["tasks"]
-    diffs = shared.loop_differences(loop, tensors, NOISE)
+    diffs = shared.loop_differences(loop, tensors)
     assert not shared.beyond_margin(diffs, TOLERANCES), diffs
     # what trains is the visual tower, and all of it: the text tower stays as it was
     assert set(strategy.optimized_parameters) == {
@@ -69,7 +68,7 @@ def test_every_step_and_task_equals_the_official_loop(fixture, suite_run):
 
 
 test_the_comparison_fails_under_a_perturbation = shared.perturbation_test(
-    suite_strategy, _run, TOLERANCES, 1.05e-3, "cosine_epoch", 0.105, noise=NOISE
+    suite_strategy, _run, TOLERANCES, 1.05e-3, "cosine_epoch", 0.105
 )
 
 
@@ -79,7 +78,7 @@ def test_a_clipping_norm_one_percent_off_is_caught(fixture, max_norm):
     the tensors little: their norms by 2.9e-6, which float32 rounding across CPUs came within 1.3
     times of; in float64 that is 10^7 times the norms' tolerance."""
     tensors, _ = fixture
-    diffs = shared.loop_differences(_run(fixture, suite_strategy(grad_clip=max_norm)), tensors, NOISE)
+    diffs = shared.loop_differences(_run(fixture, suite_strategy(grad_clip=max_norm)), tensors)
     assert "norm" in shared.exceeded(diffs, TOLERANCES), diffs
 
 

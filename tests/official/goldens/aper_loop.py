@@ -48,9 +48,7 @@ def suite_strategy(**changes):
     config = AperConfig(epochs=EPOCHS, batch_size=BATCH, adapter_dropout=0.0, **changes)
     torch.manual_seed(SEED)  # the adapters' initial values, drawn in float64 wherever it is called
     with shared.default_float64():
-        strategy = shared.tiny_clip_strategy(AperAdapter, config)
-    strategy.backbone.to(torch.float64)
-    return strategy
+        return shared.tiny_clip_strategy(AperAdapter, config, float64=True)
 
 
 def trained(backbone: nn.Module, head) -> dict[str, torch.Tensor]:

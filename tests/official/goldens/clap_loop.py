@@ -39,7 +39,7 @@ from tests.official.goldens.clap4clip_cases import (
 from tests.official.goldens.clap4clip_official import LOADING, official_variational
 from tests.official.goldens.clap4clip_repo import OFFICIAL
 from tests.official.goldens.golden import Golden
-from tests.official.goldens.loop import default_float64, in_float64
+from tests.official.goldens.loop import float64_golden
 
 CASE = Case(seed=71, task_sizes=(2, 2), batch=4, samples=3, templates=4)
 EPOCHS, TEST = 5, 5  # the official 5 epochs, one batch each: 5 steps a task, 30 % (1 step) warm-up
@@ -106,11 +106,7 @@ class _EpochLoader:
 
 @component("clap.loop", OFFICIAL)
 def clap_loop(checkout: Path) -> Golden:
-    stored = loop_inputs()  # float32, as the fixture keeps them; both sides read them in float64
-    with default_float64():
-        golden = _official_loop(checkout, in_float64(stored))
-    golden.tensors.update(stored)
-    return golden
+    return float64_golden(loop_inputs(), lambda inputs: _official_loop(checkout, inputs))
 
 
 def _official_loop(checkout: Path, inputs: dict[str, torch.Tensor]) -> Golden:

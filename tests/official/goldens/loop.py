@@ -21,6 +21,7 @@ import torch
 from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from strategies.settings import RunSettings
+from tests.official.goldens.golden import Golden
 
 N_ENTRIES = 8  # sampled entries of each tensor's change in a fingerprint
 # The split the CLIP loop goldens share (APER, MagMax, MG-CLIP, MoE): two tasks of three classes,
@@ -70,9 +71,9 @@ def loop_inputs(image_size: int, steps: int, batch: int) -> dict[str, torch.Tens
 
 
 def in_float64(tensors: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
-    """A fixture's float32 inputs (images, features, noise) as a loop run in float64 reads them: the
-    loops whose float32 rounding, carried through the optimiser, differs between CPUs by about as
-    much as a perturbation moves (MoE4CL, MagMax, CLAP) run both sides in float64."""
+    """A fixture's float32 inputs (images, features, noise) as a loop run in float64 reads them. Every
+    loop golden runs both sides in float64: float32 rounding, carried through the optimiser, differs
+    between CPUs by about as much as a perturbation moves (docs/baselines.md §16)."""
     floats = {k for k, v in tensors.items() if k.startswith("input.") and v.is_floating_point()}
     return {k: v.double() if k in floats else v for k, v in tensors.items()}
 
@@ -89,16 +90,30 @@ def default_float64() -> Iterator[None]:
         torch.set_default_dtype(old)
 
 
-def tiny_clip_strategy(cls, config):
-    """``cls`` on the suite's tiny CLIP with a class for each of ``TASKS``' ids, seeded ``SEED``."""
+def float64_golden(stored: dict[str, torch.Tensor], run: Callable[[dict], Golden]) -> Golden:
+    """``run(inputs)`` with torch's default dtype float64 and ``stored`` (float32 inputs, kept so in
+    the fixture) read in float64; the golden it returns holds ``stored`` as they are."""
+    with default_float64():
+        golden = run(in_float64(stored))
+    golden.tensors.update(stored)
+    return golden
+
+
+def tiny_clip_strategy(cls, config, float64: bool = False):
+    """``cls`` on the suite's tiny CLIP with a class for each of ``TASKS``' ids, seeded ``SEED``;
+    ``float64``: the tiny CLIP cast to float64, as the loop goldens run it (open_clip builds it in
+    float32 whatever torch's default dtype)."""
     from benchmarks.backbone import TINY_MODEL, BackboneSpec, create_clip
 
-    return cls(
+    strategy = cls(
         backbone=create_clip(BackboneSpec(TINY_MODEL, "synthetic")),
         class_names=[f"class{i}" for i in range(max(max(t) for t in TASKS) + 1)],
         config=config,
         settings=RunSettings(show_progress=False, seed=SEED),
     )
+    if float64:
+        strategy.backbone.to(torch.float64)
+    return strategy
 
 
 class StepRecord:

@@ -44,9 +44,7 @@ def suite_strategy(**changes):
     from strategies.methods.magmax import MagMax, MagMaxConfig
 
     config = MagMaxConfig(epochs=1, batch_size=BATCH, prompt_ensemble="cifar", **{**LOOP, **changes})
-    strategy = shared.tiny_clip_strategy(MagMax, config)
-    strategy.backbone.to(torch.float64)
-    return strategy
+    return shared.tiny_clip_strategy(MagMax, config, float64=True)
 
 
 @contextlib.contextmanager

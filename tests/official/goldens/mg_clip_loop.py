@@ -44,9 +44,7 @@ def suite_strategy(**changes):
     from strategies.methods.mg_clip import MGCLIP, MGCLIPConfig
 
     config = MGCLIPConfig(epochs=EPOCHS, batch_size=BATCH, visual_batch_size=VISUAL_BATCH, **changes)
-    strategy = shared.tiny_clip_strategy(MGCLIP, config)
-    strategy.backbone.to(torch.float64)
-    return strategy
+    return shared.tiny_clip_strategy(MGCLIP, config, float64=True)
 
 
 def lora(backbone: nn.Module) -> dict[str, torch.Tensor]:
@@ -97,10 +95,7 @@ class _Logger:
 def loop(checkout: Path) -> Golden:
     strategy = suite_strategy()
     stored = shared.loop_inputs(strategy.backbone.image_size, STEPS, BATCH)  # float32, as kept
-    with shared.default_float64():  # both sides in float64; the inputs read in float64
-        golden = _official_loop(checkout, strategy, shared.in_float64(stored))
-    golden.tensors.update(stored)
-    return golden
+    return shared.float64_golden(stored, lambda tensors: _official_loop(checkout, strategy, tensors))
 
 
 def _official_loop(checkout: Path, strategy, tensors: dict[str, torch.Tensor]) -> Golden:

@@ -48,9 +48,7 @@ def suite_strategy(**changes):
 
     config = MOE4CLConfig(batch_size=BATCH, **changes)
     torch.manual_seed(SEED)  # the experts' and routers' initial values
-    strategy = shared.tiny_clip_strategy(MOE4CL, config)
-    strategy.backbone.to(torch.float64)
-    return strategy
+    return shared.tiny_clip_strategy(MOE4CL, config, float64=True)
 
 
 def trained(backbone: nn.Module) -> dict[str, torch.Tensor]:

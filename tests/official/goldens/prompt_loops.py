@@ -37,7 +37,7 @@ from tests.official.goldens.coda_prompt_repo import (
     timm_stubs,
 )
 from tests.official.goldens.golden import Golden, official_import_path, stub_module
-from tests.official.goldens.loop import default_float64, in_float64
+from tests.official.goldens.loop import float64_golden
 from tests.official.goldens.suite_loop import EpochBatches
 
 TASKS = [[0, 1], [2, 3]]
@@ -221,11 +221,10 @@ def _learner_config(method: str, config: dict) -> dict:
 
 
 def prompt_loop(method: str, checkout: Path) -> Golden:
-    stored = draw_batches(SEEDS[method])  # float32, as the fixture keeps them
-    with default_float64():  # both sides in float64 (the tiny CLIP built in it); inputs read in float64
-        golden = _prompt_loop(method, checkout, in_float64(stored))
-    golden.tensors.update(stored)
-    return golden
+    # both sides in float64 (the tiny CLIP built in it); the float32 draws read in float64
+    return float64_golden(
+        draw_batches(SEEDS[method]), lambda batches: _prompt_loop(method, checkout, batches)
+    )
 
 
 def _prompt_loop(method: str, checkout: Path, batches: dict[str, torch.Tensor]) -> Golden:
