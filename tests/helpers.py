@@ -264,3 +264,11 @@ def stacked_test_set(stream):
     """The stream's test images and labels as two tensors."""
     images, labels = zip(*[stream.test_set[i][:2] for i in range(len(stream.test_set))])
     return torch.stack(images), torch.tensor(labels)
+
+
+def assert_mg_clips_imagenet_r_protocol(result: dict) -> None:
+    """``result`` ran fake ImageNet-R under main-as-published with MG-CLIP's protocol: its class order
+    (first classes as MG-CLIP lists them) and its class names."""
+    config = result["config"]
+    assert (config["class_order"], config["protocol"]) == ("mg_clip_imagenet_r", "as-published")
+    assert result["class_order"][:3] == [150, 119, 193] and "great_white_shark" in result["class_names"]

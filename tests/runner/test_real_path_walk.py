@@ -9,6 +9,7 @@ from benchmarks import run
 from benchmarks.runner.reading import iter_results
 from benchmarks.runner.suites import expand, load_suite
 from benchmarks.tools.fake_data import WEIGHTS_FILE
+from tests.helpers import assert_mg_clips_imagenet_r_protocol
 
 pytestmark = [pytest.mark.slow, pytest.mark.spread]  # each case on any worker: they share fake_root only
 
@@ -24,8 +25,11 @@ REPRESENTATIVES = {
     "seq": ("finetune", "imagenet_r", [2]),  # ImageNet-R's 200 wnid folders
     "ood": ("coda_prompt", "cifar100", [2]),  # prompts in ViT-B/16's blocks; the AUROC
     "zeroshot": ("gr4cil", "cifar100", [2]),  # held-out thresholds; Pets, Food-101, ImageNet-1K after CIL
-    # RAPF's split list on fake files named as it lists them, MG-CLIP's order and names
-    "main-as-published": ("mg_clip", "imagenet_r", [2]),
+    # RAPF's split list on fake files named as it lists them, MG-CLIP's order and names (Continual-CLIP
+    # takes MG-CLIP's ImageNet-R protocol). MG-CLIP itself walks this suite at ViT-B/16's width 768 on
+    # ViT-B/32 (test_wide_backbones.py): at ViT-B/16, encoding 100 training images a task took it 98 s
+    # of one core, for nothing that patch 16 changes in a LoRA method.
+    "main-as-published": ("continual_clip", "imagenet_r", [2]),
 }
 
 
@@ -50,13 +54,12 @@ def test_a_fast_dev_run_walks_the_suite_on_vit_b16(suite, fake_root, tmp_path):
         assert config["fast_dev_run"]["train_batches"] == 2 and config["fake_data"] is True
         assert config["backbone"]["model"] == "ViT-B-16-quickgelu"
         assert result["seed"] == specs[0].seed  # the suite's first seed only
-        assert result["cost"]["trainable_params"] > 0 and result["cost"]["train_steps"] > 0
+        trains = label != "continual_clip"  # zero-shot CLIP: nothing to train
+        cost = result["cost"]
+        assert (cost["trainable_params"] > 0) is trains and (cost["train_steps"] > 0) is trains
         assert all(sum(stage["n_test_per_task"]) == stage["task"] for stage in result["stages"])
         if suite == "main-as-published":
-            assert (config["class_order"], config["protocol"]) == ("mg_clip_imagenet_r", "as-published")
-            assert (
-                result["class_order"][:3] == [150, 119, 193] and "great_white_shark" in result["class_names"]
-            )
+            assert_mg_clips_imagenet_r_protocol(result)
         for target in load_suite(suite).get("zero_shot_targets", []):
             assert result["zero_shot"][target]["n_test"] == 10
 
@@ -78,6 +81,8 @@ def test_the_protocol_table_works_on_fake_data_results(fake_root, tmp_path):
             "cifar100",
             "--seeds",
             "0,1",
+            "--tasks",  # the table pairs runs of equal task counts, whichever count
+            "2",
         ]
         argv += ["--fast-dev-run", "--data-root", str(fake_root), "--weights", str(fake_root / WEIGHTS_FILE)]
         assert run.main([*argv, "--results-dir", str(folders[suite]), "--quiet"]) == 0
@@ -85,7 +90,7 @@ def test_the_protocol_table_works_on_fake_data_results(fake_root, tmp_path):
     (item,) = [i for i in items if i.name == "protocol_effect"]
     assert item.written, item.skipped
     table = (tmp_path / "report" / "tables" / "protocol_effect.csv").read_text().splitlines()
-    assert len(table) == 2 and table[1].startswith("continual_clip,cifar100,10,2,")
+    assert len(table) == 2 and table[1].startswith("continual_clip,cifar100,2,2,")
     assert "fast dev run" in (tmp_path / "report" / "tables" / "protocol_effect.md").read_text()
 
 

@@ -13,7 +13,7 @@ import pytest
 from benchmarks import run
 from benchmarks.runner.reading import iter_results
 from benchmarks.tools import walk
-from tests.helpers import write_suite
+from tests.helpers import assert_mg_clips_imagenet_r_protocol, write_suite
 
 pytestmark = [pytest.mark.slow, pytest.mark.spread]  # each model on any worker: they share fake_root only
 
@@ -50,9 +50,16 @@ def test_strategies_build_and_run_at_vit_l_14s_widths(tmp_path):
 
 
 def test_the_walk_runs_a_strategy_on_vit_b_32(fake_root, tmp_path, capsys):
-    # MG-CLIP: LoRA on both towers, patch 32
-    argv = ["--data-root", str(fake_root), "--results-dir", str(tmp_path), "--suites", "main"]
-    argv += ["--backbone", "ViT-B-32", "--strategies", "mg_clip", "--datasets", "cifar100", "--tasks", "2"]
+    # MG-CLIP: LoRA on both towers, patch 32 at ViT-B/16's width 768; under main-as-published (RAPF's
+    # split list on fake ImageNet-R, its order and names), which the ViT-B/16 walk
+    # (test_real_path_walk.py) walks with Continual-CLIP
+    argv = ["--data-root", str(fake_root), "--results-dir", str(tmp_path), "--suites", "main-as-published"]
+    argv += ["--backbone", "ViT-B-32", "--strategies", "mg_clip", "--datasets", "imagenet_r", "--tasks", "2"]
     assert walk.main(argv) == 0, capsys.readouterr().err
-    _check({r["label"]: r for _, r in iter_results(tmp_path / "main")}, "ViT-B-32", ["mg_clip"])
-    assert (tmp_path / "suites" / "main.toml").read_text().startswith('base = "main"')
+    table = capsys.readouterr().out.splitlines()  # the walk's table: one row per suite, then all
+    assert table[2].startswith("| main-as-published | 1 | 0 | ") and table[3].startswith("| all | | | ")
+    results = {r["label"]: r for _, r in iter_results(tmp_path / "main-as-published")}
+    _check(results, "ViT-B-32", ["mg_clip"])
+    assert_mg_clips_imagenet_r_protocol(results["mg_clip"])
+    suite_copy = (tmp_path / "suites" / "main-as-published.toml").read_text()
+    assert suite_copy.startswith('base = "main-as-published"')
