@@ -12,22 +12,16 @@ def test_readme_starts_with_the_two_commands_ci_runs():
     assert fence <= 3 and readme[fence + 3] == "```"
     assert commands[0].endswith("python -m benchmarks.run --suite smoke")
     assert commands[1].endswith("pytest")
-    # CI runs each part of each command (``a && b``; a part may stand on its own line, where CI does
-    # something between two parts, as it starts mypy beside the tests), in the README's order
-    ci = (ROOT / ".ci" / "run").read_text()
-    at = 0
+    # CI runs each part of each command (``a && b``) as a whole command, in the README's order; a part
+    # may stand on its own line, where CI does something between two parts (mypy beside the tests)
+    ci = [
+        part.strip()
+        for line in (ROOT / ".ci" / "run").read_text().splitlines()
+        for part in line.split(" && ")
+    ]
+    remaining = iter(ci)  # ``in`` consumes it: each part is looked for after the one before
     for part in (part for command in commands for part in command.split(" && ")):
-        found = [i for i in range(at, len(ci)) if ci.startswith(part, i) and _whole_command(ci, i, part)]
-        assert found, f"CI does not run {part!r} after the README's earlier parts"
-        at = found[0] + len(part)
-
-
-def _whole_command(text: str, start: int, part: str) -> bool:
-    """``text[start:]`` begins with the shell command ``part``, whole: a line or ``&&`` on each side."""
-    before, after = text[:start], text[start + len(part) :]
-    return (before.endswith("\n") or before.endswith("&& ")) and (
-        after.startswith("\n") or after.startswith(" && ")
-    )
+        assert part in remaining, f"CI does not run {part!r} after the README's earlier parts"
 
 
 def test_the_pre_commit_hooks_run_the_checks_ci_runs():
