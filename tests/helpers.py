@@ -67,16 +67,23 @@ def kill_in_task(monkeypatch, strategy_cls, task: int = 3):
     return lambda: monkeypatch.setattr(strategy_cls, "learn", real_learn)
 
 
-def run_one_run_suite(root, text: str, *extra: str):
-    """Write suite ``text`` under ``root`` and run it (its one run) with the runner; return the suite
-    path, the results folder and the result."""
+def run_suite_here(root, text: str, *extra: str):
+    """Write suite ``text`` under ``root`` and run it with the runner in this process; return the
+    suite path and the results folder."""
     from benchmarks import run
-    from benchmarks.runner.reading import iter_results
 
     suite = root / "suite.toml"
     suite.write_text(text)
     results = root / "results"
     assert run.main(["--suite", str(suite), "--results-dir", str(results), "--quiet", *extra]) == 0
+    return suite, results
+
+
+def run_one_run_suite(root, text: str, *extra: str):
+    """``run_suite_here`` for a suite of one run: the suite path, the results folder and the result."""
+    from benchmarks.runner.reading import iter_results
+
+    suite, results = run_suite_here(root, text, *extra)
     (result,) = [r for _, r in iter_results(results)]
     return suite, results, result
 

@@ -3,7 +3,6 @@
 import subprocess
 import sys
 import warnings
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -18,7 +17,7 @@ from benchmarks.data.transforms import (
     patch_shuffled_train_transform,
     train_transform,
 )
-from tests.helpers import kill_in_task, numbers_of_runs, result_of, tiny_suite
+from tests.helpers import kill_in_task, numbers_of_runs, result_of, run_suite_here, tiny_suite
 
 
 @pytest.fixture(scope="module")
@@ -210,18 +209,6 @@ def _run_in_fresh_process(tmp_path, text: str, workers: int, method: str):
     return results
 
 
-def _run_here(tmp_path, text: str) -> Path:
-    """Run suite ``text`` with no loader workers in this process (no worker, so no start method: a
-    fresh process would only import torch and Avalanche again); return its results folder."""
-    from benchmarks import run
-
-    suite = tmp_path / "w0.toml"
-    suite.write_text(text.format(workers=0))
-    results = tmp_path / "r0"
-    assert run.main(["--suite", str(suite), "--results-dir", str(results), "--quiet"]) == 0
-    return results
-
-
 @pytest.mark.slow
 def test_a_suite_gives_identical_results_with_0_1_and_2_workers(tmp_path):
     """Under fork; spawn and forkserver are checked on a shorter run, where each spawned worker's
@@ -230,7 +217,9 @@ def test_a_suite_gives_identical_results_with_0_1_and_2_workers(tmp_path):
         workers: numbers_of_runs(_run_in_fresh_process(tmp_path, WORKERS_SUITE, workers, "fork"))
         for workers in (1, 2)
     }
-    found[0] = numbers_of_runs(_run_here(tmp_path, WORKERS_SUITE))
+    # no loader worker, so no start method: run here (a fresh process would only import torch and
+    # Avalanche again)
+    found[0] = numbers_of_runs(run_suite_here(tmp_path, WORKERS_SUITE.format(workers=0))[1])
     assert sorted(found[0]) == ["adaptervlm", "finetune", "gr4cil"]
     assert found[1] == found[0] and found[2] == found[0]
 
@@ -275,7 +264,8 @@ threshold_holdout = 0.25
 
 @pytest.fixture(scope="module")
 def without_workers(tmp_path_factory):
-    return _run_here(tmp_path_factory.mktemp("no-workers"), START_METHOD_SUITE)
+    # run here, as the 0-worker run above
+    return run_suite_here(tmp_path_factory.mktemp("no-workers"), START_METHOD_SUITE.format(workers=0))[1]
 
 
 @pytest.mark.slow
