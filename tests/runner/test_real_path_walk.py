@@ -16,15 +16,18 @@ pytestmark = [pytest.mark.slow, pytest.mark.spread]  # each case on any worker: 
 # suite: (strategy or variant, dataset, task counts: None for the suite's own). Each case is minutes
 # of ViT-B/16 on one CPU core, most of them in the text tower over every class prompt, so each takes
 # 2 tasks (the task loop is the same at any count; widths, experts and prompt layers are what this
-# walks at full size). The ablation and params suites run GR4CIL variants, whose code the zeroshot
-# case walks at ViT-B/16 (their expansion: tests/runner/test_results_and_suites.py; every variant at
-# ViT-B/16: python -m benchmarks.tools.walk --suites ablation,params). A case list with them and
-# 5 or 10 tasks took 43 worker-minutes on 2 shared cores; the first, 24.6 min wall.
+# walks at full size). A case list with every suite and 5 or 10 tasks took 43 worker-minutes on 2
+# shared cores; the first, 24.6 min wall.
+# The zeroshot suite (GR4CIL: held-out thresholds; Pets, Food-101, ImageNet-1K after CIL) walks at
+# ViT-B/16's width 768 on ViT-B/32 (test_wide_backbones.py): at ViT-B/16, 100 training images for
+# its prototypes and 30 zero-shot images under 3 branches took 117-129 s of one core, for nothing
+# that patch 16 changes in a LoRA method. So do the ablation and params suites' GR4CIL variants
+# (their expansion: tests/runner/test_results_and_suites.py; every variant and zeroshot at ViT-B/16:
+# python -m benchmarks.tools.walk --suites zeroshot,ablation,params).
 REPRESENTATIVES = {
     "main": ("moe4cl", "cifar100", [2]),  # MOE4CL's experts at width 768
     "seq": ("finetune", "imagenet_r", [2]),  # ImageNet-R's 200 wnid folders
     "ood": ("coda_prompt", "cifar100", [2]),  # prompts in ViT-B/16's blocks; the AUROC
-    "zeroshot": ("gr4cil", "cifar100", [2]),  # held-out thresholds; Pets, Food-101, ImageNet-1K after CIL
     # RAPF's split list on fake files named as it lists them, MG-CLIP's order and names (Continual-CLIP
     # takes MG-CLIP's ImageNet-R protocol). MG-CLIP itself walks this suite at ViT-B/16's width 768 on
     # ViT-B/32 (test_wide_backbones.py): at ViT-B/16, encoding 100 training images a task took it 98 s
@@ -60,8 +63,6 @@ def test_a_fast_dev_run_walks_the_suite_on_vit_b16(suite, fake_root, tmp_path):
         assert all(sum(stage["n_test_per_task"]) == stage["task"] for stage in result["stages"])
         if suite == "main-as-published":
             assert_mg_clips_imagenet_r_protocol(result)
-        for target in load_suite(suite).get("zero_shot_targets", []):
-            assert result["zero_shot"][target]["n_test"] == 10
 
 
 def test_the_protocol_table_works_on_fake_data_results(fake_root, tmp_path):
