@@ -71,13 +71,20 @@ def pytest_cmdline_main(config):
     return (yield)
 
 
-# The modules that take longest (pytest's --durations) go first, so that the rest fills in beside them.
+# The modules that take longest (pytest's --durations) go first, so that the rest fills in beside them:
+# the groups that run whole on one worker (a late one of a minute or more ends the run alone), then the
+# spread modules of long single tests; the short tests fill in last.
 FIRST = (
     "tests/runner/test_smoke_suite.py",  # 5 minutes where the README command's results are not this commit's
-    "tests/runner/test_slurm_real.py",
+    "tests/data/test_seeded_loading.py",  # one group of about 3 minutes
+    "tests/runner/test_slurm_real.py",  # one group of about 2 minutes
+    "tests/runner/test_wide_backbones.py",  # ViT-L/14 and ViT-B/32 at random: a minute a case
     "tests/runner/test_real_path_walk.py",
-    "tests/runner/test_wide_backbones.py",  # ViT-L/14 at random: minutes a case
-    "tests/data/test_seeded_loading.py",  # one group of about 4 minutes: late, it would end the run alone
+    "tests/runner/test_runner.py",
+    "tests/runner/test_locks_and_workers.py",  # local launchers: half a minute a case
+    "tests/miniature/test_clap_diagnosis.py",
+    "tests/tools/test_shared_cores.py",
+    "tests/tools/test_kill_rerun.py",
     "tests/data/test_units_ptm.py",  # each unit's 12 strategies end to end
     "tests/data/test_units_fine_grained.py",
     "tests/strategies/test_no_silent_no_op.py",
