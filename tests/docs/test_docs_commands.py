@@ -86,7 +86,9 @@ def check_command(where: str, command: str, monkeypatch) -> None:
     tool = words[0]
     if words[:3] == ["python", "-m", "pytest"]:  # pytest with the checkout's root on sys.path
         tool, words = "python -m pytest", ["pytest", *words[3:]]
-    if tool == "python":
+    if tool == "python" and words[1].endswith(".py"):  # a script of the checkout (.ci's): it exists
+        assert (ROOT / words[1]).is_file(), command
+    elif tool == "python":
         assert words[1] == "-m", command
         module, argv = words[2], words[3:]
         namespace = parsed_arguments(module, argv, monkeypatch)
@@ -162,3 +164,9 @@ def test_the_check_catches_a_misspelled_flag(monkeypatch):
 def test_the_check_reads_the_command_a_loop_or_a_job_runs(command, monkeypatch):
     with pytest.raises(SystemExit):
         check_command("here", command, monkeypatch)
+
+
+def test_a_script_command_names_a_script_of_the_checkout(monkeypatch):
+    check_command("here", "python .ci/process_costs/summary.py /tmp/costs.jsonl", monkeypatch)
+    with pytest.raises(AssertionError):
+        check_command("here", "python .ci/process_costs/summarise.py /tmp/costs.jsonl", monkeypatch)
