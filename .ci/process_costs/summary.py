@@ -9,25 +9,27 @@ import sys
 from collections import defaultdict
 
 
+def _cpu(lines: list[dict]) -> float:
+    return sum(line["cpu_s"] for line in lines)
+
+
 def summarise(lines: list[dict], top: int = 15) -> str:
-    started = [line for line in lines if line["test"]]
     own = [line for line in lines if not line["test"]]
+    started = [line for line in lines if line["test"]]
     by_test: dict[str, list[dict]] = defaultdict(list)
     for line in started:
         by_test[line["test"]].append(line)
     with_avalanche = [line for line in started if line["avalanche"]]
     rows = [
-        f"pytest's own processes: {len(own)}, {sum(line['cpu_s'] for line in own):,.0f} s of CPU",
-        f"processes the tests started: {len(started)} from {len(by_test)} tests, "
-        f"{sum(line['cpu_s'] for line in started):,.0f} s of CPU; {len(with_avalanche)} imported Avalanche "
-        f"({sum(line['cpu_s'] for line in with_avalanche):,.0f} s)",
+        f"pytest's own processes: {len(own)}, {_cpu(own):,.0f} s of CPU",
+        f"processes the tests started: {len(started)} from {len(by_test)} tests, {_cpu(started):,.0f} s of "
+        f"CPU; {len(with_avalanche)} imported Avalanche ({_cpu(with_avalanche):,.0f} s)",
         "",
         "| CPU s | processes | test |",
         "|---:|---:|---|",
     ]
-    heaviest = sorted(by_test.items(), key=lambda item: -sum(line["cpu_s"] for line in item[1]))
-    for test, group in heaviest[:top]:
-        rows.append(f"| {sum(line['cpu_s'] for line in group):.1f} | {len(group)} | {test} |")
+    for test, group in sorted(by_test.items(), key=lambda item: -_cpu(item[1]))[:top]:
+        rows.append(f"| {_cpu(group):.1f} | {len(group)} | {test} |")
     return "\n".join(rows)
 
 
