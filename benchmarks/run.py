@@ -200,9 +200,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)  # --help and a refused option end here, before torch is imported
     suite_file(args.suite)  # and a misspelt suite
-    from benchmarks.runner.suites import check_strategy_names, load_suite  # no torch either
+    from benchmarks.runner.suites import check_selection, check_strategy_names, load_suite  # no torch either
 
-    check_strategy_names(load_suite(args.suite), args.strategies)  # and a slip in the suite or a name
+    suite = load_suite(args.suite)
+    check_strategy_names(suite, args.strategies)  # and a slip in the suite or a name
+    check_selection(suite, args.strategies, args.datasets, args.tasks, args.seeds)  # or in --tasks, --seeds
     from benchmarks.run_suite import run_suite  # torch, open_clip and Avalanche: seconds to import
 
     return run_suite(args, argv)

@@ -116,6 +116,30 @@ def check_seeds(seeds: list[int], where: str) -> None:
             raise UserError(f"{where} must be whole numbers from 0 to {MAX_SEED} (2**32 - 1), not {seed}")
 
 
+def check_selection(
+    suite: dict[str, Any],
+    strategies: list[str] | None = None,
+    datasets: list[str] | None = None,
+    tasks: list[int | str] | None = None,
+    seeds: list[int] | None = None,
+) -> None:
+    """The command line's choice among a suite's rows (None: all of them): none empty, each task
+    count, split and seed well formed, or one line; torch-free, so a command checks it first."""
+    for flag, chosen in (
+        ("strategies", strategies),
+        ("datasets", datasets),
+        ("tasks", tasks),
+        ("seeds", seeds),
+    ):
+        if chosen is not None and not chosen:  # an unset shell variable must not mean the whole suite
+            raise UserError(
+                f"--{flag} is empty; name at least one (e.g. --{flag} {_first(suite[flag])}), or leave the "
+                f"option out for all the suite's {flag}"
+            )
+    check_tasks(tasks or [], "--tasks: ")
+    check_seeds(seeds or [], "--seeds")
+
+
 def load_suite(name_or_path: str) -> dict[str, Any]:
     """Read a suite by name (``benchmarks/suites/NAME.toml``) or from a TOML file path."""
     path = suite_file(name_or_path)
@@ -404,19 +428,7 @@ def expand(
     tuned = suite.get("tuned", {})
     epoch_scale = float(suite.get("epoch_scale", 1.0))
     runs = []
-    for flag, chosen in (
-        ("strategies", strategies),
-        ("datasets", datasets),
-        ("tasks", tasks),
-        ("seeds", seeds),
-    ):
-        if chosen is not None and not chosen:  # an unset shell variable must not mean the whole suite
-            raise UserError(
-                f"--{flag} is empty; name at least one (e.g. --{flag} {_first(suite[flag])}), or leave the "
-                f"option out for all the suite's {flag}"
-            )
-    check_tasks(tasks or [], "--tasks: ")
-    check_seeds(seeds or [], "--seeds")
+    check_selection(suite, strategies, datasets, tasks, seeds)
     for dataset in datasets or suite["datasets"]:
         for label in strategies or suite["strategies"]:
             strategy = variants.get(label, {}).get("strategy", label)

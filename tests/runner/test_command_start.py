@@ -128,6 +128,24 @@ def test_a_misspelt_strategy_is_one_line_before_torch(argv, message, tmp_path):
 @pytest.mark.parametrize(
     "argv, message",
     [
+        (["--tasks", "x"], "error: --tasks: tasks must be whole numbers or splits B<m>-Inc<n> (n >= 1)"),
+        (["--tasks", "0"], "error: --tasks: task counts must be >= 1; got [0]"),
+        (["--seeds", "4294967296"], "error: --seeds must be whole numbers from 0 to 4294967295"),
+        (["--datasets", ""], "error: --datasets is empty; name at least one (e.g. --datasets synthetic)"),
+    ],
+)
+def test_a_slip_in_the_rows_chosen_is_one_line_before_torch(argv, message):
+    """--tasks, --seeds and an empty list are checked once the suite is read, before any run is
+    resolved (it was after Avalanche's import: 18 s for a typo)."""
+    done, names = imported("benchmarks.run", "--suite", "smoke", *argv)
+    errors = [line for line in done.stderr.splitlines() if not line.startswith("import time:")]
+    assert done.returncode == 2 and len(errors) == 1 and message in errors[0], errors
+    assert names & TORCH_AND_UP == set()
+
+
+@pytest.mark.parametrize(
+    "argv, message",
+    [
         (["--suite", "smoke", "--strategies", "gr4ci"], "unknown strategy 'gr4ci'; did you mean 'gr4cil'?"),
         (["--suite", "smoke-baselines", "--strategies", "finetune"], "has no [finetune] table"),
         (["--suite", "smoke", "--strategies", "gr4cil"], "has table(s) ['moe4cl'] for no row"),
