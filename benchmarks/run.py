@@ -18,6 +18,7 @@ import sys
 
 from benchmarks.core.choices import AUGMENT_ON, GPU_CHECK_COMMAND, LAUNCHERS, PRECISIONS
 from benchmarks.core.errors import CommandParser, UserError, one_line_user_errors
+from benchmarks.core.imports import heavy_imports
 from benchmarks.runner.limits import FAST_DEV_RUN_BATCHES, RunLimits
 from benchmarks.runner.suite_files import suite_file
 
@@ -205,7 +206,8 @@ def main(argv: list[str] | None = None) -> int:
     suite = load_suite(args.suite)
     check_strategy_names(suite, args.strategies)  # and a slip in the suite or a name
     check_selection(suite, args.strategies, args.datasets, args.tasks, args.seeds)  # or in --tasks, --seeds
-    from benchmarks.run_suite import run_suite  # torch, open_clip and Avalanche: seconds to import
+    with heavy_imports():
+        from benchmarks.run_suite import run_suite  # torch, open_clip and Avalanche: seconds to import
 
     return run_suite(args, argv)
 

@@ -34,6 +34,7 @@ import sys
 
 from benchmarks.core.choices import DEFAULT_VALIDATION_FRACTION, MAX_VALIDATION_FRACTION, OBJECTIVES
 from benchmarks.core.errors import CommandParser, one_line_user_errors
+from benchmarks.core.imports import heavy_imports
 from benchmarks.runner.suite_files import suite_file
 
 
@@ -125,7 +126,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.validation_seed is None:
         args.validation_seed = suite.get("validation_seed", 0)
     tables = space_tables(args.space, args.strategies, suite)
-    from benchmarks.tune_study import run_tune  # the runner: torch, open_clip and Avalanche
+    with heavy_imports():
+        from benchmarks.tune_study import run_tune  # the runner: torch, open_clip and Avalanche
 
     return run_tune(args, argv, suite, tables)
 

@@ -41,6 +41,7 @@ import submitit
 from tqdm.auto import tqdm
 
 from benchmarks.core.errors import UserError
+from benchmarks.core.imports import heavy_imports
 from benchmarks.runner.launcher import InlineLauncher, Outcome, RunOptions, prepare_runner_process
 from benchmarks.runner.results import ResultStore, RunKey
 from benchmarks.runner.run_spec import RunSpec
@@ -169,8 +170,9 @@ class SlurmRun(submitit.helpers.Checkpointable):
     checkpoint, written after every task, is what carries its progress across a requeue."""
 
     def __call__(self, spec: RunSpec, results_dir: str, options: RunOptions) -> str:
-        from benchmarks.core.environment import set_deterministic
-        from benchmarks.runner.building import resolve
+        with heavy_imports():  # a job's process: submitit has unpickled this call, torch not yet imported
+            from benchmarks.core.environment import set_deterministic
+            from benchmarks.runner.building import resolve
 
         prepare_runner_process()
         if spec.deterministic:

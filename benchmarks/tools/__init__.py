@@ -8,7 +8,9 @@ Measurements
     (the real runner's training and evaluation on fake data, against the reference beside it),
     ``loader_speed`` (data-loader throughput), ``shared_cores`` (the smoke suite's wall time by thread
     count, idle and beside a busy process), ``kill_rerun`` (kill -9 a run at random moments, rerun
-    it: results identical to an uninterrupted run, no stray file). The outputs of the official code
+    it: results identical to an uninterrupted run, no stray file), ``import_cost`` (a fresh process's
+    imports with the garbage collector running and paused, beside the same packages without the
+    suite's code). The outputs of the official code
     that the tests compare with are generated beside those tests (``tests/official/goldens/``).
     Their parts: ``measuring`` (interleaved timing, saved-tensor memory) and ``strategy_costs``
     (every strategy's evaluation forwards, MagMax's memory) for ``speed``; ``reference_pairing`` (a
