@@ -41,7 +41,8 @@ def cpu_seconds(modules: str, paused: bool) -> float:
         timeout=600,
     )
     if done.returncode != 0:
-        raise UserError(f"importing {modules} failed: {done.stderr.strip().splitlines()[-1:]}")
+        last = (done.stderr.strip().splitlines() or ["no output"])[-1]
+        raise UserError(f"importing {modules} failed: {last}")
     return float(done.stdout.split()[-1])
 
 
