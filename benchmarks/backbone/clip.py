@@ -4,6 +4,7 @@ two encoders run in the backbone's precision, features always returned in fp32."
 from __future__ import annotations
 
 import contextlib
+import copy
 import math
 from collections.abc import Iterator, Sequence
 from typing import TYPE_CHECKING, Any
@@ -71,6 +72,16 @@ class CLIPBackbone(LoRAAdapters, MLPAdapters, VisualPrefix, nn.Module):
         self._trainable: set[str] = set()
         self.mlp_adapter_modules = nn.ModuleDict()  # add_mlp_adapters: tower -> one adapter per block
         self._text_context: TextContext | None = None  # text_context: learnable prompt embeddings
+
+    def __deepcopy__(self, memo: dict) -> CLIPBackbone:
+        """A copy of the model and its adapters that shares the tokenizer (a copy of the backbone
+        of a plugin or another framework's network): its vocabulary holds no state a run changes,
+        and copying it took 0.12 s of the tiny backbone's 0.13."""
+        memo[id(self.tokenizer)] = self.tokenizer
+        copied = self.__class__.__new__(self.__class__)
+        memo[id(self)] = copied
+        copied.__dict__.update(copy.deepcopy(self.__dict__, memo))
+        return copied
 
     @property
     def device(self) -> torch.device:

@@ -90,9 +90,17 @@ def modules_under(root: Path) -> list[ModuleType]:
     found = []
     for module in list(sys.modules.values()):
         file = getattr(module, "__file__", None)
-        if file and Path(file).resolve().is_relative_to(root):
+        if file and _real_path(file).is_relative_to(root):
             found.append(module)
     return found
+
+
+@functools.lru_cache(maxsize=None)
+def _real_path(file: str) -> Path:
+    """``file`` with its links resolved, once per process: an adapter asks for the modules under its
+    code's root at every build and task, and resolving the 6,000 files torch and Avalanche import
+    took 0.2 s each time."""
+    return Path(file).resolve()
 
 
 def quiet_patches(modules: list[ModuleType]) -> list[tuple[ModuleType, dict[str, Any]]]:

@@ -392,6 +392,31 @@ def test_copy_lora_and_safetensors_round_trip(tiny: CLIPBackbone, images, tmp_pa
         tiny.load_lora_state_dict("t", state)
 
 
+def test_backbones_share_one_tokenizer_and_a_copy_shares_nothing_else(tiny: CLIPBackbone, images) -> None:
+    """Every backbone of a model, and every deep copy of one (a plugin's, another framework's
+    network), holds the same tokenizer object, which tokenizes as open_clip's own; the weights and
+    adapters of a copy are its own."""
+    other = create_clip(BackboneSpec(TINY_MODEL, pretrained=None))
+    assert other.tokenizer is tiny.tokenizer
+    assert torch.equal(tiny.tokenize(PROMPTS), open_clip.get_tokenizer(TINY_MODEL)(PROMPTS))
+    tiny.add_lora("a", "visual")
+    _randomize(tiny, "a", seed=3)
+    tiny.set_adapters(visual="a", text=None)
+    copied = copy.deepcopy(tiny)
+    assert copied.tokenizer is tiny.tokenizer
+    pairs = list(zip(tiny.parameters(), copied.parameters(), strict=True))
+    assert all(torch.equal(p, q) and p.data_ptr() != q.data_ptr() for p, q in pairs)
+    with torch.no_grad():
+        before = tiny.encode_image(images)
+        assert torch.equal(copied.encode_image(images), before)
+        for param in copied.lora_parameters("a"):
+            param.add_(1.0)
+        assert torch.equal(tiny.encode_image(images), before)  # the original's adapter is untouched
+        assert not torch.equal(copied.encode_image(images), before)
+    copied.add_lora("b", "text")  # adapters added to the copy are the copy's alone
+    assert "b" in copied._towers and "b" not in tiny._towers
+
+
 def test_encode_image_multi_matches_single_adapter_forwards(tiny: CLIPBackbone, images) -> None:
     names = ["a", "b", "c"]
     for seed, name in enumerate(names):

@@ -522,3 +522,26 @@ def test_a_function_missing_from_an_empty_module_file_names_that_file(tmp_path):
     (package / "utils.py").write_text("# not empty\n")  # a file with content: the line as before
     line = _upstream_line(tmp_path, "mind", "model_like", lambda model: model.build(), forget)
     assert "has no attribute 'mark_only_lora_as_trainable'" in line and "is empty" not in line
+
+
+def test_the_modules_under_a_root_include_those_imported_since_the_last_look(tmp_path):
+    """An adapter looks for its code's modules at every build and task; each look sees what was
+    imported since, through a link to the code's folder too, and nothing outside the folder."""
+    from strategies.frameworks.upstream import modules_under
+
+    code = tmp_path / "code"
+    code.mkdir()
+    (code / "first_of_two.py").write_text("X = 1\n")
+    (code / "second_of_two.py").write_text("Y = 2\n")
+    (tmp_path / "link").symlink_to(code)
+    sys.path.insert(0, str(tmp_path / "link"))  # imported through the link: resolved to the folder
+    try:
+        first = importlib.import_module("first_of_two")
+        assert modules_under(code.resolve()) == [first]
+        second = importlib.import_module("second_of_two")
+        assert sorted(m.__name__ for m in modules_under(code.resolve())) == ["first_of_two", "second_of_two"]
+        assert second not in modules_under((tmp_path / "elsewhere").resolve())
+    finally:
+        sys.path.remove(str(tmp_path / "link"))
+        for name in ("first_of_two", "second_of_two"):
+            sys.modules.pop(name, None)
