@@ -135,6 +135,6 @@ def create_clip(spec: BackboneSpec, device: str | torch.device = "cpu") -> CLIPB
 @functools.lru_cache(maxsize=8)
 def clip_tokenizer(model: str):
     """open_clip's tokenizer of ``model``, built once per process and shared by every backbone of
-    that model: it holds no state a run changes, and building it (CLIP's 48,894 BPE merges) took 0.08 s
-    of each run's build, more in a process holding many Python objects."""
+    that model: it holds no state a run changes, and building it (reading CLIP's 48,894 BPE merges)
+    took 0.08 s of every build."""
     return open_clip.get_tokenizer(model)
